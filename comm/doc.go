@@ -1,0 +1,46 @@
+// Package comm moves data between the ranks of a data-parallel job: the Group interface (rank,
+// size, tagged blocking and non-blocking point-to-point messages), the collectives built on it
+// (AllReduce, Broadcast, AllGather, AllGatherV, AllGatherBytes, Barrier), per-rank Counters, and
+// the transports. NewLocal runs P ranks as goroutines of one process. comm knows nothing of
+// tensors, models, DDP or hooks; it moves []float32 and []byte.
+//
+// # The Group contract
+//
+// A Group is one rank's view of the communicator. Messages are matched by (source, tag), and
+// messages between one (sender, receiver, tag) triple arrive in the order sent. Every blocking
+// call takes a context and returns, wrapped with the awaited rank and tag, ctx.Err() when it is
+// cancelled or its deadline passes: a rank that never shows up costs a deadline error, never a
+// hang. A receive whose message does not fit its buffer fails with an error naming ranks, tag
+// and sizes. Close makes the rank's pending and later operations fail with ErrClosed.
+//
+// # Tags
+//
+// Each collective call takes one tag and sends all its messages under it, relying on the FIFO
+// order per (sender, receiver, tag) to keep its rounds apart; calls that run concurrently on the
+// same ranks must use different tags. Calls on one tag one after another are fine. All ranks
+// must make the same collective calls on a tag, in the same order, with the same sizes and
+// algorithm.
+//
+// # Counters
+//
+// Every Group has Counters: payload bytes and messages sent and received (counted by the
+// transport) and rounds (counted by the collectives). A round is one communication step on a
+// rank: the messages it posts together and then waits for together (a send and a receive
+// exchanged with neighbours are one round). A word is 4 bytes; the cost formulas in each
+// collective's doc and in ALGORITHMS.md count words received per rank. Measure an operation
+// with Snapshot before and after and Stats.Sub. Counters of one rank are shared by all
+// collectives running on it.
+//
+// # Algorithms
+//
+// AllReduce sums in place and leaves every rank with bit-identical results: each element is
+// reduced in exactly one place (Ring, Rabenseifner) or by the same operations in the same operand
+// order everywhere (RecursiveDoubling), then copied. Auto picks RecursiveDoubling for vectors
+// up to SmallAllReduceBytes (2 KiB; latency dominates: log2 P rounds), otherwise Rabenseifner
+// when P is a power of two (2·log2 P rounds, 2n(P-1)/P words) and Ring when it is not (2(P-1)
+// rounds, 2n(P-1)/P words, where Rabenseifner's fold would add n words on the folded ranks).
+// AllGather's Auto picks RecursiveDoubling for power-of-two P and Bruck otherwise, both
+// ceil(log2 P) rounds. Broadcast is a binomial tree, Barrier a dissemination barrier.
+//
+// F32Bytes and BytesF32 view float32 data as host-order (little-endian) bytes without copying.
+package comm

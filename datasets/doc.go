@@ -1,0 +1,61 @@
+// Package datasets owns spargo's image data: reading the CIFAR-10 and
+// CIFAR-100 binary files, finding them on disk or downloading them,
+// turning uint8 pixels into normalised, augmented float32 batches, and
+// splitting an epoch across the ranks of a data-parallel job.
+//
+// The nouns, one file each:
+//
+//   - [Images] (cifar.go): a whole split in memory as uint8 CHW pixels plus
+//     int32 labels, with a Summary of which files it came from. Built by
+//     [LoadCIFAR10], [LoadCIFAR100] or [LoadCIFARFiles].
+//   - [FindCIFAR10], [EnsureCIFAR10] (find.go): where the data lives.
+//   - [DownloadCIFAR10], [DownloadCIFAR100] (download.go): the official
+//     tarballs, md5-checked, extracted into a directory.
+//   - [Normalizer] (transform.go): per-channel (x/255-mean)/std, random
+//     crop with zero padding, horizontal flip.
+//   - [DistributedSampler] (sampler.go): PyTorch DistributedSampler
+//     semantics: which dataset indices a rank sees in an epoch.
+//   - [Loader] (loader.go): batches of X (B×3×32×32 float32, NCHW) and Y,
+//     prepared on a goroutine one batch ahead of the training loop, in
+//     buffers that are reused from batch to batch.
+//
+// # Where the data is looked for
+//
+// [FindCIFAR10] returns the first of these directories that holds
+// CIFAR-10 batch files (either directly or in the cifar-10-batches-bin
+// directory the official tarball extracts to):
+//
+//  1. the explicit directory (a -data flag); if it is given it must hold
+//     the data, otherwise that is an error and nothing else is tried;
+//  2. $SPARGO_DATA, then $SPARGO_DATA/cifar10;
+//  3. ../shared/data/cifar10/approx relative to the working directory, then
+//     shared/data/cifar10/approx in the working directory and up to three
+//     of its parents (so that `go test` run from a package directory finds
+//     the project's shared copy);
+//  4. os.UserCacheDir()/spargo/cifar10, where [EnsureCIFAR10] downloads
+//     the official tarball when nothing else was found.
+//
+// # Which CIFAR-10 a number was measured on
+//
+// The project's shared copy (shared/data/cifar10/approx) has only
+// data_batch_1.bin and test_batch.bin, and its pixels went through JPEG.
+// Accuracy measured on it is "CIFAR-10 (JPEG-degraded, 10k-train subset)",
+// not CIFAR-10 accuracy; [Images.Summary] says how many records were loaded
+// from which files so that a training log can say which one it was.
+//
+// # Using the loader
+//
+//	dir, err := datasets.FindCIFAR10(*dataFlag)
+//	train, test, err := datasets.LoadCIFAR10(dir)
+//	fmt.Println(train.Summary)
+//	ld, err := datasets.NewLoader(train, datasets.LoaderOptions{
+//		Batch: 128, Rank: rank, World: world, Seed: 1,
+//		Shuffle: true, Augment: true, DropLast: true,
+//	})
+//	for epoch := range epochs {
+//		for b, err := range ld.Epoch(ctx, epoch) {
+//			if err != nil { return err }
+//			step(b.X, b.Y) // b.N images; valid until the next batch
+//		}
+//	}
+package datasets

@@ -1,0 +1,222 @@
+// Command asmgen generates the amd64 assembly micro-kernels of package
+// kernels with avo. Run from the kernels directory:
+//
+//	go run ./asmgen -out sgemm_amd64.s -stubs sgemm_stub_amd64.go
+package main
+
+import (
+	"fmt"
+
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	"github.com/mmcloughlin/avo/reg"
+)
+
+const kernelSig = "func(k int, a, b, c *float32, ldc int, alpha, beta float32)"
+
+func main() {
+	ConstraintExpr("amd64")
+	for _, mr := range []int{4, 6, 8, 12} {
+		genAVX512(mr, true)
+	}
+	genAVX512(8, false)
+	genAVX2()
+	Generate()
+}
+
+// genAVX512 emits sgemmKernelAVX512x<mr>: an mr×32 tile, two zmm
+// accumulators per row. Packed A sliver: k groups of mr floats; packed B
+// sliver: k groups of 32 floats. C = alpha*A*B + beta*C (beta==0: overwrite).
+// bcast selects FMAs with embedded-broadcast memory operands (vs explicit
+// VBROADCASTSS into a register).
+func genAVX512(mr int, bcast bool) {
+	name := fmt.Sprintf("sgemmKernelAVX512x%d", mr)
+	if !bcast {
+		name += "r"
+	}
+	TEXT(name, NOSPLIT, kernelSig)
+	Doc(fmt.Sprintf("%s computes a %d×32 tile C = alpha*A*B + beta*C from packed panels (AVX-512F).", name, mr))
+	const nr = 32
+	k := Load(Param("k"), GP64())
+	a := Load(Param("a"), GP64())
+	b := Load(Param("b"), GP64())
+	c := Load(Param("c"), GP64())
+	ldc := Load(Param("ldc"), GP64())
+	SHLQ(U8(2), ldc)
+
+	acc := make([][2]reg.VecVirtual, mr)
+	for r := range acc {
+		acc[r] = [2]reg.VecVirtual{ZMM(), ZMM()}
+		VXORPS(acc[r][0], acc[r][0], acc[r][0])
+		VXORPS(acc[r][1], acc[r][1], acc[r][1])
+	}
+	b0, b1 := ZMM(), ZMM()
+	var abc reg.VecVirtual
+	if !bcast {
+		abc = ZMM()
+	}
+	step := func(u int) {
+		VMOVUPS(Mem{Base: b, Disp: u * nr * 4}, b0)
+		VMOVUPS(Mem{Base: b, Disp: u*nr*4 + 64}, b1)
+		for r := range mr {
+			am := Mem{Base: a, Disp: (u*mr + r) * 4}
+			if bcast {
+				VFMADD231PS_BCST(am, b0, acc[r][0])
+				VFMADD231PS_BCST(am, b1, acc[r][1])
+			} else {
+				VBROADCASTSS(am, abc)
+				VFMADD231PS(abc, b0, acc[r][0])
+				VFMADD231PS(abc, b1, acc[r][1])
+			}
+		}
+	}
+	const unroll = 4
+	Label(name + "_loop4")
+	CMPQ(k, U8(unroll))
+	JL(LabelRef(name + "_tail"))
+	for u := range unroll {
+		step(u)
+	}
+	ADDQ(U32(unroll*mr*4), a)
+	ADDQ(U32(unroll*nr*4), b)
+	SUBQ(U8(unroll), k)
+	JMP(LabelRef(name + "_loop4"))
+
+	Label(name + "_tail")
+	TESTQ(k, k)
+	JE(LabelRef(name + "_store"))
+	step(0)
+	ADDQ(U32(mr*4), a)
+	ADDQ(U32(nr*4), b)
+	DECQ(k)
+	JMP(LabelRef(name + "_tail"))
+
+	Label(name + "_store")
+	alpha := Load(Param("alpha"), XMM())
+	VBROADCASTSS(alpha, b0)
+	for r := range mr {
+		VMULPS(b0, acc[r][0], acc[r][0])
+		VMULPS(b0, acc[r][1], acc[r][1])
+	}
+	beta := Load(Param("beta"), XMM())
+	zero := XMM()
+	VXORPS(zero, zero, zero)
+	UCOMISS(zero, beta)
+	JNE(LabelRef(name + "_beta"))
+	JP(LabelRef(name + "_beta"))
+	p := GP64()
+	MOVQ(c, p)
+	for r := range mr {
+		VMOVUPS(acc[r][0], Mem{Base: p})
+		VMOVUPS(acc[r][1], Mem{Base: p, Disp: 64})
+		if r < mr-1 {
+			ADDQ(ldc, p)
+		}
+	}
+	VZEROUPPER()
+	RET()
+
+	Label(name + "_beta")
+	VBROADCASTSS(beta, b1)
+	for r := range mr {
+		VFMADD231PS(Mem{Base: c}, b1, acc[r][0])
+		VFMADD231PS(Mem{Base: c, Disp: 64}, b1, acc[r][1])
+		VMOVUPS(acc[r][0], Mem{Base: c})
+		VMOVUPS(acc[r][1], Mem{Base: c, Disp: 64})
+		if r < mr-1 {
+			ADDQ(ldc, c)
+		}
+	}
+	VZEROUPPER()
+	RET()
+}
+
+// genAVX2 emits sgemmKernelAVX2: a 6×16 tile with ymm registers (12
+// accumulators, 2 B vectors, 1 broadcast register).
+func genAVX2() {
+	const mr, nr = 6, 16
+	name := "sgemmKernelAVX2"
+	TEXT(name, NOSPLIT, kernelSig)
+	Doc(name + " computes a 6×16 tile C = alpha*A*B + beta*C from packed panels (AVX2+FMA).")
+	k := Load(Param("k"), GP64())
+	a := Load(Param("a"), GP64())
+	b := Load(Param("b"), GP64())
+	c := Load(Param("c"), GP64())
+	ldc := Load(Param("ldc"), GP64())
+	SHLQ(U8(2), ldc)
+	acc := make([][2]reg.VecVirtual, mr)
+	for r := range acc {
+		acc[r] = [2]reg.VecVirtual{YMM(), YMM()}
+		VXORPS(acc[r][0], acc[r][0], acc[r][0])
+		VXORPS(acc[r][1], acc[r][1], acc[r][1])
+	}
+	b0, b1, ab := YMM(), YMM(), YMM()
+	step := func(u int) {
+		VMOVUPS(Mem{Base: b, Disp: u * nr * 4}, b0)
+		VMOVUPS(Mem{Base: b, Disp: u*nr*4 + 32}, b1)
+		for r := range mr {
+			VBROADCASTSS(Mem{Base: a, Disp: (u*mr + r) * 4}, ab)
+			VFMADD231PS(ab, b0, acc[r][0])
+			VFMADD231PS(ab, b1, acc[r][1])
+		}
+	}
+	const unroll = 4
+	Label(name + "_loop4")
+	CMPQ(k, U8(unroll))
+	JL(LabelRef(name + "_tail"))
+	for u := range unroll {
+		step(u)
+	}
+	ADDQ(U32(unroll*mr*4), a)
+	ADDQ(U32(unroll*nr*4), b)
+	SUBQ(U8(unroll), k)
+	JMP(LabelRef(name + "_loop4"))
+
+	Label(name + "_tail")
+	TESTQ(k, k)
+	JE(LabelRef(name + "_store"))
+	step(0)
+	ADDQ(U32(mr*4), a)
+	ADDQ(U32(nr*4), b)
+	DECQ(k)
+	JMP(LabelRef(name + "_tail"))
+
+	Label(name + "_store")
+	alpha := Load(Param("alpha"), XMM())
+	VBROADCASTSS(alpha, b0)
+	for r := range mr {
+		VMULPS(b0, acc[r][0], acc[r][0])
+		VMULPS(b0, acc[r][1], acc[r][1])
+	}
+	beta := Load(Param("beta"), XMM())
+	zero := XMM()
+	VXORPS(zero, zero, zero)
+	UCOMISS(zero, beta)
+	JNE(LabelRef(name + "_beta"))
+	JP(LabelRef(name + "_beta"))
+	p := GP64()
+	MOVQ(c, p)
+	for r := range mr {
+		VMOVUPS(acc[r][0], Mem{Base: p})
+		VMOVUPS(acc[r][1], Mem{Base: p, Disp: 32})
+		if r < mr-1 {
+			ADDQ(ldc, p)
+		}
+	}
+	VZEROUPPER()
+	RET()
+
+	Label(name + "_beta")
+	VBROADCASTSS(beta, b1)
+	for r := range mr {
+		VFMADD231PS(Mem{Base: c}, b1, acc[r][0])
+		VFMADD231PS(Mem{Base: c, Disp: 32}, b1, acc[r][1])
+		VMOVUPS(acc[r][0], Mem{Base: c})
+		VMOVUPS(acc[r][1], Mem{Base: c, Disp: 32})
+		if r < mr-1 {
+			ADDQ(ldc, c)
+		}
+	}
+	VZEROUPPER()
+	RET()
+}

@@ -1,0 +1,106 @@
+package kernels
+
+import (
+	"fmt"
+	"os"
+	"strings"
+
+	"golang.org/x/sys/cpu"
+)
+
+// gemmImpl describes one micro-kernel implementation and its blocking.
+type gemmImpl struct {
+	name   string
+	mr, nr int // micro-tile rows / columns
+	mc     int // rows of packed A block (multiple of mr)
+	kc     int // depth of packed panels
+	nc     int // columns of packed B block (multiple of nr)
+	// kernel computes the mr×nr tile C = alpha*Apanel*Bpanel + beta*C where
+	// a holds k groups of mr values (packed A sliver) and b holds k groups of
+	// nr values (packed B sliver). beta == 0 overwrites C. c has row stride ldc.
+	kernel func(k int, a, b, c []float32, ldc int, alpha, beta float32)
+}
+
+// impls lists the implementations usable on this CPU, best first
+// (registered by init functions; generic is always present).
+var implTable = map[string]*gemmImpl{}
+
+func registerImpl(p *gemmImpl) { implTable[p.name] = p }
+
+// implOrder is the preference order, best first.
+var implOrder = []string{"avx512", "avx2", "generic"}
+
+// implSupported reports whether the CPU can run the named implementation.
+func implSupported(name string) bool {
+	if _, ok := implTable[name]; !ok {
+		return false
+	}
+	switch name {
+	case "avx512":
+		return cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL
+	case "avx2":
+		return cpu.X86.HasAVX2 && cpu.X86.HasFMA
+	case "generic":
+		return true
+	}
+	return false
+}
+
+// impl is the implementation in use; chosen once at init.
+var impl *gemmImpl
+
+func init() {
+	registerImpl(genericImpl)
+	impl = pickImpl(os.Getenv("SPARGO_KERNELS"))
+}
+
+// pickImpl chooses the best supported implementation, or the one requested
+// (falling back to the next supported one if the CPU cannot run it).
+func pickImpl(req string) *gemmImpl {
+	req = strings.ToLower(strings.TrimSpace(req))
+	start := 0
+	if req != "" {
+		found := false
+		for i, n := range implOrder {
+			if n == req {
+				start, found = i, true
+				break
+			}
+		}
+		if !found {
+			fmt.Fprintf(os.Stderr, "spargo/kernels: ignoring unknown SPARGO_KERNELS=%q (want generic|avx2|avx512)\n", req)
+		}
+	}
+	for _, n := range implOrder[start:] {
+		if implSupported(n) {
+			return implTable[n]
+		}
+	}
+	return genericImpl
+}
+
+// Impl returns the name of the Sgemm micro-kernel implementation in use:
+// "avx512", "avx2" or "generic".
+func Impl() string { return impl.name }
+
+// availableImpls lists the implementations runnable on this machine (for tests).
+func availableImpls() []string {
+	var out []string
+	for _, n := range implOrder {
+		if implSupported(n) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// setImpl switches the implementation (tests and benchmarks only; not safe
+// concurrently with Sgemm). It returns a function restoring the previous one.
+func setImpl(name string) (restore func()) {
+	if !implSupported(name) {
+		panic("kernels: implementation " + name + " not supported on this CPU")
+	}
+	old := impl
+	impl = implTable[name]
+	return func() { impl = old }
+}

@@ -1,0 +1,298 @@
+package kernels
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+)
+
+// Sgemm computes C = alpha*op(A)*op(B) + beta*C on row-major matrices.
+// op(A) is m×k: if transA, A is stored k×m with row stride lda (lda >= m), else m×k (lda >= k).
+// op(B) is k×n: if transB, B is stored n×k (ldb >= k), else k×n (ldb >= n). C is m×n (ldc >= n).
+// beta == 0 means C is overwritten (NaNs in C are not propagated). Parallel over GOMAXPROCS.
+// Deterministic: the summation order for each C element never depends on scheduling or the
+// goroutine count (parallelise over M/N blocks only, never split K across goroutines).
+func Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	if m < 0 || n < 0 || k < 0 {
+		panic(fmt.Sprintf("kernels.Sgemm: negative dimension m=%d n=%d k=%d", m, n, k))
+	}
+	aRows, aCols := m, k
+	if transA {
+		aRows, aCols = k, m
+	}
+	bRows, bCols := k, n
+	if transB {
+		bRows, bCols = n, k
+	}
+	checkMatrix("A", a, aRows, aCols, lda)
+	checkMatrix("B", b, bRows, bCols, ldb)
+	checkMatrix("C", c, m, n, ldc)
+	if m == 0 || n == 0 {
+		return
+	}
+	if alpha == 0 || k == 0 {
+		scaleMatrix(m, n, beta, c, ldc)
+		return
+	}
+
+	p := impl
+	nw := runtime.GOMAXPROCS(0)
+	if float64(m)*float64(n)*float64(k) < 1<<18 {
+		nw = 1
+	}
+	j := jobPool.Get().(*gemmJob)
+	*j = gemmJob{
+		p: p, transA: transA, transB: transB, m: m, n: n, k: k,
+		alpha: alpha, beta: beta, a: a, b: b, c: c, lda: lda, ldb: ldb, ldc: ldc,
+	}
+	j.plan(nw)
+	dispatch(j, &j.wg, min(nw, j.units))
+	j.a, j.b, j.c = nil, nil, nil
+	jobPool.Put(j)
+}
+
+func checkMatrix(name string, x []float32, rows, cols, ld int) {
+	if ld < cols || ld < 0 {
+		panic(fmt.Sprintf("kernels.Sgemm: ld%s=%d smaller than stored width %d", name, ld, cols))
+	}
+	if rows == 0 || cols == 0 {
+		return
+	}
+	if need := (rows-1)*ld + cols; len(x) < need {
+		panic(fmt.Sprintf("kernels.Sgemm: %s has %d elements, need %d for a %d×%d matrix with stride %d", name, len(x), need, rows, cols, ld))
+	}
+}
+
+// scaleMatrix sets C = beta*C (beta == 0 overwrites with zeros).
+func scaleMatrix(m, n int, beta float32, c []float32, ldc int) {
+	if beta == 1 {
+		return
+	}
+	for i := range m {
+		row := c[i*ldc : i*ldc+n]
+		if beta == 0 {
+			clear(row)
+		} else {
+			for j := range row {
+				row[j] *= beta
+			}
+		}
+	}
+}
+
+// gemmJob is one Sgemm call split into a grid of C blocks ("units").
+type gemmJob struct {
+	p                      *gemmImpl
+	transA, transB         bool
+	m, n, k                int
+	alpha, beta            float32
+	a, b, c                []float32
+	lda, ldb, ldc          int
+	rowChunk, colChunk     int
+	nRowChunks, nColChunks int
+	units                  int
+	next                   atomic.Int64
+	wg                     sync.WaitGroup
+}
+
+var jobPool = sync.Pool{New: func() any { return new(gemmJob) }}
+
+// plan splits C into units. Each unit covers all of K, so the per-element
+// summation order depends only on KC, never on the split.
+func (j *gemmJob) plan(nw int) {
+	p := j.p
+	j.rowChunk, j.colChunk = j.m, min(j.n, p.nc)
+	j.nRowChunks, j.nColChunks = 1, ceilDiv(j.n, j.colChunk)
+	if nw > 1 {
+		target := 4 * nw
+		// Prefer splitting N (keeps B packed once); columns chunks stay >= 128 wide.
+		if j.nColChunks < target {
+			w := roundUp(ceilDiv(j.n, target), p.nr)
+			w = max(w, min(roundUp(j.n, p.nr), 128))
+			j.colChunk = min(w, p.nc)
+			j.nColChunks = ceilDiv(j.n, j.colChunk)
+		}
+		if j.nColChunks < target {
+			want := ceilDiv(target, j.nColChunks)
+			h := roundUp(ceilDiv(j.m, want), p.mr)
+			h = max(h, min(roundUp(j.m, p.mr), 4*p.mr))
+			j.rowChunk = h
+			j.nRowChunks = ceilDiv(j.m, h)
+		}
+	}
+	j.units = j.nRowChunks * j.nColChunks
+}
+
+func (j *gemmJob) done() { j.wg.Done() }
+
+func (j *gemmJob) run() {
+	var ws *workspace
+	for {
+		u := int(j.next.Add(1)) - 1
+		if u >= j.units {
+			break
+		}
+		if ws == nil {
+			ws = getWorkspace(j.p)
+		}
+		ri, ci := u/j.nColChunks, u%j.nColChunks
+		i0, j0 := ri*j.rowChunk, ci*j.colChunk
+		j.block(ws, i0, min(i0+j.rowChunk, j.m), j0, min(j0+j.colChunk, j.n))
+	}
+	if ws != nil {
+		putWorkspace(ws)
+	}
+}
+
+// block computes C[i0:i1, j0:j1] with the BLIS loop nest.
+func (j *gemmJob) block(ws *workspace, i0, i1, j0, j1 int) {
+	p := j.p
+	for jc := j0; jc < j1; jc += p.nc {
+		nc := min(p.nc, j1-jc)
+		for pc := 0; pc < j.k; pc += p.kc {
+			kc := min(p.kc, j.k-pc)
+			beta := j.beta
+			if pc > 0 {
+				beta = 1
+			}
+			packB(p.nr, j.transB, j.b, j.ldb, pc, kc, jc, nc, ws.b)
+			for ic := i0; ic < i1; ic += p.mc {
+				mc := min(p.mc, i1-ic)
+				packA(p.mr, j.transA, j.a, j.lda, ic, mc, pc, kc, ws.a)
+				j.macro(ws, ic, mc, jc, nc, kc, beta)
+			}
+		}
+	}
+}
+
+// macro runs the micro-kernel over an mc×nc block of C from packed panels.
+func (j *gemmJob) macro(ws *workspace, ic, mc, jc, nc, kc int, beta float32) {
+	p := j.p
+	mr, nr := p.mr, p.nr
+	kern := p.kernel
+	c, ldc, alpha := j.c, j.ldc, j.alpha
+	for jr := 0; jr < nc; jr += nr {
+		nrr := min(nr, nc-jr)
+		bp := ws.b[jr*kc : jr*kc+nr*kc]
+		for ir := 0; ir < mc; ir += mr {
+			mrr := min(mr, mc-ir)
+			ap := ws.a[ir*kc : ir*kc+mr*kc]
+			off := (ic+ir)*ldc + jc + jr
+			if mrr == mr && nrr == nr {
+				kern(kc, ap, bp, c[off:], ldc, alpha, beta)
+				continue
+			}
+			// Edge tile: compute into the scratch tile, then merge.
+			t := ws.tile
+			kern(kc, ap, bp, t, nr, alpha, 0)
+			for r := range mrr {
+				row := c[off+r*ldc : off+r*ldc+nrr]
+				tr := t[r*nr : r*nr+nrr]
+				if beta == 0 {
+					copy(row, tr)
+				} else {
+					for q := range row {
+						row[q] = tr[q] + beta*row[q]
+					}
+				}
+			}
+		}
+	}
+}
+
+// packA packs op(A)[i0:i0+mc, p0:p0+kc] into mr-row slivers: sliver s holds,
+// for each p, the mr values op(A)[i0+s*mr+r, p0+p] (zero padded past mc).
+func packA(mr int, trans bool, a []float32, lda, i0, mc, p0, kc int, dst []float32) {
+	for s := 0; s < mc; s += mr {
+		rows := min(mr, mc-s)
+		d := dst[s*kc : s*kc+mr*kc]
+		if trans {
+			// op(A)[i,p] = a[p*lda+i]: each p is a contiguous run of rows.
+			for p := range kc {
+				src := a[(p0+p)*lda+i0+s:]
+				dp := d[p*mr : p*mr+mr]
+				copy(dp, src[:rows])
+				if rows < mr {
+					clear(dp[rows:])
+				}
+			}
+			continue
+		}
+		for r := range rows {
+			src := a[(i0+s+r)*lda+p0 : (i0+s+r)*lda+p0+kc]
+			for p, v := range src {
+				d[p*mr+r] = v
+			}
+		}
+		for r := rows; r < mr; r++ {
+			for p := range kc {
+				d[p*mr+r] = 0
+			}
+		}
+	}
+}
+
+// packB packs op(B)[p0:p0+kc, j0:j0+nc] into nr-column slivers: sliver s
+// holds, for each p, the nr values op(B)[p0+p, j0+s*nr+q] (zero padded).
+func packB(nr int, trans bool, b []float32, ldb, p0, kc, j0, nc int, dst []float32) {
+	for s := 0; s < nc; s += nr {
+		cols := min(nr, nc-s)
+		d := dst[s*kc : s*kc+nr*kc]
+		if !trans {
+			for p := range kc {
+				src := b[(p0+p)*ldb+j0+s:]
+				dp := d[p*nr : p*nr+nr]
+				copy(dp, src[:cols])
+				if cols < nr {
+					clear(dp[cols:])
+				}
+			}
+			continue
+		}
+		// op(B)[p,j] = b[j*ldb+p]
+		for q := range cols {
+			src := b[(j0+s+q)*ldb+p0 : (j0+s+q)*ldb+p0+kc]
+			for p, v := range src {
+				d[p*nr+q] = v
+			}
+		}
+		for q := cols; q < nr; q++ {
+			for p := range kc {
+				d[p*nr+q] = 0
+			}
+		}
+	}
+}
+
+// workspace holds one goroutine's packing buffers for one implementation.
+type workspace struct {
+	p    *gemmImpl
+	a, b []float32
+	tile []float32
+}
+
+var wsPools sync.Map // *gemmImpl -> *sync.Pool
+
+func getWorkspace(p *gemmImpl) *workspace {
+	pl, ok := wsPools.Load(p)
+	if !ok {
+		pl, _ = wsPools.LoadOrStore(p, &sync.Pool{New: func() any {
+			return &workspace{
+				p:    p,
+				a:    alignedFloats(roundUp(p.mc, p.mr) * p.kc),
+				b:    alignedFloats(roundUp(p.nc, p.nr) * p.kc),
+				tile: alignedFloats(p.mr * p.nr),
+			}
+		}})
+	}
+	return pl.(*sync.Pool).Get().(*workspace)
+}
+
+func putWorkspace(ws *workspace) {
+	pl, _ := wsPools.Load(ws.p)
+	pl.(*sync.Pool).Put(ws)
+}
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }
+func roundUp(a, b int) int { return ceilDiv(a, b) * b }

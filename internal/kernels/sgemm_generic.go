@@ -1,0 +1,45 @@
+package kernels
+
+// genericImpl is the portable pure-Go micro-kernel: a 4×8 register tile.
+var genericImpl = &gemmImpl{
+	name: "generic",
+	mr:   4, nr: 8,
+	mc: 128, kc: 256, nc: 2048,
+	kernel: kernelGeneric4x8,
+}
+
+// kernelGeneric4x8 computes a 4×8 tile from packed slivers (see gemmImpl.kernel).
+func kernelGeneric4x8(k int, a, b, c []float32, ldc int, alpha, beta float32) {
+	var acc [4][8]float32
+	a = a[:4*k]
+	b = b[:8*k]
+	for p := 0; p < k; p++ {
+		ap := a[4*p : 4*p+4 : 4*p+4]
+		bp := b[8*p : 8*p+8 : 8*p+8]
+		b0, b1, b2, b3, b4, b5, b6, b7 := bp[0], bp[1], bp[2], bp[3], bp[4], bp[5], bp[6], bp[7]
+		for i := range 4 {
+			ai := ap[i]
+			r := &acc[i]
+			r[0] += ai * b0
+			r[1] += ai * b1
+			r[2] += ai * b2
+			r[3] += ai * b3
+			r[4] += ai * b4
+			r[5] += ai * b5
+			r[6] += ai * b6
+			r[7] += ai * b7
+		}
+	}
+	for i := range 4 {
+		row := c[i*ldc : i*ldc+8 : i*ldc+8]
+		if beta == 0 {
+			for j := range 8 {
+				row[j] = alpha * acc[i][j]
+			}
+		} else {
+			for j := range 8 {
+				row[j] = alpha*acc[i][j] + beta*row[j]
+			}
+		}
+	}
+}

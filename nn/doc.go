@@ -1,0 +1,31 @@
+// Package nn owns spargo's tensors, the define-by-run autograd tape with per-parameter
+// grad-ready hooks, modules with stable dotted parameter names, the CNN layers and the
+// losses.
+//
+// A forward pass records ops on a Tape; Backward replays them in reverse. Every op
+// that reads a parameter counts one use of it, and after the last of those ops has run
+// its backward the tape calls the OnGradReady hooks with the parameter: its gradient
+// is final from then on. DDP feeds its gradient buckets from these hooks, so
+// communication starts while the rest of backward is still running.
+//
+// The tape also owns the memory: activations, gradients and scratch come from a pool
+// that Reset refills, so a training loop allocates no tensor memory after its first
+// step.
+//
+//	rng := nn.NewRand(0)
+//	model := nn.NewSequential(nn.NewLinear(4, 8, true, rng), nn.ReLU{}, nn.NewLinear(8, 3, true, rng))
+//	params := nn.Parameters(model) // "0.weight", "0.bias", "2.weight", "2.bias"
+//	tape := nn.NewTape()
+//	tape.OnGradReady(func(p *nn.Param) { fmt.Println("ready:", p.Name) })
+//	for step := 0; step < steps; step++ {
+//		tape.Reset()
+//		nn.ZeroGrad(params)
+//		loss := nn.CrossEntropy(model.Forward(tape.Const(x)), labels)
+//		if err := tape.Backward(loss); err != nil { … } // bad shapes surface here
+//		// update params from p.Grad
+//	}
+//
+// Layers follow PyTorch: same shapes (NCHW), same default initialisation, same
+// BatchNorm momentum/eps semantics; gradients are tested against finite differences
+// and against goldens produced by scripts/gen_goldens.py with PyTorch.
+package nn

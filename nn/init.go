@@ -1,0 +1,25 @@
+package nn
+
+import (
+	"math"
+	"math/rand/v2"
+)
+
+// NewRand returns the deterministic generator layers use for initialisation and
+// dropout masks: the same seed gives the same model and the same masks.
+func NewRand(seed uint64) *rand.Rand {
+	return rand.New(rand.NewPCG(seed, 0x5ba5_90d1_c0de))
+}
+
+// Uniform fills x with values drawn from U(-bound, bound).
+func Uniform(x []float32, bound float64, rng *rand.Rand) {
+	for i := range x {
+		x[i] = float32((2*rng.Float64() - 1) * bound)
+	}
+}
+
+// KaimingUniformDefault fills a weight as PyTorch's Linear and Conv2d reset_parameters
+// do: kaiming_uniform_ with a = sqrt(5), which is U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
+func KaimingUniformDefault(w []float32, fanIn int, rng *rand.Rand) {
+	Uniform(w, 1/math.Sqrt(float64(fanIn)), rng)
+}

@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+# PyTorch comparison for BENCHMARKS.md: trains a CIFAR-variant VGG-BN (11/13/16/19) on
+# CIFAR-10 in the official binary format (data_batch_*.bin, test_batch.bin: records of
+# 1 label byte + 3072 pixel bytes) with the same recipe as spargo's Go example:
+#   SGD momentum 0.9, weight decay 5e-4, constant lr; per-channel normalisation, then
+#   random crop from the 4-pixel zero-padded image + horizontal flip; cross-entropy;
+#   test accuracy after every epoch.
+#
+#   OPENBLAS_NUM_THREADS=1 /usr/bin/python3 scripts/torch_vgg_cifar.py \
+#       --data /work/shared/data/cifar10/approx --model vgg11 --epochs 10 --batch 64 --lr 0.01
+#
+# Quick smoke test (256 train / 256 test images, 1 epoch):
+#   OPENBLAS_NUM_THREADS=1 /usr/bin/python3 scripts/torch_vgg_cifar.py \
+#       --data /work/shared/data/cifar10/approx --model vgg11 --epochs 1 --batch 32 --limit 256
+#
+# --workers W simulates data-parallel training the way PyTorch DDP does it: each step takes
+# a global batch of W*batch images, splits it into W shards of --batch, runs forward/backward
+# per shard (so BatchNorm batch statistics are per shard), averages the gradients and takes
+# one SGD step; BatchNorm running statistics are those of shard 0 (DDP broadcasts rank 0's
+# buffers). The lr is used as given (not scaled by W).
+# Prints one line per epoch: "epoch E train_loss L test_acc A img_s S" (+ timings).
+import argparse
+import glob
+import json
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+CFG = {
+    "vgg11": [64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M"],
+    "vgg13": [64, 64, "M", 128, 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M"],
+    "vgg16": [64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M",
+              512, 512, 512, "M"],
+    "vgg19": [64, 64, "M", 128, 128, "M", 256, 256, 256, 256, "M", 512, 512, 512, 512, "M",
+              512, 512, 512, 512, "M"],
+}
+MEAN = np.array([0.4914, 0.4822, 0.4465], np.float32).reshape(1, 3, 1, 1)
+STD = np.array([0.2470, 0.2435, 0.2616], np.float32).reshape(1, 3, 1, 1)
+
+
+def vgg(name, classes=10):
+    """VGG with BatchNorm, CIFAR variant: conv stack, Flatten, Linear(512, classes)."""
+    layers, c = [], 3
+    for v in CFG[name]:
+        if v == "M":
+            layers.append(nn.MaxPool2d(2))
+        else:
+            layers += [nn.Conv2d(c, v, 3, padding=1), nn.BatchNorm2d(v), nn.ReLU(inplace=True)]
+            c = v
+    return nn.Sequential(*layers, nn.Flatten(), nn.Linear(512, classes))
+
+
+def load_bin(paths):
+    raw = np.concatenate([np.fromfile(p, dtype=np.uint8).reshape(-1, 3073) for p in paths])
+    x = raw[:, 1:].reshape(-1, 3, 32, 32).astype(np.float32) / 255.0
+    return (x - MEAN) / STD, raw[:, 0].astype(np.int64)
+
+
+def load_cifar(data):
+    train = sorted(glob.glob(os.path.join(data, "data_batch_*.bin")))
+    test = os.path.join(data, "test_batch.bin")
+    if not train or not os.path.exists(test):
+        sys.exit(f"{data}: need data_batch_*.bin and test_batch.bin (CIFAR-10 binary format)")
+    xtr, ytr = load_bin(train)
+    xte, yte = load_bin([test])
+    return xtr, ytr, xte, yte
+
+
+def augment(x, rng):
+    """Random 32x32 crop of the zero-padded (4 px) normalised image, then random h-flip."""
+    n = x.shape[0]
+    p = np.pad(x, ((0, 0), (0, 0), (4, 4), (4, 4)))
+    ox = rng.integers(0, 9, n)
+    oy = rng.integers(0, 9, n)
+    flip = rng.random(n) < 0.5
+    out = np.empty_like(x)
+    for i in range(n):
+        t = p[i, :, oy[i]:oy[i] + 32, ox[i]:ox[i] + 32]
+        out[i] = t[:, :, ::-1] if flip[i] else t
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data", required=True, help="directory with the CIFAR-10 .bin files")
+    ap.add_argument("--model", default="vgg11", choices=sorted(CFG))
+    ap.add_argument("--epochs", type=int, default=10)
+    ap.add_argument("--batch", type=int, default=64, help="per-worker batch size")
+    ap.add_argument("--lr", type=float, default=0.01)
+    ap.add_argument("--momentum", type=float, default=0.9)
+    ap.add_argument("--wd", type=float, default=5e-4)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--workers", type=int, default=1,
+                    help="simulated data-parallel workers; global batch = workers*batch")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--limit", type=int, default=0,
+                    help="use only the first N train and N test images (smoke tests)")
+    ap.add_argument("--limit-test", type=int, default=0, help="override --limit for the test set")
+    ap.add_argument("--json", help="also write per-epoch results to this file")
+    a = ap.parse_args()
+
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(a.seed)
+    rng = np.random.default_rng(a.seed)
+    xtr, ytr, xte, yte = load_cifar(a.data)
+    if a.limit:
+        xtr, ytr = xtr[:a.limit], ytr[:a.limit]
+    lt = a.limit_test or a.limit
+    if lt:
+        xte, yte = xte[:lt], yte[:lt]
+
+    m = vgg(a.model)
+    nparams = sum(p.numel() for p in m.parameters())
+    opt = torch.optim.SGD(m.parameters(), lr=a.lr, momentum=a.momentum, weight_decay=a.wd)
+    W, B = a.workers, a.batch
+    gb = W * B
+    if len(xtr) < gb:
+        sys.exit(f"{len(xtr)} training images is less than one global batch of {gb}")
+    print(f"# {a.model} params {nparams} train {len(xtr)} test {len(xte)} workers {W} "
+          f"batch {B} global_batch {gb} lr {a.lr} threads {a.threads} torch {torch.__version__}",
+          flush=True)
+
+    bn = [mod for mod in m.modules() if isinstance(mod, nn.BatchNorm2d)]
+    history = []
+    t0 = time.time()
+    for ep in range(1, a.epochs + 1):
+        m.train()
+        perm = rng.permutation(len(xtr))
+        tl, nb, ts = 0.0, 0, time.time()
+        for i in range(0, len(perm) - gb + 1, gb):
+            idx = perm[i:i + gb]
+            x = torch.from_numpy(augment(xtr[idx], rng))
+            y = torch.from_numpy(ytr[idx])
+            opt.zero_grad(set_to_none=True)
+            step_loss, rank0 = 0.0, None
+            for w in range(W):
+                xs, ys = x[w * B:(w + 1) * B], y[w * B:(w + 1) * B]
+                loss = F.cross_entropy(m(xs), ys)
+                (loss / W).backward()  # gradient = mean over workers, as DDP all-reduce
+                step_loss += loss.item() / W
+                if w == 0 and W > 1:
+                    rank0 = [(b.running_mean.clone(), b.running_var.clone(),
+                              b.num_batches_tracked.clone()) for b in bn]
+            if rank0 is not None:
+                with torch.no_grad():
+                    for b, (rm, rv, nt) in zip(bn, rank0):
+                        b.running_mean.copy_(rm)
+                        b.running_var.copy_(rv)
+                        b.num_batches_tracked.copy_(nt)
+            opt.step()
+            tl += step_loss
+            nb += 1
+        train_s = time.time() - ts
+        m.eval()
+        correct = 0
+        with torch.no_grad():
+            for i in range(0, len(xte), 500):
+                pred = m(torch.from_numpy(xte[i:i + 500])).argmax(1).numpy()
+                correct += int((pred == yte[i:i + 500]).sum())
+        acc = correct / len(xte)
+        img_s = nb * gb / train_s
+        rec = {"epoch": ep, "train_loss": tl / nb, "test_acc": acc, "img_s": img_s,
+               "train_s": train_s, "total_s": time.time() - t0}
+        history.append(rec)
+        print(f"epoch {ep} train_loss {tl / nb:.4f} test_acc {acc:.4f} img_s {img_s:.1f} "
+              f"train_s {train_s:.1f} total_s {rec['total_s']:.1f}", flush=True)
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump({"args": vars(a), "params": nparams, "torch_version": torch.__version__,
+                           "train_images": len(xtr), "test_images": len(xte),
+                           "epochs": history}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
