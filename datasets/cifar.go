@@ -223,14 +223,14 @@ type cifar10Layout struct {
 
 // findCIFAR10Layout looks for the official file names in dir and then in
 // dir/cifar-10-batches-bin; it needs at least one training batch and the
-// test batch.
+// test batch. Its errors have no "datasets:" prefix; callers add context.
 func findCIFAR10Layout(dir string) (cifar10Layout, error) {
 	st, err := os.Stat(dir)
 	if err != nil {
-		return cifar10Layout{}, fmt.Errorf("datasets: CIFAR-10 directory: %w", err)
+		return cifar10Layout{}, err
 	}
 	if !st.IsDir() {
-		return cifar10Layout{}, fmt.Errorf("datasets: CIFAR-10 directory %s is not a directory", dir)
+		return cifar10Layout{}, fmt.Errorf("%s is not a directory", dir)
 	}
 	var tried []string
 	for _, d := range []string{dir, filepath.Join(dir, cifar10Subdir)} {
@@ -252,7 +252,7 @@ func findCIFAR10Layout(dir string) (cifar10Layout, error) {
 		}
 		tried = append(tried, d)
 	}
-	return cifar10Layout{}, fmt.Errorf("datasets: no CIFAR-10 batches in %s: looked for data_batch_1.bin … data_batch_5.bin (at least one) and test_batch.bin in %s",
+	return cifar10Layout{}, fmt.Errorf("no CIFAR-10 batches in %s: looked for data_batch_1.bin … data_batch_5.bin (at least one) and test_batch.bin in %s",
 		dir, strings.Join(tried, " and "))
 }
 
@@ -263,7 +263,7 @@ func findCIFAR10Layout(dir string) (cifar10Layout, error) {
 func LoadCIFAR10(dir string) (train, test *Images, err error) {
 	l, err := findCIFAR10Layout(dir)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("datasets: load CIFAR-10: %w", err)
 	}
 	names := cifar10ClassNames
 	if meta := filepath.Join(l.dir, cifar10MetaFile); isFile(meta) {

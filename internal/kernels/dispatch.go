@@ -21,11 +21,15 @@ type gemmImpl struct {
 	kernel func(k int, a, b, c []float32, ldc int, alpha, beta float32)
 }
 
-// impls lists the implementations usable on this CPU, best first
-// (registered by init functions; generic is always present).
-var implTable = map[string]*gemmImpl{}
-
-func registerImpl(p *gemmImpl) { implTable[p.name] = p }
+// implTable holds every implementation compiled into this binary
+// (generic plus the architecture-specific ones from archImpls).
+var implTable = func() map[string]*gemmImpl {
+	t := map[string]*gemmImpl{genericImpl.name: genericImpl}
+	for _, p := range archImpls() {
+		t[p.name] = p
+	}
+	return t
+}()
 
 // implOrder is the preference order, best first.
 var implOrder = []string{"avx512", "avx2", "generic"}
@@ -46,13 +50,8 @@ func implSupported(name string) bool {
 	return false
 }
 
-// impl is the implementation in use; chosen once at init.
-var impl *gemmImpl
-
-func init() {
-	registerImpl(genericImpl)
-	impl = pickImpl(os.Getenv("SPARGO_KERNELS"))
-}
+// impl is the implementation in use; chosen once at package initialisation.
+var impl = pickImpl(os.Getenv("SPARGO_KERNELS"))
 
 // pickImpl chooses the best supported implementation, or the one requested
 // (falling back to the next supported one if the CPU cannot run it).

@@ -1,0 +1,243 @@
+package ddp
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/spargo-dl/spargo/comm"
+	"github.com/spargo-dl/spargo/nn"
+)
+
+// DDP wraps one replica of a model on one rank of a group.
+type DDP struct {
+	model   nn.Module
+	params  []*nn.Param
+	buffers []*nn.Buffer
+	group   comm.Group
+	hook    CommHook
+	reducer *Reducer
+	plan    [][]int
+	cfg     config
+	noSync  bool
+}
+
+type config struct {
+	hook             CommHook
+	firstBucketBytes int
+	bucketBytesCap   int
+	plan             [][]int
+	profile          *Profile
+	broadcastBuffers bool
+}
+
+// Option configures New.
+type Option func(*config)
+
+// WithCommHook selects how buckets are communicated (default: AllReduceHook, the dense
+// average).
+func WithCommHook(h CommHook) Option { return func(c *config) { c.hook = h } }
+
+// WithBucketCap sets the first bucket's and the later buckets' caps in bytes (defaults
+// DefaultFirstBucketBytes and DefaultBucketBytesCap).
+func WithBucketCap(firstBytes, capBytes int) Option {
+	return func(c *config) { c.firstBucketBytes, c.bucketBytesCap = firstBytes, capBytes }
+}
+
+// WithPlan fixes the buckets: groups of indices into the model's parameters in
+// declaration order, communicated in the given order.
+func WithPlan(plan [][]int) Option { return func(c *config) { c.plan = plan } }
+
+// WithProfile hands a measured profile to a Planner hook.
+func WithProfile(p *Profile) Option { return func(c *config) { c.profile = p } }
+
+// WithBroadcastBuffers chooses whether rank 0's buffers (BatchNorm running statistics)
+// are broadcast after every synchronised step (default true, like PyTorch's
+// broadcast_buffers), so that every replica's whole state is identical.
+func WithBroadcastBuffers(on bool) Option { return func(c *config) { c.broadcastBuffers = on } }
+
+// New wraps model for data-parallel training on g. Every rank calls it with its own
+// replica. It checks that all ranks have the same parameter names and shapes (the
+// error names the first mismatch and the ranks), broadcasts rank 0's parameters and
+// buffers, and builds the bucket plan: the hook's own if it is a Planner, else
+// WithPlan's, else size-capped like PyTorch.
+func New(ctx context.Context, model nn.Module, g comm.Group, opts ...Option) (*DDP, error) {
+	cfg := config{firstBucketBytes: DefaultFirstBucketBytes, bucketBytesCap: DefaultBucketBytesCap, broadcastBuffers: true}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.hook == nil {
+		cfg.hook = AllReduceHook{}
+	}
+	if cfg.firstBucketBytes <= 0 || cfg.bucketBytesCap <= 0 {
+		return nil, fmt.Errorf("ddp: bucket caps must be positive, got first %d and cap %d bytes", cfg.firstBucketBytes, cfg.bucketBytesCap)
+	}
+	d := &DDP{model: model, params: nn.Parameters(model), buffers: nn.Buffers(model), group: g, hook: cfg.hook, cfg: cfg}
+	if len(d.params) == 0 {
+		return nil, fmt.Errorf("ddp: the model has no parameters")
+	}
+	if err := d.checkShapes(ctx); err != nil {
+		return nil, err
+	}
+	if err := d.broadcastState(ctx); err != nil {
+		return nil, err
+	}
+	switch {
+	case cfg.plan != nil:
+		d.plan = cfg.plan
+	default:
+		if p, ok := cfg.hook.(Planner); ok {
+			plan, err := p.Plan(d.params, cfg.profile)
+			if err != nil {
+				return nil, fmt.Errorf("ddp: hook %s: planning buckets: %w", cfg.hook.Name(), err)
+			}
+			d.plan = plan
+		} else {
+			d.plan = SizeCappedPlan(d.params, cfg.firstBucketBytes, cfg.bucketBytesCap)
+		}
+	}
+	if err := validatePlan(d.plan, len(d.params)); err != nil {
+		return nil, err
+	}
+	d.reducer = newReducer(g, cfg.hook, d.params, d.plan)
+	return d, nil
+}
+
+// signature is one rank's parameter layout, one "name shape" line per parameter.
+func signature(ps []*nn.Param) []string {
+	lines := make([]string, len(ps))
+	for i, p := range ps {
+		lines[i] = fmt.Sprintf("%s %v", p.Name, p.Value.Shape)
+	}
+	return lines
+}
+
+func (d *DDP) checkShapes(ctx context.Context) error {
+	mine := signature(d.params)
+	all, err := comm.AllGatherBytes(ctx, d.group, tagShapeCheck, []byte(strings.Join(mine, "\n")))
+	if err != nil {
+		return fmt.Errorf("ddp: exchanging parameter shapes: %w", err)
+	}
+	ref := strings.Split(string(all[0]), "\n")
+	for r := 1; r < len(all); r++ {
+		other := strings.Split(string(all[r]), "\n")
+		for i := 0; i < max(len(ref), len(other)); i++ {
+			switch {
+			case i >= len(other):
+				return fmt.Errorf("ddp: rank 0 has %d parameters, rank %d has %d: rank 0's %q has no counterpart", len(ref), r, len(other), ref[i])
+			case i >= len(ref):
+				return fmt.Errorf("ddp: rank 0 has %d parameters, rank %d has %d: rank %d's %q has no counterpart", len(ref), r, len(other), r, other[i])
+			case ref[i] != other[i]:
+				return fmt.Errorf("ddp: parameter %d differs between ranks: rank 0 has %q, rank %d has %q", i, ref[i], r, other[i])
+			}
+		}
+	}
+	return nil
+}
+
+// broadcastState copies rank 0's parameters and buffers to every rank in one message.
+func (d *DDP) broadcastState(ctx context.Context) error {
+	if err := broadcastTensors(ctx, d.group, tagBroadcast, paramValues(d.params)); err != nil {
+		return fmt.Errorf("ddp: broadcasting rank 0's parameters: %w", err)
+	}
+	return d.SyncBuffers(ctx)
+}
+
+// SyncBuffers broadcasts rank 0's buffers (BatchNorm running statistics) to every rank.
+func (d *DDP) SyncBuffers(ctx context.Context) error {
+	if len(d.buffers) == 0 {
+		return nil
+	}
+	ts := make([]*nn.Tensor, len(d.buffers))
+	for i, b := range d.buffers {
+		ts[i] = b.Value
+	}
+	if err := broadcastTensors(ctx, d.group, tagBufferSync, ts); err != nil {
+		return fmt.Errorf("ddp: broadcasting rank 0's buffers: %w", err)
+	}
+	return nil
+}
+
+func paramValues(ps []*nn.Param) []*nn.Tensor {
+	ts := make([]*nn.Tensor, len(ps))
+	for i, p := range ps {
+		ts[i] = p.Value
+	}
+	return ts
+}
+
+func broadcastTensors(ctx context.Context, g comm.Group, tag uint32, ts []*nn.Tensor) error {
+	n := 0
+	for _, t := range ts {
+		n += t.Len()
+	}
+	flat := make([]float32, 0, n)
+	for _, t := range ts {
+		flat = append(flat, t.Data...)
+	}
+	if err := comm.Broadcast(ctx, g, tag, 0, flat); err != nil {
+		return err
+	}
+	for _, t := range ts {
+		copy(t.Data, flat[:t.Len()])
+		flat = flat[t.Len():]
+	}
+	return nil
+}
+
+// Module returns the wrapped model.
+func (d *DDP) Module() nn.Module { return d.model }
+
+// Forward runs the wrapped model.
+func (d *DDP) Forward(x *nn.Var) *nn.Var { return d.model.Forward(x) }
+
+// Parameters returns the model's parameters in declaration order.
+func (d *DDP) Parameters() []*nn.Param { return d.params }
+
+// Group returns the communicator.
+func (d *DDP) Group() comm.Group { return d.group }
+
+// Hook returns the comm hook in use.
+func (d *DDP) Hook() CommHook { return d.hook }
+
+// Plan returns the bucket plan: groups of parameter indices, in communication order.
+func (d *DDP) Plan() [][]int { return d.plan }
+
+// Stats returns the statistics of the last synchronised iteration.
+func (d *DDP) Stats() IterationStats { return d.reducer.stats }
+
+// Backward runs backward from loss on its tape. As each parameter's gradient becomes
+// final, the Reducer copies it into its bucket; complete buckets go to the comm hook
+// while backward continues. Backward returns once every bucket's result is in the
+// parameters' Grad (averaged over ranks), and, with buffer broadcasting on, rank 0's
+// buffers are on every rank. Inside NoSync it only accumulates local gradients.
+//
+// Gradients accumulate into Grad as in PyTorch: call ZeroGrad before each step's
+// backward.
+func (d *DDP) Backward(ctx context.Context, loss *nn.Var) error {
+	tape := loss.Tape()
+	if d.noSync {
+		return tape.Backward(loss)
+	}
+	r := d.reducer
+	r.begin(ctx)
+	h := tape.OnGradReady(r.markReady)
+	err := tape.Backward(loss)
+	h.Remove()
+	if err := r.finish(d.params, err); err != nil {
+		return err
+	}
+	if d.cfg.broadcastBuffers {
+		return d.SyncBuffers(ctx)
+	}
+	return nil
+}
+
+// NoSync runs fn with gradient synchronisation off: backward passes inside it only
+// accumulate local gradients (gradient accumulation). The next Backward outside NoSync
+// synchronises the accumulated sum, like PyTorch's no_sync().
+func (d *DDP) NoSync(fn func() error) error {
+	d.noSync = true
+	defer func() { d.noSync = false }()
+	return fn()
+}

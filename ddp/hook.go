@@ -1,0 +1,89 @@
+package ddp
+
+import (
+	"context"
+	"time"
+
+	"github.com/spargo-dl/spargo/comm"
+	"github.com/spargo-dl/spargo/nn"
+)
+
+// Bucket is what a comm hook sees: the concatenated local gradients of some
+// parameters, not yet divided by the world size (PyTorch's GradBucket).
+type Bucket interface {
+	// Index is the bucket's position in the plan; buckets run in index order.
+	Index() int
+	// Iteration counts synchronised backward passes from 0.
+	Iteration() int64
+	// IsLast reports whether this is the last bucket of the iteration.
+	IsLast() bool
+	// Flat is the concatenated local gradients. The hook may read it and may use it as
+	// scratch; DDP refills it every iteration.
+	Flat() []float32
+	// Params and Offsets: parameter i occupies Flat()[Offsets()[i] : Offsets()[i]+Params()[i].Len()].
+	Params() []*nn.Param
+	Offsets() []int
+	// Tag is a message tag reserved for this bucket: Tag()..Tag()+TagsPerBucket-1 are
+	// free for the hook's collectives and point-to-point messages.
+	Tag() uint32
+}
+
+// TagsPerBucket is how many consecutive tags each bucket owns (see Bucket.Tag).
+const TagsPerBucket = 64
+
+// Tags below firstBucketTag are DDP's own (start-up checks, broadcasts).
+const (
+	tagShapeCheck  uint32 = 1
+	tagBroadcast   uint32 = 2
+	tagBufferSync  uint32 = 3
+	firstBucketTag uint32 = 1 << 16
+)
+
+// CommHook communicates one bucket. DDP calls Run once per bucket per iteration, in
+// bucket order, on every rank, from a goroutine of its own while backward goes on; the
+// next bucket's Run starts after the previous Future has completed (one bucket in
+// flight, like a single NCCL stream). The Future's result is the averaged gradient:
+// len(b.Flat()) values that DDP copies into the parameters' Grad. DDP does not divide:
+// the hook does.
+//
+// A hook keeps its state (residuals, thresholds) per bucket index.
+type CommHook interface {
+	Name() string
+	Run(ctx context.Context, g comm.Group, b Bucket) Future
+}
+
+// Future is the pending result of a hook.
+type Future interface {
+	Wait() ([]float32, error)
+}
+
+// Ready returns a completed Future, for hooks that do their work inside Run.
+func Ready(result []float32, err error) Future { return readyFuture{result, err} }
+
+type readyFuture struct {
+	v   []float32
+	err error
+}
+
+func (f readyFuture) Wait() ([]float32, error) { return f.v, f.err }
+
+// Planner is implemented by hooks that choose the buckets themselves (OMGS merges
+// layers by a cost model). Plan returns groups of indices into params (the model's
+// parameters in declaration order); every index must appear exactly once. prof is the
+// measured profile, or nil when none was measured.
+type Planner interface {
+	Plan(params []*nn.Param, prof *Profile) ([][]int, error)
+}
+
+// Profile holds measured costs that planners use. ParamBackward[i] is the time from the
+// start of backward until parameter i's gradient was ready (averaged); it is filled by
+// the profiler (a later addition) and empty otherwise.
+type Profile struct {
+	ParamBackward []time.Duration
+}
+
+// Stateful hooks save and restore their state with checkpoints.
+type Stateful interface {
+	State() (map[string][]float32, error)
+	LoadState(map[string][]float32) error
+}
