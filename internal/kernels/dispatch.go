@@ -19,6 +19,25 @@ type gemmImpl struct {
 	// a holds k groups of mr values (packed A sliver) and b holds k groups of
 	// nr values (packed B sliver). beta == 0 overwrites C. c has row stride ldc.
 	kernel func(k int, a, b, c []float32, ldc int, alpha, beta float32)
+	// vec holds the elementwise / reduction kernels paired with this path.
+	vec *vecOps
+}
+
+// vecOps are the elementwise implementations (lengths already checked).
+type vecOps struct {
+	axpy    func(alpha float32, x, y []float32)
+	scale   func(alpha float32, x []float32)
+	add     func(dst, a, b []float32)
+	mul     func(dst, a, b []float32)
+	dot     func(a, b []float32) float32
+	sum     func(x []float32) float32
+	reluFwd func(dst, x []float32)
+	reluBwd func(dx, y, dy []float32)
+}
+
+var genericVec = &vecOps{
+	axpy: axpyGeneric, scale: scaleGeneric, add: addGeneric, mul: mulGeneric,
+	dot: dotGeneric, sum: sumGeneric, reluFwd: reluFwdGeneric, reluBwd: reluBwdGeneric,
 }
 
 // implTable holds every implementation compiled into this binary
@@ -41,7 +60,7 @@ func implSupported(name string) bool {
 	}
 	switch name {
 	case "avx512":
-		return cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL
+		return cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL && cpu.X86.HasBMI2
 	case "avx2":
 		return cpu.X86.HasAVX2 && cpu.X86.HasFMA
 	case "generic":

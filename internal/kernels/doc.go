@@ -20,9 +20,12 @@
 // The micro-kernel implementation is chosen once at package initialisation
 // from the CPU features reported by golang.org/x/sys/cpu:
 //
-//	avx512  AVX-512F micro-kernel in Go assembly (amd64 only)
-//	avx2    AVX2+FMA micro-kernel in Go assembly (amd64 only)
-//	generic portable pure-Go micro-kernel (all architectures)
+//	avx512  8×32 AVX-512F micro-kernel in Go assembly, plus AVX-512
+//	        elementwise kernels (amd64; needs AVX512F, AVX512VL, BMI2)
+//	avx2    6×16 AVX2+FMA micro-kernel in Go assembly (amd64; AVX2, FMA)
+//	generic portable pure-Go 4×8 micro-kernel (all architectures)
+//
+// The elementwise functions use pure Go except on the avx512 path.
 //
 // The environment variable SPARGO_KERNELS=generic|avx2|avx512 overrides the
 // choice (useful for testing every path); a request the CPU cannot run falls
@@ -31,11 +34,17 @@
 //
 // # Regenerating the assembly
 //
-// The amd64 micro-kernels are generated with avo by the program in ./asmgen.
-// sgemm_amd64.s and sgemm_stub_amd64.go are generated files and are
-// committed; after editing asmgen run, from this directory:
+// The amd64 kernels are generated with avo (github.com/mmcloughlin/avo) by the
+// program in ./asmgen. sgemm_amd64.s and sgemm_stub_amd64.go are generated
+// files and are committed; after editing asmgen run, from this directory:
 //
 //	go generate ./
 //
-// which executes `go run ./asmgen -out sgemm_amd64.s -stubs sgemm_stub_amd64.go`.
+// which executes `go run -C asmgen . -out ../sgemm_amd64.s -stubs
+// ../sgemm_stub_amd64.go -pkg kernels`. asmgen is a separate Go module
+// (asmgen/go.mod) because avo v0.6.0's x/tools v0.16.1 does not compile with
+// current Go; this also keeps the generator out of `go build ./...`.
+//
+// Block sizes and tiles can be re-measured with
+// SPARGO_TUNE=1 TUNE_K=x8 TUNE_MC=256 TUNE_KC=256 TUNE_NC=4096 go test -run XXX -bench Tune -cpu 1.
 package kernels

@@ -13,33 +13,33 @@ func checkLen(fn string, n int, others ...int) {
 // Axpy computes y += alpha*x.
 func Axpy(alpha float32, x, y []float32) {
 	checkLen("Axpy", len(x), len(y))
-	axpyImpl(alpha, x, y)
+	impl.vec.axpy(alpha, x, y)
 }
 
 // Scale computes x *= alpha.
-func Scale(alpha float32, x []float32) { scaleImpl(alpha, x) }
+func Scale(alpha float32, x []float32) { impl.vec.scale(alpha, x) }
 
 // Add computes dst = a + b.
 func Add(dst, a, b []float32) {
 	checkLen("Add", len(dst), len(a), len(b))
-	addImpl(dst, a, b)
+	impl.vec.add(dst, a, b)
 }
 
 // Mul computes dst = a * b elementwise.
 func Mul(dst, a, b []float32) {
 	checkLen("Mul", len(dst), len(a), len(b))
-	mulImpl(dst, a, b)
+	impl.vec.mul(dst, a, b)
 }
 
 // Dot returns the inner product of a and b. The summation order is fixed
 // (it depends only on len(a) and the implementation in use).
 func Dot(a, b []float32) float32 {
 	checkLen("Dot", len(a), len(b))
-	return dotImpl(a, b)
+	return impl.vec.dot(a, b)
 }
 
 // Sum returns the sum of x, with a fixed summation order.
-func Sum(x []float32) float32 { return sumImpl(x) }
+func Sum(x []float32) float32 { return impl.vec.sum(x) }
 
 // Fill sets every element of x to v.
 func Fill(x []float32, v float32) {
@@ -55,16 +55,16 @@ func Fill(x []float32, v float32) {
 // ReluForward computes dst = max(x, 0). NaN inputs produce 0.
 func ReluForward(dst, x []float32) {
 	checkLen("ReluForward", len(dst), len(x))
-	reluFwdImpl(dst, x)
+	impl.vec.reluFwd(dst, x)
 }
 
 // ReluBackward accumulates dx += dy where y > 0.
 func ReluBackward(dx, y, dy []float32) {
 	checkLen("ReluBackward", len(dx), len(y), len(dy))
-	reluBwdImpl(dx, y, dy)
+	impl.vec.reluBwd(dx, y, dy)
 }
 
-// Portable implementations (used on all architectures; amd64 may override).
+// Portable implementations (all architectures; the avx512 path replaces them).
 
 func axpyGeneric(alpha float32, x, y []float32) {
 	y = y[:len(x)]

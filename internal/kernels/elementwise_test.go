@@ -6,7 +6,9 @@ import (
 	"testing"
 )
 
-func TestElementwise(t *testing.T) {
+func TestElementwise(t *testing.T) { forEachImpl(t, testElementwise) }
+
+func testElementwise(t *testing.T) {
 	r := rand.New(rand.NewPCG(11, 12))
 	for _, n := range []int{0, 1, 3, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 257, 1000, 4099} {
 		x, y, z := randSlice(r, n), randSlice(r, n), randSlice(r, n)
@@ -84,4 +86,59 @@ func TestElementwise(t *testing.T) {
 		}
 	}()
 	Add(make([]float32, 3), make([]float32, 3), make([]float32, 2))
+}
+
+func TestReluNaN(t *testing.T) {
+	forEachImpl(t, func(t *testing.T) {
+		nan := float32(math.NaN())
+		x := []float32{nan, -1, 2, float32(math.Copysign(0, -1)), nan, 3, -2, 5, 1, 1, 1, 1, 1, 1, 1, 1, nan, 4}
+		dst := make([]float32, len(x))
+		ReluForward(dst, x)
+		for i, v := range x {
+			want := float32(0)
+			if v > 0 {
+				want = v
+			}
+			if math.Float32bits(dst[i]) != math.Float32bits(want) {
+				t.Fatalf("ReluForward(%v) = %v, want %v", v, dst[i], want)
+			}
+		}
+		dx := make([]float32, len(x))
+		dy := make([]float32, len(x))
+		Fill(dy, 1)
+		ReluBackward(dx, x, dy)
+		for i, v := range x {
+			if want := float32(0); v > 0 && dx[i] != 1 || !(v > 0) && dx[i] != want {
+				t.Fatalf("ReluBackward y=%v: dx=%v", v, dx[i])
+			}
+		}
+	})
+}
+
+func BenchmarkElementwise(b *testing.B) {
+	const n = 1 << 16
+	x, y, z := make([]float32, n), make([]float32, n), make([]float32, n)
+	for _, name := range availableImpls() {
+		b.Run(name+"/Axpy", func(b *testing.B) {
+			defer setImpl(name)()
+			b.SetBytes(8 * n)
+			for b.Loop() {
+				Axpy(0.5, x, y)
+			}
+		})
+		b.Run(name+"/Dot", func(b *testing.B) {
+			defer setImpl(name)()
+			b.SetBytes(8 * n)
+			for b.Loop() {
+				Dot(x, y)
+			}
+		})
+		b.Run(name+"/ReluBackward", func(b *testing.B) {
+			defer setImpl(name)()
+			b.SetBytes(12 * n)
+			for b.Loop() {
+				ReluBackward(z, x, y)
+			}
+		})
+	}
 }

@@ -477,3 +477,483 @@ sgemmKernelAVX2_beta:
 	VMOVUPS      Y11, 32(BX)
 	VZEROUPPER
 	RET
+
+// func axpyAVX512(alpha float32, x *float32, y *float32, n int)
+// Requires: AVX, AVX512F, BMI2
+TEXT ·axpyAVX512(SB), NOSPLIT, $0-32
+	MOVQ         x+8(FP), AX
+	MOVQ         y+16(FP), CX
+	MOVQ         n+24(FP), DX
+	VBROADCASTSS alpha+0(FP), Z0
+
+axpyAVX512_loop64:
+	CMPQ        DX, $0x40
+	JL          axpyAVX512_loop16
+	VMOVUPS     (AX), Z1
+	VMOVUPS     (CX), Z2
+	VFMADD231PS Z1, Z0, Z2
+	VMOVUPS     Z2, (CX)
+	VMOVUPS     64(AX), Z1
+	VMOVUPS     64(CX), Z2
+	VFMADD231PS Z1, Z0, Z2
+	VMOVUPS     Z2, 64(CX)
+	VMOVUPS     128(AX), Z1
+	VMOVUPS     128(CX), Z2
+	VFMADD231PS Z1, Z0, Z2
+	VMOVUPS     Z2, 128(CX)
+	VMOVUPS     192(AX), Z1
+	VMOVUPS     192(CX), Z2
+	VFMADD231PS Z1, Z0, Z2
+	VMOVUPS     Z2, 192(CX)
+	ADDQ        $0x00000100, AX
+	ADDQ        $0x00000100, CX
+	SUBQ        $0x40, DX
+	JMP         axpyAVX512_loop64
+
+axpyAVX512_loop16:
+	CMPQ        DX, $0x10
+	JL          axpyAVX512_tail
+	VMOVUPS     (AX), Z1
+	VMOVUPS     (CX), Z2
+	VFMADD231PS Z1, Z0, Z2
+	VMOVUPS     Z2, (CX)
+	ADDQ        $0x40, AX
+	ADDQ        $0x40, CX
+	SUBQ        $0x10, DX
+	JMP         axpyAVX512_loop16
+
+axpyAVX512_tail:
+	TESTQ       DX, DX
+	JE          axpyAVX512_done
+	MOVL        $0x0000ffff, BX
+	BZHIL       DX, BX, BX
+	KMOVW       BX, K1
+	VMOVUPS.Z   (AX), K1, Z1
+	VMOVUPS.Z   (CX), K1, Z2
+	VFMADD231PS Z1, Z0, Z2
+	VMOVUPS     Z2, K1, (CX)
+
+axpyAVX512_done:
+	VZEROUPPER
+	RET
+
+// func scaleAVX512(alpha float32, x *float32, n int)
+// Requires: AVX, AVX512F, BMI2
+TEXT ·scaleAVX512(SB), NOSPLIT, $0-24
+	MOVQ         x+8(FP), AX
+	MOVQ         n+16(FP), CX
+	VBROADCASTSS alpha+0(FP), Z0
+
+scaleAVX512_loop64:
+	CMPQ    CX, $0x40
+	JL      scaleAVX512_loop16
+	VMOVUPS (AX), Z1
+	VMULPS  Z0, Z1, Z1
+	VMOVUPS Z1, (AX)
+	VMOVUPS 64(AX), Z1
+	VMULPS  Z0, Z1, Z1
+	VMOVUPS Z1, 64(AX)
+	VMOVUPS 128(AX), Z1
+	VMULPS  Z0, Z1, Z1
+	VMOVUPS Z1, 128(AX)
+	VMOVUPS 192(AX), Z1
+	VMULPS  Z0, Z1, Z1
+	VMOVUPS Z1, 192(AX)
+	ADDQ    $0x00000100, AX
+	SUBQ    $0x40, CX
+	JMP     scaleAVX512_loop64
+
+scaleAVX512_loop16:
+	CMPQ    CX, $0x10
+	JL      scaleAVX512_tail
+	VMOVUPS (AX), Z1
+	VMULPS  Z0, Z1, Z1
+	VMOVUPS Z1, (AX)
+	ADDQ    $0x40, AX
+	SUBQ    $0x10, CX
+	JMP     scaleAVX512_loop16
+
+scaleAVX512_tail:
+	TESTQ     CX, CX
+	JE        scaleAVX512_done
+	MOVL      $0x0000ffff, DX
+	BZHIL     CX, DX, DX
+	KMOVW     DX, K1
+	VMOVUPS.Z (AX), K1, Z1
+	VMULPS    Z0, Z1, Z1
+	VMOVUPS   Z1, K1, (AX)
+
+scaleAVX512_done:
+	VZEROUPPER
+	RET
+
+// func addAVX512(dst *float32, a *float32, b *float32, n int)
+// Requires: AVX, AVX512F, BMI2
+TEXT ·addAVX512(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), AX
+	MOVQ a+8(FP), CX
+	MOVQ b+16(FP), DX
+	MOVQ n+24(FP), BX
+
+addAVX512_loop64:
+	CMPQ    BX, $0x40
+	JL      addAVX512_loop16
+	VMOVUPS (CX), Z0
+	VMOVUPS (DX), Z1
+	VADDPS  Z1, Z0, Z0
+	VMOVUPS Z0, (AX)
+	VMOVUPS 64(CX), Z0
+	VMOVUPS 64(DX), Z1
+	VADDPS  Z1, Z0, Z0
+	VMOVUPS Z0, 64(AX)
+	VMOVUPS 128(CX), Z0
+	VMOVUPS 128(DX), Z1
+	VADDPS  Z1, Z0, Z0
+	VMOVUPS Z0, 128(AX)
+	VMOVUPS 192(CX), Z0
+	VMOVUPS 192(DX), Z1
+	VADDPS  Z1, Z0, Z0
+	VMOVUPS Z0, 192(AX)
+	ADDQ    $0x00000100, AX
+	ADDQ    $0x00000100, CX
+	ADDQ    $0x00000100, DX
+	SUBQ    $0x40, BX
+	JMP     addAVX512_loop64
+
+addAVX512_loop16:
+	CMPQ    BX, $0x10
+	JL      addAVX512_tail
+	VMOVUPS (CX), Z0
+	VMOVUPS (DX), Z1
+	VADDPS  Z1, Z0, Z0
+	VMOVUPS Z0, (AX)
+	ADDQ    $0x40, AX
+	ADDQ    $0x40, CX
+	ADDQ    $0x40, DX
+	SUBQ    $0x10, BX
+	JMP     addAVX512_loop16
+
+addAVX512_tail:
+	TESTQ     BX, BX
+	JE        addAVX512_done
+	MOVL      $0x0000ffff, SI
+	BZHIL     BX, SI, SI
+	KMOVW     SI, K1
+	VMOVUPS.Z (CX), K1, Z0
+	VMOVUPS.Z (DX), K1, Z1
+	VADDPS    Z1, Z0, Z0
+	VMOVUPS   Z0, K1, (AX)
+
+addAVX512_done:
+	VZEROUPPER
+	RET
+
+// func mulAVX512(dst *float32, a *float32, b *float32, n int)
+// Requires: AVX, AVX512F, BMI2
+TEXT ·mulAVX512(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), AX
+	MOVQ a+8(FP), CX
+	MOVQ b+16(FP), DX
+	MOVQ n+24(FP), BX
+
+mulAVX512_loop64:
+	CMPQ    BX, $0x40
+	JL      mulAVX512_loop16
+	VMOVUPS (CX), Z0
+	VMOVUPS (DX), Z1
+	VMULPS  Z1, Z0, Z0
+	VMOVUPS Z0, (AX)
+	VMOVUPS 64(CX), Z0
+	VMOVUPS 64(DX), Z1
+	VMULPS  Z1, Z0, Z0
+	VMOVUPS Z0, 64(AX)
+	VMOVUPS 128(CX), Z0
+	VMOVUPS 128(DX), Z1
+	VMULPS  Z1, Z0, Z0
+	VMOVUPS Z0, 128(AX)
+	VMOVUPS 192(CX), Z0
+	VMOVUPS 192(DX), Z1
+	VMULPS  Z1, Z0, Z0
+	VMOVUPS Z0, 192(AX)
+	ADDQ    $0x00000100, AX
+	ADDQ    $0x00000100, CX
+	ADDQ    $0x00000100, DX
+	SUBQ    $0x40, BX
+	JMP     mulAVX512_loop64
+
+mulAVX512_loop16:
+	CMPQ    BX, $0x10
+	JL      mulAVX512_tail
+	VMOVUPS (CX), Z0
+	VMOVUPS (DX), Z1
+	VMULPS  Z1, Z0, Z0
+	VMOVUPS Z0, (AX)
+	ADDQ    $0x40, AX
+	ADDQ    $0x40, CX
+	ADDQ    $0x40, DX
+	SUBQ    $0x10, BX
+	JMP     mulAVX512_loop16
+
+mulAVX512_tail:
+	TESTQ     BX, BX
+	JE        mulAVX512_done
+	MOVL      $0x0000ffff, SI
+	BZHIL     BX, SI, SI
+	KMOVW     SI, K1
+	VMOVUPS.Z (CX), K1, Z0
+	VMOVUPS.Z (DX), K1, Z1
+	VMULPS    Z1, Z0, Z0
+	VMOVUPS   Z0, K1, (AX)
+
+mulAVX512_done:
+	VZEROUPPER
+	RET
+
+// func dotAVX512(x *float32, y *float32, n int) float32
+// Requires: AVX, AVX512F, AVX512VL, BMI2
+TEXT ·dotAVX512(SB), NOSPLIT, $0-28
+	MOVQ   x+0(FP), AX
+	MOVQ   y+8(FP), CX
+	MOVQ   n+16(FP), DX
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+
+dotAVX512_loop64:
+	CMPQ        DX, $0x40
+	JL          dotAVX512_loop16
+	VMOVUPS     (AX), Z4
+	VFMADD231PS (CX), Z4, Z0
+	VMOVUPS     64(AX), Z4
+	VFMADD231PS 64(CX), Z4, Z1
+	VMOVUPS     128(AX), Z4
+	VFMADD231PS 128(CX), Z4, Z2
+	VMOVUPS     192(AX), Z4
+	VFMADD231PS 192(CX), Z4, Z3
+	ADDQ        $0x00000100, AX
+	ADDQ        $0x00000100, CX
+	SUBQ        $0x40, DX
+	JMP         dotAVX512_loop64
+
+dotAVX512_loop16:
+	CMPQ        DX, $0x10
+	JL          dotAVX512_tail
+	VMOVUPS     (AX), Z4
+	VFMADD231PS (CX), Z4, Z0
+	ADDQ        $0x40, AX
+	ADDQ        $0x40, CX
+	SUBQ        $0x10, DX
+	JMP         dotAVX512_loop16
+
+dotAVX512_tail:
+	TESTQ       DX, DX
+	JE          dotAVX512_done
+	MOVL        $0x0000ffff, BX
+	BZHIL       DX, BX, BX
+	KMOVW       BX, K1
+	VMOVUPS.Z   (AX), K1, Z4
+	VMOVUPS.Z   (CX), K1, Z5
+	VFMADD231PS Z5, Z4, Z0
+
+dotAVX512_done:
+	VADDPS        Z1, Z0, Z0
+	VADDPS        Z3, Z2, Z2
+	VADDPS        Z2, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y1
+	VEXTRACTF32X4 $0x01, Y1, X0
+	VADDPS        X0, X1, X0
+	VMOVHLPS      X0, X0, X1
+	VADDPS        X1, X0, X0
+	VMOVSHDUP     X0, X1
+	VADDSS        X1, X0, X0
+	VMOVSS        X0, ret+24(FP)
+	VZEROUPPER
+	RET
+
+// func sumAVX512(x *float32, n int) float32
+// Requires: AVX, AVX512F, AVX512VL, BMI2
+TEXT ·sumAVX512(SB), NOSPLIT, $0-20
+	MOVQ   x+0(FP), AX
+	MOVQ   n+8(FP), CX
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+
+sumAVX512_loop64:
+	CMPQ    CX, $0x40
+	JL      sumAVX512_loop16
+	VMOVUPS (AX), Z4
+	VADDPS  Z4, Z0, Z0
+	VMOVUPS 64(AX), Z4
+	VADDPS  Z4, Z1, Z1
+	VMOVUPS 128(AX), Z4
+	VADDPS  Z4, Z2, Z2
+	VMOVUPS 192(AX), Z4
+	VADDPS  Z4, Z3, Z3
+	ADDQ    $0x00000100, AX
+	SUBQ    $0x40, CX
+	JMP     sumAVX512_loop64
+
+sumAVX512_loop16:
+	CMPQ    CX, $0x10
+	JL      sumAVX512_tail
+	VMOVUPS (AX), Z4
+	VADDPS  Z4, Z0, Z0
+	ADDQ    $0x40, AX
+	SUBQ    $0x10, CX
+	JMP     sumAVX512_loop16
+
+sumAVX512_tail:
+	TESTQ     CX, CX
+	JE        sumAVX512_done
+	MOVL      $0x0000ffff, DX
+	BZHIL     CX, DX, DX
+	KMOVW     DX, K1
+	VMOVUPS.Z (AX), K1, Z4
+	VADDPS    Z4, Z0, Z0
+
+sumAVX512_done:
+	VADDPS        Z1, Z0, Z0
+	VADDPS        Z3, Z2, Z2
+	VADDPS        Z2, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y1
+	VEXTRACTF32X4 $0x01, Y1, X0
+	VADDPS        X0, X1, X0
+	VMOVHLPS      X0, X0, X1
+	VADDPS        X1, X0, X0
+	VMOVSHDUP     X0, X1
+	VADDSS        X1, X0, X0
+	VMOVSS        X0, ret+16(FP)
+	VZEROUPPER
+	RET
+
+// func reluFwdAVX512(dst *float32, x *float32, n int)
+// Requires: AVX, AVX512F, BMI2
+TEXT ·reluFwdAVX512(SB), NOSPLIT, $0-24
+	MOVQ   dst+0(FP), AX
+	MOVQ   x+8(FP), CX
+	MOVQ   n+16(FP), DX
+	VPXORD Z0, Z0, Z0
+
+reluFwdAVX512_loop64:
+	CMPQ    DX, $0x40
+	JL      reluFwdAVX512_loop16
+	VMOVUPS (CX), Z1
+	VMAXPS  Z0, Z1, Z1
+	VMOVUPS Z1, (AX)
+	VMOVUPS 64(CX), Z1
+	VMAXPS  Z0, Z1, Z1
+	VMOVUPS Z1, 64(AX)
+	VMOVUPS 128(CX), Z1
+	VMAXPS  Z0, Z1, Z1
+	VMOVUPS Z1, 128(AX)
+	VMOVUPS 192(CX), Z1
+	VMAXPS  Z0, Z1, Z1
+	VMOVUPS Z1, 192(AX)
+	ADDQ    $0x00000100, AX
+	ADDQ    $0x00000100, CX
+	SUBQ    $0x40, DX
+	JMP     reluFwdAVX512_loop64
+
+reluFwdAVX512_loop16:
+	CMPQ    DX, $0x10
+	JL      reluFwdAVX512_tail
+	VMOVUPS (CX), Z1
+	VMAXPS  Z0, Z1, Z1
+	VMOVUPS Z1, (AX)
+	ADDQ    $0x40, AX
+	ADDQ    $0x40, CX
+	SUBQ    $0x10, DX
+	JMP     reluFwdAVX512_loop16
+
+reluFwdAVX512_tail:
+	TESTQ     DX, DX
+	JE        reluFwdAVX512_done
+	MOVL      $0x0000ffff, BX
+	BZHIL     DX, BX, BX
+	KMOVW     BX, K1
+	VMOVUPS.Z (CX), K1, Z1
+	VMAXPS    Z0, Z1, Z1
+	VMOVUPS   Z1, K1, (AX)
+
+reluFwdAVX512_done:
+	VZEROUPPER
+	RET
+
+// func reluBwdAVX512(dx *float32, y *float32, dy *float32, n int)
+// Requires: AVX, AVX512F, BMI2
+TEXT ·reluBwdAVX512(SB), NOSPLIT, $0-32
+	MOVQ   dx+0(FP), AX
+	MOVQ   y+8(FP), CX
+	MOVQ   dy+16(FP), DX
+	MOVQ   n+24(FP), BX
+	VPXORD Z0, Z0, Z0
+
+reluBwdAVX512_loop64:
+	CMPQ    BX, $0x40
+	JL      reluBwdAVX512_loop16
+	VMOVUPS (CX), Z1
+	VMOVUPS (AX), Z2
+	VMOVUPS (DX), Z3
+	VCMPPS  $0x1e, Z0, Z1, K1
+	VADDPS  Z3, Z2, K1, Z2
+	VMOVUPS Z2, (AX)
+	VMOVUPS 64(CX), Z1
+	VMOVUPS 64(AX), Z2
+	VMOVUPS 64(DX), Z3
+	VCMPPS  $0x1e, Z0, Z1, K1
+	VADDPS  Z3, Z2, K1, Z2
+	VMOVUPS Z2, 64(AX)
+	VMOVUPS 128(CX), Z1
+	VMOVUPS 128(AX), Z2
+	VMOVUPS 128(DX), Z3
+	VCMPPS  $0x1e, Z0, Z1, K1
+	VADDPS  Z3, Z2, K1, Z2
+	VMOVUPS Z2, 128(AX)
+	VMOVUPS 192(CX), Z1
+	VMOVUPS 192(AX), Z2
+	VMOVUPS 192(DX), Z3
+	VCMPPS  $0x1e, Z0, Z1, K1
+	VADDPS  Z3, Z2, K1, Z2
+	VMOVUPS Z2, 192(AX)
+	ADDQ    $0x00000100, AX
+	ADDQ    $0x00000100, CX
+	ADDQ    $0x00000100, DX
+	SUBQ    $0x40, BX
+	JMP     reluBwdAVX512_loop64
+
+reluBwdAVX512_loop16:
+	CMPQ    BX, $0x10
+	JL      reluBwdAVX512_tail
+	VMOVUPS (CX), Z1
+	VMOVUPS (AX), Z2
+	VMOVUPS (DX), Z3
+	VCMPPS  $0x1e, Z0, Z1, K1
+	VADDPS  Z3, Z2, K1, Z2
+	VMOVUPS Z2, (AX)
+	ADDQ    $0x40, AX
+	ADDQ    $0x40, CX
+	ADDQ    $0x40, DX
+	SUBQ    $0x10, BX
+	JMP     reluBwdAVX512_loop16
+
+reluBwdAVX512_tail:
+	TESTQ     BX, BX
+	JE        reluBwdAVX512_done
+	MOVL      $0x0000ffff, SI
+	BZHIL     BX, SI, SI
+	KMOVW     SI, K1
+	VMOVUPS.Z (CX), K1, Z1
+	VMOVUPS.Z (AX), K1, Z2
+	VMOVUPS.Z (DX), K1, Z3
+	VCMPPS    $0x1e, Z0, Z1, K2
+	VADDPS    Z3, Z2, K2, Z2
+	VMOVUPS   Z2, K1, (AX)
+
+reluBwdAVX512_done:
+	VZEROUPPER
+	RET

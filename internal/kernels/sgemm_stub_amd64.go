@@ -9,3 +9,27 @@ func sgemmKernelAVX512x8(k int, a *float32, b *float32, c *float32, ldc int, alp
 
 // sgemmKernelAVX2 computes a 6×16 tile C = alpha*A*B + beta*C from packed panels (AVX2+FMA).
 func sgemmKernelAVX2(k int, a *float32, b *float32, c *float32, ldc int, alpha float32, beta float32)
+
+// axpyAVX512 computes y[i] += alpha*x[i] for i < n (AVX-512F, fused multiply-add).
+func axpyAVX512(alpha float32, x *float32, y *float32, n int)
+
+// scaleAVX512 computes x[i] *= alpha for i < n (AVX-512F).
+func scaleAVX512(alpha float32, x *float32, n int)
+
+// addAVX512 computes dst[i] = a[i]+b[i] for i < n (AVX-512F).
+func addAVX512(dst *float32, a *float32, b *float32, n int)
+
+// mulAVX512 computes dst[i] = a[i]*b[i] for i < n (AVX-512F).
+func mulAVX512(dst *float32, a *float32, b *float32, n int)
+
+// dotAVX512 returns sum x[i]*y[i] for i < n (AVX-512F); fixed summation order.
+func dotAVX512(x *float32, y *float32, n int) float32
+
+// sumAVX512 returns sum x[i] for i < n (AVX-512F); fixed summation order.
+func sumAVX512(x *float32, n int) float32
+
+// reluFwdAVX512 computes dst[i] = max(x[i], 0) for i < n, NaN giving 0 (AVX-512F).
+func reluFwdAVX512(dst *float32, x *float32, n int)
+
+// reluBwdAVX512 computes dx[i] += dy[i] where y[i] > 0, for i < n (AVX-512F).
+func reluBwdAVX512(dx *float32, y *float32, dy *float32, n int)

@@ -22,6 +22,7 @@ func main() {
 	// re-measured by emitting them here and using BenchmarkTune.
 	genAVX512(8, false)
 	genAVX2()
+	genVec()
 	Generate()
 }
 

@@ -1,0 +1,89 @@
+// Command spargo is spargo's command-line tool.
+//
+//	spargo hooks     list every registered comm hook with its options and defaults
+//	spargo models    list the built-in models with their parameter counts
+//
+// Later subcommands (bench, launch, simulate, plot) join the same dispatch table.
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"sort"
+
+	"github.com/spargo-dl/spargo/hooks"
+	"github.com/spargo-dl/spargo/models"
+	"github.com/spargo-dl/spargo/nn"
+)
+
+type command struct {
+	summary string
+	run     func(args []string, stdout io.Writer) error
+}
+
+var commands = map[string]command{
+	"hooks":  {"list the comm hooks usable with -hook, with options and defaults", runHooks},
+	"models": {"list the built-in models and their parameter counts", runModels},
+}
+
+func main() {
+	os.Exit(dispatch(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func dispatch(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		usage(stdout)
+		return 0
+	}
+	c, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "spargo: unknown command %q\n\n", args[0])
+		usage(stderr)
+		return 2
+	}
+	if err := c.run(args[1:], stdout); err != nil {
+		fmt.Fprintln(stderr, "spargo:", err)
+		return 1
+	}
+	return 0
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: spargo <command> [arguments]\n\ncommands:")
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-8s %s\n", n, commands[n].summary)
+	}
+}
+
+func runHooks(args []string, stdout io.Writer) error {
+	if len(args) > 0 {
+		return fmt.Errorf("hooks takes no arguments")
+	}
+	fmt.Fprintln(stdout, "comm hooks (select with -hook NAME[:key=value,...]):")
+	fmt.Fprintln(stdout)
+	fmt.Fprint(stdout, hooks.Help())
+	return nil
+}
+
+func runModels(args []string, stdout io.Writer) error {
+	if len(args) > 0 {
+		return fmt.Errorf("models takes no arguments")
+	}
+	for _, ds := range []models.Dataset{models.CIFAR10, models.CIFAR100} {
+		for _, name := range models.VGGNames() {
+			m, err := models.NewVGG(name, ds, nn.NewRand(0))
+			if err != nil {
+				return err
+			}
+			ps := nn.Parameters(m)
+			fmt.Fprintf(stdout, "%-6s %-9s %12d parameters %3d tensors\n", name, ds.Name, nn.NumParams(ps), len(ps))
+		}
+	}
+	return nil
+}
