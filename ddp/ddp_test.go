@@ -369,3 +369,34 @@ func (badHook) Name() string { return "bad" }
 func (badHook) Run(context.Context, comm.Group, Bucket) Future {
 	return Ready([]float32{1}, nil)
 }
+
+// skipHead uses only its first layer: the second layer's parameters never get a
+// gradient, and DDP must still complete the iteration (reducing them unchanged).
+type skipHead struct{ used, unused *nn.Linear }
+
+func (m *skipHead) Children() []nn.Child {
+	return []nn.Child{{Name: "used", Module: m.used}, {Name: "unused", Module: m.unused}}
+}
+func (m *skipHead) Forward(x *nn.Var) *nn.Var { return m.used.Forward(x) }
+
+func TestUnusedParametersDoNotHang(t *testing.T) {
+	runRanks(t, 2, func(g comm.Group) error {
+		rng := nn.NewRand(1)
+		m := &skipHead{used: nn.NewLinear(4, 3, true, rng), unused: nn.NewLinear(3, 3, true, rng)}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		dp, err := New(ctx, m, g, WithBucketCap(16, 16))
+		if err != nil {
+			return err
+		}
+		x := nn.NewTensor(2, 4)
+		tape := nn.NewTape()
+		if err := dp.Backward(ctx, nn.CrossEntropy(dp.Forward(tape.Const(x)), []int{0, 2})); err != nil {
+			return err
+		}
+		if got := strings.Join(dp.Stats().UnusedParams, " "); got != "unused.weight unused.bias" {
+			return fmt.Errorf("unused params %q", got)
+		}
+		return nil
+	})
+}
