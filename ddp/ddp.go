@@ -15,11 +15,12 @@ type DDP struct {
 	params  []*nn.Param
 	buffers []*nn.Buffer
 	group   comm.Group
-	hook    CommHook
 	reducer *Reducer
 	plan    [][]int
 	cfg     config
 	noSync  bool
+	// bufFlat is SyncBuffers' message buffer, reused every step.
+	bufFlat []float32
 }
 
 type config struct {
@@ -72,7 +73,7 @@ func New(ctx context.Context, model nn.Module, g comm.Group, opts ...Option) (*D
 	if cfg.firstBucketBytes <= 0 || cfg.bucketBytesCap <= 0 {
 		return nil, fmt.Errorf("ddp: bucket caps must be positive, got first %d and cap %d bytes", cfg.firstBucketBytes, cfg.bucketBytesCap)
 	}
-	d := &DDP{model: model, params: nn.Parameters(model), buffers: nn.Buffers(model), group: g, hook: cfg.hook, cfg: cfg}
+	d := &DDP{model: model, params: nn.Parameters(model), buffers: nn.Buffers(model), group: g, cfg: cfg}
 	if len(d.params) == 0 {
 		return nil, fmt.Errorf("ddp: the model has no parameters")
 	}
@@ -137,7 +138,8 @@ func (d *DDP) checkShapes(ctx context.Context) error {
 
 // broadcastState copies rank 0's parameters and buffers to every rank in one message.
 func (d *DDP) broadcastState(ctx context.Context) error {
-	if err := broadcastTensors(ctx, d.group, tagBroadcast, paramValues(d.params)); err != nil {
+	var flat []float32
+	if err := broadcastTensors(ctx, d.group, tagBroadcast, paramValues(d.params), &flat); err != nil {
 		return fmt.Errorf("ddp: broadcasting rank 0's parameters: %w", err)
 	}
 	return d.SyncBuffers(ctx)
@@ -152,7 +154,7 @@ func (d *DDP) SyncBuffers(ctx context.Context) error {
 	for i, b := range d.buffers {
 		ts[i] = b.Value
 	}
-	if err := broadcastTensors(ctx, d.group, tagBufferSync, ts); err != nil {
+	if err := broadcastTensors(ctx, d.group, tagBufferSync, ts, &d.bufFlat); err != nil {
 		return fmt.Errorf("ddp: broadcasting rank 0's buffers: %w", err)
 	}
 	return nil
@@ -166,15 +168,14 @@ func paramValues(ps []*nn.Param) []*nn.Tensor {
 	return ts
 }
 
-func broadcastTensors(ctx context.Context, g comm.Group, tag uint32, ts []*nn.Tensor) error {
-	n := 0
-	for _, t := range ts {
-		n += t.Len()
-	}
-	flat := make([]float32, 0, n)
+// broadcastTensors sends rank 0's ts to every rank in one message, packed into *scratch
+// (grown as needed and kept for the next call).
+func broadcastTensors(ctx context.Context, g comm.Group, tag uint32, ts []*nn.Tensor, scratch *[]float32) error {
+	flat := (*scratch)[:0]
 	for _, t := range ts {
 		flat = append(flat, t.Data...)
 	}
+	*scratch = flat
 	if err := comm.Broadcast(ctx, g, tag, 0, flat); err != nil {
 		return err
 	}
@@ -198,7 +199,7 @@ func (d *DDP) Parameters() []*nn.Param { return d.params }
 func (d *DDP) Group() comm.Group { return d.group }
 
 // Hook returns the comm hook in use.
-func (d *DDP) Hook() CommHook { return d.hook }
+func (d *DDP) Hook() CommHook { return d.cfg.hook }
 
 // Plan returns the bucket plan: groups of parameter indices, in communication order.
 func (d *DDP) Plan() [][]int { return d.plan }

@@ -3,7 +3,6 @@ package ddp
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/spargo-dl/spargo/comm"
@@ -64,14 +63,13 @@ type Reducer struct {
 	iter    int64
 
 	// per iteration
-	mu        sync.Mutex
-	start     time.Time
-	ready     []bool // per bucket, in the current iteration
-	launched  int
-	launch    chan *bucket
-	done      chan error
-	marked    map[*nn.Param]bool
-	stats     IterationStats
+	start    time.Time
+	ready    []bool // per bucket, in the current iteration
+	launched int
+	launch   chan *bucket
+	done     chan error
+	marked   map[*nn.Param]bool
+	stats    IterationStats
 }
 
 func newReducer(g comm.Group, hook CommHook, params []*nn.Param, plan [][]int) *Reducer {

@@ -34,11 +34,8 @@ type Flatten struct{}
 func (Flatten) Forward(x *Var) *Var {
 	t := x.tape
 	s := x.Value.Shape
-	if x.broken || len(s) == 0 {
-		if !x.broken {
-			return t.failf([]int{1, 1}, "nn.Flatten: scalar input")
-		}
-		return t.fail([]int{1, 1}, nil)
+	if len(s) == 0 {
+		return t.failf([]int{1, 1}, "nn.Flatten: scalar input")
 	}
 	return Reshape(x, s[0], numel(s[1:]))
 }

@@ -10,33 +10,34 @@ type MaxPool2d struct{ Kernel, Stride, Padding int }
 // (PyTorch's count_include_pad=True default). Stride defaults to Kernel when 0.
 type AvgPool2d struct{ Kernel, Stride, Padding int }
 
-func poolGeom(name string, t *Tape, s []int, k, stride, pad int) (oh, ow int, err error) {
+// poolGeom validates a pooling window on input shape s (stride 0 means the kernel
+// size) and returns the effective stride and the output size.
+func poolGeom(name string, s []int, k, stride, pad int) (st, oh, ow int, err error) {
+	if stride == 0 {
+		stride = k
+	}
 	if len(s) != 4 {
-		return 0, 0, errorf("nn.%s: input shape %v, want [N C H W]", name, s)
+		return 0, 0, 0, errorf("nn.%s: input shape %v, want [N C H W]", name, s)
 	}
 	if k <= 0 || stride <= 0 || pad < 0 || 2*pad > k {
-		return 0, 0, errorf("nn.%s: kernel %d stride %d padding %d invalid (padding must be at most half the kernel)", name, k, stride, pad)
+		return 0, 0, 0, errorf("nn.%s: kernel %d stride %d padding %d invalid (padding must be at most half the kernel)", name, k, stride, pad)
 	}
 	oh = (s[2]+2*pad-k)/stride + 1
 	ow = (s[3]+2*pad-k)/stride + 1
 	if oh <= 0 || ow <= 0 {
-		return 0, 0, errorf("nn.%s(k%d): input %v too small", name, k, s)
+		return 0, 0, 0, errorf("nn.%s(k%d): input %v too small", name, k, s)
 	}
-	return oh, ow, nil
+	return stride, oh, ow, nil
 }
 
 // Forward pools x of shape [N, C, H, W].
 func (p MaxPool2d) Forward(x *Var) *Var {
 	t := x.tape
 	s := x.Value.Shape
-	stride := p.Stride
-	if stride == 0 {
-		stride = p.Kernel
-	}
 	if x.broken {
 		return t.fail(s, nil)
 	}
-	oh, ow, err := poolGeom("MaxPool2d", t, s, p.Kernel, stride, p.Padding)
+	stride, oh, ow, err := poolGeom("MaxPool2d", s, p.Kernel, p.Stride, p.Padding)
 	if err != nil {
 		return t.fail(s, err)
 	}
@@ -88,14 +89,10 @@ func (p MaxPool2d) Forward(x *Var) *Var {
 func (p AvgPool2d) Forward(x *Var) *Var {
 	t := x.tape
 	s := x.Value.Shape
-	stride := p.Stride
-	if stride == 0 {
-		stride = p.Kernel
-	}
 	if x.broken {
 		return t.fail(s, nil)
 	}
-	oh, ow, err := poolGeom("AvgPool2d", t, s, p.Kernel, stride, p.Padding)
+	stride, oh, ow, err := poolGeom("AvgPool2d", s, p.Kernel, p.Stride, p.Padding)
 	if err != nil {
 		return t.fail(s, err)
 	}

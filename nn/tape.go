@@ -66,21 +66,21 @@ type node struct {
 // first such error on the tape and returns a placeholder; every later op passes it
 // through, and Backward and Err report it. No op panics on user input.
 type Tape struct {
-	nodes   []node
-	pool    map[int][][]float32 // free buffers by length
-	inUse   [][]float32
-	ipool   map[int][][]int32
-	iInUse  [][]int32
-	vars    []Var
-	nvars   int
-	uses    map[*Param]int
-	order   []*Param // params in first-use order
-	hooks   []*hookEntry
-	nextID  int
-	noGrad  bool
-	done    bool
-	err     error
-	Stats   TapeStats
+	nodes  []node
+	pool   map[int][][]float32 // free buffers by length
+	inUse  [][]float32
+	ipool  map[int][][]int32
+	iInUse [][]int32
+	vars   []Var
+	nvars  int
+	uses   map[*Param]int
+	order  []*Param // params in first-use order
+	hooks  []*hookEntry
+	nextID int
+	noGrad bool
+	done   bool
+	err    error
+	Stats  TapeStats
 }
 
 // TapeStats counts pool behaviour, for allocation tests and benchmarks.

@@ -252,6 +252,21 @@ type benchShape struct {
 	m, n, k int
 }
 
+// operands returns seeded random A and B, a zero C and the leading dimensions of A
+// and B for the shape's transposition variant.
+func (s benchShape) operands() (a, b, c []float32, lda, ldb int) {
+	r := rand.New(rand.NewPCG(1, 1))
+	a, b, c = randSlice(r, s.m*s.k), randSlice(r, s.k*s.n), make([]float32, s.m*s.n)
+	lda, ldb = s.k, s.n
+	if s.ta {
+		lda = s.m
+	}
+	if s.tb {
+		ldb = s.k
+	}
+	return a, b, c, lda, ldb
+}
+
 var benchShapes = []benchShape{
 	{"NN_conv1_m64_n32768_k27", false, false, 64, 32768, 27},
 	{"NN_m256_n2048_k2304", false, false, 256, 2048, 2304},
@@ -265,15 +280,7 @@ func BenchmarkSgemm(b *testing.B) {
 		for _, s := range benchShapes {
 			b.Run(fmt.Sprintf("%s/%s", name, s.name), func(b *testing.B) {
 				defer setImpl(name)()
-				r := rand.New(rand.NewPCG(1, 1))
-				av, bv, cv := randSlice(r, s.m*s.k), randSlice(r, s.k*s.n), make([]float32, s.m*s.n)
-				lda, ldb := s.k, s.n
-				if s.ta {
-					lda = s.m
-				}
-				if s.tb {
-					ldb = s.k
-				}
+				av, bv, cv, lda, ldb := s.operands()
 				Sgemm(s.ta, s.tb, s.m, s.n, s.k, 1, av, lda, bv, ldb, 0, cv, s.n)
 				b.ResetTimer()
 				for b.Loop() {
