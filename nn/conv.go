@@ -10,8 +10,12 @@ import (
 // Conv2d is a 2-D convolution over NCHW input with a square kernel, PyTorch's Conv2d
 // semantics (cross-correlation, zero padding). Weight has shape [Out, In, K, K].
 //
-// The whole batch goes through one im2col and one GEMM: col is [In·K·K, N·OH·OW], so the
-// GEMM is wide even for the 2×2 maps at the end of VGG.
+// The whole batch goes through one GEMM per pass with the column matrix
+// [In·K·K, N·OH·OW] kept implicit: the GEMM packs its panels straight from the
+// image (kernels.SgemmIm2col), so the GEMM is wide even for the 2×2 maps at the
+// end of VGG and no column matrix is ever stored. The weight gradient packs
+// im2col(x)ᵀ the same way; the input gradient of a stride-1 convolution is a
+// convolution of dy with the flipped kernel, run through the same GEMM.
 type Conv2d struct {
 	In, Out, Kernel, Stride, Padding int
 	Weight                           *Param
@@ -59,45 +63,25 @@ func (c *Conv2d) Forward(x *Var) *Var {
 	}
 	n, plane := s[0], oh*ow
 	kdim, cols := g.ColRows(), g.ColCols()
-	col := t.buf(kdim * cols)
-	kernels.Im2col(g, x.Value.Data, col)
 	w := t.Param(c.Weight)
-	out := t.buf(c.Out * cols) // [Out, N·plane]
-	kernels.Sgemm(false, false, c.Out, cols, kdim, 1, w.Value.Data, kdim, col, cols, 0, out, cols)
+	xd := x.Value.Data
+	// out[Out, N·plane] = W · im2col(x), packed straight from x (no column matrix).
+	out := t.buf(c.Out * cols)
+	kernels.SgemmIm2col(c.Out, 1, w.Value.Data, kdim, g, xd, 0, out, cols)
 	y := t.newVar(t.tensor([]int{n, c.Out, oh, ow}), false)
-	yd := y.Value.Data
 	inputs := []*Var{x, w}
 	var b *Var
+	var bias []float32
 	if c.Bias != nil {
 		b = t.Param(c.Bias)
 		inputs = append(inputs, b)
+		bias = b.Value.Data
 	}
-	// [Out, N, plane] → [N, Out, plane], adding the bias.
-	for o := 0; o < c.Out; o++ {
-		var bias float32
-		if b != nil {
-			bias = b.Value.Data[o]
-		}
-		for i := 0; i < n; i++ {
-			src := out[o*cols+i*plane : o*cols+(i+1)*plane]
-			dst := yd[(i*c.Out+o)*plane : (i*c.Out+o+1)*plane]
-			if bias == 0 {
-				copy(dst, src)
-			} else {
-				for j, v := range src {
-					dst[j] = v + bias
-				}
-			}
-		}
-	}
+	kernels.CNToNC(y.Value.Data, out, c.Out, n, plane, bias, false)
 	t.record(y, func(dy []float32) {
 		dyT := out // reuse the forward scratch: [Out, N·plane]
-		for o := 0; o < c.Out; o++ {
-			for i := 0; i < n; i++ {
-				copy(dyT[o*cols+i*plane:o*cols+(i+1)*plane], dy[(i*c.Out+o)*plane:(i*c.Out+o+1)*plane])
-			}
-		}
-		kernels.Sgemm(false, true, c.Out, kdim, cols, 1, dyT, cols, col, cols, 1, w.grad(), kdim)
+		kernels.NCToCN(dyT, dy, n, c.Out, plane)
+		kernels.SgemmIm2colT(c.Out, 1, dyT, cols, g, xd, 1, w.grad(), kdim)
 		if b != nil {
 			db := b.grad()
 			for o := 0; o < c.Out; o++ {
@@ -105,10 +89,32 @@ func (c *Conv2d) Forward(x *Var) *Var {
 			}
 		}
 		if x.needsGrad {
-			dcol := col // the forward columns are no longer needed
-			kernels.Sgemm(true, false, kdim, cols, c.Out, 1, w.Value.Data, kdim, dyT, cols, 0, dcol, cols)
-			kernels.Col2im(g, dcol, x.grad())
+			c.inputGrad(t, g, w.Value.Data, dy, dyT, x.grad())
 		}
 	}, inputs...)
 	return y
+}
+
+// inputGrad accumulates the input gradient into dx. A stride-1 convolution's
+// input gradient is itself a stride-1 convolution of dy (NCHW) with the
+// flipped, transposed kernel and padding K-1-P, so it runs through the same
+// implicit GEMM as the forward pass; other strides go through an explicit
+// column matrix and Col2im.
+func (c *Conv2d) inputGrad(t *Tape, g kernels.ConvGeom, w, dy, dyT, dx []float32) {
+	oh, ow := g.OutH(), g.OutW()
+	if g.StrideH == 1 && g.StrideW == 1 && g.PadH <= g.KH-1 && g.PadW <= g.KW-1 {
+		wt := t.buf(len(w))
+		kernels.FlipTransposeKernel(wt, w, c.Out, c.In, g.KH, g.KW)
+		gt := kernels.ConvGeom{N: g.N, C: c.Out, H: oh, W: ow, KH: g.KH, KW: g.KW,
+			PadH: g.KH - 1 - g.PadH, PadW: g.KW - 1 - g.PadW, StrideH: 1, StrideW: 1}
+		plane := g.H * g.W
+		dxm := t.buf(c.In * g.N * plane) // [In, N·H·W]
+		kernels.SgemmIm2col(c.In, 1, wt, c.Out*g.KH*g.KW, gt, dy, 0, dxm, g.N*plane)
+		kernels.CNToNC(dx, dxm, c.In, g.N, plane, nil, true)
+		return
+	}
+	kdim, cols := g.ColRows(), g.ColCols()
+	dcol := t.buf(kdim * cols)
+	kernels.Sgemm(true, false, kdim, cols, c.Out, 1, w, kdim, dyT, cols, 0, dcol, cols)
+	kernels.Col2im(g, dcol, dx)
 }

@@ -36,20 +36,148 @@ func Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int
 		return
 	}
 
-	p := impl
-	nw := runtime.GOMAXPROCS(0)
-	if float64(m)*float64(n)*float64(k) < 1<<18 {
-		nw = 1
-	}
 	j := jobPool.Get().(*gemmJob)
 	*j = gemmJob{
-		p: p, transA: transA, transB: transB, m: m, n: n, k: k,
+		p: impl, transA: transA, transB: transB, m: m, n: n, k: k,
 		alpha: alpha, beta: beta, a: a, b: b, c: c, lda: lda, ldb: ldb, ldc: ldc,
 	}
+	j.execute()
+}
+
+// execute plans the job, packs operands that several units would otherwise
+// pack again, runs the units on the worker pool and returns j to the pool.
+func (j *gemmJob) execute() {
+	nw := runtime.GOMAXPROCS(0)
+	if float64(j.m)*float64(j.n)*float64(j.k) < 1<<18 {
+		nw = 1
+	}
 	j.plan(nw)
+	var sa, sb *[]float32
+	if j.nColChunks > 1 {
+		sa = j.prepackA(nw)
+	}
+	if j.nRowChunks > 1 {
+		sb = j.prepackB(nw)
+	}
 	dispatch(j, &j.wg, min(nw, j.units))
-	j.a, j.b, j.c = nil, nil, nil
+	if sa != nil {
+		putShared(sa)
+	}
+	if sb != nil {
+		putShared(sb)
+	}
+	j.a, j.b, j.c, j.x, j.sharedA, j.sharedB = nil, nil, nil, nil, nil, nil
 	jobPool.Put(j)
+}
+
+// sharedBufs holds whole-operand packing buffers between calls. Unlike a
+// sync.Pool it survives garbage collections, so training steps do not
+// reallocate megabytes of packing space after every GC.
+var sharedBufs struct {
+	sync.Mutex
+	free []*[]float32
+}
+
+func getShared(n int) *[]float32 {
+	sharedBufs.Lock()
+	var s *[]float32
+	if k := len(sharedBufs.free); k > 0 {
+		s = sharedBufs.free[k-1]
+		sharedBufs.free = sharedBufs.free[:k-1]
+	}
+	sharedBufs.Unlock()
+	if s == nil {
+		s = new([]float32)
+	}
+	if cap(*s) < n {
+		*s = alignedFloats(n)
+	}
+	*s = (*s)[:n]
+	return s
+}
+
+func putShared(s *[]float32) {
+	sharedBufs.Lock()
+	if len(sharedBufs.free) < 8 {
+		sharedBufs.free = append(sharedBufs.free, s)
+	}
+	sharedBufs.Unlock()
+}
+
+// prepackA packs all of op(A) once, in parallel, into the layout the units
+// read: for each KC block starting at pc (depth kcl), the MR-row slivers of
+// the full M at offset pc*mPad + i*kcl.
+func (j *gemmJob) prepackA(nw int) *[]float32 {
+	j.mPad = roundUp(j.m, j.p.mr)
+	s := getShared(j.mPad * j.k)
+	j.sharedA = *s
+	j.prepack(nw, packingA, ceilDiv(j.m, j.p.mc))
+	return s
+}
+
+// prepackB packs all of op(B) once, in parallel: for each KC block at pc
+// (depth kcl), the NR-column slivers of the full N at offset pc*nPad + jj*kcl.
+func (j *gemmJob) prepackB(nw int) *[]float32 {
+	j.nPad = roundUp(j.n, j.p.nr)
+	s := getShared(j.nPad * j.k)
+	j.sharedB = *s
+	j.prepack(nw, packingB, ceilDiv(j.n, prepackCols))
+	return s
+}
+
+// prepackCols is the number of B columns one prepack unit packs (a multiple of every NR).
+const prepackCols = 256
+
+type packWhich uint8
+
+const (
+	packingA packWhich = iota
+	packingB
+)
+
+// packJob is one parallel prepack pass: units are (KC block, group of rows
+// or columns) pairs claimed dynamically.
+type packJob struct {
+	j      *gemmJob
+	which  packWhich
+	groups int
+	units  int
+	next   atomic.Int64
+	wg     sync.WaitGroup
+}
+
+var packJobPool = sync.Pool{New: func() any { return new(packJob) }}
+
+func (j *gemmJob) prepack(nw int, which packWhich, groups int) {
+	pj := packJobPool.Get().(*packJob)
+	pj.j, pj.which, pj.groups = j, which, groups
+	pj.units = ceilDiv(j.k, j.p.kc) * groups
+	pj.next.Store(0)
+	dispatch(pj, &pj.wg, min(nw, pj.units))
+	pj.j = nil
+	packJobPool.Put(pj)
+}
+
+func (pj *packJob) done() { pj.wg.Done() }
+
+func (pj *packJob) run() {
+	j, p := pj.j, pj.j.p
+	for {
+		u := int(pj.next.Add(1)) - 1
+		if u >= pj.units {
+			return
+		}
+		pc := (u / pj.groups) * p.kc
+		kcl := min(p.kc, j.k-pc)
+		g := u % pj.groups
+		if pj.which == packingA {
+			i0 := g * p.mc
+			j.packA(i0, min(p.mc, j.m-i0), pc, kcl, j.sharedA[pc*j.mPad+i0*kcl:])
+		} else {
+			j0 := g * prepackCols
+			j.packB(pc, kcl, j0, min(prepackCols, j.n-j0), j.sharedB[pc*j.nPad+j0*kcl:])
+		}
+	}
 }
 
 func checkMatrix(name string, x []float32, rows, cols, ld int) {
@@ -92,7 +220,15 @@ type gemmJob struct {
 	rowChunk, colChunk     int
 	nRowChunks, nColChunks int
 	units                  int
-	next                   atomic.Int64
+	// Implicit B operand (bsrc != denseB): B is im2col(x) or its transpose
+	// for geometry geom, packed straight from the image.
+	bsrc srcKind
+	geom ConvGeom
+	x    []float32
+	// Whole-operand packed copies shared by every unit (nil: each unit packs).
+	sharedA, sharedB []float32
+	mPad, nPad       int
+	next             atomic.Int64
 	wg                     sync.WaitGroup
 }
 
@@ -156,28 +292,38 @@ func (j *gemmJob) block(ws *workspace, i0, i1, j0, j1 int) {
 			if pc > 0 {
 				beta = 1
 			}
-			packB(p.nr, j.transB, j.b, j.ldb, pc, kc, jc, nc, ws.b)
+			bp := ws.b
+			if j.sharedB != nil {
+				bp = j.sharedB[pc*j.nPad+jc*kc:]
+			} else {
+				j.packB(pc, kc, jc, nc, bp)
+			}
 			for ic := i0; ic < i1; ic += p.mc {
 				mc := min(p.mc, i1-ic)
-				packA(p.mr, j.transA, j.a, j.lda, ic, mc, pc, kc, ws.a)
-				j.macro(ws, ic, mc, jc, nc, kc, beta)
+				ap := ws.a
+				if j.sharedA != nil {
+					ap = j.sharedA[pc*j.mPad+ic*kc:]
+				} else {
+					j.packA(ic, mc, pc, kc, ap)
+				}
+				j.macro(ws, ap, bp, ic, mc, jc, nc, kc, beta)
 			}
 		}
 	}
 }
 
 // macro runs the micro-kernel over an mc×nc block of C from packed panels.
-func (j *gemmJob) macro(ws *workspace, ic, mc, jc, nc, kc int, beta float32) {
+func (j *gemmJob) macro(ws *workspace, pa, pb []float32, ic, mc, jc, nc, kc int, beta float32) {
 	p := j.p
 	mr, nr := p.mr, p.nr
 	kern := p.kernel
 	c, ldc, alpha := j.c, j.ldc, j.alpha
 	for jr := 0; jr < nc; jr += nr {
 		nrr := min(nr, nc-jr)
-		bp := ws.b[jr*kc : jr*kc+nr*kc]
+		bp := pb[jr*kc : jr*kc+nr*kc]
 		for ir := 0; ir < mc; ir += mr {
 			mrr := min(mr, mc-ir)
-			ap := ws.a[ir*kc : ir*kc+mr*kc]
+			ap := pa[ir*kc : ir*kc+mr*kc]
 			off := (ic+ir)*ldc + jc + jr
 			if mrr == mr && nrr == nr {
 				kern(kc, ap, bp, c[off:], ldc, alpha, beta)
@@ -198,6 +344,30 @@ func (j *gemmJob) macro(ws *workspace, ic, mc, jc, nc, kc int, beta float32) {
 				}
 			}
 		}
+	}
+}
+
+// srcKind says where the B operand comes from.
+type srcKind uint8
+
+const (
+	denseB     srcKind = iota // b, ldb, transB
+	im2colB                   // B = im2col(x) for geom: ColRows × ColCols
+	im2colTB                  // B = im2col(x)ᵀ: ColCols × ColRows
+)
+
+func (j *gemmJob) packA(i0, mc, p0, kc int, dst []float32) {
+	packA(j.p.mr, j.transA, j.a, j.lda, i0, mc, p0, kc, dst)
+}
+
+func (j *gemmJob) packB(p0, kc, j0, nc int, dst []float32) {
+	switch j.bsrc {
+	case im2colB:
+		packIm2col(j.p.nr, j.geom, j.x, p0, kc, j0, nc, dst)
+	case im2colTB:
+		packIm2colT(j.p.nr, j.geom, j.x, p0, kc, j0, nc, dst)
+	default:
+		packB(j.p.nr, j.transB, j.b, j.ldb, p0, kc, j0, nc, dst)
 	}
 }
 
@@ -272,26 +442,39 @@ type workspace struct {
 	tile []float32
 }
 
-var wsPools sync.Map // *gemmImpl -> *sync.Pool
+// wsFree keeps idle workspaces per implementation. It survives garbage
+// collections (a sync.Pool would drop them and reallocate after every GC).
+var wsFree struct {
+	sync.Mutex
+	m map[*gemmImpl][]*workspace
+}
 
 func getWorkspace(p *gemmImpl) *workspace {
-	pl, ok := wsPools.Load(p)
-	if !ok {
-		pl, _ = wsPools.LoadOrStore(p, &sync.Pool{New: func() any {
-			return &workspace{
-				p:    p,
-				a:    alignedFloats(roundUp(p.mc, p.mr) * p.kc),
-				b:    alignedFloats(roundUp(p.nc, p.nr) * p.kc),
-				tile: alignedFloats(p.mr * p.nr),
-			}
-		}})
+	wsFree.Lock()
+	if l := wsFree.m[p]; len(l) > 0 {
+		ws := l[len(l)-1]
+		wsFree.m[p] = l[:len(l)-1]
+		wsFree.Unlock()
+		return ws
 	}
-	return pl.(*sync.Pool).Get().(*workspace)
+	wsFree.Unlock()
+	return &workspace{
+		p:    p,
+		a:    alignedFloats(roundUp(p.mc, p.mr) * p.kc),
+		b:    alignedFloats(roundUp(p.nc, p.nr) * p.kc),
+		tile: alignedFloats(p.mr * p.nr),
+	}
 }
 
 func putWorkspace(ws *workspace) {
-	pl, _ := wsPools.Load(ws.p)
-	pl.(*sync.Pool).Put(ws)
+	wsFree.Lock()
+	if wsFree.m == nil {
+		wsFree.m = map[*gemmImpl][]*workspace{}
+	}
+	if len(wsFree.m[ws.p]) < 64 {
+		wsFree.m[ws.p] = append(wsFree.m[ws.p], ws)
+	}
+	wsFree.Unlock()
 }
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }

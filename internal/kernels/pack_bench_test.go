@@ -1,0 +1,33 @@
+package kernels
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+)
+
+// BenchmarkPackIm2col measures the implicit-im2col packing alone (one
+// goroutine), in elements packed per second:
+//
+//	go test -run '^$' -bench PackIm2col ./internal/kernels/
+func BenchmarkPackIm2col(b *testing.B) {
+	for _, l := range [][2]int{{64, 32}, {128, 16}, {256, 8}, {512, 4}, {512, 2}} {
+		g := ConvGeom{N: 32, C: l[0], H: l[1], W: l[1], KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1}
+		x := randSlice(rand.New(rand.NewPCG(1, 1)), g.N*g.C*g.H*g.W)
+		kc, nc := 256, min(4096, g.ColCols())
+		dst := make([]float32, kc*roundUp(max(nc, 576), 32))
+		b.Run(fmt.Sprintf("B/c%d_hw%d", l[0], l[1]), func(b *testing.B) {
+			for range b.N {
+				packIm2col(32, g, x, 0, kc, 0, nc, dst)
+			}
+			b.ReportMetric(float64(kc*nc)*float64(b.N)/b.Elapsed().Seconds()/1e6, "Melem/s")
+		})
+		kc, nc = min(256, g.ColCols()), min(576, g.ColRows())
+		b.Run(fmt.Sprintf("BT/c%d_hw%d", l[0], l[1]), func(b *testing.B) {
+			for range b.N {
+				packIm2colT(32, g, x, 0, kc, 0, nc, dst)
+			}
+			b.ReportMetric(float64(kc*nc)*float64(b.N)/b.Elapsed().Seconds()/1e6, "Melem/s")
+		})
+	}
+}
