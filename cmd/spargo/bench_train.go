@@ -1,0 +1,140 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"runtime"
+	"slices"
+	"time"
+
+	"github.com/spargo-dl/spargo/internal/kernels"
+	"github.com/spargo-dl/spargo/models"
+	"github.com/spargo-dl/spargo/nn"
+	"github.com/spargo-dl/spargo/optim"
+)
+
+func init() {
+	registerBench("train", benchCommand{
+		"single-process training images/s of a model (forward, backward, SGD step)", runBenchTrain})
+}
+
+// trainResult is the -json output of `spargo bench train`.
+type trainResult struct {
+	Model       string    `json:"model"`
+	Batch       int       `json:"batch"`
+	ImagesPerS  float64   `json:"images_per_s"`
+	StepMS      float64   `json:"step_ms"`
+	StepsMS     []float64 `json:"steps_ms"`
+	Warmup      int       `json:"warmup"`
+	Threads     int       `json:"threads"`
+	Kernels     string    `json:"kernels"`
+	Parameters  int       `json:"parameters"`
+	DatasetName string    `json:"dataset"`
+}
+
+func runBenchTrain(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("spargo bench train", flag.ContinueOnError)
+	fs.SetOutput(stdout)
+	model := fs.String("model", "vgg16", "model: "+fmt.Sprint(models.VGGNames()))
+	batch := fs.Int("batch", 32, "images per step")
+	steps := fs.Int("steps", 20, "timed steps (the median is reported)")
+	warmup := fs.Int("warmup", 3, "untimed steps before timing")
+	dataset := fs.String("dataset", "cifar10", "input shape and classes: cifar10 or cifar100")
+	seed := fs.Uint64("seed", 0, "seed for the weights and the random batch")
+	asJSON := fs.Bool("json", false, "print one JSON object instead of text")
+	fs.Usage = func() {
+		fmt.Fprintln(stdout, "usage: spargo bench train [-model NAME] [-batch N] [-steps K] [-warmup W] [-json]")
+		fmt.Fprintln(stdout, "\nTimes single-process training steps (forward, cross-entropy, backward, SGD with momentum 0.9\nand weight decay 5e-4) on one random batch and prints the median images/s over the timed steps.\nThreads: GOMAXPROCS (set the environment variable to change it).")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("bench train: unexpected argument %q", fs.Arg(0))
+	}
+	if *batch < 1 {
+		return fmt.Errorf("bench train: -batch %d: want at least 1", *batch)
+	}
+	if *steps < 1 {
+		return fmt.Errorf("bench train: -steps %d: want at least 1", *steps)
+	}
+	if *warmup < 0 {
+		return fmt.Errorf("bench train: -warmup %d: want 0 or more", *warmup)
+	}
+	var ds models.Dataset
+	switch *dataset {
+	case "cifar10":
+		ds = models.CIFAR10
+	case "cifar100":
+		ds = models.CIFAR100
+	default:
+		return fmt.Errorf("bench train: -dataset %q: want cifar10 or cifar100", *dataset)
+	}
+	m, err := models.NewVGG(*model, ds, nn.NewRand(*seed))
+	if err != nil {
+		return fmt.Errorf("bench train: -model: %w", err)
+	}
+	ps := nn.Parameters(m)
+	opt, err := optim.NewSGD(ps, optim.SGDConfig{LR: 0.01, Momentum: 0.9, WeightDecay: 5e-4})
+	if err != nil {
+		return err
+	}
+	rng := nn.NewRand(*seed + 1)
+	x := nn.NewTensor(*batch, ds.Channels, ds.Size, ds.Size)
+	for i := range x.Data {
+		x.Data[i] = float32(rng.NormFloat64())
+	}
+	y := make([]int, *batch)
+	for i := range y {
+		y[i] = rng.IntN(ds.Classes)
+	}
+	tape := nn.NewTape()
+	step := func() error {
+		tape.Reset()
+		opt.ZeroGrad()
+		if err := tape.Backward(nn.CrossEntropy(m.Forward(tape.Const(x)), y)); err != nil {
+			return err
+		}
+		opt.Step()
+		return nil
+	}
+	for range *warmup {
+		if err := step(); err != nil {
+			return err
+		}
+	}
+	times := make([]float64, *steps)
+	for i := range times {
+		start := time.Now()
+		if err := step(); err != nil {
+			return err
+		}
+		times[i] = float64(time.Since(start).Nanoseconds()) / 1e6
+	}
+	sorted := slices.Clone(times)
+	slices.Sort(sorted)
+	med := sorted[len(sorted)/2]
+	if len(sorted)%2 == 0 {
+		med = (sorted[len(sorted)/2-1] + sorted[len(sorted)/2]) / 2
+	}
+	res := trainResult{
+		Model: *model, Batch: *batch, ImagesPerS: float64(*batch) / (med / 1e3), StepMS: med, StepsMS: times,
+		Warmup: *warmup, Threads: runtime.GOMAXPROCS(0), Kernels: kernels.Impl(), Parameters: nn.NumParams(ps),
+		DatasetName: ds.Name,
+	}
+	if *asJSON {
+		return json.NewEncoder(stdout).Encode(res)
+	}
+	fmt.Fprintf(stdout, "model %s  dataset %s  batch %d  parameters %d  threads %d  kernels %s\n",
+		res.Model, res.DatasetName, res.Batch, res.Parameters, res.Threads, res.Kernels)
+	fmt.Fprintf(stdout, "step %.1f ms (median of %d, min %.1f, max %.1f)  %.1f images/s\n",
+		med, len(times), sorted[0], sorted[len(sorted)-1], res.ImagesPerS)
+	return nil
+}
