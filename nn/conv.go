@@ -103,13 +103,11 @@ func (c *Conv2d) Forward(x *Var) *Var {
 func (c *Conv2d) inputGrad(t *Tape, g kernels.ConvGeom, w, dy, dyT, dx []float32) {
 	oh, ow := g.OutH(), g.OutW()
 	if g.StrideH == 1 && g.StrideW == 1 && g.PadH <= g.KH-1 && g.PadW <= g.KW-1 {
-		wt := t.buf(len(w))
-		kernels.FlipTransposeKernel(wt, w, c.Out, c.In, g.KH, g.KW)
 		gt := kernels.ConvGeom{N: g.N, C: c.Out, H: oh, W: ow, KH: g.KH, KW: g.KW,
 			PadH: g.KH - 1 - g.PadH, PadW: g.KW - 1 - g.PadW, StrideH: 1, StrideW: 1}
 		plane := g.H * g.W
 		dxm := t.buf(c.In * g.N * plane) // [In, N·H·W]
-		kernels.SgemmIm2col(c.In, 1, wt, c.Out*g.KH*g.KW, gt, dy, 0, dxm, g.N*plane)
+		kernels.SgemmFlippedKernelIm2col(w, c.Out, c.In, gt, dy, dxm, g.N*plane)
 		kernels.CNToNC(dx, dxm, c.In, g.N, plane, nil, true)
 		return
 	}

@@ -28,6 +28,62 @@ func SgemmIm2colT(m int, alpha float32, a []float32, lda int, g ConvGeom, x []fl
 	implicitGemm(im2colTB, m, g.ColRows(), g.ColCols(), alpha, a, lda, g, x, beta, c, ldc)
 }
 
+// SgemmFlippedKernelIm2col computes C = W'·im2col(dy) (beta 0) where W' is
+// the convolution weight w [out, in, KH, KW] transposed to [in, out] with each
+// kernel rotated by 180° — read from w directly, never stored — and g
+// describes dy [N, out, OH, OW] with padding KH-1-P. C is in×ColCols (row
+// stride ldc). This is the input gradient of a stride-1 convolution.
+func SgemmFlippedKernelIm2col(w []float32, out, in int, g ConvGeom, dy []float32, c []float32, ldc int) {
+	g.checkImage("SgemmFlippedKernelIm2col", len(dy))
+	kk := g.KH * g.KW
+	if g.C != out {
+		panic(fmt.Sprintf("kernels.SgemmFlippedKernelIm2col: dy has %d channels, the kernel %d outputs", g.C, out))
+	}
+	if len(w) != out*in*kk {
+		panic(fmt.Sprintf("kernels.SgemmFlippedKernelIm2col: w has %d elements, want %d×%d×%d", len(w), out, in, kk))
+	}
+	n, k := g.ColCols(), g.ColRows()
+	checkMatrix("C", c, in, n, ldc)
+	if in == 0 || n == 0 {
+		return
+	}
+	if k == 0 {
+		scaleMatrix(in, n, 0, c, ldc)
+		return
+	}
+	j := jobPool.Get().(*gemmJob)
+	*j = gemmJob{
+		p: impl, m: in, n: n, k: k, alpha: 1, beta: 0,
+		a: w, aFlip: true, kOut: out, kIn: in, kk: kk, c: c, ldc: ldc, bsrc: im2colB, geom: g, x: dy,
+	}
+	j.execute()
+}
+
+// packFlippedKernel packs rows [i0, i0+mc) and columns [p0, p0+kc) of the
+// flipped, transposed kernel A[c, o·kk + q] = w[(o·in + c)·kk + kk-1-q] into
+// mr-row slivers (the layout packA writes).
+func packFlippedKernel(mr int, w []float32, out, in, kk, i0, mc, p0, kc int, dst []float32) {
+	for s := 0; s < mc; s += mr {
+		rows := min(mr, mc-s)
+		d := dst[s*kc : s*kc+mr*kc]
+		o, q := p0/kk, p0%kk
+		for p := range kc {
+			dp := d[p*mr : p*mr+mr]
+			src := w[(o*in+i0+s)*kk+kk-1-q:]
+			for r := range rows {
+				dp[r] = src[r*kk]
+			}
+			for r := rows; r < mr; r++ {
+				dp[r] = 0
+			}
+			if q++; q == kk {
+				q = 0
+				o++
+			}
+		}
+	}
+}
+
 func implicitGemm(src srcKind, m, n, k int, alpha float32, a []float32, lda int, g ConvGeom, x []float32, beta float32, c []float32, ldc int) {
 	if m < 0 {
 		panic(fmt.Sprintf("kernels.Sgemm: negative dimension m=%d", m))

@@ -68,8 +68,12 @@ func TestSgemmIm2colPanics(t *testing.T) {
 	for name, f := range map[string]func(){
 		"short image": func() { SgemmIm2col(1, 1, make([]float32, 18), 18, g, make([]float32, 31), 0, make([]float32, 16), 16) },
 		"short C":     func() { SgemmIm2col(1, 1, make([]float32, 18), 18, g, make([]float32, 32), 0, make([]float32, 15), 16) },
-		"short A":     func() { SgemmIm2colT(1, 1, make([]float32, 15), 16, g, make([]float32, 32), 0, make([]float32, 18), 18) },
-		"bad stride":  func() { SgemmIm2col(1, 1, nil, 0, ConvGeom{N: 1, C: 1, H: 1, W: 1, KH: 1, KW: 1}, []float32{1}, 0, nil, 0) },
+		"short A": func() {
+			SgemmIm2colT(1, 1, make([]float32, 15), 16, g, make([]float32, 32), 0, make([]float32, 18), 18)
+		},
+		"bad stride": func() {
+			SgemmIm2col(1, 1, nil, 0, ConvGeom{N: 1, C: 1, H: 1, W: 1, KH: 1, KW: 1}, []float32{1}, 0, nil, 0)
+		},
 	} {
 		func() {
 			defer func() {
@@ -130,5 +134,41 @@ func BenchmarkConvGemm(b *testing.B) {
 			}
 			report(b)
 		})
+	}
+}
+
+// The flipped-kernel GEMM reads the transposed convolution's weight straight
+// from the stored kernel; it must match an explicitly flipped kernel + SgemmIm2col bit for bit.
+func TestSgemmFlippedKernelIm2col(t *testing.T) {
+	forEachImpl(t, func(t *testing.T) {
+		r := rand.New(rand.NewPCG(3, 4))
+		for _, tc := range []struct{ out, in, n, h, w, k, pad int }{
+			{3, 2, 2, 5, 6, 3, 1}, {4, 3, 1, 3, 3, 1, 0}, {2, 2, 1, 6, 5, 5, 2}, {64, 64, 4, 16, 16, 3, 1},
+			{40, 300, 2, 4, 4, 3, 1}, {5, 9, 3, 40, 40, 3, 0}, {16, 7, 2, 2, 2, 3, 2},
+		} {
+			g := ConvGeom{N: tc.n, C: tc.out, H: tc.h, W: tc.w, KH: tc.k, KW: tc.k, PadH: tc.pad, PadW: tc.pad, StrideH: 1, StrideW: 1}
+			w := randSlice(r, tc.out*tc.in*tc.k*tc.k)
+			dy := randSlice(r, tc.n*tc.out*tc.h*tc.w)
+			wt := make([]float32, len(w))
+			flipTransposeKernel(wt, w, tc.out, tc.in, tc.k*tc.k)
+			cols := g.ColCols()
+			want := make([]float32, tc.in*cols)
+			got := randSlice(r, tc.in*cols) // overwritten (beta 0)
+			SgemmIm2col(tc.in, 1, wt, tc.out*tc.k*tc.k, g, dy, 0, want, cols)
+			SgemmFlippedKernelIm2col(w, tc.out, tc.in, g, dy, got, cols)
+			assertBitEqual(t, fmt.Sprintf("%+v", tc), got, want)
+		}
+	})
+}
+
+// flipTransposeKernel writes w [out, in, kk] as [in, out, kk] with each kernel
+// rotated by 180°, plainly.
+func flipTransposeKernel(dst, w []float32, out, in, kk int) {
+	for o := range out {
+		for c := range in {
+			for q := range kk {
+				dst[(c*out+o)*kk+kk-1-q] = w[(o*in+c)*kk+q]
+			}
+		}
 	}
 }

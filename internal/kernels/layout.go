@@ -65,25 +65,3 @@ func layoutCheck(fn string, dst, src []float32, c, n, plane int) {
 		panic(fmt.Sprintf("kernels.%s: dst has %d and src %d elements, want %d (c=%d n=%d plane=%d)", fn, len(dst), len(src), need, c, n, plane))
 	}
 }
-
-// FlipTransposeKernel writes w, a convolution weight [out, in, kh, kw], into
-// dst as [in, out, kh, kw] with each kernel rotated by 180°: the weight of
-// the transposed convolution that propagates a stride-1 convolution's
-// output gradient back to its input.
-func FlipTransposeKernel(dst, w []float32, out, in, kh, kw int) {
-	kk := kh * kw
-	if need := out * in * kk; len(dst) != need || len(w) != need {
-		panic(fmt.Sprintf("kernels.FlipTransposeKernel: dst has %d and w %d elements, want %d", len(dst), len(w), need))
-	}
-	parallelFor(in, out*kk, func(lo, hi int) {
-		for c := lo; c < hi; c++ {
-			for o := range out {
-				s := w[(o*in+c)*kk : (o*in+c+1)*kk]
-				d := dst[(c*out+o)*kk : (c*out+o+1)*kk]
-				for q, v := range s {
-					d[kk-1-q] = v
-				}
-			}
-		}
-	})
-}

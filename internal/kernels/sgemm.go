@@ -225,11 +225,15 @@ type gemmJob struct {
 	bsrc srcKind
 	geom ConvGeom
 	x    []float32
+	// Implicit A operand: flipped, transposed convolution kernel (see
+	// SgemmFlippedKernelIm2col); kOut, kIn, kk describe the stored weight.
+	aFlip         bool
+	kOut, kIn, kk int
 	// Whole-operand packed copies shared by every unit (nil: each unit packs).
 	sharedA, sharedB []float32
 	mPad, nPad       int
 	next             atomic.Int64
-	wg                     sync.WaitGroup
+	wg               sync.WaitGroup
 }
 
 var jobPool = sync.Pool{New: func() any { return new(gemmJob) }}
@@ -351,12 +355,16 @@ func (j *gemmJob) macro(ws *workspace, pa, pb []float32, ic, mc, jc, nc, kc int,
 type srcKind uint8
 
 const (
-	denseB     srcKind = iota // b, ldb, transB
-	im2colB                   // B = im2col(x) for geom: ColRows × ColCols
-	im2colTB                  // B = im2col(x)ᵀ: ColCols × ColRows
+	denseB   srcKind = iota // b, ldb, transB
+	im2colB                 // B = im2col(x) for geom: ColRows × ColCols
+	im2colTB                // B = im2col(x)ᵀ: ColCols × ColRows
 )
 
 func (j *gemmJob) packA(i0, mc, p0, kc int, dst []float32) {
+	if j.aFlip {
+		packFlippedKernel(j.p.mr, j.a, j.kOut, j.kIn, j.kk, i0, mc, p0, kc, dst)
+		return
+	}
 	packA(j.p.mr, j.transA, j.a, j.lda, i0, mc, p0, kc, dst)
 }
 
