@@ -65,9 +65,6 @@ func (c *Conv2d) Forward(x *Var) *Var {
 	kdim, cols := g.ColRows(), g.ColCols()
 	w := t.Param(c.Weight)
 	xd := x.Value.Data
-	// out[Out, N·plane] = W · im2col(x), packed straight from x (no column matrix).
-	out := t.buf(c.Out * cols)
-	kernels.SgemmIm2col(c.Out, 1, w.Value.Data, kdim, g, xd, 0, out, cols)
 	y := t.newVar(t.tensor([]int{n, c.Out, oh, ow}), false)
 	inputs := []*Var{x, w}
 	var b *Var
@@ -77,7 +74,15 @@ func (c *Conv2d) Forward(x *Var) *Var {
 		inputs = append(inputs, b)
 		bias = b.Value.Data
 	}
-	kernels.CNToNC(y.Value.Data, out, c.Out, n, plane, bias, false)
+	// out[Out, N·plane] is scratch for the backward pass's dyᵀ, and the
+	// forward GEMM's result: W · im2col(x), packed straight from x.
+	out := t.buf(c.Out * cols)
+	if kernels.UseWinograd(g) {
+		kernels.WinogradConv3x3(g, xd, w.Value.Data, c.Out, false, bias, y.Value.Data, false)
+	} else {
+		kernels.SgemmIm2col(c.Out, 1, w.Value.Data, kdim, g, xd, 0, out, cols)
+		kernels.CNToNC(y.Value.Data, out, c.Out, n, plane, bias, false)
+	}
 	t.record(y, func(dy []float32) {
 		dyT := out // reuse the forward scratch: [Out, N·plane]
 		kernels.NCToCN(dyT, dy, n, c.Out, plane)
@@ -105,6 +110,10 @@ func (c *Conv2d) inputGrad(t *Tape, g kernels.ConvGeom, w, dy, dyT, dx []float32
 	if g.StrideH == 1 && g.StrideW == 1 && g.PadH <= g.KH-1 && g.PadW <= g.KW-1 {
 		gt := kernels.ConvGeom{N: g.N, C: c.Out, H: oh, W: ow, KH: g.KH, KW: g.KW,
 			PadH: g.KH - 1 - g.PadH, PadW: g.KW - 1 - g.PadW, StrideH: 1, StrideW: 1}
+		if kernels.UseWinograd(gt) {
+			kernels.WinogradConv3x3(gt, dy, w, c.In, true, nil, dx, true)
+			return
+		}
 		plane := g.H * g.W
 		dxm := t.buf(c.In * g.N * plane) // [In, N·H·W]
 		kernels.SgemmFlippedKernelIm2col(w, c.Out, c.In, gt, dy, dxm, g.N*plane)
