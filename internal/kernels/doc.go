@@ -1,7 +1,9 @@
 // Package kernels owns spargo's numeric hot loops: single-precision GEMM
-// (Sgemm), convolution lowering (Im2col / Col2im) and the elementwise /
-// reduction primitives used by tensors, layers and optimisers (Axpy, Scale,
-// Add, Mul, Dot, Sum, Fill, ReluForward, ReluBackward).
+// (Sgemm), convolution (implicit-im2col GEMMs, Winograd F(2×2,3×3), explicit
+// Im2col / Col2im for the general case), layout conversions, the elementwise /
+// reduction primitives used by tensors, layers and optimisers, and the
+// selection kernels sparse communication is built on (FilterAbs, TopKAbs,
+// KthLargestAbs, ScatterAdd, Gather, MergeCOO).
 //
 // # Sgemm
 //
@@ -14,6 +16,23 @@
 // goroutines from a persistent worker pool, so results are bit-identical for
 // any goroutine count. Packing buffers are pooled: steady-state calls do not
 // allocate.
+//
+// # Convolution
+//
+// A convolution's column matrix im2col(x) ([C·KH·KW, N·OH·OW]) is never
+// stored: SgemmIm2col and SgemmIm2colT pack their B panels straight from the
+// NCHW image (forward pass; weight gradient), and SgemmFlippedKernelIm2col
+// runs a stride-1 convolution's input gradient as a convolution of dy with the
+// flipped, transposed kernel, read straight from the weight. Their results are
+// bit-identical to Im2col followed by Sgemm. Operands that several parallel
+// units would pack again (A when N is split, B when M is split) are packed
+// once, in parallel, into a shared buffer.
+//
+// Stride-1 3×3 convolutions on maps of 8×8 and larger go through Winograd
+// F(2×2, 3×3) (WinogradConv3x3): 16 GEMMs with 2.25× fewer flops, plus input,
+// kernel and output transforms. Its results differ from the GEMM's in the last
+// bits; SPARGO_CONV=gemm turns it off (auto is the default; winograd forces it
+// wherever it applies).
 //
 // # Dispatch
 //
