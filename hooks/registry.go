@@ -1,13 +1,3 @@
-// Package hooks holds spargo's gradient-communication algorithms (comm hooks) and
-// hooks.Parse, which turns a one-line spec into a hook so that any program swaps the
-// algorithm with one option:
-//
-//	h, err := hooks.Parse("allreduce:algorithm=ring")
-//	dp, err := ddp.New(ctx, model, group, ddp.WithCommHook(h))
-//
-// A spec is a registered name, optionally followed by a colon and comma-separated
-// key=value options. `spargo hooks` lists every registered hook with its options and
-// defaults.
 package hooks
 
 import (

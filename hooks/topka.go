@@ -1,0 +1,79 @@
+package hooks
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/spargo-dl/spargo/comm"
+	"github.com/spargo-dl/spargo/ddp"
+	"github.com/spargo-dl/spargo/internal/kernels"
+)
+
+// TopkA is SparCML's TopkA (SparDL paper's Table I): every rank selects its exact local top-k
+// of G = g + ξ, the P selections of k pairs are all-gathered (Bruck, ceil(log2 P) rounds), and
+// every rank scatter-adds them in rank order (so the replicas get the same bits). Local error
+// feedback: ξ' = G minus the selected entries; the conservation test holds. Cost: 2k(P-1)
+// words received per rank, exactly: every selection has k entries, zeros included, so no
+// sizes are exchanged.
+type TopkA struct{ sparseHook }
+
+var (
+	_ ddp.CommHook = (*TopkA)(nil)
+	_ ddp.Stateful = (*TopkA)(nil)
+)
+
+// NewTopkA returns a TopkA hook.
+func NewTopkA(density float64, denseWarmup int) (*TopkA, error) {
+	h, err := newSparseHook("topka", density, denseWarmup)
+	return &TopkA{h}, err
+}
+
+// Run communicates one bucket.
+func (h *TopkA) Run(ctx context.Context, g comm.Group, b ddp.Bucket) ddp.Future {
+	return h.run(ctx, g, b, h.step)
+}
+
+func (h *TopkA) step(ctx context.Context, g comm.Group, tag uint32, flat []float32, st *BucketState) error {
+	p, n := g.Size(), len(flat)
+	k := h.k(n)
+	xi := st.Residual
+	kernels.Add(flat, flat, xi)
+	sel := TopK(COO{}, flat, k)
+	copy(xi, flat)
+	for _, j := range sel.Idx {
+		xi[j] = 0
+	}
+	sizes := make([]int, p)
+	for i := range sizes {
+		sizes[i] = k * wireEntryBytes
+	}
+	all, err := comm.AllGatherBytesSized(ctx, g, tag, sel.AppendWire(nil), sizes)
+	if err != nil {
+		return fmt.Errorf("all-gather of the selections: %w", err)
+	}
+	clear(flat)
+	var v COO
+	for r, msg := range all {
+		if err := v.SetWire(msg, n); err != nil {
+			return fmt.Errorf("selection of rank %d: %w", r, err)
+		}
+		ScatterAdd(flat, v)
+	}
+	kernels.Scale(1/float32(p), flat)
+	return nil
+}
+
+func init() {
+	Register(Spec{
+		Name:    "topka",
+		Summary: "SparCML TopkA: local top-k, all-gather of the P·k pairs, scatter-add; 2k(P-1) words, ⌈log2 P⌉ rounds",
+		Options: baselineOptions,
+		New: func(o Values) (ddp.CommHook, error) {
+			density, warm, err := parseBaseline(o)
+			if err != nil {
+				return nil, err
+			}
+			return NewTopkA(density, warm)
+		},
+	})
+}
