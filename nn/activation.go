@@ -22,7 +22,11 @@ func Relu(x *Var) *Var {
 	y := t.newVar(t.tensor(x.Value.Shape), false)
 	kernels.ReluForward(y.Value.Data, x.Value.Data)
 	t.record(y, func(dy []float32) {
-		kernels.ReluBackward(x.grad(), y.Value.Data, dy)
+		if dx, fresh := x.gradOverwrite(); fresh {
+			kernels.ReluBackwardSet(dx, y.Value.Data, dy)
+		} else {
+			kernels.ReluBackward(dx, y.Value.Data, dy)
+		}
 	}, x)
 	return y
 }
@@ -51,7 +55,11 @@ func Reshape(x *Var, shape ...int) *Var {
 	}
 	y := t.newVar(&Tensor{Data: x.Value.Data, Shape: append([]int(nil), shape...)}, false)
 	t.record(y, func(dy []float32) {
-		kernels.Axpy(1, dy, x.grad())
+		if dx, fresh := x.gradOverwrite(); fresh {
+			kernels.Copy(dx, dy)
+		} else {
+			kernels.AxpyParallel(1, dy, dx)
+		}
 	}, x)
 	return y
 }
@@ -68,11 +76,15 @@ func Add(a, b *Var) *Var {
 	y := t.newVar(t.tensor(a.Value.Shape), false)
 	kernels.Add(y.Value.Data, a.Value.Data, b.Value.Data)
 	t.record(y, func(dy []float32) {
-		if a.needsGrad {
-			kernels.Axpy(1, dy, a.grad())
-		}
-		if b.needsGrad {
-			kernels.Axpy(1, dy, b.grad())
+		for _, v := range [2]*Var{a, b} {
+			if !v.needsGrad {
+				continue
+			}
+			if dx, fresh := v.gradOverwrite(); fresh {
+				kernels.Copy(dx, dy)
+			} else {
+				kernels.AxpyParallel(1, dy, dx)
+			}
 		}
 	}, a, b)
 	return y
@@ -121,7 +133,11 @@ func (d *Dropout) Forward(x *Var) *Var {
 		y.Value.Data[i] = v * mask[i]
 	}
 	t.record(y, func(dy []float32) {
-		dx := x.grad()
+		dx, fresh := x.gradOverwrite()
+		if fresh {
+			kernels.Mul(dx, dy, mask)
+			return
+		}
 		for i, g := range dy {
 			dx[i] += g * mask[i]
 		}

@@ -1,6 +1,10 @@
 package nn
 
-import "math"
+import (
+	"math"
+
+	"github.com/spargo-dl/spargo/internal/kernels"
+)
 
 // BatchNorm2d normalises each channel of NCHW input, with PyTorch's semantics: in
 // training it uses the batch statistics (biased variance) and updates the running
@@ -70,95 +74,39 @@ func (bn *BatchNorm2d) Forward(x *Var) *Var {
 	w, b := t.Param(bn.Weight), t.Param(bn.Bias)
 	y := t.newVar(t.tensor(s), false)
 	yd := y.Value.Data
-	// Per-channel mean and 1/sqrt(var+eps), kept for backward.
-	stats := t.buf(2 * c)
-	mean, invstd := stats[:c], stats[c:]
-	for ch := 0; ch < c; ch++ {
-		var mu, v float64
-		if bn.training {
-			var sum float64
-			for i := 0; i < n; i++ {
-				for _, e := range xd[(i*c+ch)*plane : (i*c+ch+1)*plane] {
-					sum += float64(e)
-				}
-			}
-			mu = sum / float64(m)
-			var ss float64
-			for i := 0; i < n; i++ {
-				for _, e := range xd[(i*c+ch)*plane : (i*c+ch+1)*plane] {
-					d := float64(e) - mu
-					ss += d * d
-				}
-			}
-			v = ss / float64(m)
-			rm, rv := bn.RunningMean.Value.Data, bn.RunningVar.Value.Data
-			rm[ch] = float32((1-bn.Momentum)*float64(rm[ch]) + bn.Momentum*mu)
-			rv[ch] = float32((1-bn.Momentum)*float64(rv[ch]) + bn.Momentum*ss/float64(m-1))
-		} else {
-			mu = float64(bn.RunningMean.Value.Data[ch])
-			v = float64(bn.RunningVar.Value.Data[ch])
-		}
-		is := 1 / math.Sqrt(v+bn.Eps)
-		mean[ch], invstd[ch] = float32(mu), float32(is)
-		scale := float32(is) * w.Value.Data[ch]
-		shift := b.Value.Data[ch] - float32(mu)*scale
-		for i := 0; i < n; i++ {
-			src := xd[(i*c+ch)*plane : (i*c+ch+1)*plane]
-			dst := yd[(i*c+ch)*plane : (i*c+ch+1)*plane]
-			for j, e := range src {
-				dst[j] = e*scale + shift
-			}
-		}
-	}
+	// Per-channel mean and 1/sqrt(var+eps), kept for backward (plus scratch).
+	stats := t.buf(3 * c)
+	mean, invstd, scratch := stats[:c], stats[c:2*c], stats[2*c:]
 	if bn.training {
+		kernels.BatchNormForwardTrain(yd, xd, n, c, plane, w.Value.Data, b.Value.Data, bn.Eps, mean, scratch, invstd)
+		rm, rv := bn.RunningMean.Value.Data, bn.RunningVar.Value.Data
+		unbias := float64(m) / float64(m-1)
+		for ch := 0; ch < c; ch++ {
+			rm[ch] = float32((1-bn.Momentum)*float64(rm[ch]) + bn.Momentum*float64(mean[ch]))
+			rv[ch] = float32((1-bn.Momentum)*float64(rv[ch]) + bn.Momentum*float64(scratch[ch])*unbias)
+		}
 		bn.NumBatchesTracked.Value.Data[0]++
+	} else {
+		// y = (x − running mean)·invstd·γ + β.
+		scale := scratch
+		for ch := 0; ch < c; ch++ {
+			is := float32(1 / math.Sqrt(float64(bn.RunningVar.Value.Data[ch])+bn.Eps))
+			mean[ch], invstd[ch] = bn.RunningMean.Value.Data[ch], is
+			scale[ch] = is * w.Value.Data[ch]
+		}
+		kernels.BatchNormApply(yd, xd, n, c, plane, mean, scale, b.Value.Data)
 	}
 	training := bn.training
 	t.record(y, func(dy []float32) {
 		dw, db := w.grad(), b.grad()
 		var dx []float32
+		acc := true
 		if x.needsGrad {
-			dx = x.grad()
+			var fresh bool
+			dx, fresh = x.gradOverwrite()
+			acc = !fresh
 		}
-		for ch := 0; ch < c; ch++ {
-			mu, is := mean[ch], invstd[ch]
-			var sdy, sdyx float64 // Σ dy and Σ dy·x̂
-			for i := 0; i < n; i++ {
-				off := (i*c + ch) * plane
-				for j, g := range dy[off : off+plane] {
-					sdy += float64(g)
-					sdyx += float64(g) * float64((xd[off+j]-mu)*is)
-				}
-			}
-			dw[ch] += float32(sdyx)
-			db[ch] += float32(sdy)
-			if dx == nil {
-				continue
-			}
-			gamma := w.Value.Data[ch]
-			if !training {
-				k := gamma * is
-				for i := 0; i < n; i++ {
-					off := (i*c + ch) * plane
-					for j, g := range dy[off : off+plane] {
-						dx[off+j] += g * k
-					}
-				}
-				continue
-			}
-			// dx = γ·invstd/M · (M·dy − Σdy − x̂·Σdy·x̂)
-			k := gamma * is / float32(m)
-			a := float32(sdy)
-			bb := float32(sdyx)
-			fm := float32(m)
-			for i := 0; i < n; i++ {
-				off := (i*c + ch) * plane
-				for j, g := range dy[off : off+plane] {
-					xh := (xd[off+j] - mu) * is
-					dx[off+j] += k * (fm*g - a - xh*bb)
-				}
-			}
-		}
+		kernels.BatchNormBackward(dx, dy, xd, n, c, plane, mean, invstd, w.Value.Data, training, acc, dw, db)
 	}, x, w, b)
 	return y
 }

@@ -2,7 +2,8 @@ package nn
 
 import (
 	"fmt"
-	"math"
+
+	"github.com/spargo-dl/spargo/internal/kernels"
 )
 
 // CrossEntropy returns the mean over the batch of −log softmax(logits)[label], PyTorch's
@@ -26,40 +27,13 @@ func CrossEntropy(logits *Var, labels []int) *Var {
 			return t.fail([]int{}, fmt.Errorf("nn.CrossEntropy: label %d of sample %d outside [0, %d)", l, i, k))
 		}
 	}
-	x := logits.Value.Data
 	prob := t.buf(n * k) // softmax, kept for backward
-	var total float64
-	for i := 0; i < n; i++ {
-		row := x[i*k : (i+1)*k]
-		mx := row[0]
-		for _, v := range row[1:] {
-			mx = max(mx, v)
-		}
-		var z float64
-		for j, v := range row {
-			e := math.Exp(float64(v - mx))
-			prob[i*k+j] = float32(e)
-			z += e
-		}
-		for j := range row {
-			prob[i*k+j] = float32(float64(prob[i*k+j]) / z)
-		}
-		total += math.Log(z) + float64(mx) - float64(row[labels[i]])
-	}
+	total := kernels.SoftmaxCrossEntropy(prob, t.buf(n), logits.Value.Data, labels, n, k)
 	y := t.newVar(t.tensor([]int{}), false)
 	y.Value.Data[0] = float32(total / float64(n))
 	t.record(y, func(dy []float32) {
-		dx := logits.grad()
-		g := dy[0] / float32(n)
-		for i := 0; i < n; i++ {
-			for j := 0; j < k; j++ {
-				p := prob[i*k+j]
-				if j == labels[i] {
-					p--
-				}
-				dx[i*k+j] += g * p
-			}
-		}
+		dx, fresh := logits.gradOverwrite()
+		kernels.SoftmaxCrossEntropyBackward(dx, prob, labels, n, k, dy[0]/float32(n), !fresh)
 	}, logits)
 	return y
 }

@@ -1,6 +1,6 @@
 package nn
 
-import "math"
+import "github.com/spargo-dl/spargo/internal/kernels"
 
 // MaxPool2d takes the maximum over Kernel×Kernel windows of NCHW input (PyTorch
 // semantics: padding is -inf, floor output size). Stride defaults to Kernel when 0.
@@ -42,45 +42,13 @@ func (p MaxPool2d) Forward(x *Var) *Var {
 		return t.fail(s, err)
 	}
 	n, c, h, w := s[0], s[1], s[2], s[3]
+	g := kernels.PoolGeom{Planes: n * c, H: h, W: w, K: p.Kernel, Stride: stride, Pad: p.Padding}
 	y := t.newVar(t.tensor([]int{n, c, oh, ow}), false)
 	arg := t.ibuf(n * c * oh * ow)
-	xd, yd := x.Value.Data, y.Value.Data
-	for nc := 0; nc < n*c; nc++ {
-		src := xd[nc*h*w : (nc+1)*h*w]
-		for i := 0; i < oh; i++ {
-			for j := 0; j < ow; j++ {
-				best := float32(math.Inf(-1))
-				bi := int32(-1)
-				for a := 0; a < p.Kernel; a++ {
-					r := i*stride - p.Padding + a
-					if r < 0 || r >= h {
-						continue
-					}
-					for b := 0; b < p.Kernel; b++ {
-						q := j*stride - p.Padding + b
-						if q < 0 || q >= w {
-							continue
-						}
-						if v := src[r*w+q]; v > best || bi < 0 || v != v {
-							best, bi = v, int32(r*w+q)
-						}
-					}
-				}
-				o := (nc*oh+i)*ow + j
-				yd[o] = best
-				arg[o] = bi
-			}
-		}
-	}
+	kernels.MaxPool2dForward(g, y.Value.Data, arg, x.Value.Data)
 	t.record(y, func(dy []float32) {
-		dx := x.grad()
-		plane := oh * ow
-		for nc := 0; nc < n*c; nc++ {
-			base := nc * h * w
-			for j, g := range dy[nc*plane : (nc+1)*plane] {
-				dx[base+int(arg[nc*plane+j])] += g
-			}
-		}
+		dx, fresh := x.gradOverwrite()
+		kernels.MaxPool2dBackward(g, dx, dy, arg, !fresh)
 	}, x)
 	return y
 }
@@ -97,47 +65,12 @@ func (p AvgPool2d) Forward(x *Var) *Var {
 		return t.fail(s, err)
 	}
 	n, c, h, w := s[0], s[1], s[2], s[3]
+	g := kernels.PoolGeom{Planes: n * c, H: h, W: w, K: p.Kernel, Stride: stride, Pad: p.Padding}
 	y := t.newVar(t.tensor([]int{n, c, oh, ow}), false)
-	xd, yd := x.Value.Data, y.Value.Data
-	k, pad := p.Kernel, p.Padding
-	// window returns the clipped window rows/cols and the divisor (padded cells count).
-	window := func(i, j int) (r0, r1, q0, q1 int, div float32) {
-		r0, q0 = i*stride-pad, j*stride-pad
-		r1, q1 = min(r0+k, h+pad), min(q0+k, w+pad)
-		div = float32((r1 - r0) * (q1 - q0))
-		return max(r0, 0), min(r1, h), max(q0, 0), min(q1, w), div
-	}
-	for nc := 0; nc < n*c; nc++ {
-		src := xd[nc*h*w : (nc+1)*h*w]
-		for i := 0; i < oh; i++ {
-			for j := 0; j < ow; j++ {
-				r0, r1, q0, q1, div := window(i, j)
-				var sum float32
-				for r := r0; r < r1; r++ {
-					for q := q0; q < q1; q++ {
-						sum += src[r*w+q]
-					}
-				}
-				yd[(nc*oh+i)*ow+j] = sum / div
-			}
-		}
-	}
+	kernels.AvgPool2dForward(g, y.Value.Data, x.Value.Data)
 	t.record(y, func(dy []float32) {
-		dx := x.grad()
-		for nc := 0; nc < n*c; nc++ {
-			dst := dx[nc*h*w : (nc+1)*h*w]
-			for i := 0; i < oh; i++ {
-				for j := 0; j < ow; j++ {
-					r0, r1, q0, q1, div := window(i, j)
-					g := dy[(nc*oh+i)*ow+j] / div
-					for r := r0; r < r1; r++ {
-						for q := q0; q < q1; q++ {
-							dst[r*w+q] += g
-						}
-					}
-				}
-			}
-		}
+		dx, fresh := x.gradOverwrite()
+		kernels.AvgPool2dBackward(g, dx, dy, !fresh)
 	}, x)
 	return y
 }

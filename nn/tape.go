@@ -47,6 +47,17 @@ func (v *Var) grad() []float32 {
 	return v.Grad.Data
 }
 
+// gradOverwrite returns v's gradient buffer for a backward pass that writes every element of it.
+// fresh is true when the buffer was just allocated (its contents are garbage and the caller must
+// overwrite, not accumulate); otherwise the caller must accumulate into it.
+func (v *Var) gradOverwrite() (g []float32, fresh bool) {
+	if v.Grad == nil {
+		v.Grad = v.tape.tensor(v.Value.Shape)
+		return v.Grad.Data, true
+	}
+	return v.Grad.Data, false
+}
+
 // node is one recorded op: a closure that propagates out.Grad to its inputs, and the
 // parameter leaves it read (their pending use counts drop after it runs).
 type node struct {
@@ -314,9 +325,12 @@ func (t *Tape) BackwardFrom(v *Var, dy []float32) error {
 	}
 	t.done = true
 	if v.needsGrad {
-		g := v.grad()
-		for i := range g {
-			g[i] += dy[i]
+		if g, fresh := v.gradOverwrite(); fresh {
+			copy(g, dy)
+		} else {
+			for i := range g {
+				g[i] += dy[i]
+			}
 		}
 	}
 	for i := len(t.nodes) - 1; i >= 0; i-- {

@@ -17,6 +17,7 @@ package optim
 import (
 	"fmt"
 
+	"github.com/spargo-dl/spargo/internal/kernels"
 	"github.com/spargo-dl/spargo/nn"
 )
 
@@ -39,6 +40,10 @@ type SGD struct {
 	cfg    SGDConfig
 	params []*nn.Param
 	bufs   [][]float32 // momentum buffers, nil until the first step
+
+	// Per-step argument lists for kernels.SGDUpdateAll, kept to avoid garbage.
+	ws, gs [][]float32
+	first  []bool
 }
 
 // NewSGD returns an SGD optimizer over params. It returns an error for settings
@@ -63,44 +68,32 @@ func (o *SGD) LR() float64 { return o.cfg.LR }
 // SetLR changes the learning rate (schedules call it before each step).
 func (o *SGD) SetLR(lr float64) { o.cfg.LR = lr }
 
-// ZeroGrad clears the gradients of the optimizer's parameters.
-func (o *SGD) ZeroGrad() { nn.ZeroGrad(o.params) }
-
-// Step applies one update from the parameters' current gradients.
-func (o *SGD) Step() {
-	lr := float32(o.cfg.LR)
-	wd := float32(o.cfg.WeightDecay)
-	mom := float32(o.cfg.Momentum)
-	damp := 1 - float32(o.cfg.Dampening)
-	for i, p := range o.params {
-		w, g := p.Value.Data, p.Grad.Data
-		if mom == 0 {
-			for j := range w {
-				w[j] -= lr * (g[j] + wd*w[j])
-			}
-			continue
-		}
-		buf := o.bufs[i]
-		first := buf == nil
-		if first {
-			buf = make([]float32, len(w))
-			o.bufs[i] = buf
-		}
-		for j := range w {
-			d := g[j] + wd*w[j]
-			if first {
-				buf[j] = d
-			} else {
-				buf[j] = mom*buf[j] + damp*d
-			}
-			if o.cfg.Nesterov {
-				d += mom * buf[j]
-			} else {
-				d = buf[j]
-			}
-			w[j] -= lr * d
-		}
+// ZeroGrad clears the gradients of the optimizer's parameters (as nn.ZeroGrad, with
+// large gradients cleared in parallel).
+func (o *SGD) ZeroGrad() {
+	for _, p := range o.params {
+		kernels.Zero(p.Grad.Data)
 	}
+}
+
+// Step applies one update from the parameters' current gradients, fused into one
+// pass over all parameters (kernels.SGDUpdateAll, split into fixed chunks over the
+// worker pool; the split does not change the result).
+func (o *SGD) Step() {
+	mom := float32(o.cfg.Momentum)
+	o.ws, o.gs, o.first = o.ws[:0], o.gs[:0], o.first[:0]
+	for i, p := range o.params {
+		o.ws = append(o.ws, p.Value.Data)
+		o.gs = append(o.gs, p.Grad.Data)
+		first := false
+		if mom != 0 && o.bufs[i] == nil {
+			o.bufs[i] = make([]float32, p.Len())
+			first = true
+		}
+		o.first = append(o.first, first)
+	}
+	kernels.SGDUpdateAll(o.ws, o.gs, o.bufs, o.first, float32(o.cfg.LR), float32(o.cfg.WeightDecay),
+		mom, float32(o.cfg.Dampening), o.cfg.Nesterov)
 }
 
 // State returns the momentum buffers by parameter name, for checkpoints.

@@ -33,11 +33,26 @@ type vecOps struct {
 	sum     func(x []float32) float32
 	reluFwd func(dst, x []float32)
 	reluBwd func(dx, y, dy []float32)
+
+	// Layer primitives (batchnorm.go, sgd.go, elementwise.go); lengths checked by callers.
+	reluBwdSet func(dx, y, dy []float32)                                 // dx = dy where y > 0, else 0
+	sumSqDev   func(x []float32, mu float32) float32                     // Σ (x−mu)²
+	dyStats    func(dy, x []float32, mu float32) (float32, float32)      // Σ dy, Σ dy·(x−mu)
+	affine     func(dst, x []float32, mu, a, b float32)                  // dst = (x−mu)·a + b
+	bnBwd      func(dst, dy, x []float32, mu, a, b, c float32, acc bool) // dst (+)= a·dy + b·(x−mu) + c
+	sgdMom     func(w, g, buf []float32, lr, wd, mom, damp float32, nesterov bool)
+	sgdPlain   func(w, g []float32, lr, wd float32)
+	// maxPool2x2Row pools rows r0, r1 (2·len(y) elements each) into y with argmax
+	// indices base + 2j + {0, 1, w, w+1} (pooling.go).
+	maxPool2x2Row func(y []float32, arg []int32, r0, r1 []float32, base, w int32)
 }
 
 var genericVec = &vecOps{
 	axpy: axpyGeneric, scale: scaleGeneric, add: addGeneric, mul: mulGeneric,
 	dot: dotGeneric, sum: sumGeneric, reluFwd: reluFwdGeneric, reluBwd: reluBwdGeneric,
+	reluBwdSet: reluBwdSetGeneric, sumSqDev: sumSqDevGeneric, dyStats: dyStatsGeneric,
+	affine: affineGeneric, bnBwd: bnBwdGeneric, sgdMom: sgdMomGeneric, sgdPlain: sgdPlainGeneric,
+	maxPool2x2Row: maxPool2x2RowGeneric,
 }
 
 // implTable holds every implementation compiled into this binary

@@ -52,16 +52,41 @@ func Fill(x []float32, v float32) {
 	}
 }
 
-// ReluForward computes dst = max(x, 0). NaN inputs produce 0.
+// ReluForward computes dst = max(x, 0). NaN inputs produce 0. Large slices are
+// processed in parallel.
 func ReluForward(dst, x []float32) {
 	checkLen("ReluForward", len(dst), len(x))
-	impl.vec.reluFwd(dst, x)
+	runElem(elemJob{op: elemReluFwd, n: len(dst), a: dst, b: x})
 }
 
-// ReluBackward accumulates dx += dy where y > 0.
+// ReluBackward accumulates dx += dy where y > 0. Large slices are processed in
+// parallel.
 func ReluBackward(dx, y, dy []float32) {
 	checkLen("ReluBackward", len(dx), len(y), len(dy))
-	impl.vec.reluBwd(dx, y, dy)
+	runElem(elemJob{op: elemReluBwd, n: len(dx), a: dx, b: y, c: dy})
+}
+
+// ReluBackwardSet overwrites dx with dy where y > 0 and 0 elsewhere (the gradient of
+// max(x, 0) given its output y, for a freshly allocated dx).
+func ReluBackwardSet(dx, y, dy []float32) {
+	checkLen("ReluBackwardSet", len(dx), len(y), len(dy))
+	runElem(elemJob{op: elemReluBwdSet, n: len(dx), a: dx, b: y, c: dy})
+}
+
+// Zero sets every element of x to 0, in parallel for large slices.
+func Zero(x []float32) { runElem(elemJob{op: elemZero, n: len(x), a: x}) }
+
+// Copy copies src into dst (equal lengths), in parallel for large slices.
+func Copy(dst, src []float32) {
+	checkLen("Copy", len(dst), len(src))
+	runElem(elemJob{op: elemCopy, n: len(dst), a: dst, b: src})
+}
+
+// AxpyParallel computes y += alpha*x like Axpy, splitting large slices over the
+// worker pool (elementwise, so the result does not depend on the split).
+func AxpyParallel(alpha float32, x, y []float32) {
+	checkLen("AxpyParallel", len(x), len(y))
+	runElem(elemJob{op: elemAxpy, n: len(x), a: x, b: y, alpha: alpha})
 }
 
 // Portable implementations (all architectures; the avx512 path replaces them).
@@ -155,5 +180,17 @@ func reluBwdGeneric(dx, y, dy []float32) {
 		if y[i] > 0 {
 			dx[i] += dy[i]
 		}
+	}
+}
+
+func reluBwdSetGeneric(dx, y, dy []float32) {
+	y = y[:len(dx)]
+	dy = dy[:len(dx)]
+	for i := range dx {
+		g := float32(0)
+		if y[i] > 0 {
+			g = dy[i]
+		}
+		dx[i] = g
 	}
 }

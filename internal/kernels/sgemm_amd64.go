@@ -73,4 +73,58 @@ var avx512Vec = &vecOps{
 			reluBwdAVX512(&dx[0], &y[0], &dy[0], len(dx))
 		}
 	},
+	// Layer kernels (layers_amd64.s).
+	reluBwdSet: func(dx, y, dy []float32) {
+		if len(dx) > 0 {
+			reluBwdSetAVX512(&dx[0], &y[0], &dy[0], len(dx))
+		}
+	},
+	sumSqDev: func(x []float32, mu float32) float32 {
+		if len(x) == 0 {
+			return 0
+		}
+		return sumSqDevAVX512(&x[0], len(x), mu)
+	},
+	dyStats: func(dy, x []float32, mu float32) (float32, float32) {
+		if len(dy) == 0 {
+			return 0, 0
+		}
+		return dyStatsAVX512(&dy[0], &x[0], len(dy), mu)
+	},
+	affine: func(dst, x []float32, mu, a, b float32) {
+		if len(dst) > 0 {
+			affineAVX512(&dst[0], &x[0], len(dst), mu, a, b)
+		}
+	},
+	bnBwd: func(dst, dy, x []float32, mu, a, b, c float32, acc bool) {
+		if len(dst) == 0 {
+			return
+		}
+		if acc {
+			bnBwdAccAVX512(&dst[0], &dy[0], &x[0], len(dst), mu, a, b, c)
+		} else {
+			bnBwdSetAVX512(&dst[0], &dy[0], &x[0], len(dst), mu, a, b, c)
+		}
+	},
+	sgdMom: func(w, g, buf []float32, lr, wd, mom, damp float32, nesterov bool) {
+		if len(w) == 0 {
+			return
+		}
+		if nesterov {
+			sgdNesterovAVX512(&w[0], &g[0], &buf[0], len(w), lr, wd, mom, damp)
+		} else {
+			sgdMomAVX512(&w[0], &g[0], &buf[0], len(w), lr, wd, mom, damp)
+		}
+	},
+	sgdPlain: func(w, g []float32, lr, wd float32) {
+		if len(w) > 0 {
+			sgdPlainAVX512(&w[0], &g[0], len(w), lr, wd)
+		}
+	},
+	maxPool2x2Row: func(y []float32, arg []int32, r0, r1 []float32, base, w int32) {
+		if n := len(y); n > 0 {
+			_, _, _ = arg[n-1], r0[2*n-1], r1[2*n-1]
+			maxPool2x2RowAVX512(&y[0], &arg[0], &r0[0], &r1[0], n, base, w)
+		}
+	},
 }

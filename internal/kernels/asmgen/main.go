@@ -1,10 +1,12 @@
 // Command asmgen generates the amd64 assembly micro-kernels of package
-// kernels with avo. Run from the kernels directory:
+// kernels with avo. Run from the kernels directory (see generate.go):
 //
-//	go run ./asmgen -out sgemm_amd64.s -stubs sgemm_stub_amd64.go
+//	go run -C asmgen . -out ../sgemm_amd64.s -stubs ../sgemm_stub_amd64.go -pkg kernels
+//	go run -C asmgen . -layers -out ../layers_amd64.s -stubs ../layers_stub_amd64.go -pkg kernels
 package main
 
 import (
+	"flag"
 	"fmt"
 
 	. "github.com/mmcloughlin/avo/build"
@@ -14,8 +16,19 @@ import (
 
 const kernelSig = "func(k int, a, b, c *float32, ldc int, alpha, beta float32)"
 
+// layers selects the second output set: the layer kernels (BatchNorm, ReLU
+// backward, SGD, max-pool) for layers_amd64.s instead of the SGEMM and
+// elementwise kernels of sgemm_amd64.s.
+var layers = flag.Bool("layers", false, "emit the layer kernels (layers_amd64.s) instead of the SGEMM kernels")
+
 func main() {
+	flag.Parse()
 	ConstraintExpr("amd64")
+	if *layers {
+		genLayers()
+		Generate()
+		return
+	}
 	// 8×32 with explicit broadcasts measured fastest on the target
 	// (Zen 5, two 512-bit FMA pipes); 4, 6, 12 and 14 rows and
 	// embedded-broadcast FMAs were 5-15% slower. Other shapes can be

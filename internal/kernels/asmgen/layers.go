@@ -1,0 +1,345 @@
+package main
+
+import (
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	"github.com/mmcloughlin/avo/reg"
+)
+
+// Layer kernels (BatchNorm, ReLU backward, SGD, max-pool), emitted with -layers
+// into layers_amd64.s / layers_stub_amd64.go. All AVX-512F.
+
+func genLayers() {
+	genReluBwdSet()
+	genSumSqDev()
+	genDyStats()
+	genAffine()
+	genBNBwd(false)
+	genBNBwd(true)
+	genSGD(false)
+	genSGD(true)
+	genSGDPlain()
+	genMaxPool2x2()
+}
+
+// bcast broadcasts a float32 parameter into a fresh zmm register.
+func bcast(name string) reg.VecVirtual {
+	z := ZMM()
+	VBROADCASTSS(paramAddr(name), z)
+	return z
+}
+
+// reduce4 sums four zmm accumulators ((a0+a1)+(a2+a3), then a halving tree) and
+// stores the scalar to return value i.
+func reduce4(acc []reg.VecVirtual, i int) {
+	VADDPS(acc[1], acc[0], acc[0])
+	VADDPS(acc[3], acc[2], acc[2])
+	VADDPS(acc[2], acc[0], acc[0])
+	hi := YMM()
+	VEXTRACTF64X4(U8(1), acc[0], hi)
+	VADDPS(hi, acc[0].AsY(), hi)
+	h := XMM()
+	VEXTRACTF32X4(U8(1), hi, h)
+	VADDPS(h, hi.AsX(), h)
+	t := XMM()
+	VMOVHLPS(h, h, t)
+	VADDPS(t, h, h)
+	VMOVSHDUP(h, t)
+	VADDSS(t, h, h)
+	ret, err := ReturnIndex(i).Resolve()
+	if err != nil {
+		panic(err)
+	}
+	VMOVSS(h, ret.Addr)
+}
+
+func zeroed(k int) []reg.VecVirtual {
+	acc := make([]reg.VecVirtual, k)
+	for i := range acc {
+		acc[i] = ZMM()
+		VPXORD(acc[i], acc[i], acc[i])
+	}
+	return acc
+}
+
+func genReluBwdSet() {
+	const name = "reluBwdSetAVX512"
+	TEXT(name, NOSPLIT, "func(dx, y, dy *float32, n int)")
+	Doc(name + " computes dx[i] = dy[i] where y[i] > 0, else 0, for i < n (AVX-512F).")
+	dx, y, dy, n := gp("dx"), gp("y"), gp("dy"), gp("n")
+	zero := ZMM()
+	VPXORD(zero, zero, zero)
+	stream(name, n, []reg.GPVirtual{dx, y, dy}, func(off int, mask reg.Register) {
+		zy, zd := ZMM(), ZMM()
+		// Masked-off tail lanes load y = 0, so the compare excludes them.
+		load(Mem{Base: y, Disp: off}, mask, zy)
+		kp := K()
+		VCMPPS(U8(0x1e), zero, zy, kp) // y > 0 (GT_OQ)
+		VMOVUPS_Z(Mem{Base: dy, Disp: off}, kp, zd)
+		store(zd, mask, Mem{Base: dx, Disp: off})
+	})
+	VZEROUPPER()
+	RET()
+}
+
+func genSumSqDev() {
+	const name = "sumSqDevAVX512"
+	TEXT(name, NOSPLIT, "func(x *float32, n int, mu float32) float32")
+	Doc(name + " returns sum (x[i]-mu)² for i < n (AVX-512F); fixed summation order.")
+	x, n := gp("x"), gp("n")
+	zmu := bcast("mu")
+	acc := zeroed(4)
+	stream(name, n, []reg.GPVirtual{x}, func(off int, mask reg.Register) {
+		z := acc[off/64]
+		zx, d := ZMM(), ZMM()
+		load(Mem{Base: x, Disp: off}, mask, zx)
+		if mask == nil {
+			VSUBPS(zmu, zx, d)
+		} else {
+			VSUBPS_Z(zmu, zx, mask, d)
+		}
+		VFMADD231PS(d, d, z)
+	})
+	reduce4(acc, 0)
+	VZEROUPPER()
+	RET()
+}
+
+func genDyStats() {
+	const name = "dyStatsAVX512"
+	TEXT(name, NOSPLIT, "func(dy, x *float32, n int, mu float32) (sdy, sdyc float32)")
+	Doc(name + " returns sum dy[i] and sum dy[i]*(x[i]-mu) for i < n (AVX-512F); fixed summation order.")
+	dy, x, n := gp("dy"), gp("x"), gp("n")
+	zmu := bcast("mu")
+	s, t := zeroed(4), zeroed(4)
+	stream(name, n, []reg.GPVirtual{dy, x}, func(off int, mask reg.Register) {
+		zg, zx, d := ZMM(), ZMM(), ZMM()
+		load(Mem{Base: dy, Disp: off}, mask, zg)
+		load(Mem{Base: x, Disp: off}, mask, zx)
+		if mask == nil {
+			VSUBPS(zmu, zx, d)
+		} else {
+			VSUBPS_Z(zmu, zx, mask, d)
+		}
+		VADDPS(zg, s[off/64], s[off/64])
+		VFMADD231PS(d, zg, t[off/64])
+	})
+	reduce4(s, 0)
+	reduce4(t, 1)
+	VZEROUPPER()
+	RET()
+}
+
+func genAffine() {
+	const name = "affineAVX512"
+	TEXT(name, NOSPLIT, "func(dst, x *float32, n int, mu, a, b float32)")
+	Doc(name + " computes dst[i] = (x[i]-mu)*a + b for i < n (AVX-512F, fused multiply-add).")
+	d, x, n := gp("dst"), gp("x"), gp("n")
+	zmu, za, zb := bcast("mu"), bcast("a"), bcast("b")
+	stream(name, n, []reg.GPVirtual{d, x}, func(off int, mask reg.Register) {
+		zx := ZMM()
+		load(Mem{Base: x, Disp: off}, mask, zx)
+		VSUBPS(zmu, zx, zx)
+		VFMADD213PS(zb, za, zx) // zx = a*(x-mu) + b
+		store(zx, mask, Mem{Base: d, Disp: off})
+	})
+	VZEROUPPER()
+	RET()
+}
+
+func genBNBwd(acc bool) {
+	name := "bnBwdSetAVX512"
+	op := "="
+	if acc {
+		name, op = "bnBwdAccAVX512", "+="
+	}
+	TEXT(name, NOSPLIT, "func(dst, dy, x *float32, n int, mu, a, b, c float32)")
+	Doc(name + " computes dst[i] " + op + " a*dy[i] + (b*(x[i]-mu) + c) for i < n (AVX-512F).")
+	d, dy, x, n := gp("dst"), gp("dy"), gp("x"), gp("n")
+	zmu, za, zb, zc := bcast("mu"), bcast("a"), bcast("b"), bcast("c")
+	stream(name, n, []reg.GPVirtual{d, dy, x}, func(off int, mask reg.Register) {
+		zx, zg := ZMM(), ZMM()
+		load(Mem{Base: x, Disp: off}, mask, zx)
+		load(Mem{Base: dy, Disp: off}, mask, zg)
+		VSUBPS(zmu, zx, zx)
+		VFMADD213PS(zc, zb, zx) // b*(x-mu) + c
+		VFMADD231PS(zg, za, zx) // + a*dy
+		if acc {
+			zd := ZMM()
+			load(Mem{Base: d, Disp: off}, mask, zd)
+			VADDPS(zd, zx, zx)
+		}
+		store(zx, mask, Mem{Base: d, Disp: off})
+	})
+	VZEROUPPER()
+	RET()
+}
+
+func genSGD(nesterov bool) {
+	name := "sgdMomAVX512"
+	doc := "w -= lr*buf"
+	if nesterov {
+		name, doc = "sgdNesterovAVX512", "w -= lr*(d + mom*buf)"
+	}
+	TEXT(name, NOSPLIT, "func(w, grad, buf *float32, n int, lr, wd, mom, damp float32)")
+	Doc(name + " applies d = grad + wd*w; buf = mom*buf + damp*d; " + doc + " for i < n (AVX-512F).")
+	w, g, b, n := gp("w"), gp("grad"), gp("buf"), gp("n")
+	zlr, zwd, zmom, zdamp := bcast("lr"), bcast("wd"), bcast("mom"), bcast("damp")
+	stream(name, n, []reg.GPVirtual{w, g, b}, func(off int, mask reg.Register) {
+		zw, d, zb, t := ZMM(), ZMM(), ZMM(), ZMM()
+		load(Mem{Base: w, Disp: off}, mask, zw)
+		load(Mem{Base: g, Disp: off}, mask, d)
+		load(Mem{Base: b, Disp: off}, mask, zb)
+		VFMADD231PS(zw, zwd, d)  // d = g + wd*w
+		VMULPS(zdamp, d, t)      // t = damp*d
+		VFMADD231PS(zb, zmom, t) // t = mom*buf + damp*d
+		store(t, mask, Mem{Base: b, Disp: off})
+		if nesterov {
+			VFMADD231PS(t, zmom, d) // d = d + mom*buf
+			VFNMADD231PS(d, zlr, zw)
+		} else {
+			VFNMADD231PS(t, zlr, zw) // w -= lr*buf
+		}
+		store(zw, mask, Mem{Base: w, Disp: off})
+	})
+	VZEROUPPER()
+	RET()
+}
+
+func genSGDPlain() {
+	const name = "sgdPlainAVX512"
+	TEXT(name, NOSPLIT, "func(w, grad *float32, n int, lr, wd float32)")
+	Doc(name + " applies w -= lr*(grad + wd*w) for i < n (AVX-512F).")
+	w, g, n := gp("w"), gp("grad"), gp("n")
+	zlr, zwd := bcast("lr"), bcast("wd")
+	stream(name, n, []reg.GPVirtual{w, g}, func(off int, mask reg.Register) {
+		zw, d := ZMM(), ZMM()
+		load(Mem{Base: w, Disp: off}, mask, zw)
+		load(Mem{Base: g, Disp: off}, mask, d)
+		VFMADD231PS(zw, zwd, d)
+		VFNMADD231PS(d, zlr, zw)
+		store(zw, mask, Mem{Base: w, Disp: off})
+	})
+	VZEROUPPER()
+	RET()
+}
+
+// genMaxPool2x2 emits the 2×2 stride-2 max-pool of one pair of input rows:
+// y[j] = max of r0[2j], r0[2j+1], r1[2j], r1[2j+1] (first maximum wins, a NaN
+// always replaces the choice), arg[j] = base + 2j + {0, 1, w, w+1}.
+func genMaxPool2x2() {
+	const name = "maxPool2x2RowAVX512"
+	evens := GLOBL("maxpool_evens", RODATA|NOPTR)
+	for i := range 16 {
+		DATA(4*i, U32(2*i))
+	}
+	odds := GLOBL("maxpool_odds", RODATA|NOPTR)
+	for i := range 16 {
+		DATA(4*i, U32(2*i+1))
+	}
+	TEXT(name, NOSPLIT, "func(y *float32, arg *int32, r0, r1 *float32, n int, base, w int32)")
+	Doc(name+" max-pools two input rows r0, r1 (2n elements each) into y[0:n] with",
+		"argmax indices arg[j] = base + 2j + {0, 1, w, w+1} (AVX-512F).")
+	y, arg, r0, r1, n := gp("y"), gp("arg"), gp("r0"), gp("r1"), gp("n")
+	ie, io := ZMM(), ZMM()
+	VMOVDQU32(evens, ie)
+	VMOVDQU32(odds, io)
+	zbase, zw, zw1, zone, z32 := ZMM(), ZMM(), ZMM(), ZMM(), ZMM()
+	t := GP32()
+	// (vet's asmdecl wants 4-byte loads of int32 arguments, so go through t.)
+	MOVL(paramAddr("base"), t)
+	VPBROADCASTD(t, zbase)
+	VPADDD(ie, zbase, zbase) // base + 2j for j = 0..15
+	MOVL(paramAddr("w"), t)
+	VPBROADCASTD(t, zw)
+	MOVL(U32(1), t)
+	VPBROADCASTD(t, zone)
+	VPADDD(zone, zw, zw1)
+	MOVL(U32(32), t)
+	VPBROADCASTD(t, z32)
+
+	// body pools 16 outputs from four zmm tables (a0, a1) = r0, (b0, b1) = r1.
+	body := func(a0, b0 reg.VecVirtual, a1m, b1m Op, mask reg.Register) {
+		best, ao, be, bo := ZMM(), ZMM(), ZMM(), ZMM()
+		VMOVAPS(a0, best)
+		VMOVAPS(a0, ao)
+		VMOVAPS(b0, be)
+		VMOVAPS(b0, bo)
+		VPERMT2PS(a1m, ie, best)
+		VPERMT2PS(a1m, io, ao)
+		VPERMT2PS(b1m, ie, be)
+		VPERMT2PS(b1m, io, bo)
+		idx := ZMM()
+		VMOVDQA32(zbase, idx)
+		for _, c := range []struct {
+			v   reg.VecVirtual
+			off reg.VecVirtual
+		}{{ao, zone}, {be, zw}, {bo, zw1}} {
+			k1, k2 := K(), K()
+			VCMPPS(U8(0x1e), best, c.v, k1) // v > best (GT_OQ)
+			VCMPPS(U8(0x03), c.v, c.v, k2)  // v is NaN (UNORD_Q)
+			KORW(k2, k1, k1)
+			VMOVAPS(c.v, k1, best)
+			VPADDD(c.off, zbase, k1, idx)
+		}
+		if mask == nil {
+			VMOVUPS(best, Mem{Base: y})
+			VMOVDQU32(idx, Mem{Base: arg})
+		} else {
+			VMOVUPS(best, mask, Mem{Base: y})
+			VMOVDQU32(idx, mask, Mem{Base: arg})
+		}
+	}
+
+	Label(name + "_loop16")
+	CMPQ(n, U8(16))
+	JL(LabelRef(name + "_tail"))
+	{
+		a0, b0 := ZMM(), ZMM()
+		VMOVUPS(Mem{Base: r0}, a0)
+		VMOVUPS(Mem{Base: r1}, b0)
+		body(a0, b0, Mem{Base: r0, Disp: 64}, Mem{Base: r1, Disp: 64}, nil)
+	}
+	VPADDD(z32, zbase, zbase)
+	ADDQ(U32(128), r0)
+	ADDQ(U32(128), r1)
+	ADDQ(U8(64), y)
+	ADDQ(U8(64), arg)
+	SUBQ(U8(16), n)
+	JMP(LabelRef(name + "_loop16"))
+
+	Label(name + "_tail")
+	TESTQ(n, n)
+	JE(LabelRef(name + "_done"))
+	{
+		// 1 <= n < 16 outputs: 2n inputs per row, split over two 16-lane masks.
+		m, lo, hi, c := GP32(), GP32(), GP32(), GP32()
+		MOVL(U32(0xffff), m)
+		BZHIL(n.As32(), m, m) // output mask: n lanes
+		km := K()
+		KMOVW(m, km)
+		MOVL(n.As32(), c)
+		SHLL(U8(1), c) // 2n
+		MOVL(U32(0xffff), lo)
+		BZHIL(c, lo, lo) // min(2n, 16) lanes (BZHI saturates at 32 bits)
+		SUBL(U8(16), c)  // 2n-16, negative when n < 8
+		MOVL(U32(0), hi)
+		CMPL(c, U8(0))
+		JLE(LabelRef(name + "_hiz"))
+		MOVL(U32(0xffff), hi)
+		BZHIL(c, hi, hi)
+		Label(name + "_hiz")
+		klo, khi := K(), K()
+		KMOVW(lo, klo)
+		KMOVW(hi, khi)
+		a0, a1, b0, b1 := ZMM(), ZMM(), ZMM(), ZMM()
+		VMOVUPS_Z(Mem{Base: r0}, klo, a0)
+		VMOVUPS_Z(Mem{Base: r0, Disp: 64}, khi, a1)
+		VMOVUPS_Z(Mem{Base: r1}, klo, b0)
+		VMOVUPS_Z(Mem{Base: r1, Disp: 64}, khi, b1)
+		body(a0, b0, a1, b1, km)
+	}
+	Label(name + "_done")
+	VZEROUPPER()
+	RET()
+}

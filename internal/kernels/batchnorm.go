@@ -1,0 +1,447 @@
+package kernels
+
+import (
+	"fmt"
+	"math"
+)
+
+// BatchNorm kernels. Activations are laid out as n blocks of c channel planes of
+// plane elements each (NCHW with plane = H·W, or [N, C] with plane = 1). Work is
+// split over channels; every channel's result depends only on its own data and is
+// summed in a fixed order (large planes: each plane with the vector kernel's fixed
+// order, planes accumulated in float64 in sample order; small planes: per element
+// in float64 in sample order, then per channel in element order), so results do
+// not depend on the goroutine count.
+
+// smallPlane is the plane size below which the per-plane vector kernels are
+// not worth their call overhead; blocked portable loops are used instead.
+const smallPlane = 16
+
+func mustLen(fn, what string, got, want int) {
+	if got != want {
+		panic(fmt.Sprintf("kernels.%s: %s has %d elements, want %d", fn, what, got, want))
+	}
+}
+
+// BatchNormForwardTrain normalises x with per-channel batch statistics:
+//
+//	mean[ch] = Σx/M, variance[ch] = Σ(x−mean)²/M (biased), invstd[ch] = 1/sqrt(variance+eps)
+//	y = (x−mean)·(invstd·gamma[ch]) + beta[ch]
+//
+// where M = n·plane. Statistics are computed in two passes per channel (sum, then
+// the centred sum of squares), each plane reduced in float32 and planes combined in
+// float64; a channel (n planes) is processed by one goroutine so its data stays
+// in cache across the passes. y and x have n·c·plane elements; gamma, beta, mean,
+// variance and invstd have c. y may alias x.
+func BatchNormForwardTrain(y, x []float32, n, c, plane int, gamma, beta []float32, eps float64, mean, variance, invstd []float32) {
+	const fn = "BatchNormForwardTrain"
+	if n <= 0 || c < 0 || plane <= 0 {
+		panic(fmt.Sprintf("kernels.%s: invalid shape n=%d c=%d plane=%d", fn, n, c, plane))
+	}
+	mustLen(fn, "x", len(x), n*c*plane)
+	mustLen(fn, "y", len(y), n*c*plane)
+	for _, s := range [][]float32{gamma, beta, mean, variance, invstd} {
+		mustLen(fn, "per-channel slice", len(s), c)
+	}
+	j := bnJob{v: impl.vec, n: n, plane: plane, stride: c * plane, x: x, y: y,
+		gamma: gamma, beta: beta, eps: eps, mean: mean, variance: variance, invstd: invstd}
+	if cost := 4 * n * plane; runsSerial(c, cost) {
+		j.forwardTrain(0, c)
+	} else {
+		t := newTask(jobBNForwardTrain)
+		t.bn = j
+		runTask(t, c)
+	}
+}
+
+// bnJob holds the arguments of one BatchNorm kernel call; its methods process the
+// channel range [lo, hi).
+type bnJob struct {
+	v                      *vecOps
+	n, plane, stride       int
+	x, y, dx, dy           []float32
+	gamma, beta            []float32
+	eps                    float64
+	mean, variance, invstd []float32
+	scale, shift           []float32
+	dgamma, dbeta          []float32
+	training, accumulate   bool
+}
+
+func (j *bnJob) forwardTrain(lo, hi int) {
+	if j.plane < smallPlane {
+		j.forwardTrainSmall(lo, hi)
+		return
+	}
+	// One channel at a time: its n planes stay in cache across the three passes.
+	n, plane, stride, x, v := j.n, j.plane, j.stride, j.x, j.v
+	m := float64(n * plane)
+	for ch := lo; ch < hi; ch++ {
+		var s, ss float64
+		for i, off := 0, ch*plane; i < n; i, off = i+1, off+stride {
+			s += float64(v.sum(x[off : off+plane]))
+		}
+		mu := float32(s / m)
+		for i, off := 0, ch*plane; i < n; i, off = i+1, off+stride {
+			ss += float64(v.sumSqDev(x[off:off+plane], mu))
+		}
+		is := j.setStats(ch, s, ss, mu)
+		scale := is * j.gamma[ch]
+		for i, off := 0, ch*plane; i < n; i, off = i+1, off+stride {
+			v.affine(j.y[off:off+plane], x[off:off+plane], mu, scale, j.beta[ch])
+		}
+	}
+}
+
+// setStats stores channel ch's statistics from Σx = s and Σ(x−mu)² = ss, where mu
+// is the float32 mean that was subtracted, and returns invstd.
+func (j *bnJob) setStats(ch int, s, ss float64, mu float32) float32 {
+	m := float64(j.n * j.plane)
+	// Σ(x−mu32)² = Σ(x−mean)² + M·(mean−mu32)²: remove the rounding of the shift.
+	sd := s/m - float64(mu)
+	vr := max(ss/m-sd*sd, 0)
+	is := float32(1 / math.Sqrt(vr+j.eps))
+	j.mean[ch], j.variance[ch], j.invstd[ch] = mu, float32(vr), is
+	return is
+}
+
+// Small planes (fewer than smallPlane elements) are processed in blocks of
+// bnSmallElems/plane channels walked sample by sample, in memory order (one small
+// channel at a time would stride through memory and thrash the L1 sets, and a call
+// per plane would cost more than the plane). Per-channel values are expanded to
+// per-element arrays so every pass is a flat loop, and sums are accumulated per
+// element in float64 across samples, then per channel in element order.
+const bnSmallElems = 512
+
+func (j *bnJob) forwardTrainSmall(lo, hi int) {
+	n, plane, stride, x, y := j.n, j.plane, j.stride, j.x, j.y
+	m := float64(n * plane)
+	var acc [bnSmallElems]float64
+	var eMu, eScale, eBeta [bnSmallElems]float32
+	var sums [bnSmallElems]float64
+	cb := bnSmallElems / plane
+	for c0 := lo; c0 < hi; c0 += cb {
+		c1 := min(c0+cb, hi)
+		l := (c1 - c0) * plane
+		a := acc[:l]
+		clear(a)
+		for i := 0; i < n; i++ {
+			for q, e := range x[i*stride+c0*plane:][:l] {
+				a[q] += float64(e)
+			}
+		}
+		for k := range c1 - c0 {
+			var t float64
+			for _, e := range a[k*plane : (k+1)*plane] {
+				t += e
+			}
+			sums[k] = t
+			mu := float32(t / m)
+			for q := k * plane; q < (k+1)*plane; q++ {
+				eMu[q] = mu
+			}
+		}
+		clear(a)
+		mu := eMu[:l]
+		for i := 0; i < n; i++ {
+			for q, e := range x[i*stride+c0*plane:][:l] {
+				d := e - mu[q]
+				a[q] += float64(d * d)
+			}
+		}
+		for k := range c1 - c0 {
+			ch := c0 + k
+			var ss float64
+			for _, e := range a[k*plane : (k+1)*plane] {
+				ss += e
+			}
+			scale := j.setStats(ch, sums[k], ss, eMu[k*plane]) * j.gamma[ch]
+			for q := k * plane; q < (k+1)*plane; q++ {
+				eScale[q], eBeta[q] = scale, j.beta[ch]
+			}
+		}
+		sc, be := eScale[:l], eBeta[:l]
+		for i := 0; i < n; i++ {
+			off := i*stride + c0*plane
+			yr := y[off : off+l]
+			for q, e := range x[off : off+l] {
+				yr[q] = (e-mu[q])*sc[q] + be[q]
+			}
+		}
+	}
+}
+
+// BatchNormApply computes y = (x−mean[ch])·scale[ch] + shift[ch] for every channel
+// (evaluation mode: scale = gamma/sqrt(running_var+eps), shift = beta). y may alias x.
+func BatchNormApply(y, x []float32, n, c, plane int, mean, scale, shift []float32) {
+	const fn = "BatchNormApply"
+	if n < 0 || c < 0 || plane < 0 {
+		panic(fmt.Sprintf("kernels.%s: invalid shape n=%d c=%d plane=%d", fn, n, c, plane))
+	}
+	mustLen(fn, "x", len(x), n*c*plane)
+	mustLen(fn, "y", len(y), n*c*plane)
+	mustLen(fn, "mean", len(mean), c)
+	mustLen(fn, "scale", len(scale), c)
+	mustLen(fn, "shift", len(shift), c)
+	if c == 0 || plane == 0 {
+		return
+	}
+	j := bnJob{v: impl.vec, n: n, plane: plane, stride: c * plane, x: x, y: y,
+		mean: mean, scale: scale, shift: shift}
+	if cost := 2 * n * plane; runsSerial(c, cost) {
+		j.apply(0, c)
+	} else {
+		t := newTask(jobBNApply)
+		t.bn = j
+		runTask(t, c)
+	}
+}
+
+func (j *bnJob) apply(lo, hi int) {
+	n, plane, stride, x, y := j.n, j.plane, j.stride, j.x, j.y
+	if plane >= smallPlane {
+		for ch := lo; ch < hi; ch++ {
+			for i, off := 0, ch*plane; i < n; i, off = i+1, off+stride {
+				j.v.affine(y[off:off+plane], x[off:off+plane], j.mean[ch], j.scale[ch], j.shift[ch])
+			}
+		}
+		return
+	}
+	var eMu, eScale, eShift [bnSmallElems]float32
+	cb := bnSmallElems / plane
+	for c0 := lo; c0 < hi; c0 += cb {
+		c1 := min(c0+cb, hi)
+		l := (c1 - c0) * plane
+		for k := range c1 - c0 {
+			for q := k * plane; q < (k+1)*plane; q++ {
+				eMu[q], eScale[q], eShift[q] = j.mean[c0+k], j.scale[c0+k], j.shift[c0+k]
+			}
+		}
+		mu, sc, sh := eMu[:l], eScale[:l], eShift[:l]
+		for i := 0; i < n; i++ {
+			off := i*stride + c0*plane
+			yr := y[off : off+l]
+			for q, e := range x[off : off+l] {
+				yr[q] = (e-mu[q])*sc[q] + sh[q]
+			}
+		}
+	}
+}
+
+// BatchNormBackward is the backward pass of y = (x−mean)·invstd·gamma + beta.
+// Per channel it computes Σdy and Σdy·x̂ with x̂ = (x−mean)·invstd and adds them to
+// dbeta[ch] and dgamma[ch] (either slice may be nil). When dx is non-nil it also
+// computes the input gradient:
+//
+//	batch statistics (training): dx = gamma·invstd·(dy − Σdy/M − x̂·Σdy·x̂/M)
+//	fixed statistics (eval):     dx = gamma·invstd·dy
+//
+// overwriting dx, or adding to it when accumulate is true. mean and invstd are the
+// statistics the forward pass used.
+func BatchNormBackward(dx, dy, x []float32, n, c, plane int, mean, invstd, gamma []float32, training, accumulate bool, dgamma, dbeta []float32) {
+	const fn = "BatchNormBackward"
+	if n < 0 || c < 0 || plane < 0 {
+		panic(fmt.Sprintf("kernels.%s: invalid shape n=%d c=%d plane=%d", fn, n, c, plane))
+	}
+	mustLen(fn, "x", len(x), n*c*plane)
+	mustLen(fn, "dy", len(dy), n*c*plane)
+	if dx != nil {
+		mustLen(fn, "dx", len(dx), n*c*plane)
+	}
+	for _, s := range [][]float32{mean, invstd, gamma} {
+		mustLen(fn, "per-channel slice", len(s), c)
+	}
+	if dgamma != nil {
+		mustLen(fn, "dgamma", len(dgamma), c)
+	}
+	if dbeta != nil {
+		mustLen(fn, "dbeta", len(dbeta), c)
+	}
+	j := bnJob{v: impl.vec, n: n, plane: plane, stride: c * plane, x: x, dx: dx, dy: dy,
+		mean: mean, invstd: invstd, gamma: gamma, dgamma: dgamma, dbeta: dbeta,
+		training: training, accumulate: accumulate}
+	if cost := 6 * n * plane; runsSerial(c, cost) {
+		j.backward(0, c)
+	} else {
+		t := newTask(jobBNBackward)
+		t.bn = j
+		runTask(t, c)
+	}
+}
+
+// coeffs turns channel ch's Σdy and Σdy·(x−mean) into the parameter gradients
+// (added to dgamma, dbeta) and the coefficients of dx = a·dy + b·(x−mean) + c.
+func (j *bnJob) coeffs(ch int, sdy, sdyc float64) (a, b, c float32) {
+	m := float64(j.n * j.plane)
+	is := float64(j.invstd[ch])
+	sdyx := sdyc * is // Σdy·x̂
+	if j.dgamma != nil {
+		j.dgamma[ch] += float32(sdyx)
+	}
+	if j.dbeta != nil {
+		j.dbeta[ch] += float32(sdy)
+	}
+	gi := float64(j.gamma[ch]) * is
+	if !j.training {
+		return float32(gi), 0, 0
+	}
+	// dx = gi·dy − gi·is·(Σdy·x̂/M)·(x−mean) − gi·Σdy/M
+	return float32(gi), float32(-gi * is * sdyx / m), float32(-gi * sdy / m)
+}
+
+func (j *bnJob) backward(lo, hi int) {
+	if j.plane < smallPlane {
+		j.backwardSmall(lo, hi)
+		return
+	}
+	n, plane, stride, x, dx, dy, v := j.n, j.plane, j.stride, j.x, j.dx, j.dy, j.v
+	needStats := j.dgamma != nil || j.dbeta != nil || (dx != nil && j.training)
+	for ch := lo; ch < hi; ch++ {
+		mu := j.mean[ch]
+		var sdy, sdyc float64 // Σdy, Σdy·(x−mu)
+		if needStats {
+			for i, off := 0, ch*plane; i < n; i, off = i+1, off+stride {
+				a, b := v.dyStats(dy[off:off+plane], x[off:off+plane], mu)
+				sdy += float64(a)
+				sdyc += float64(b)
+			}
+		}
+		a, b, c := j.coeffs(ch, sdy, sdyc)
+		if dx == nil {
+			continue
+		}
+		for i, off := 0, ch*plane; i < n; i, off = i+1, off+stride {
+			v.bnBwd(dx[off:off+plane], dy[off:off+plane], x[off:off+plane], mu, a, b, c, j.accumulate)
+		}
+	}
+}
+
+func (j *bnJob) backwardSmall(lo, hi int) {
+	n, plane, stride, x, dx, dy := j.n, j.plane, j.stride, j.x, j.dx, j.dy
+	needStats := j.dgamma != nil || j.dbeta != nil || (dx != nil && j.training)
+	var accG, accH [bnSmallElems]float64
+	var eMu, eA, eB, eC [bnSmallElems]float32
+	cb := bnSmallElems / plane
+	for c0 := lo; c0 < hi; c0 += cb {
+		c1 := min(c0+cb, hi)
+		l := (c1 - c0) * plane
+		for k := range c1 - c0 {
+			for q := k * plane; q < (k+1)*plane; q++ {
+				eMu[q] = j.mean[c0+k]
+			}
+		}
+		mu := eMu[:l]
+		g, h := accG[:l], accH[:l]
+		clear(g)
+		clear(h)
+		if needStats {
+			for i := 0; i < n; i++ {
+				off := i*stride + c0*plane
+				xr := x[off : off+l]
+				for q, e := range dy[off : off+l] {
+					g[q] += float64(e)
+					h[q] += float64(e * (xr[q] - mu[q]))
+				}
+			}
+		}
+		for k := range c1 - c0 {
+			var sdy, sdyc float64
+			for q := k * plane; q < (k+1)*plane; q++ {
+				sdy += g[q]
+				sdyc += h[q]
+			}
+			a, b, c := j.coeffs(c0+k, sdy, sdyc)
+			for q := k * plane; q < (k+1)*plane; q++ {
+				eA[q], eB[q], eC[q] = a, b, c
+			}
+		}
+		if dx == nil {
+			continue
+		}
+		ea, eb, ec := eA[:l], eB[:l], eC[:l]
+		for i := 0; i < n; i++ {
+			off := i*stride + c0*plane
+			xr, gr := x[off:off+l], dy[off:off+l]
+			dr := dx[off : off+l]
+			if j.accumulate {
+				for q, e := range gr {
+					dr[q] += ea[q]*e + (eb[q]*(xr[q]-mu[q]) + ec[q])
+				}
+			} else {
+				for q, e := range gr {
+					dr[q] = ea[q]*e + (eb[q]*(xr[q]-mu[q]) + ec[q])
+				}
+			}
+		}
+	}
+}
+
+// Portable per-plane primitives. Reductions use 8 interleaved float32 partial sums
+// combined pairwise (a fixed order that depends only on the length).
+
+func sumSqDevGeneric(x []float32, mu float32) float32 {
+	var s [8]float32
+	i := 0
+	for ; i+8 <= len(x); i += 8 {
+		v := x[i : i+8 : i+8]
+		d0, d1, d2, d3 := v[0]-mu, v[1]-mu, v[2]-mu, v[3]-mu
+		d4, d5, d6, d7 := v[4]-mu, v[5]-mu, v[6]-mu, v[7]-mu
+		s[0] += d0 * d0
+		s[1] += d1 * d1
+		s[2] += d2 * d2
+		s[3] += d3 * d3
+		s[4] += d4 * d4
+		s[5] += d5 * d5
+		s[6] += d6 * d6
+		s[7] += d7 * d7
+	}
+	for ; i < len(x); i++ {
+		d := x[i] - mu
+		s[i&7] += d * d
+	}
+	return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]))
+}
+
+func dyStatsGeneric(dy, x []float32, mu float32) (float32, float32) {
+	x = x[:len(dy)]
+	var s, t [4]float32
+	i := 0
+	for ; i+4 <= len(dy); i += 4 {
+		g := dy[i : i+4 : i+4]
+		v := x[i : i+4 : i+4]
+		s[0] += g[0]
+		s[1] += g[1]
+		s[2] += g[2]
+		s[3] += g[3]
+		t[0] += g[0] * (v[0] - mu)
+		t[1] += g[1] * (v[1] - mu)
+		t[2] += g[2] * (v[2] - mu)
+		t[3] += g[3] * (v[3] - mu)
+	}
+	for ; i < len(dy); i++ {
+		s[i&3] += dy[i]
+		t[i&3] += dy[i] * (x[i] - mu)
+	}
+	return (s[0] + s[2]) + (s[1] + s[3]), (t[0] + t[2]) + (t[1] + t[3])
+}
+
+func affineGeneric(dst, x []float32, mu, a, b float32) {
+	x = x[:len(dst)]
+	for i, v := range x {
+		dst[i] = (v-mu)*a + b
+	}
+}
+
+func bnBwdGeneric(dst, dy, x []float32, mu, a, b, c float32, acc bool) {
+	dy = dy[:len(dst)]
+	x = x[:len(dst)]
+	if acc {
+		for i := range dst {
+			dst[i] += a*dy[i] + (b*(x[i]-mu) + c)
+		}
+		return
+	}
+	for i := range dst {
+		dst[i] = a*dy[i] + (b*(x[i]-mu) + c)
+	}
+}

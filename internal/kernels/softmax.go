@@ -1,0 +1,108 @@
+package kernels
+
+import (
+	"fmt"
+	"math"
+)
+
+// SoftmaxCrossEntropy computes, for logits laid out as n rows of k classes, the
+// row-wise softmax into prob and returns Σ_i −log softmax(row i)[labels[i]] (the
+// summed, not averaged, loss). Exponentials and the normaliser are computed in
+// float64. Rows are processed in parallel when the problem is large; the per-row
+// losses are summed in row order, so the result does not depend on the split.
+// rowLoss (n elements) receives each row's loss. Labels must lie in [0, k).
+func SoftmaxCrossEntropy(prob, rowLoss, logits []float32, labels []int, n, k int) float64 {
+	const fn = "SoftmaxCrossEntropy"
+	if n < 0 || k <= 0 {
+		panic(fmt.Sprintf("kernels.%s: invalid shape n=%d k=%d", fn, n, k))
+	}
+	mustLen(fn, "logits", len(logits), n*k)
+	mustLen(fn, "prob", len(prob), n*k)
+	mustLen(fn, "labels", len(labels), n)
+	mustLen(fn, "rowLoss", len(rowLoss), n)
+	j := ceJob{k: k, prob: prob, rowLoss: rowLoss, logits: logits, labels: labels}
+	if cost := 8 * k; runsSerial(n, cost) {
+		j.forward(0, n)
+	} else {
+		t := newTask(jobCEForward)
+		t.ce = j
+		runTask(t, n)
+	}
+	var total float64
+	for _, l := range rowLoss {
+		total += float64(l)
+	}
+	return total
+}
+
+// SoftmaxCrossEntropyBackward writes (or, with accumulate, adds) the gradient of
+// scale·Σ_i −log softmax(row i)[labels[i]] with respect to the logits:
+// dx = scale·(prob − onehot(labels)).
+func SoftmaxCrossEntropyBackward(dx, prob []float32, labels []int, n, k int, scale float32, accumulate bool) {
+	const fn = "SoftmaxCrossEntropyBackward"
+	if n < 0 || k <= 0 {
+		panic(fmt.Sprintf("kernels.%s: invalid shape n=%d k=%d", fn, n, k))
+	}
+	mustLen(fn, "prob", len(prob), n*k)
+	mustLen(fn, "dx", len(dx), n*k)
+	mustLen(fn, "labels", len(labels), n)
+	j := ceJob{k: k, prob: prob, dx: dx, labels: labels, scale: scale, accumulate: accumulate}
+	if cost := 3 * k; runsSerial(n, cost) {
+		j.backward(0, n)
+	} else {
+		t := newTask(jobCEBackward)
+		t.ce = j
+		runTask(t, n)
+	}
+}
+
+// ceJob holds the arguments of one softmax cross-entropy call; its methods process
+// the row range [lo, hi).
+type ceJob struct {
+	k                         int
+	prob, rowLoss, logits, dx []float32
+	labels                    []int
+	scale                     float32
+	accumulate                bool
+}
+
+func (j *ceJob) forward(lo, hi int) {
+	k := j.k
+	for i := lo; i < hi; i++ {
+		row := j.logits[i*k : (i+1)*k]
+		p := j.prob[i*k : (i+1)*k]
+		mx := row[0]
+		for _, v := range row[1:] {
+			mx = max(mx, v)
+		}
+		var z float64
+		for c, v := range row {
+			e := math.Exp(float64(v - mx))
+			p[c] = float32(e)
+			z += e
+		}
+		for c := range p {
+			p[c] = float32(float64(p[c]) / z)
+		}
+		j.rowLoss[i] = float32(math.Log(z) + float64(mx) - float64(row[j.labels[i]]))
+	}
+}
+
+func (j *ceJob) backward(lo, hi int) {
+	k := j.k
+	for i := lo; i < hi; i++ {
+		p := j.prob[i*k : (i+1)*k]
+		d := j.dx[i*k : (i+1)*k]
+		l := j.labels[i]
+		for c, v := range p {
+			if c == l {
+				v--
+			}
+			if j.accumulate {
+				d[c] += j.scale * v
+			} else {
+				d[c] = j.scale * v
+			}
+		}
+	}
+}
