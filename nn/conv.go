@@ -94,34 +94,38 @@ func (c *Conv2d) Forward(x *Var) *Var {
 			}
 		}
 		if x.needsGrad {
-			c.inputGrad(t, g, w.Value.Data, dy, dyT, x.grad())
+			dx, fresh := x.gradOverwrite()
+			c.inputGrad(t, g, w.Value.Data, dy, dyT, dx, !fresh)
 		}
 	}, inputs...)
 	return y
 }
 
-// inputGrad accumulates the input gradient into dx. A stride-1 convolution's
+// inputGrad writes the input gradient into dx (adds it when accumulate is set). A stride-1 convolution's
 // input gradient is itself a stride-1 convolution of dy (NCHW) with the
 // flipped, transposed kernel and padding K-1-P, so it runs through the same
 // implicit GEMM as the forward pass; other strides go through an explicit
 // column matrix and Col2im.
-func (c *Conv2d) inputGrad(t *Tape, g kernels.ConvGeom, w, dy, dyT, dx []float32) {
+func (c *Conv2d) inputGrad(t *Tape, g kernels.ConvGeom, w, dy, dyT, dx []float32, accumulate bool) {
 	oh, ow := g.OutH(), g.OutW()
 	if g.StrideH == 1 && g.StrideW == 1 && g.PadH <= g.KH-1 && g.PadW <= g.KW-1 {
 		gt := kernels.ConvGeom{N: g.N, C: c.Out, H: oh, W: ow, KH: g.KH, KW: g.KW,
 			PadH: g.KH - 1 - g.PadH, PadW: g.KW - 1 - g.PadW, StrideH: 1, StrideW: 1}
 		if kernels.UseWinograd(gt) {
-			kernels.WinogradConv3x3(gt, dy, w, c.In, true, nil, dx, true)
+			kernels.WinogradConv3x3(gt, dy, w, c.In, true, nil, dx, accumulate)
 			return
 		}
 		plane := g.H * g.W
 		dxm := t.buf(c.In * g.N * plane) // [In, N·H·W]
 		kernels.SgemmFlippedKernelIm2col(w, c.Out, c.In, gt, dy, dxm, g.N*plane)
-		kernels.CNToNC(dx, dxm, c.In, g.N, plane, nil, true)
+		kernels.CNToNC(dx, dxm, c.In, g.N, plane, nil, accumulate)
 		return
 	}
 	kdim, cols := g.ColRows(), g.ColCols()
 	dcol := t.buf(kdim * cols)
 	kernels.Sgemm(true, false, kdim, cols, c.Out, 1, w, kdim, dyT, cols, 0, dcol, cols)
+	if !accumulate {
+		clear(dx)
+	}
 	kernels.Col2im(g, dcol, dx)
 }
