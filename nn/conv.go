@@ -16,6 +16,8 @@ import (
 // end of VGG and no column matrix is ever stored. The weight gradient packs
 // im2col(x)ᵀ the same way; the input gradient of a stride-1 convolution is a
 // convolution of dy with the flipped kernel, run through the same GEMM.
+// SPARGO_CONV=winograd runs stride-1 3×3 forward and input-gradient passes through
+// Winograd F(2×2,3×3) instead (kernels.UseWinograd).
 type Conv2d struct {
 	In, Out, Kernel, Stride, Padding int
 	Weight                           *Param

@@ -28,11 +28,10 @@
 // units would pack again (A when N is split, B when M is split) are packed
 // once, in parallel, into a shared buffer.
 //
-// Stride-1 3×3 convolutions on maps of 8×8 and larger go through Winograd
-// F(2×2, 3×3) (WinogradConv3x3): 16 GEMMs with 2.25× fewer flops, plus input,
-// kernel and output transforms. Its results differ from the GEMM's in the last
-// bits; SPARGO_CONV=gemm turns it off (auto is the default; winograd forces it
-// wherever it applies).
+// Winograd F(2×2, 3×3) (WinogradConv3x3: 16 GEMMs with 2.25× fewer flops,
+// plus input, kernel and output transforms) is available for stride-1 3×3
+// convolutions with SPARGO_CONV=winograd. It is off by default: with scalar-Go
+// transforms it wins only on 16×16 maps (see UseWinograd for the numbers).
 //
 // # Dispatch
 //
