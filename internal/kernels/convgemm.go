@@ -63,23 +63,49 @@ func SgemmFlippedKernelIm2col(w []float32, out, in int, g ConvGeom, dy []float32
 // flipped, transposed kernel A[c, o·kk + q] = w[(o·in + c)·kk + kk-1-q] into
 // mr-row slivers (the layout packA writes).
 func packFlippedKernel(mr int, w []float32, out, in, kk, i0, mc, p0, kc int, dst []float32) {
+	var tmp [8 * 64]float32 // one output channel's kernels for the sliver's rows
 	for s := 0; s < mc; s += mr {
 		rows := min(mr, mc-s)
 		d := dst[s*kc : s*kc+mr*kc]
-		o, q := p0/kk, p0%kk
-		for p := range kc {
-			dp := d[p*mr : p*mr+mr]
-			src := w[(o*in+i0+s)*kk+kk-1-q:]
-			for r := range rows {
-				dp[r] = src[r*kk]
+		if mr*kk > len(tmp) {
+			packFlippedKernelPlain(mr, w, in, kk, i0+s, rows, p0, kc, d)
+			continue
+		}
+		// Columns come in runs of kk per output channel o; each run reads
+		// the rows' kk-element kernels (contiguous in w) once.
+		for p := 0; p < kc; {
+			o, q0 := (p0+p)/kk, (p0+p)%kk
+			n := min(kk-q0, kc-p)
+			copy(tmp[:rows*kk], w[(o*in+i0+s)*kk:(o*in+i0+s+rows)*kk])
+			for q := q0; q < q0+n; q++ {
+				dp := d[(p+q-q0)*mr : (p+q-q0+1)*mr]
+				for r := range rows {
+					dp[r] = tmp[r*kk+kk-1-q]
+				}
+				for r := rows; r < mr; r++ {
+					dp[r] = 0
+				}
 			}
-			for r := rows; r < mr; r++ {
-				dp[r] = 0
-			}
-			if q++; q == kk {
-				q = 0
-				o++
-			}
+			p += n
+		}
+	}
+}
+
+// packFlippedKernelPlain is packFlippedKernel for kernels too large for its buffer.
+func packFlippedKernelPlain(mr int, w []float32, in, kk, c0, rows, p0, kc int, d []float32) {
+	o, q := p0/kk, p0%kk
+	for p := range kc {
+		dp := d[p*mr : p*mr+mr]
+		src := w[(o*in+c0)*kk+kk-1-q:]
+		for r := range rows {
+			dp[r] = src[r*kk]
+		}
+		for r := rows; r < mr; r++ {
+			dp[r] = 0
+		}
+		if q++; q == kk {
+			q = 0
+			o++
 		}
 	}
 }

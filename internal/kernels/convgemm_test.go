@@ -144,7 +144,7 @@ func TestSgemmFlippedKernelIm2col(t *testing.T) {
 		r := rand.New(rand.NewPCG(3, 4))
 		for _, tc := range []struct{ out, in, n, h, w, k, pad int }{
 			{3, 2, 2, 5, 6, 3, 1}, {4, 3, 1, 3, 3, 1, 0}, {2, 2, 1, 6, 5, 5, 2}, {64, 64, 4, 16, 16, 3, 1},
-			{40, 300, 2, 4, 4, 3, 1}, {5, 9, 3, 40, 40, 3, 0}, {16, 7, 2, 2, 2, 3, 2},
+			{40, 300, 2, 4, 4, 3, 1}, {5, 9, 3, 40, 40, 3, 0}, {16, 7, 2, 2, 2, 3, 2}, {2, 11, 1, 10, 10, 9, 4}, // 9×9: the plain path
 		} {
 			g := ConvGeom{N: tc.n, C: tc.out, H: tc.h, W: tc.w, KH: tc.k, KW: tc.k, PadH: tc.pad, PadW: tc.pad, StrideH: 1, StrideW: 1}
 			w := randSlice(r, tc.out*tc.in*tc.k*tc.k)

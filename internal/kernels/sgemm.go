@@ -397,6 +397,21 @@ func packA(mr int, trans bool, a []float32, lda, i0, mc, p0, kc int, dst []float
 			}
 			continue
 		}
+		if rows == 8 && mr == 8 {
+			// The AVX-512 sliver: read eight rows together so the packed
+			// output is written sequentially.
+			base := (i0+s)*lda + p0
+			r0, r1 := a[base:base+kc], a[base+lda:base+lda+kc]
+			r2, r3 := a[base+2*lda:base+2*lda+kc], a[base+3*lda:base+3*lda+kc]
+			r4, r5 := a[base+4*lda:base+4*lda+kc], a[base+5*lda:base+5*lda+kc]
+			r6, r7 := a[base+6*lda:base+6*lda+kc], a[base+7*lda:base+7*lda+kc]
+			for p := range r0 {
+				dp := (*[8]float32)(d[p*8 : p*8+8])
+				dp[0], dp[1], dp[2], dp[3] = r0[p], r1[p], r2[p], r3[p]
+				dp[4], dp[5], dp[6], dp[7] = r4[p], r5[p], r6[p], r7[p]
+			}
+			continue
+		}
 		for r := range rows {
 			src := a[(i0+s+r)*lda+p0 : (i0+s+r)*lda+p0+kc]
 			for p, v := range src {
