@@ -14,7 +14,8 @@ import (
 // [In·K·K, N·OH·OW] kept implicit: the GEMM packs its panels straight from the
 // image (kernels.SgemmIm2col), so the GEMM is wide even for the 2×2 maps at the
 // end of VGG and no column matrix is ever stored. The weight gradient packs
-// im2col(x)ᵀ the same way; the input gradient of a stride-1 convolution is a
+// im2col(x)ᵀ, from an NHWC copy of x when it has enough channels
+// (kernels.ConvWeightGrad); the input gradient of a stride-1 convolution is a
 // convolution of dy with the flipped kernel, run through the same GEMM.
 // SPARGO_CONV=winograd runs stride-1 3×3 forward and input-gradient passes through
 // Winograd F(2×2,3×3) instead (kernels.UseWinograd).
@@ -88,7 +89,7 @@ func (c *Conv2d) Forward(x *Var) *Var {
 	t.record(y, func(dy []float32) {
 		dyT := out // reuse the forward scratch: [Out, N·plane]
 		kernels.NCToCN(dyT, dy, n, c.Out, plane)
-		kernels.SgemmIm2colT(c.Out, 1, dyT, cols, g, xd, 1, w.grad(), kdim)
+		kernels.ConvWeightGrad(g, xd, dyT, c.Out, cols, w.grad())
 		if b != nil {
 			db := b.grad()
 			for o := 0; o < c.Out; o++ {

@@ -87,6 +87,7 @@ func TestGradientsFiniteDifferences(t *testing.T) {
 		{"conv-k3-s2-p0", NewConv2d(3, 2, 3, 2, 0, false, rng), []int{2, 3, 7, 7}, false},
 		{"conv-k1", NewConv2d(3, 4, 1, 1, 0, true, rng), []int{2, 3, 3, 3}, false},
 		{"conv-k5-s2-p2", NewConv2d(2, 2, 5, 2, 2, true, rng), []int{1, 2, 6, 5}, false},
+		{"conv-16ch-nhwc-wgrad", NewConv2d(16, 3, 3, 1, 1, true, rng), []int{1, 16, 4, 5}, false},
 		{"batchnorm-train", NewBatchNorm2d(3), []int{4, 3, 2, 3}, false},
 		{"batchnorm-eval", evalBN, []int{2, 3, 2, 2}, false},
 		{"relu", NewSequential(NewLinear(4, 6, true, rng), ReLU{}), []int{3, 4}, false},

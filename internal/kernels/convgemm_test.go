@@ -134,6 +134,12 @@ func BenchmarkConvGemm(b *testing.B) {
 			}
 			report(b)
 		})
+		b.Run(name+"/wgrad/nhwc", func(b *testing.B) {
+			for range b.N {
+				ConvWeightGrad(g, x, dy, l.o, cols, dw)
+			}
+			report(b)
+		})
 	}
 }
 

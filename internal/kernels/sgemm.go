@@ -358,6 +358,7 @@ const (
 	denseB   srcKind = iota // b, ldb, transB
 	im2colB                 // B = im2col(x) for geom: ColRows × ColCols
 	im2colTB                // B = im2col(x)ᵀ: ColCols × ColRows
+	nhwcTB                  // B = im2col(x)ᵀ with columns in (kh, kw, c) order, from padded NHWC x
 )
 
 func (j *gemmJob) packA(i0, mc, p0, kc int, dst []float32) {
@@ -374,6 +375,8 @@ func (j *gemmJob) packB(p0, kc, j0, nc int, dst []float32) {
 		packIm2col(j.p.nr, j.geom, j.x, p0, kc, j0, nc, dst)
 	case im2colTB:
 		packIm2colT(j.p.nr, j.geom, j.x, p0, kc, j0, nc, dst)
+	case nhwcTB:
+		packNHWCT(j.p.nr, j.geom, j.x, p0, kc, j0, nc, dst)
 	default:
 		packB(j.p.nr, j.transB, j.b, j.ldb, p0, kc, j0, nc, dst)
 	}

@@ -1,0 +1,138 @@
+package kernels
+
+import "fmt"
+
+// ConvWeightGrad adds a convolution's weight gradient to dw [M, C, KH, KW]:
+// dw += dY · im2col(x)ᵀ, where dY is the [M, N·OH·OW] output gradient with
+// row stride ldd and x is the NCHW input of geometry g.
+//
+// The reduction runs over output pixels, so the GEMM's B panels need, for
+// every pixel, a run of (channel, kernel offset) values — a transposing gather
+// from NCHW. With at least minNHWCChannels channels it instead copies x once
+// into a zero-padded NHWC image and orders the gradient's columns
+// (kh, kw, c): every packed row is then a contiguous run of channels, copied
+// rather than gathered, and the [M, KH·KW·C] result is permuted into dw.
+// Smaller channel counts use SgemmIm2colT directly. Parallel; deterministic.
+func ConvWeightGrad(g ConvGeom, x, dy []float32, m, ldd int, dw []float32) {
+	g.checkImage("ConvWeightGrad", len(x))
+	k, n := g.ColCols(), g.ColRows()
+	if len(dw) != m*n {
+		panic(fmt.Sprintf("kernels.ConvWeightGrad: dw has %d elements, want %d×%d", len(dw), m, n))
+	}
+	if g.C < minNHWCChannels {
+		SgemmIm2colT(m, 1, dy, ldd, g, x, 1, dw, n)
+		return
+	}
+	checkMatrix("A", dy, m, k, ldd)
+	if m == 0 || n == 0 || k == 0 {
+		return
+	}
+	gp := g
+	gp.H, gp.W, gp.PadH, gp.PadW = g.H+2*g.PadH, g.W+2*g.PadW, 0, 0
+	xb := getShared(g.N * g.C * gp.H * gp.W)
+	toPaddedNHWC(*xb, x, g)
+	pb := getShared(m * n)
+	perm := *pb
+	j := jobPool.Get().(*gemmJob)
+	*j = gemmJob{
+		p: impl, m: m, n: n, k: k, alpha: 1, beta: 0,
+		a: dy, lda: ldd, c: perm, ldc: n, bsrc: nhwcTB, geom: gp, x: *xb,
+	}
+	j.execute()
+	// perm[o][(i·KW + jj)·C + c] → dw[o][(c·KH + i)·KW + jj]
+	kk := g.KH * g.KW
+	parallelFor(m, n, func(lo, hi int) {
+		for o := lo; o < hi; o++ {
+			src := perm[o*n : (o+1)*n]
+			dst := dw[o*n : (o+1)*n]
+			for ij := range kk {
+				run := src[ij*g.C : (ij+1)*g.C]
+				for c, v := range run {
+					dst[c*kk+ij] += v
+				}
+			}
+		}
+	})
+	putShared(pb)
+	putShared(xb)
+}
+
+// minNHWCChannels is the channel count from which ConvWeightGrad's NHWC path
+// pays: below it the contiguous channel runs are too short to beat the gather.
+const minNHWCChannels = 16
+
+// toPaddedNHWC writes x (NCHW, geometry g) into dst as [N, H+2·PadH, W+2·PadW, C]
+// with a zero border. Parallel over images and rows.
+func toPaddedNHWC(dst, x []float32, g ConvGeom) {
+	h2, w2 := g.H+2*g.PadH, g.W+2*g.PadW
+	c, hw := g.C, g.H*g.W
+	parallelFor(g.N*h2, w2*c, func(lo, hi int) {
+		for u := lo; u < hi; u++ {
+			n, y2 := u/h2, u%h2
+			row := dst[u*w2*c : (u+1)*w2*c]
+			y := y2 - g.PadH
+			if y < 0 || y >= g.H {
+				clear(row)
+				continue
+			}
+			clear(row[:g.PadW*c])
+			clear(row[(g.PadW+g.W)*c:])
+			img := x[n*c*hw : (n+1)*c*hw]
+			for xx := range g.W {
+				px := row[(g.PadW+xx)*c : (g.PadW+xx+1)*c]
+				src := img[y*g.W+xx:]
+				for ch := range px {
+					px[ch] = src[ch*hw]
+				}
+			}
+		}
+	})
+}
+
+// packNHWCT packs B[p0:p0+kc, j0:j0+nc] of B = im2col(x)ᵀ with columns in
+// (kh, kw, c) order, where x is a padded NHWC image described by g (no
+// padding left): row p is output pixel p, and the columns of one kernel
+// offset are a contiguous run of channels at that pixel's shifted position.
+func packNHWCT(nr int, g ConvGeom, x []float32, p0, kc, j0, nc int, dst []float32) {
+	oh, ow := g.OutH(), g.OutW()
+	plane, c := oh*ow, g.C
+	type run struct{ q, l, off int } // columns [q, q+l) read x[base+off : base+off+l]
+	var runs [64]run
+	for s := 0; s < nc; s += nr {
+		cols := min(nr, nc-s)
+		d := dst[s*kc : s*kc+nr*kc]
+		nrun := 0
+		for q := 0; q < cols; {
+			col := j0 + s + q
+			ij, ch := col/c, col%c
+			i, jj := ij/g.KW, ij%g.KW
+			l := min(c-ch, cols-q)
+			runs[nrun] = run{q: q, l: l, off: (i*g.W+jj)*c + ch}
+			nrun++
+			q += l
+		}
+		n, rem := p0/plane, p0%plane
+		y, xo := rem/ow, rem%ow
+		for pp := range kc {
+			dp := d[pp*nr : pp*nr+nr]
+			base := ((n*g.H+y*g.StrideH)*g.W + xo*g.StrideW) * c
+			if nrun == 1 && cols == 32 {
+				*(*[32]float32)(dp) = *(*[32]float32)(x[base+runs[0].off:])
+			} else {
+				for _, r := range runs[:nrun] {
+					copy(dp[r.q:r.q+r.l], x[base+r.off:base+r.off+r.l])
+				}
+				if cols < nr {
+					clear(dp[cols:])
+				}
+			}
+			if xo++; xo == ow {
+				xo = 0
+				if y++; y == oh {
+					y = 0
+					n++
+				}
+			}
+		}
+	}
+}

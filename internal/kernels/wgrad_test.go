@@ -1,0 +1,44 @@
+package kernels
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// ConvWeightGrad against a float64 reference of dw += dY·im2col(x)ᵀ, on both
+// of its paths (fewer and more than minNHWCChannels channels), with strides,
+// paddings, row strides of dY larger than its width, and a non-zero dw.
+func TestConvWeightGrad(t *testing.T) {
+	forEachImpl(t, func(t *testing.T) {
+		r := rand.New(rand.NewPCG(9, 10))
+		for _, g := range []ConvGeom{
+			{N: 2, C: 3, H: 7, W: 6, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1},
+			{N: 2, C: 16, H: 5, W: 5, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1},
+			{N: 3, C: 20, H: 9, W: 7, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 2, StrideW: 2},
+			{N: 1, C: 33, H: 6, W: 8, KH: 1, KW: 1, PadH: 0, PadW: 0, StrideH: 1, StrideW: 1},
+			{N: 2, C: 64, H: 4, W: 4, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1},
+			{N: 1, C: 17, H: 6, W: 5, KH: 5, KW: 3, PadH: 2, PadW: 0, StrideH: 1, StrideW: 2},
+			{N: 4, C: 48, H: 16, W: 16, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1},
+		} {
+			for _, m := range []int{1, 9, 40} {
+				name := fmt.Sprintf("%+v/m%d", g, m)
+				x := randSlice(r, g.N*g.C*g.H*g.W)
+				kdim, cols := g.ColRows(), g.ColCols()
+				ldd := cols + 3
+				dy := randSlice(r, m*ldd)
+				dw := randSlice(r, m*kdim)
+				col := make([]float32, kdim*cols)
+				Im2col(g, x, col)
+				want, tol := naiveSgemm(false, true, m, kdim, cols, 1, dy, ldd, col, cols, 1, dw, kdim)
+				ConvWeightGrad(g, x, dy, m, ldd, dw)
+				for i := range want {
+					if d := math.Abs(float64(dw[i]) - want[i]); !(d <= tol[i]) {
+						t.Fatalf("%s: dw[%d] = %g, want %g (tol %g)", name, i, dw[i], want[i], tol[i])
+					}
+				}
+			}
+		}
+	})
+}
