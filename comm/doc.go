@@ -1,6 +1,8 @@
 // Package comm moves data between the ranks of a data-parallel job: the Group interface (rank,
 // size, tagged blocking and non-blocking point-to-point messages), the collectives built on it
-// (AllReduce, Broadcast, AllGather, AllGatherV, AllGatherBytes, Barrier), per-rank Counters, and
+// (AllReduce, Broadcast, AllGather, AllGatherV, AllGatherBytes, AllGatherBytesSized, Barrier),
+// SendRecv (one exchange whose message may be shorter than the buffer), Sub (a sub-group
+// view over some ranks, whose traffic counts on the parent rank), per-rank Counters, and
 // the transports. NewLocal runs P ranks as goroutines of one process. comm knows nothing of
 // tensors, models, DDP or hooks; it moves []float32 and []byte.
 //
