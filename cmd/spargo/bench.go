@@ -3,7 +3,9 @@ package main
 import (
 	"fmt"
 	"io"
-	"sort"
+	"maps"
+	"slices"
+	"strings"
 )
 
 // benchCommand is one `spargo bench NAME` measurement. Each lives in its own
@@ -39,29 +41,12 @@ func runBench(args []string, stdout io.Writer) error {
 }
 
 func benchNames() string {
-	names := make([]string, 0, len(benchCommands))
-	for n := range benchCommands {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	s := ""
-	for i, n := range names {
-		if i > 0 {
-			s += ", "
-		}
-		s += n
-	}
-	return s
+	return strings.Join(slices.Sorted(maps.Keys(benchCommands)), ", ")
 }
 
 func benchUsage(w io.Writer) {
 	fmt.Fprintln(w, "usage: spargo bench <measurement> [flags]\n\nmeasurements:")
-	names := make([]string, 0, len(benchCommands))
-	for n := range benchCommands {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
+	for _, n := range slices.Sorted(maps.Keys(benchCommands)) {
 		fmt.Fprintf(w, "  %-8s %s\n", n, benchCommands[n].summary)
 	}
 	fmt.Fprintln(w, "\nRun `spargo bench <measurement> -h` for its flags.")

@@ -44,11 +44,7 @@ func SgemmFlippedKernelIm2col(w []float32, out, in int, g ConvGeom, dy []float32
 	}
 	n, k := g.ColCols(), g.ColRows()
 	checkMatrix("C", c, in, n, ldc)
-	if in == 0 || n == 0 {
-		return
-	}
-	if k == 0 {
-		scaleMatrix(in, n, 0, c, ldc)
+	if trivialGemm(in, n, k, 1, 0, c, ldc) {
 		return
 	}
 	j := jobPool.Get().(*gemmJob)
@@ -116,11 +112,7 @@ func implicitGemm(src srcKind, m, n, k int, alpha float32, a []float32, lda int,
 	}
 	checkMatrix("A", a, m, k, lda)
 	checkMatrix("C", c, m, n, ldc)
-	if m == 0 || n == 0 {
-		return
-	}
-	if alpha == 0 || k == 0 {
-		scaleMatrix(m, n, beta, c, ldc)
+	if trivialGemm(m, n, k, alpha, beta, c, ldc) {
 		return
 	}
 	j := jobPool.Get().(*gemmJob)

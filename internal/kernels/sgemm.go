@@ -28,14 +28,9 @@ func Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int
 	checkMatrix("A", a, aRows, aCols, lda)
 	checkMatrix("B", b, bRows, bCols, ldb)
 	checkMatrix("C", c, m, n, ldc)
-	if m == 0 || n == 0 {
+	if trivialGemm(m, n, k, alpha, beta, c, ldc) {
 		return
 	}
-	if alpha == 0 || k == 0 {
-		scaleMatrix(m, n, beta, c, ldc)
-		return
-	}
-
 	j := jobPool.Get().(*gemmJob)
 	*j = gemmJob{
 		p: impl, transA: transA, transB: transB, m: m, n: n, k: k,
@@ -190,6 +185,19 @@ func checkMatrix(name string, x []float32, rows, cols, ld int) {
 	if need := (rows-1)*ld + cols; len(x) < need {
 		panic(fmt.Sprintf("kernels.Sgemm: %s has %d elements, need %d for a %d×%d matrix with stride %d", name, len(x), need, rows, cols, ld))
 	}
+}
+
+// trivialGemm finishes the calls that need no product: an empty C, or
+// alpha == 0 or k == 0 (C = beta*C). It reports whether it did.
+func trivialGemm(m, n, k int, alpha, beta float32, c []float32, ldc int) bool {
+	if m == 0 || n == 0 {
+		return true
+	}
+	if alpha == 0 || k == 0 {
+		scaleMatrix(m, n, beta, c, ldc)
+		return true
+	}
+	return false
 }
 
 // scaleMatrix sets C = beta*C (beta == 0 overwrites with zeros).
