@@ -76,7 +76,8 @@ func AllReduce(ctx context.Context, g Group, tag uint32, buf []float32, alg Algo
 func ringAllReduce(ctx context.Context, g Group, tag uint32, buf []float32) error {
 	p, r := g.Size(), g.Rank()
 	counts, offs := blockCounts(len(buf), p)
-	scratch := make([]float32, counts[0])
+	scratch := getScratch(counts[0])
+	defer putScratch(scratch)
 	right, left := (r+1)%p, (r-1+p)%p
 	block := func(i int) []float32 { return buf[offs[i]:offs[i+1]] }
 	mod := func(i int) int { return ((i % p) + p) % p }
@@ -129,7 +130,8 @@ func foldedAllReduce(ctx context.Context, g Group, tag uint32, buf []float32, co
 			}
 			return nil
 		}
-		in := make([]float32, len(buf))
+		in := getScratch(len(buf))
+		defer putScratch(in)
 		if err := exchange(ctx, g, tag, -1, nil, r-1, F32Bytes(in)); err != nil {
 			return fmt.Errorf("fold in: %w", err)
 		}
@@ -152,7 +154,8 @@ func foldedAllReduce(ctx context.Context, g Group, tag uint32, buf []float32, co
 func rabenseifnerCore(ctx context.Context, g Group, tag uint32, buf []float32, nr, pp int, real func(int) int) error {
 	_, offs := blockCounts(len(buf), pp)
 	span := func(lo, hi int) []float32 { return buf[offs[lo]:offs[hi]] }
-	scratch := make([]float32, offs[pp/2]) // the largest half: the first blocks are the largest
+	scratch := getScratch(offs[pp/2]) // the largest half: the first blocks are the largest
+	defer putScratch(scratch)
 
 	lo, hi := 0, pp // the blocks this rank is still responsible for
 	for d := pp / 2; d >= 1; d /= 2 {
@@ -191,7 +194,8 @@ func rabenseifnerCore(ctx context.Context, g Group, tag uint32, buf []float32, n
 // recursiveDoublingCore exchanges whole vectors with the partner at distance 1, 2, 4, ... and
 // adds them lower rank first, so both partners (and by induction all ranks) get the same bits.
 func recursiveDoublingCore(ctx context.Context, g Group, tag uint32, buf []float32, nr, pp int, real func(int) int) error {
-	in := make([]float32, len(buf))
+	in := getScratch(len(buf))
+	defer putScratch(in)
 	for d := 1; d < pp; d *= 2 {
 		partner := nr ^ d
 		if err := exchange(ctx, g, tag, real(partner), F32Bytes(buf), real(partner), F32Bytes(in)); err != nil {

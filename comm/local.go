@@ -30,6 +30,7 @@ func NewInProcess(size int) ([]Group, error) { return NewLocal(size) }
 
 type localWorld struct {
 	ranks []*localGroup
+	msgs  sizedPool // copies of messages sent before their receive was posted
 }
 
 // boxKey names the queue of messages to one rank from rank `from` under `tag`.
@@ -99,7 +100,9 @@ func (g *localGroup) Send(ctx context.Context, to int, tag uint32, payload []byt
 		box = &mailbox{}
 		dst.boxes[key] = box
 	}
-	box.msgs = append(box.msgs, append([]byte(nil), payload...))
+	m := g.world.msgs.get(len(payload))
+	copy(m, payload)
+	box.msgs = append(box.msgs, m)
 	return nil
 }
 
@@ -156,6 +159,7 @@ func (g *localGroup) Irecv(ctx context.Context, from int, tag uint32, buf []byte
 		box.msgs = box.msgs[1:]
 		g.dropIfEmpty(key, box)
 		g.deliverLocked(p, from, tag, msg)
+		g.world.msgs.put(msg) // delivered by copy; the buffer is free again
 		g.mu.Unlock()
 		return p.req
 	}

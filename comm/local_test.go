@@ -1,6 +1,7 @@
 package comm
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -245,4 +246,48 @@ func TestCountersSubResetAdd(t *testing.T) {
 	if s := c.Snapshot(); s != (Stats{}) {
 		t.Errorf("after Reset %+v", s)
 	}
+}
+
+// Messages that arrive before their receive is posted are copied into pooled
+// buffers; the pool must hand every buffer back and never let two messages
+// share one.
+func TestLocalUnexpectedMessagesReuseBuffers(t *testing.T) {
+	gs, err := NewLocal(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for round := range 50 {
+		for i := range 4 { // four queued messages of different sizes
+			msg := bytes.Repeat([]byte{byte(round + i)}, 100+i*1000)
+			if err := gs[0].Send(ctx, 1, 7, msg); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i := range 4 {
+			buf := make([]byte, 100+i*1000)
+			n, err := gs[1].Irecv(ctx, 0, 7, buf).Wait()
+			if err != nil || n != len(buf) {
+				t.Fatalf("round %d message %d: %d bytes, %v", round, i, n, err)
+			}
+			for _, b := range buf {
+				if b != byte(round+i) {
+					t.Fatalf("round %d message %d: byte %d, want %d", round, i, b, round+i)
+				}
+			}
+		}
+	}
+}
+
+func TestScratchPoolKeepsCapacity(t *testing.T) {
+	s := getScratch(1000)
+	if len(s) != 1000 || cap(s) != 1024 {
+		t.Fatalf("getScratch(1000): len %d cap %d, want 1000 and 1024", len(s), cap(s))
+	}
+	putScratch(s)
+	s2 := getScratch(900)
+	if &s2[0] != &s[0] {
+		t.Error("a returned scratch buffer of the same class was not reused")
+	}
+	putScratch(s2)
 }
