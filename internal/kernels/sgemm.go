@@ -75,10 +75,25 @@ var sharedBufs struct {
 
 func getShared(n int) *[]float32 {
 	sharedBufs.Lock()
+	// Best fit: the smallest free buffer that holds n; otherwise the largest,
+	// which is then grown (so buffers only ever grow and stop churning).
+	best := -1
+	for i, f := range sharedBufs.free {
+		if best < 0 {
+			best = i
+			continue
+		}
+		c, b := cap(*f), cap(*sharedBufs.free[best])
+		if (c >= n && (b < n || c < b)) || (b < n && c > b) {
+			best = i
+		}
+	}
 	var s *[]float32
-	if k := len(sharedBufs.free); k > 0 {
-		s = sharedBufs.free[k-1]
-		sharedBufs.free = sharedBufs.free[:k-1]
+	if best >= 0 {
+		s = sharedBufs.free[best]
+		last := len(sharedBufs.free) - 1
+		sharedBufs.free[best] = sharedBufs.free[last]
+		sharedBufs.free = sharedBufs.free[:last]
 	}
 	sharedBufs.Unlock()
 	if s == nil {
@@ -91,9 +106,15 @@ func getShared(n int) *[]float32 {
 	return s
 }
 
+// maxSharedFree bounds the idle shared buffers kept. Each in-process worker
+// holds up to four at once (prepacked A and B, an NHWC or padded image, a
+// permuted result), so this covers 16 concurrent GEMM callers without
+// dropping and reallocating buffers every step.
+const maxSharedFree = 64
+
 func putShared(s *[]float32) {
 	sharedBufs.Lock()
-	if len(sharedBufs.free) < 8 {
+	if len(sharedBufs.free) < maxSharedFree {
 		sharedBufs.free = append(sharedBufs.free, s)
 	}
 	sharedBufs.Unlock()
