@@ -1,9 +1,12 @@
 // Command spargo is spargo's command-line tool.
 //
-//	spargo hooks     list every registered comm hook with its options and defaults
-//	spargo models    list the built-in models with their parameter counts
+//	spargo hooks          list every registered comm hook with its options and defaults
+//	spargo models         list the built-in models with their parameter counts
+//	spargo bench train    single-process training images/s (-model, -batch, -steps, -json)
+//	spargo bench comm     comm hook cost on in-process workers (-hook, -workers, -n, -json)
 //
-// Later subcommands (bench, launch, simulate, plot) join the same dispatch table.
+// Later subcommands (launch, simulate, plot) join the same dispatch table; later
+// measurements join `spargo bench` by registering in their own file.
 package main
 
 import (
