@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"sync"
 
 	"github.com/spargo-dl/spargo/comm"
 )
@@ -54,6 +55,26 @@ func checkSpan(blocks, span int) error {
 }
 
 // wireBuf returns b resized to n bytes (reusing its storage when large enough).
+// wireScratch is the per-call working storage of the sparse exchanges (the bag being
+// sent, the received entries and their wire forms). It is pooled so that a training step
+// does not regrow megabytes of slices on every call; nothing in it outlives the call.
+type wireScratch struct {
+	sel, bag, in COO
+	msg, buf     []byte
+}
+
+var wireScratchPool = sync.Pool{New: func() any { return new(wireScratch) }}
+
+func getWireScratch() *wireScratch { return wireScratchPool.Get().(*wireScratch) }
+
+func putWireScratch(w *wireScratch) {
+	w.sel.Reset()
+	w.bag.Reset()
+	w.in.Reset()
+	w.msg, w.buf = w.msg[:0], w.buf[:0]
+	wireScratchPool.Put(w)
+}
+
 func wireBuf(b []byte, n int) []byte {
 	if cap(b) < n {
 		return make([]byte, n)
@@ -77,31 +98,32 @@ func sparReduceScatter(ctx context.Context, g comm.Group, tag uint32, acc []floa
 	if err := checkSpan(nt, c); err != nil {
 		return COO{}, err
 	}
-	var sel, bag, in COO
-	var msg, buf []byte
+	ws := getWireScratch()
+	defer putWireScratch(ws)
+	sel, bag, in := &ws.sel, &ws.bag, &ws.in
 	sizes, gaps := srsSchedule(nt)
 	for t, size := range sizes {
 		gap := gaps[t]
 		bag.Reset()
 		for p := range size {
 			lo, hi := blockBounds((r+gap+p)%nt, c, n)
-			sel = TopKNonZero(sel, acc[lo:hi], kb)
+			*sel = TopKNonZero(*sel, acc[lo:hi], kb)
 			off := int32(p * c)
 			for e, j := range sel.Idx {
 				bag.Append(off+j, sel.Val[e])
 				acc[lo+int(j)] = 0
 			}
 		}
-		msg = bag.AppendWire(msg[:0])
+		ws.msg = bag.AppendWire(ws.msg[:0])
 		maxIn := 0
 		for p := range size {
 			maxIn += min(kb, blockLen((r+p)%nt))
 		}
-		buf = wireBuf(buf, maxIn*wireEntryBytes)
+		ws.buf = wireBuf(ws.buf, maxIn*wireEntryBytes)
 		from := (r - gap + nt) % nt
-		m, err := comm.SendRecv(ctx, g, tag, (r+gap)%nt, msg, from, buf)
+		m, err := comm.SendRecv(ctx, g, tag, (r+gap)%nt, ws.msg, from, ws.buf)
 		if err == nil {
-			err = in.SetWire(buf[:m], size*c)
+			err = in.SetWire(ws.buf[:m], size*c)
 		}
 		if err != nil {
 			return COO{}, fmt.Errorf("Spar-Reduce-Scatter round %d of %d (team rank %d, bag of %d blocks from team rank %d): %w", t+1, len(sizes), r, size, from, err)
@@ -133,8 +155,9 @@ func bruckSparse(ctx context.Context, g comm.Group, tag uint32, mine COO, span i
 	nt, r := g.Size(), g.Rank()
 	held := make([]COO, nt) // held[i]: the block of member (r+i) mod N
 	held[0] = mine
-	var bag, in COO
-	var msg, buf []byte
+	ws := getWireScratch()
+	defer putWireScratch(ws)
+	bag, in := &ws.bag, &ws.in
 	for dist := 1; dist < nt; dist *= 2 {
 		cnt := min(dist, nt-dist)
 		if err := checkSpan(cnt, span); err != nil {
@@ -147,16 +170,16 @@ func bruckSparse(ctx context.Context, g comm.Group, tag uint32, mine COO, span i
 				bag.Append(off+j, held[p].Val[e])
 			}
 		}
-		msg = bag.AppendWire(msg[:0])
+		ws.msg = bag.AppendWire(ws.msg[:0])
 		maxIn := 0
 		for p := range cnt {
 			maxIn += caps((r + dist + p) % nt)
 		}
-		buf = wireBuf(buf, maxIn*wireEntryBytes)
+		ws.buf = wireBuf(ws.buf, maxIn*wireEntryBytes)
 		from := (r + dist) % nt
-		m, err := comm.SendRecv(ctx, g, tag, (r-dist+nt)%nt, msg, from, buf)
+		m, err := comm.SendRecv(ctx, g, tag, (r-dist+nt)%nt, ws.msg, from, ws.buf)
 		if err == nil {
-			err = in.SetWire(buf[:m], cnt*span)
+			err = in.SetWire(ws.buf[:m], cnt*span)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("sparse Bruck all-gather distance %d (rank %d of %d, from rank %d): %w", dist, r, nt, from, err)
