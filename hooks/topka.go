@@ -38,26 +38,29 @@ func (h *TopkA) step(ctx context.Context, g comm.Group, tag uint32, flat []float
 	k := h.k(n)
 	xi := st.Residual
 	kernels.Add(flat, flat, xi)
-	sel := TopK(COO{}, flat, k)
+	ws := getWireScratch()
+	defer putWireScratch(ws)
+	ws.sel = TopK(ws.sel, flat, k)
 	copy(xi, flat)
-	for _, j := range sel.Idx {
+	for _, j := range ws.sel.Idx {
 		xi[j] = 0
 	}
 	sizes := make([]int, p)
 	for i := range sizes {
 		sizes[i] = k * wireEntryBytes
 	}
-	all, err := comm.AllGatherBytesSized(ctx, g, tag, sel.AppendWire(nil), sizes)
+	ws.msg = ws.sel.AppendWire(ws.msg[:0])
+	all, err := comm.AllGatherBytesSized(ctx, g, tag, ws.msg, sizes)
 	if err != nil {
 		return fmt.Errorf("all-gather of the selections: %w", err)
 	}
 	clear(flat)
-	var v COO
+	v := &ws.in
 	for r, msg := range all {
 		if err := v.SetWire(msg, n); err != nil {
 			return fmt.Errorf("selection of rank %d: %w", r, err)
 		}
-		ScatterAdd(flat, v)
+		ScatterAdd(flat, *v)
 	}
 	kernels.Scale(1/float32(p), flat)
 	return nil
