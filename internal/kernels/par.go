@@ -12,8 +12,8 @@ import (
 // on the worker pool (dispatch in pool.go) with parallelFor's split, so neither
 // path allocates in the steady state.
 
-// runsSerial reports whether parallelFor(n, cost, …) would run everything on the
-// calling goroutine (same threshold as parallelFor).
+// runsSerial reports whether a loop of n items of the given cost runs on the
+// calling goroutine alone (parallelFor and the layer kernels share it).
 func runsSerial(n, cost int) bool {
 	return n <= 1 || n*max(cost, 1) < 1<<15 || runtime.GOMAXPROCS(0) <= 1
 }
@@ -41,6 +41,7 @@ const (
 	jobCEBackward
 	jobSGD
 	jobElem
+	jobFunc // parallelFor's closure
 )
 
 // layerTask is a pooled parallel loop over [0, n) running one job kind.
@@ -51,6 +52,7 @@ type layerTask struct {
 	ce    ceJob
 	sgd   sgdJob
 	elem  elemJob
+	fn    func(lo, hi int)
 	n     int
 	grain int
 	next  atomic.Int64
@@ -83,6 +85,8 @@ func (t *layerTask) body(lo, hi int) {
 		t.sgd.run(lo, hi)
 	case jobElem:
 		t.elem.run(lo, hi)
+	case jobFunc:
+		t.fn(lo, hi)
 	default:
 		panic("kernels: unknown layer job")
 	}

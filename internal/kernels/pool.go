@@ -1,9 +1,7 @@
 package kernels
 
 import (
-	"runtime"
 	"sync"
-	"sync/atomic"
 	"unsafe"
 )
 
@@ -54,45 +52,22 @@ func dispatch(t task, wg *sync.WaitGroup, helpers int) {
 	}
 }
 
-// forJob implements parallelFor.
-type forJob struct {
-	fn    func(lo, hi int)
-	n     int
-	grain int
-	next  atomic.Int64
-	wg    sync.WaitGroup
-}
-
-func (j *forJob) run() {
-	for {
-		lo := int(j.next.Add(int64(j.grain))) - j.grain
-		if lo >= j.n {
-			return
-		}
-		j.fn(lo, min(lo+j.grain, j.n))
-	}
-}
-
-func (j *forJob) done() { j.wg.Done() }
-
 // parallelFor calls fn on disjoint ranges covering [0,n) using up to
 // GOMAXPROCS goroutines. cost is a rough per-item work estimate (in
 // floating-point operations / element moves) used to avoid spawning
-// goroutines for small problems.
+// goroutines for small problems. It runs on the same pooled task as the
+// layer kernels (par.go), so only fn's closure is allocated.
 func parallelFor(n int, cost int, fn func(lo, hi int)) {
 	if n <= 0 {
 		return
 	}
-	nw := runtime.GOMAXPROCS(0)
-	if nw <= 1 || n == 1 || n*max(cost, 1) < 1<<15 {
+	if runsSerial(n, cost) {
 		fn(0, n)
 		return
 	}
-	nw = min(nw, n)
-	// about 4 chunks per worker for balance
-	grain := max(1, n/(4*nw))
-	j := &forJob{fn: fn, n: n, grain: grain}
-	dispatch(j, &j.wg, nw)
+	t := newTask(jobFunc)
+	t.fn = fn
+	runTask(t, n)
 }
 
 // alignedFloats returns a zeroed slice of n float32 whose first element is
