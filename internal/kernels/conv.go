@@ -18,16 +18,7 @@ func (g ConvGeom) ColRows() int { return g.C * g.KH * g.KW }
 func (g ConvGeom) ColCols() int { return g.N * g.OutH() * g.OutW() }
 
 func (g ConvGeom) check(fn string, xLen, colLen int) {
-	if g.N < 0 || g.C < 0 || g.H < 0 || g.W < 0 || g.KH <= 0 || g.KW <= 0 ||
-		g.PadH < 0 || g.PadW < 0 || g.StrideH <= 0 || g.StrideW <= 0 {
-		panic(fmt.Sprintf("kernels.%s: invalid geometry %+v", fn, g))
-	}
-	if g.H+2*g.PadH < g.KH || g.W+2*g.PadW < g.KW {
-		panic(fmt.Sprintf("kernels.%s: kernel %dx%d larger than padded input in %+v", fn, g.KH, g.KW, g))
-	}
-	if need := g.N * g.C * g.H * g.W; xLen != need {
-		panic(fmt.Sprintf("kernels.%s: image has %d elements, geometry %+v needs %d", fn, xLen, g, need))
-	}
+	g.checkImage(fn, xLen)
 	if need := g.ColRows() * g.ColCols(); colLen != need {
 		panic(fmt.Sprintf("kernels.%s: col has %d elements, geometry %+v needs %d", fn, colLen, g, need))
 	}
