@@ -6,7 +6,8 @@
 //	dp, err := ddp.New(ctx, model, group, ddp.WithCommHook(h))
 //
 // A spec is a registered name, optionally followed by a colon and comma-separated
-// key=value options. `spargo hooks` lists every registered hook with its options and
+// key=value options, or a wrapper's name, a plus sign and a spec ("fp16+powersgd:rank=4":
+// the options belong to the wrapped hook). `spargo hooks` lists every registered hook with its options and
 // defaults. Build one hook per rank (Parse once per worker): sparse hooks keep per-rank
 // state.
 //
@@ -32,6 +33,31 @@
 //   - gtopk: gTopk — tree reduction keeping the top-k of each 2k merge, then a broadcast;
 //     power-of-two P only; 2·log2 P rounds, at most 4k·log2 P words.
 //
+// # PyTorch DDP's built-in hooks
+//
+// The hooks of torch.distributed.algorithms.ddp_comm_hooks (v1.13), for users who know them:
+//
+//   - fp16, bf16: fp16_compress_hook / bf16_compress_hook. Each rank divides its bucket by P,
+//     rounds it to IEEE half or bfloat16 (Float32ToHalf, Float32ToBFloat16: round to nearest,
+//     ties to even) and AllReduce16 sums the 16-bit words: every reduction step widens, adds in
+//     float32 and rounds back, so 2 bytes per element travel (half of allreduce's volume, same
+//     rounds) and every rank gets the same bits. Option algorithm as allreduce's.
+//   - fp16+SPEC, bf16+SPEC: fp16_compress_wrapper / bf16_compress_wrapper around the hook of any
+//     spec, whose options follow its colon ("fp16+powersgd:rank=4,start_iter=10"). The input is
+//     rounded to 16 bits before the inner hook and its output after. Only a DenseAllReducer
+//     (powersgd) also sends 16-bit messages; a sparse inner hook's messages stay float32 (the
+//     wrapper saves nothing on its wire). "fp16+allreduce" is the fp16 hook itself.
+//   - powersgd: powerSGD_hook with PowerSGDState's options (rank, start_iter = PyTorch's 1000 by
+//     default, min_compression_rate, use_error_feedback, warm_start, orthogonalization_epsilon,
+//     seed, batch_tensors_with_same_shape). Per bucket: tensors worth it ((rows+cols)·r·rate <
+//     rows·cols, viewing a tensor as [shape[0], rest]) get P = M·Q, an all-reduce of the Ps,
+//     Gram-Schmidt, Q = Mᵀ·P, an all-reduce of the Qs divided by the world size, output P·Qᵀ;
+//     the rest are all-reduced together. Three all-reduces of (uncompressed, Σ rows·r, Σ cols·r) elements. Error
+//     feedback e = input − output, warm-started Q; both are saved with the checkpoint.
+//   - noop: noop_hook. No communication: each rank keeps its own undivided gradient. It does not
+//     train a data-parallel model (the replicas drift apart); it measures how much time
+//     communication costs.
+//
 // # Shared sparse parts
 //
 // The sparse hooks are built from the same pieces, in GRACE's decomposition: COO vectors with
@@ -47,5 +73,9 @@
 // residuals), topka and topkdsa the conservation test holds: the summed output plus the new
 // residuals of all ranks equals the summed gradients plus the old residuals, so every
 // contribution is applied exactly once or kept exactly once. gtopk and spardl's local and
-// partial residual modes drop some contributions by design.
+// partial residual modes drop some contributions by design. fp16, bf16 and powersgd (wrapped or
+// not) keep the replicas bit-identical too; powersgd's output is exactly the average when its
+// rank reaches min(rows, cols), and its errors satisfy the same conservation test (for the
+// tensors it does not compress, PyTorch's e = input − average sums to zero over the ranks).
+// noop does not keep the replicas identical.
 package hooks

@@ -23,6 +23,9 @@ type Spec struct {
 	Options []Option
 	// New builds the hook from options; every option is present, defaults filled in.
 	New func(o Values) (ddp.CommHook, error)
+	// Wrap, when set, makes the hook a wrapper too: the spec "NAME+INNER" (INNER any spec,
+	// options included, e.g. "fp16+powersgd:rank=4") gives Wrap(Parse(INNER)).
+	Wrap func(inner ddp.CommHook) (ddp.CommHook, error)
 }
 
 // Values are a hook's options after parsing, defaults filled in. The accessors return
@@ -93,8 +96,13 @@ func names() string {
 	return strings.Join(ns, ", ")
 }
 
-// Parse builds a hook from "name" or "name:key=value,key=value".
+// Parse builds a hook from "name" or "name:key=value,key=value", or a wrapper around one
+// from "wrapper+spec" (e.g. "fp16+powersgd:rank=4,start_iter=10": the options after the colon
+// belong to the wrapped hook; a '+' counts only before the first colon).
 func Parse(spec string) (ddp.CommHook, error) {
+	if head, _, _ := strings.Cut(spec, ":"); strings.Contains(head, "+") {
+		return parseWrapped(spec)
+	}
 	name, rest, hasOpts := strings.Cut(strings.TrimSpace(spec), ":")
 	s, ok := registry[name]
 	if !ok {
@@ -127,6 +135,34 @@ func Parse(spec string) (ddp.CommHook, error) {
 	return s.New(vals)
 }
 
+// parseWrapped parses "wrapper+inner-spec".
+func parseWrapped(spec string) (ddp.CommHook, error) {
+	outer, innerSpec, _ := strings.Cut(spec, "+")
+	outer = strings.TrimSpace(outer)
+	s, ok := registry[outer]
+	if !ok {
+		return nil, fmt.Errorf("hooks: unknown hook %q in %q (registered: %s)", outer, spec, names())
+	}
+	if s.Wrap == nil {
+		return nil, fmt.Errorf("hooks: %s in %q cannot wrap another hook (wrappers: %s)", outer, spec, wrapperNames())
+	}
+	inner, err := Parse(innerSpec)
+	if err != nil {
+		return nil, fmt.Errorf("%w (in the hook wrapped by %s in %q)", err, outer, spec)
+	}
+	return s.Wrap(inner)
+}
+
+func wrapperNames() string {
+	var ns []string
+	for _, s := range Registered() {
+		if s.Wrap != nil {
+			ns = append(ns, s.Name)
+		}
+	}
+	return strings.Join(ns, ", ")
+}
+
 // MustParse is Parse for specs fixed in the program; it panics on error.
 func MustParse(spec string) ddp.CommHook {
 	h, err := Parse(spec)
@@ -141,6 +177,9 @@ func Help() string {
 	var b strings.Builder
 	for _, s := range Registered() {
 		fmt.Fprintf(&b, "%s\n    %s\n", s.Name, s.Summary)
+		if s.Wrap != nil {
+			fmt.Fprintf(&b, "    wrapper: %s+SPEC wraps the hook SPEC (SPEC's options after its colon)\n", s.Name)
+		}
 		for _, o := range s.Options {
 			fmt.Fprintf(&b, "    %-14s default %-8s %s\n", o.Name, o.Default, o.Help)
 		}
