@@ -32,6 +32,20 @@
 //     [4k(P-1)/P, (2k+n)(P-1)/P] words plus P-1 words of counts.
 //   - gtopk: gTopk — tree reduction keeping the top-k of each 2k merge, then a broadcast;
 //     power-of-two P only; 2·log2 P rounds, at most 4k·log2 P words.
+//   - oktopk: Ok-Topk (ALGORITHMS.md §3) — local and global selection by thresholds reused
+//     between exact re-evaluations every τ' calls (a distributed radix select finds the exact
+//     global one), with the reference's multiplicative feedback (preset=vgg|lstm|bert) and, by
+//     default, an exact re-evaluation within the call when a reused threshold's count leaves
+//     its band (guard); region boundaries agreed every τ = 64 calls from the ranks' selected
+//     positions; a split and reduce with destination rotation and 4 peers in flight; data
+//     balancing before the all-gather-v when the largest count exceeds 4× the average
+//     (balance=auto|always|never). At most 6k(P-1)/P words plus 2(P-1) words of counts per
+//     call with k-entry selections, plus k-independent boundary and histogram all-reduces on
+//     repartition and re-evaluation calls. Options density, tau, tau_prime, preset, balance,
+//     guard, dense_warmup. Debug log: one line per call (thresholds, counts, guards).
+//   - gaussiank: Gaussiank — the magnitude threshold of a normal fit of g + ξ, corrected toward k
+//     (the reference's up to 20 steps of 1.02 into [3k/4, 5k/4]); all-gather-v of the
+//     selections: 2·ceil(log2 P) rounds, P-1 words of sizes plus 2 words per received entry.
 //
 // # PyTorch DDP's built-in hooks
 //
@@ -70,7 +84,7 @@
 // # Guarantees the tests check
 //
 // Replicas stay bit-identical (every rank gets the same output bits). For spardl (global
-// residuals), topka and topkdsa the conservation test holds: the summed output plus the new
+// residuals), topka, topkdsa, oktopk and gaussiank the conservation test holds: the summed output plus the new
 // residuals of all ranks equals the summed gradients plus the old residuals, so every
 // contribution is applied exactly once or kept exactly once. gtopk and spardl's local and
 // partial residual modes drop some contributions by design. fp16, bf16 and powersgd (wrapped or
