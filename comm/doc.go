@@ -45,4 +45,29 @@
 // ceil(log2 P) rounds. Broadcast is a binomial tree, Barrier a dissemination barrier.
 //
 // F32Bytes and BytesF32 view float32 data as host-order (little-endian) bytes without copying.
+//
+// # TCP transport
+//
+// NewTCP connects the processes of a job: a full mesh of persistent TCP connections, one per
+// pair of ranks (the lower rank dials), each authenticated both ways by an HMAC-SHA256
+// challenge-response over TCPConfig.Secret before any data moves; connections that fail it are
+// closed and logged and the rank keeps waiting for its real peers. Messages travel as frames
+// behind a validated 32-byte header (magic, version, kind, tag, chunk and message lengths);
+// a large message goes out in 1 MiB chunks interleaved with other tags' frames, so a gradient
+// bucket does not hold up a small message, and FIFO order per tag holds. Results and Counters
+// are those of the in-process transport (Counters count payload bytes, never framing). Idle
+// connections carry a heartbeat every Timeout/4; a peer that disconnects, breaks the protocol
+// or is silent for Timeout fails every pending and later operation of the rank with an error
+// naming that peer ("peer rank 2 failed: silent for 30s"). A peer that closes its group says
+// goodbye: operations that need it then fail with ErrClosed. NewTCPLoopback runs P ranks of one
+// process over 127.0.0.1, for tests and benchmarks. A multi-process rank does:
+//
+//	ln, err := net.Listen("tcp", ":29600") // Addrs[rank] must reach it
+//	g, err := comm.NewTCP(ctx, comm.TCPConfig{Rank: rank, Size: size, Listener: ln, Addrs: addrs, Secret: secret})
+//	defer g.Close()
+//	err = comm.AllReduce(ctx, g, 0, grads, comm.Auto)
+//
+// Without a Secret anyone who reaches the ports can join the mesh or inject data: leave it
+// empty on loopback or a trusted network only. Authentication does not encrypt; across
+// untrusted networks run the job inside a VPN or WireGuard tunnel.
 package comm

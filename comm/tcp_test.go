@@ -1,0 +1,1189 @@
+package comm
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// testLog collects a transport's log lines so that tests can look for rejections and failures.
+type testLog struct {
+	mu    sync.Mutex
+	lines []string
+	t     testing.TB
+}
+
+func (l *testLog) logf(format string, args ...any) {
+	s := fmt.Sprintf(format, args...)
+	l.mu.Lock()
+	l.lines = append(l.lines, s)
+	l.mu.Unlock()
+	l.t.Log(s)
+}
+
+// count is the number of lines containing every one of subs.
+func (l *testLog) count(subs ...string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, s := range l.lines {
+		ok := true
+		for _, sub := range subs {
+			ok = ok && strings.Contains(s, sub)
+		}
+		if ok {
+			n++
+		}
+	}
+	return n
+}
+
+// waitFor polls cond until it holds or d passes.
+func waitFor(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return true
+}
+
+var testSecret = []byte("correct horse battery staple")
+
+// newTCP returns p ranks over loopback sockets (closed when the test ends), with an optional
+// change to every rank's configuration.
+func newTCP(t testing.TB, p int, configure ...func(*TCPConfig)) []Group {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	log := &testLog{t: t}
+	groups, err := newTCPLoopback(ctx, p, func(c *TCPConfig) {
+		c.Secret = testSecret
+		c.Logf = log.logf
+		for _, f := range configure {
+			f(c)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { closeAll(groups) })
+	return groups
+}
+
+func closeAll(groups []Group) {
+	var wg sync.WaitGroup
+	for _, g := range groups {
+		wg.Go(func() { g.Close() })
+	}
+	wg.Wait()
+}
+
+// transports are the constructors the Group contract tests run against.
+var transports = []struct {
+	name string
+	make func(t testing.TB, p int) []Group
+}{
+	{"local", func(t testing.TB, p int) []Group {
+		g, err := NewLocal(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}},
+	{"tcp", func(t testing.TB, p int) []Group { return newTCP(t, p) }},
+}
+
+// TestGroupContract runs the Group contract of local_test.go against every transport.
+func TestGroupContract(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) {
+			t.Run("FIFOAndCopy", func(t *testing.T) { contractFIFOAndCopy(t, tr.make(t, 3)) })
+			t.Run("IrecvPostedBeforeSend", func(t *testing.T) { contractIrecvPostedFirst(t, tr.make(t, 2)) })
+			t.Run("SelfSendAndZeroLength", func(t *testing.T) { contractSelfSend(t, tr.make(t, 2)) })
+			t.Run("Errors", func(t *testing.T) { contractErrors(t, tr.make(t, 2)) })
+			t.Run("RecvHonoursContext", func(t *testing.T) { contractRecvContext(t, tr.make(t, 2)) })
+			t.Run("Close", func(t *testing.T) { contractClose(t, tr.make(t, 3)) })
+			t.Run("UnexpectedMessages", func(t *testing.T) { contractUnexpected(t, tr.make(t, 2)) })
+			t.Run("LargeMessagesAcrossTags", func(t *testing.T) { contractLargeMixed(t, tr.make(t, 3)) })
+		})
+	}
+}
+
+func contractFIFOAndCopy(t *testing.T, g []Group) {
+	ctx := context.Background()
+	payload := make([]byte, 8)
+	const msgs = 50
+	for i := range msgs {
+		payload[0] = byte(i)
+		if err := g[0].Send(ctx, 2, 9, payload); err != nil {
+			t.Fatal(err)
+		}
+		payload[0] = 0xff
+	}
+	if err := g[1].Send(ctx, 2, 9, []byte{0xee}); err != nil {
+		t.Fatal(err)
+	}
+	if err := g[0].Send(ctx, 2, 10, []byte{0xdd}); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 16)
+	for i := range msgs {
+		n, err := g[2].Recv(ctx, 0, 9, buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n != 8 || buf[0] != byte(i) {
+			t.Fatalf("message %d: n=%d first byte %d", i, n, buf[0])
+		}
+	}
+	if n, err := g[2].Recv(ctx, 1, 9, buf); err != nil || n != 1 || buf[0] != 0xee {
+		t.Fatalf("from rank 1: n=%d err=%v byte %x", n, err, buf[0])
+	}
+	if n, err := g[2].Recv(ctx, 0, 10, buf); err != nil || n != 1 || buf[0] != 0xdd {
+		t.Fatalf("tag 10: n=%d err=%v byte %x", n, err, buf[0])
+	}
+	s0, s2 := g[0].Counters().Snapshot(), g[2].Counters().Snapshot()
+	if s0.MsgsSent != msgs+1 || s0.BytesSent != 8*msgs+1 {
+		t.Errorf("rank 0 counters %v", s0)
+	}
+	if s2.MsgsRecv != msgs+2 || s2.BytesRecv != 8*msgs+2 {
+		t.Errorf("rank 2 counters %v", s2)
+	}
+}
+
+func contractIrecvPostedFirst(t *testing.T, g []Group) {
+	ctx := context.Background()
+	bufs := [][]byte{make([]byte, 4), make([]byte, 4), make([]byte, 4)}
+	reqs := make([]*Request, len(bufs))
+	for i := range bufs {
+		reqs[i] = g[1].Irecv(ctx, 0, 3, bufs[i])
+	}
+	select {
+	case <-reqs[0].Done():
+		t.Fatal("receive completed before any send")
+	case <-time.After(10 * time.Millisecond):
+	}
+	for i := range bufs {
+		if _, err := g[0].Isend(ctx, 1, 3, []byte{byte(i + 1), 0, 0, byte(i)}).Wait(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := WaitAll(reqs...); err != nil {
+		t.Fatal(err)
+	}
+	for i, b := range bufs {
+		if b[0] != byte(i+1) || b[3] != byte(i) {
+			t.Errorf("receive %d got %v", i, b)
+		}
+	}
+}
+
+func contractSelfSend(t *testing.T, g []Group) {
+	ctx := context.Background()
+	if err := g[1].Send(ctx, 1, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := g[1].Recv(ctx, 1, 0, nil); err != nil || n != 0 {
+		t.Fatalf("self zero-length: n=%d err=%v", n, err)
+	}
+	if err := g[1].Send(ctx, 1, 4, []byte("abc")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 3)
+	if n, err := g[1].Recv(ctx, 1, 4, buf); err != nil || n != 3 || string(buf) != "abc" {
+		t.Fatalf("self send: n=%d err=%v %q", n, err, buf)
+	}
+	// Zero-length messages between ranks, posted before and after they arrive.
+	req := g[0].Irecv(ctx, 1, 5, nil)
+	if err := g[1].Send(ctx, 0, 5, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := g[1].Send(ctx, 0, 5, []byte{}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := req.Wait(); err != nil || n != 0 {
+		t.Fatalf("zero-length, posted first: n=%d err=%v", n, err)
+	}
+	if n, err := g[0].Recv(ctx, 1, 5, make([]byte, 1)); err != nil || n != 0 {
+		t.Fatalf("zero-length, posted after: n=%d err=%v", n, err)
+	}
+	if s := g[1].Counters().Snapshot(); s.MsgsSent != 4 || s.MsgsRecv != 2 || s.BytesSent != 3 || s.BytesRecv != 3 {
+		t.Errorf("rank 1 counters %v", s)
+	}
+}
+
+func contractErrors(t *testing.T, g []Group) {
+	ctx := context.Background()
+	cases := []struct {
+		name string
+		run  func() error
+		want []string
+	}{
+		{"send to rank 2", func() error { return g[0].Send(ctx, 2, 5, []byte{1}) }, []string{"rank 0", "rank 2", "tag 5", "out of range"}},
+		{"send to rank -1", func() error { return g[0].Send(ctx, -1, 5, []byte{1}) }, []string{"rank -1", "out of range"}},
+		{"recv from rank 7", func() error { _, err := g[1].Recv(ctx, 7, 5, nil); return err }, []string{"rank 1", "rank 7", "out of range"}},
+		{"message too large", func() error {
+			if err := g[0].Send(ctx, 1, 6, make([]byte, 10)); err != nil {
+				return fmt.Errorf("send: %w", err)
+			}
+			_, err := g[1].Recv(ctx, 0, 6, make([]byte, 4))
+			return err
+		}, []string{"rank 1", "rank 0", "tag 6", "10 bytes", "4 bytes"}},
+		{"message too large, receive posted first", func() error {
+			req := g[1].Irecv(ctx, 0, 7, make([]byte, 3))
+			if err := g[0].Send(ctx, 1, 7, make([]byte, 3<<20)); err != nil {
+				return fmt.Errorf("send: %w", err)
+			}
+			_, err := req.Wait()
+			return err
+		}, []string{"rank 1", "rank 0", "tag 7", "3145728 bytes", "3 bytes"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := c.run()
+			if err == nil {
+				t.Fatal("no error")
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+	// The oversized messages were consumed: the next ones on their tags arrive.
+	for _, tag := range []uint32{6, 7} {
+		if err := g[0].Send(ctx, 1, tag, []byte{42}); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 1)
+		if n, err := g[1].Recv(ctx, 0, tag, buf); err != nil || n != 1 || buf[0] != 42 {
+			t.Fatalf("tag %d after the oversized message: n=%d err=%v buf=%v", tag, n, err, buf)
+		}
+	}
+}
+
+func contractRecvContext(t *testing.T, g []Group) {
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	deadline, cancel2 := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	defer cancel2()
+	later, cancel3 := context.WithCancel(context.Background())
+	time.AfterFunc(30*time.Millisecond, cancel3)
+	cases := []struct {
+		name string
+		ctx  context.Context
+		want error
+	}{
+		{"cancelled", cancelled, context.Canceled},
+		{"deadline", deadline, context.DeadlineExceeded},
+		{"cancelled while waiting", later, context.Canceled},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			start := time.Now()
+			_, err := g[1].Recv(c.ctx, 0, 42, make([]byte, 4))
+			if !errors.Is(err, c.want) {
+				t.Fatalf("err = %v, want %v", err, c.want)
+			}
+			if time.Since(start) > 5*time.Second {
+				t.Errorf("took %v", time.Since(start))
+			}
+			for _, w := range []string{"rank 1", "rank 0", "tag 42"} {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+	if err := g[0].Send(context.Background(), 1, 42, []byte{7}); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 1)
+	if n, err := g[1].Recv(context.Background(), 0, 42, buf); err != nil || n != 1 || buf[0] != 7 {
+		t.Fatalf("after cancellations: n=%d err=%v buf=%v", n, err, buf)
+	}
+}
+
+func contractClose(t *testing.T, g []Group) {
+	ctx := context.Background()
+	if err := g[0].Send(ctx, 2, 1, []byte{5}); err != nil {
+		t.Fatal(err)
+	}
+	pendingOwn := g[0].Irecv(ctx, 1, 1, make([]byte, 1))
+	pendingPeer := g[1].Irecv(ctx, 0, 1, make([]byte, 1))
+	if err := g[0].Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := g[0].Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	check := func(name string, err error) {
+		t.Helper()
+		if !errors.Is(err, ErrClosed) {
+			t.Errorf("%s: err = %v, want ErrClosed", name, err)
+		}
+	}
+	_, err := pendingOwn.Wait()
+	check("pending receive on the closed rank", err)
+	_, err = pendingPeer.Wait()
+	check("pending receive from the closed rank", err)
+	check("send from the closed rank", g[0].Send(ctx, 1, 1, nil))
+	_, err = g[0].Recv(ctx, 1, 1, nil)
+	check("receive on the closed rank", err)
+	check("send to the closed rank", g[1].Send(ctx, 0, 1, nil))
+	_, err = g[1].Recv(ctx, 0, 2, nil)
+	check("later receive from the closed rank", err)
+	buf := make([]byte, 1)
+	if n, err := g[2].Recv(ctx, 0, 1, buf); err != nil || n != 1 || buf[0] != 5 {
+		t.Errorf("queued message from closed rank: n=%d err=%v", n, err)
+	}
+	// The ranks that stay open still talk to each other.
+	if err := g[1].Send(ctx, 2, 3, []byte{9}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := g[2].Recv(ctx, 1, 3, buf); err != nil || n != 1 || buf[0] != 9 {
+		t.Errorf("between open ranks after a Close: n=%d err=%v", n, err)
+	}
+}
+
+func contractUnexpected(t *testing.T, gs []Group) {
+	ctx := context.Background()
+	for round := range 50 {
+		for i := range 4 {
+			msg := bytes.Repeat([]byte{byte(round + i)}, 100+i*1000)
+			if err := gs[0].Send(ctx, 1, 7, msg); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i := range 4 {
+			buf := make([]byte, 100+i*1000)
+			n, err := gs[1].Irecv(ctx, 0, 7, buf).Wait()
+			if err != nil || n != len(buf) {
+				t.Fatalf("round %d message %d: %d bytes, %v", round, i, n, err)
+			}
+			for _, b := range buf {
+				if b != byte(round+i) {
+					t.Fatalf("round %d message %d: byte %d, want %d", round, i, b, round+i)
+				}
+			}
+		}
+	}
+}
+
+// pattern fills a message so that any misplaced or stale byte shows.
+func pattern(tag uint32, seq, n int) []byte {
+	b := make([]byte, n)
+	x := uint32(tag)*2654435761 + uint32(seq)*40503 + 1
+	for i := range b {
+		x ^= x << 13
+		x ^= x >> 17
+		x ^= x << 5
+		b[i] = byte(x)
+	}
+	return b
+}
+
+// Two senders, several tags, sizes across the 1 MiB chunk boundary, receives posted before,
+// during and after the messages arrive: every message lands whole, in order per tag.
+func contractLargeMixed(t *testing.T, g []Group) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	sizes := []int{0, 1, 1000, tcpMaxChunk - 1, tcpMaxChunk, tcpMaxChunk + 1, 3*tcpMaxChunk + 17, 70_000}
+	tags := []uint32{1, 2, 3}
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for _, from := range []int{0, 1} {
+		for _, tag := range tags {
+			wg.Go(func() {
+				reqs := make([]*Request, len(sizes))
+				for i, n := range sizes {
+					reqs[i] = g[from].Isend(ctx, 2, tag, pattern(tag+uint32(10*from), i, n))
+				}
+				if err := WaitAll(reqs...); err != nil {
+					errs <- err
+				}
+			})
+			wg.Go(func() {
+				for i, n := range sizes {
+					if (i+int(tag))%3 == 0 {
+						time.Sleep(time.Millisecond) // let some messages arrive first
+					}
+					buf := make([]byte, n+5)
+					got, err := g[2].Recv(ctx, from, tag, buf)
+					if err != nil {
+						errs <- err
+						return
+					}
+					if got != n || !bytes.Equal(buf[:n], pattern(tag+uint32(10*from), i, n)) {
+						errs <- fmt.Errorf("from %d tag %d message %d: %d bytes, want %d, or the content differs", from, tag, i, got, n)
+						return
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+// ---- collectives over TCP equal the in-process ones ----
+
+// collCase is one collective call; it returns the rank's result as bytes.
+type collCase struct {
+	name string
+	run  func(ctx context.Context, g Group) ([]byte, error)
+}
+
+func collectiveCases(p int) []collCase {
+	var cs []collCase
+	f32 := func(v []float32) []byte { return slices.Clone(F32Bytes(v)) }
+	for _, alg := range []Algorithm{Auto, Ring, Rabenseifner, RecursiveDoubling} {
+		for _, n := range []int{1, 1000, 700_000} {
+			cs = append(cs, collCase{fmt.Sprintf("AllReduce/%v/n=%d", alg, n), func(ctx context.Context, g Group) ([]byte, error) {
+				buf := rankData(uint64(n), g.Rank(), n)
+				err := AllReduce(ctx, g, 1, buf, alg)
+				return f32(buf), err
+			}})
+		}
+	}
+	for _, alg := range []Algorithm{Auto, Ring, Bruck, RecursiveDoubling} {
+		if alg == RecursiveDoubling && !isPow2(p) {
+			continue
+		}
+		for _, n := range []int{1, 300_000} {
+			cs = append(cs, collCase{fmt.Sprintf("AllGather/%v/n=%d", alg, n), func(ctx context.Context, g Group) ([]byte, error) {
+				recv := make([]float32, p*n)
+				err := AllGather(ctx, g, 2, rankData(3, g.Rank(), n), recv, alg)
+				return f32(recv), err
+			}})
+		}
+	}
+	size := func(r int) int { return []int{0, 5, 300_001, 17}[r%4] }
+	cs = append(cs,
+		collCase{"AllGatherV", func(ctx context.Context, g Group) ([]byte, error) {
+			out, err := AllGatherV(ctx, g, 3, rankData(9, g.Rank(), size(g.Rank())))
+			var b []byte
+			for _, o := range out {
+				b = append(b, F32Bytes(o)...)
+			}
+			return b, err
+		}},
+		collCase{"AllGatherBytes", func(ctx context.Context, g Group) ([]byte, error) {
+			out, err := AllGatherBytes(ctx, g, 3, pattern(3, g.Rank(), size(g.Rank())))
+			return bytes.Join(out, nil), err
+		}},
+		collCase{"AllGatherBytesSized", func(ctx context.Context, g Group) ([]byte, error) {
+			sizes := make([]int, p)
+			for i := range sizes {
+				sizes[i] = size(i)
+			}
+			out, err := AllGatherBytesSized(ctx, g, 3, pattern(4, g.Rank(), size(g.Rank())), sizes)
+			return bytes.Join(out, nil), err
+		}},
+		collCase{"Broadcast/root=0", func(ctx context.Context, g Group) ([]byte, error) {
+			buf := make([]float32, 400_000)
+			if g.Rank() == 0 {
+				buf = rankData(7, 0, len(buf))
+			}
+			err := Broadcast(ctx, g, 4, 0, buf)
+			return f32(buf), err
+		}},
+		collCase{"BroadcastBytes/root=last", func(ctx context.Context, g Group) ([]byte, error) {
+			buf := make([]byte, 1001)
+			if g.Rank() == p-1 {
+				buf = pattern(5, p-1, len(buf))
+			}
+			err := BroadcastBytes(ctx, g, 4, p-1, buf)
+			return buf, err
+		}},
+		collCase{"Barrier", func(ctx context.Context, g Group) ([]byte, error) {
+			return nil, Barrier(ctx, g, 6)
+		}},
+		collCase{"SendRecv/shift", func(ctx context.Context, g Group) ([]byte, error) {
+			r := g.Rank()
+			recv := make([]byte, 2<<20)
+			n, err := SendRecv(ctx, g, 7, (r+1)%p, pattern(7, r, 1000*r+(r%2)<<20), (r-1+p)%p, recv)
+			return recv[:n], err
+		}},
+		collCase{"Sub/AllReduce", func(ctx context.Context, g Group) ([]byte, error) {
+			members := []int{p - 1}
+			for i := 0; i < p-1; i += 2 {
+				members = append(members, i)
+			}
+			if !slices.Contains(members, g.Rank()) {
+				members = nil
+				for i := 1; i < p-1; i += 2 {
+					members = append(members, i)
+				}
+			}
+			s, err := Sub(g, members)
+			if err != nil {
+				return nil, err
+			}
+			buf := rankData(21, g.Rank(), 99_999)
+			err = AllReduce(ctx, s, 8, buf, Ring)
+			return f32(buf), err
+		}},
+	)
+	return cs
+}
+
+// runCase runs c on every rank and returns each rank's result and counter difference.
+func runCase(ctx context.Context, groups []Group, c collCase) ([][]byte, []Stats, error) {
+	p := len(groups)
+	outs := make([][]byte, p)
+	stats := make([]Stats, p)
+	errs := make([]error, p)
+	var wg sync.WaitGroup
+	for r, g := range groups {
+		wg.Go(func() {
+			before := g.Counters().Snapshot()
+			outs[r], errs[r] = c.run(ctx, g)
+			stats[r] = g.Counters().Snapshot().Sub(before)
+		})
+	}
+	wg.Wait()
+	return outs, stats, errors.Join(errs...)
+}
+
+func TestTCPCollectivesMatchLocal(t *testing.T) {
+	for _, p := range []int{2, 3, 4} {
+		t.Run(fmt.Sprintf("P=%d", p), func(t *testing.T) {
+			local, err := NewLocal(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tcp := newTCP(t, p)
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			for _, c := range collectiveCases(p) {
+				wantOut, wantStats, err := runCase(ctx, local, c)
+				if err != nil {
+					t.Fatalf("%s in process: %v", c.name, err)
+				}
+				gotOut, gotStats, err := runCase(ctx, tcp, c)
+				if err != nil {
+					t.Fatalf("%s over TCP: %v", c.name, err)
+				}
+				for r := range p {
+					if !bytes.Equal(gotOut[r], wantOut[r]) {
+						t.Errorf("%s rank %d: result over TCP differs from the in-process one (%d vs %d bytes)", c.name, r, len(gotOut[r]), len(wantOut[r]))
+					}
+					if gotStats[r] != wantStats[r] {
+						t.Errorf("%s rank %d: counters over TCP %v, in process %v", c.name, r, gotStats[r], wantStats[r])
+					}
+				}
+			}
+		})
+	}
+}
+
+// ---- cancellation in the middle of a large message ----
+
+// A receive cancelled while its message streams into its buffer gives the message up intact to
+// the next receive (or, if the message won the race, has it whole).
+func TestTCPRecvCancelledMidMessage(t *testing.T) {
+	g := newTCP(t, 2)
+	ctx := context.Background()
+	const big = 48 << 20
+	want := pattern(1, 0, big)
+	cancelledOnce := false
+	for attempt := range 3 {
+		sent := make(chan error, 1)
+		go func() {
+			err := g[0].Send(ctx, 1, 1, want)
+			if err == nil {
+				err = g[0].Send(ctx, 1, 1, []byte("next"))
+			}
+			sent <- err
+		}()
+		buf := make([]byte, big)
+		cctx, cancel := context.WithCancel(ctx)
+		req := g[1].Irecv(cctx, 0, 1, buf)
+		time.AfterFunc(time.Duration(2+3*attempt)*time.Millisecond, cancel)
+		n, err := req.Wait()
+		cancel()
+		if err != nil {
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("cancelled receive: %v", err)
+			}
+			cancelledOnce = true
+			clear(buf)
+			if n, err = g[1].Recv(ctx, 0, 1, buf); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n != big || !bytes.Equal(buf, want) {
+			t.Fatalf("attempt %d: the large message arrived damaged (%d bytes)", attempt, n)
+		}
+		small := make([]byte, 8)
+		if n, err := g[1].Recv(ctx, 0, 1, small); err != nil || string(small[:n]) != "next" {
+			t.Fatalf("attempt %d: next message: %q, %v", attempt, small[:n], err)
+		}
+		if err := <-sent; err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("a receive was cancelled mid-message: %v", cancelledOnce)
+}
+
+// A send cancelled after part of it went out is dropped by the receiver (abort frame); the
+// next message under the same tag arrives as the next message.
+func TestTCPSendCancelledMidMessage(t *testing.T) {
+	g := newTCP(t, 2)
+	ctx := context.Background()
+	const big = 48 << 20
+	payload := pattern(2, 0, big)
+	for attempt := range 3 {
+		cctx, cancel := context.WithCancel(ctx)
+		req := g[0].Isend(cctx, 1, 2, payload)
+		time.AfterFunc(time.Duration(1+2*attempt)*time.Millisecond, cancel)
+		_, serr := req.Wait()
+		cancel()
+		if serr != nil && !errors.Is(serr, context.Canceled) {
+			t.Fatalf("cancelled send: %v", serr)
+		}
+		if err := g[0].Send(ctx, 1, 2, []byte("after")); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, big)
+		n, err := g[1].Recv(ctx, 0, 2, buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if serr == nil {
+			if n != big || !bytes.Equal(buf, payload) {
+				t.Fatalf("attempt %d: completed send arrived damaged", attempt)
+			}
+			n, err = g[1].Recv(ctx, 0, 2, buf)
+			if err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			t.Logf("attempt %d: send cancelled: %v", attempt, serr)
+		}
+		if string(buf[:n]) != "after" {
+			t.Fatalf("attempt %d (send error %v): got %d bytes, want the message sent after", attempt, serr, n)
+		}
+	}
+}
+
+// ---- strangers ----
+
+// stranger is a connection to a rank's port that is not its peer.
+type stranger func(t *testing.T, addr string) error
+
+// strangerGarbage writes bytes that are no hello.
+func strangerGarbage(t *testing.T, addr string) error {
+	return knock(addr, func(c net.Conn) error {
+		_, err := c.Write([]byte("GET / HTTP/1.1\r\nHost: spargo\r\n\r\n......................"))
+		return err
+	})
+}
+
+// strangerHello sends a well-formed hello claiming rank `from` and then the proof MACed with
+// secret (no proof at all if secret is nil and hasSecret is false).
+func strangerHello(from, to, size int, hasSecret bool, secret []byte) stranger {
+	return func(t *testing.T, addr string) error {
+		return knock(addr, func(c net.Conn) error {
+			h := hello{version: frameVersion, hasSecret: hasSecret, size: uint32(size), from: uint32(from), to: uint32(to)}
+			hd := h.encode()
+			if _, err := c.Write(hd); err != nil {
+				return err
+			}
+			if !hasSecret {
+				return nil
+			}
+			resp := make([]byte, helloLen+helloMACLen)
+			if _, err := io.ReadFull(c, resp); err != nil {
+				return err
+			}
+			_, err := c.Write(helloMAC(secret, "dialer", hd, resp[:helloLen]))
+			return err
+		})
+	}
+}
+
+// knock connects to addr, runs say, and requires the rank to close the connection without
+// accepting it (no ack byte, EOF or reset).
+func knock(addr string, say func(net.Conn) error) error {
+	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(8 * time.Second))
+	if err := say(c); err != nil {
+		return nil // the rank already hung up
+	}
+	rest, err := io.ReadAll(c)
+	if bytes.IndexByte(rest, tcpHelloAck) >= 0 && len(rest) == 1 {
+		return fmt.Errorf("stranger was accepted (%v)", err)
+	}
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		return fmt.Errorf("the rank kept the stranger's connection open")
+	}
+	return nil
+}
+
+func TestTCPStrangersRejected(t *testing.T) {
+	const p = 3
+	log := &testLog{t: t}
+	lns := make([]net.Listener, p)
+	addrs := make([]string, p)
+	for r := range p {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns[r], addrs[r] = ln, ln.Addr().String()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	groups := make([]Group, p)
+	errs := make([]error, p)
+	var wg sync.WaitGroup
+	startRank := func(r int) {
+		wg.Go(func() {
+			groups[r], errs[r] = NewTCP(ctx, TCPConfig{Rank: r, Size: p, Listener: lns[r], Addrs: addrs,
+				Secret: testSecret, Logf: log.logf, Timeout: 5 * time.Second})
+		})
+	}
+	// Ranks 1 and 2 wait for rank 0, which starts only after the strangers have knocked.
+	startRank(1)
+	startRank(2)
+	strangers := []struct {
+		name string
+		s    stranger
+	}{
+		{"garbage", strangerGarbage},
+		{"no secret", strangerHello(0, 2, p, false, nil)},
+		{"wrong secret", strangerHello(0, 2, p, true, []byte("guess"))},
+		{"wrong size", strangerHello(0, 2, p+1, true, testSecret)},
+		{"wrong direction", strangerHello(2, 1, p, true, testSecret)},
+	}
+	for _, s := range strangers {
+		target := addrs[2]
+		if s.name == "wrong direction" {
+			target = addrs[1]
+		}
+		if err := s.s(t, target); err != nil {
+			t.Fatalf("stranger %s during set-up: %v", s.name, err)
+		}
+	}
+	// A silent stranger holds a connection open while the real peers connect.
+	silent, err := net.Dial("tcp", addrs[2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	if !waitFor(5*time.Second, func() bool { return log.count("rejected connection") >= len(strangers) }) {
+		t.Fatalf("only %d rejections logged for %d strangers", log.count("rejected connection"), len(strangers))
+	}
+	for _, want := range []string{"not a spargo peer", "has no secret", "wrong secret", "group of 4 ranks", "only lower ranks dial"} {
+		if log.count("rejected connection", want) == 0 {
+			t.Errorf("no rejection logged with %q", want)
+		}
+	}
+	startRank(0)
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	defer closeAll(groups)
+
+	// After set-up every connection is refused, and the job goes on.
+	for _, s := range strangers[:3] {
+		if err := s.s(t, addrs[1]); err != nil {
+			t.Fatalf("stranger %s after set-up: %v", s.name, err)
+		}
+	}
+	if !waitFor(5*time.Second, func() bool { return log.count("refused connection", "mesh is complete") >= 3 }) {
+		t.Errorf("refusals after set-up not logged")
+	}
+	checkAllReduce(t, groups, 10_000)
+}
+
+// checkAllReduce runs one all-reduce on groups and compares it with the float64 sum.
+func checkAllReduce(t *testing.T, groups []Group, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	p := len(groups)
+	inputs := make([][]float32, p)
+	bufs := make([][]float32, p)
+	for r := range p {
+		inputs[r] = rankData(11, r, n)
+		bufs[r] = slices.Clone(inputs[r])
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, p)
+	for r, g := range groups {
+		wg.Go(func() { errs[r] = AllReduce(ctx, g, 9, bufs[r], Auto) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	checkIdentical(t, "all-reduce", bufs)
+	checkSum(t, "all-reduce", bufs[0], inputs)
+}
+
+// ---- failures ----
+
+// killAfter is a rank that dies (all sockets closed, no goodbye) at its k-th receive.
+type killAfter struct {
+	Group
+	mu       sync.Mutex
+	k        int
+	killedAt time.Time
+}
+
+func (d *killAfter) Recv(ctx context.Context, from int, tag uint32, buf []byte) (int, error) {
+	d.mu.Lock()
+	d.k--
+	if d.k == 0 {
+		d.Group.(*tcpGroup).killForTest()
+		d.killedAt = time.Now()
+	}
+	d.mu.Unlock()
+	return d.Group.Recv(ctx, from, tag, buf)
+}
+
+const testTimeout = 300 * time.Millisecond
+
+func shortTimeout(c *TCPConfig) { c.Timeout = testTimeout }
+
+// failureCase runs an all-reduce on ranks 0 and 1 of a 3-rank group while rank 2 is made to
+// fail by act (which returns when it did); both must fail within `within` with an error naming
+// rank 2.
+func failureCase(t *testing.T, groups []Group, rank2 func(ctx context.Context, g Group) time.Time, within time.Duration, want string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	errs := make([]error, 3)
+	ended := make([]time.Time, 3)
+	var failedAt time.Time
+	var wg sync.WaitGroup
+	for r := range 2 {
+		wg.Go(func() {
+			errs[r] = AllReduce(ctx, groups[r], 1, rankData(1, r, 300_000), Ring)
+			ended[r] = time.Now()
+		})
+	}
+	wg.Go(func() { failedAt = rank2(ctx, groups[2]) })
+	wg.Wait()
+	for r := range 2 {
+		if errs[r] == nil {
+			t.Fatalf("rank %d: all-reduce succeeded with rank 2 gone", r)
+		}
+		if !strings.Contains(errs[r].Error(), "peer rank 2 failed") || !strings.Contains(errs[r].Error(), want) {
+			t.Errorf("rank %d: error %q does not name rank 2's failure (%q)", r, errs[r], want)
+		}
+		if d := ended[r].Sub(failedAt); d > within {
+			t.Errorf("rank %d: failure noticed after %v, want within %v", r, d, within)
+		}
+		// Later operations fail too, even with the live peer.
+		if err := groups[r].Send(ctx, 1-r, 0, nil); err == nil || !strings.Contains(err.Error(), "peer rank 2 failed") {
+			t.Errorf("rank %d: send to a live peer after the failure: %v", r, err)
+		}
+	}
+}
+
+func TestTCPPeerDeathMidCollective(t *testing.T) {
+	before := runtime.NumGoroutine()
+	groups := newTCP(t, 3, shortTimeout)
+	failureCase(t, groups, func(ctx context.Context, g Group) time.Time {
+		dying := &killAfter{Group: g, k: 2} // dies at its second receive, mid reduce-scatter
+		if err := AllReduce(ctx, dying, 1, rankData(1, 2, 300_000), Ring); err == nil {
+			t.Error("the dying rank's all-reduce succeeded")
+		}
+		return dying.killedAt
+	}, testTimeout, "")
+	closeAll(groups)
+	checkNoLeak(t, before)
+}
+
+func TestTCPPeerStallDetected(t *testing.T) {
+	before := runtime.NumGoroutine()
+	groups := newTCP(t, 3, shortTimeout)
+	failureCase(t, groups, func(ctx context.Context, g Group) time.Time {
+		g.(*tcpGroup).stallForTest.Store(true) // hangs: no data, no heartbeats
+		return time.Now()
+	}, 2*testTimeout, "silent for 300ms")
+	closeAll(groups)
+	checkNoLeak(t, before)
+}
+
+// Heartbeats keep an idle mesh alive far past the timeout.
+func TestTCPIdleMeshStaysUp(t *testing.T) {
+	groups := newTCP(t, 3, shortTimeout)
+	time.Sleep(4 * testTimeout)
+	checkAllReduce(t, groups, 1000)
+}
+
+// checkNoLeak waits for the goroutine count to come back to before.
+func checkNoLeak(t *testing.T, before int) {
+	t.Helper()
+	var now int
+	if !waitFor(5*time.Second, func() bool { now = runtime.NumGoroutine(); return now <= before }) {
+		buf := make([]byte, 1<<20)
+		t.Errorf("%d goroutines before, %d after Close:\n%s", before, now, buf[:runtime.Stack(buf, true)])
+	}
+}
+
+func TestTCPCloseLeavesNoGoroutines(t *testing.T) {
+	before := runtime.NumGoroutine()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	groups, err := NewTCPLoopback(ctx, 4, testSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkAllReduce(t, groups, 100_000)
+	// A pending receive and a queued message at Close.
+	pending := groups[1].Irecv(ctx, 2, 77, make([]byte, 4))
+	if err := groups[3].Send(ctx, 0, 78, make([]byte, 3<<20)); err != nil {
+		t.Fatal(err)
+	}
+	closeAll(groups)
+	if _, err := pending.Wait(); !errors.Is(err, ErrClosed) {
+		t.Errorf("pending receive at Close: %v", err)
+	}
+	checkNoLeak(t, before)
+}
+
+// ---- malformed frames from an authenticated peer ----
+
+// rawPeer completes the handshake with rank 1 of a 2-rank group as rank 0 and returns the raw
+// connection together with rank 1's Group.
+func rawPeer(t *testing.T, configure func(*TCPConfig)) (net.Conn, Group, *testLog) {
+	t.Helper()
+	conns, g, log := rawPeers(t, 2, configure)
+	return conns[0], g, log
+}
+
+// rawPeers starts the last rank of a group of size ranks for real and connects to it as every
+// other rank by hand: conns[r] is rank r's raw, authenticated connection.
+func rawPeers(t *testing.T, size int, configure func(*TCPConfig)) ([]net.Conn, *tcpGroup, *testLog) {
+	t.Helper()
+	log := &testLog{t: t}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrs := make([]string, size)
+	for r := range addrs {
+		addrs[r] = "127.0.0.1:1"
+	}
+	real := size - 1
+	addrs[real] = ln.Addr().String()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	type result struct {
+		g   Group
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		cfg := TCPConfig{Rank: real, Size: size, Listener: ln, Addrs: addrs, Secret: testSecret, Logf: log.logf}
+		if configure != nil {
+			configure(&cfg)
+		}
+		g, err := NewTCP(ctx, cfg)
+		done <- result{g, err}
+	}()
+	conns := make([]net.Conn, real)
+	for r := range conns {
+		fake, err := newTCPGroup(TCPConfig{Rank: r, Size: size, Listener: ln, Addrs: addrs, Secret: testSecret})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := net.Dial("tcp", addrs[real])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := fake.dialHandshake(ctx, c, real); err != nil {
+			t.Fatal(err)
+		}
+		conns[r] = c
+	}
+	res := <-done
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	t.Cleanup(func() {
+		for _, c := range conns {
+			c.Close()
+		}
+		res.g.Close()
+	})
+	return conns, res.g.(*tcpGroup), log
+}
+
+func TestTCPBadFramesRejected(t *testing.T) {
+	header := func(h frameHeader) []byte {
+		var b [frameHeaderLen]byte
+		h.encode(&b)
+		return b[:]
+	}
+	badVersion := header(frameHeader{kind: frameData, tag: 1, chunk: 4, total: 4})
+	badVersion[2] = 9
+	cases := []struct {
+		name  string
+		bytes []byte
+		want  string
+	}{
+		{"bad version", badVersion, "frame version 9"},
+		{"bad magic", append([]byte("XX"), badVersion[2:]...), "bad frame magic"},
+		{"oversized message", header(frameHeader{kind: frameData, tag: 1, chunk: 4, total: 1 << 40}), "exceeds the limit of 1073741824 bytes"},
+		{"oversized chunk", header(frameHeader{kind: frameData, tag: 1, chunk: 64 << 20, total: 1 << 29}), "exceeds the chunk limit"},
+		{"unknown kind", header(frameHeader{kind: 9}), "unknown frame kind 9"},
+		{"chunk out of sequence", header(frameHeader{kind: frameData, tag: 1, chunk: 4, total: 8, offset: 4}), "no message is in flight"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			conn, g, log := rawPeer(t, nil)
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			allocBefore := ms.TotalAlloc
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			req := g.Irecv(ctx, 0, 1, make([]byte, 16))
+			if _, err := conn.Write(c.bytes); err != nil {
+				t.Fatal(err)
+			}
+			_, err := req.Wait()
+			if err == nil || !strings.Contains(err.Error(), "peer rank 0 failed") || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("err = %v, want a failure of rank 0 mentioning %q", err, c.want)
+			}
+			runtime.ReadMemStats(&ms)
+			if grew := ms.TotalAlloc - allocBefore; grew > 8<<20 {
+				t.Errorf("%d bytes allocated while rejecting the frame", grew)
+			}
+			if log.count("peer rank 0 failed", c.want) != 1 {
+				t.Errorf("failure not logged once")
+			}
+			// The connection is closed: the peer reads EOF (or a reset).
+			conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+			if _, err := conn.Read(make([]byte, 64)); err == nil {
+				for err == nil {
+					_, err = conn.Read(make([]byte, 64)) // heartbeats may come first
+				}
+			}
+		})
+	}
+}
+
+// A message longer than MaxMessage cannot be sent either.
+func TestTCPMaxMessage(t *testing.T) {
+	g := newTCP(t, 2, func(c *TCPConfig) { c.MaxMessage = 1000 })
+	err := g[0].Send(context.Background(), 1, 1, make([]byte, 1001))
+	if err == nil || !strings.Contains(err.Error(), "limit of 1000 bytes") {
+		t.Fatalf("oversized send: %v", err)
+	}
+	if err := g[0].Send(context.Background(), 1, 1, make([]byte, 1000)); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := g[1].Recv(context.Background(), 0, 1, make([]byte, 1000)); err != nil || n != 1000 {
+		t.Fatalf("n=%d err=%v", n, err)
+	}
+}
+
+func TestNewTCPBadConfig(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	for _, c := range []struct {
+		cfg  TCPConfig
+		want string
+	}{
+		{TCPConfig{Size: 0}, "size 0"},
+		{TCPConfig{Rank: 2, Size: 2, Listener: ln, Addrs: []string{"a", "b"}}, "rank 2 out of range"},
+		{TCPConfig{Rank: 0, Size: 2, Addrs: []string{"a", "b"}}, "no Listener"},
+		{TCPConfig{Rank: 0, Size: 2, Listener: ln, Addrs: []string{"a"}}, "1 addresses for 2 ranks"},
+	} {
+		if _, err := NewTCP(context.Background(), c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("NewTCP(%+v) = %v, want %q", c.cfg, err, c.want)
+		}
+	}
+	// One rank needs no network.
+	g, err := NewTCP(context.Background(), TCPConfig{Rank: 0, Size: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := []float32{1, 2}
+	if err := AllReduce(context.Background(), g, 0, buf, Auto); err != nil || buf[1] != 2 {
+		t.Fatal(err)
+	}
+	g.Close()
+}
+
+// A peer that never starts costs a clear error after DialTimeout.
+func TestNewTCPMissingPeer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadAddr := dead.Addr().String()
+	dead.Close()
+	log := &testLog{t: t}
+	start := time.Now()
+	_, err = NewTCP(context.Background(), TCPConfig{Rank: 0, Size: 3, Listener: ln, Addrs: []string{ln.Addr().String(), deadAddr, deadAddr},
+		DialTimeout: 300 * time.Millisecond, Logf: log.logf})
+	if err == nil || !strings.Contains(err.Error(), "no connection with rank(s) [1 2]") {
+		t.Fatalf("err = %v", err)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("took %v with a 300ms dial timeout", d)
+	}
+}
+
+func BenchmarkTCPAllReduce(b *testing.B) {
+	const n = 16 << 20 // 64 MiB of float32
+	for _, p := range []int{2, 4} {
+		b.Run(fmt.Sprintf("P=%d", p), func(b *testing.B) {
+			groups := newTCP(b, p)
+			bufs := make([][]float32, p)
+			for r := range bufs {
+				bufs[r] = rankData(1, r, n)
+			}
+			ctx := context.Background()
+			b.SetBytes(4 * n)
+			b.ResetTimer()
+			for range b.N {
+				var wg sync.WaitGroup
+				errs := make([]error, p)
+				for r, g := range groups {
+					wg.Go(func() { errs[r] = AllReduce(ctx, g, 0, bufs[r], Auto) })
+				}
+				wg.Wait()
+				if err := errors.Join(errs...); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
