@@ -160,6 +160,33 @@ func (d *DDP) SyncBuffers(ctx context.Context) error {
 	return nil
 }
 
+// AverageBuffers replaces every rank's buffers (BatchNorm running statistics) by their mean
+// over the ranks, as timm's distribute_bn "reduce" does before evaluation. With the default
+// broadcast after every step the ranks' buffers differ only by their last update; use it
+// with WithBroadcastBuffers(false), where each rank's statistics follow its own batches and
+// the mean estimates them from P times as many images.
+func (d *DDP) AverageBuffers(ctx context.Context) error {
+	if len(d.buffers) == 0 {
+		return nil
+	}
+	flat := d.bufFlat[:0]
+	for _, b := range d.buffers {
+		flat = append(flat, b.Value.Data...)
+	}
+	d.bufFlat = flat
+	if err := comm.AllReduce(ctx, d.group, tagBufferAverage, flat, comm.Auto); err != nil {
+		return fmt.Errorf("ddp: averaging the buffers over the ranks: %w", err)
+	}
+	inv := 1 / float32(d.group.Size())
+	for _, b := range d.buffers {
+		for i, v := range flat[:b.Value.Len()] {
+			b.Value.Data[i] = v * inv
+		}
+		flat = flat[b.Value.Len():]
+	}
+	return nil
+}
+
 func paramValues(ps []*nn.Param) []*nn.Tensor {
 	ts := make([]*nn.Tensor, len(ps))
 	for i, p := range ps {

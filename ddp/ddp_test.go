@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -343,6 +344,55 @@ func TestBuffersBroadcastAfterStep(t *testing.T) {
 	})
 	if bufHash[0] != bufHash[1] {
 		t.Fatal("running statistics differ across ranks after a step")
+	}
+}
+
+// Without the per-step broadcast each rank's running statistics follow its own batches;
+// AverageBuffers leaves every rank with their mean.
+func TestAverageBuffers(t *testing.T) {
+	const p = 3
+	before := make([][]float32, p)
+	after := make([][]float32, p)
+	runRanks(t, p, func(g comm.Group) error {
+		ctx := context.Background()
+		rng := nn.NewRand(1)
+		m := nn.NewSequential(nn.NewConv2d(3, 4, 3, 1, 1, true, rng), nn.NewBatchNorm2d(4), nn.ReLU{}, nn.Flatten{}, nn.NewLinear(4*64, 5, true, rng))
+		dp, err := New(ctx, m, g, WithBroadcastBuffers(false))
+		if err != nil {
+			return err
+		}
+		x, y := syntheticBatch(uint64(10+g.Rank()), 4) // different data per rank
+		tape := nn.NewTape()
+		if err := dp.Backward(ctx, nn.CrossEntropy(dp.Forward(tape.Const(x)), y)); err != nil {
+			return err
+		}
+		for _, b := range nn.Buffers(m) {
+			before[g.Rank()] = append(before[g.Rank()], b.Value.Data...)
+		}
+		if err := dp.AverageBuffers(ctx); err != nil {
+			return err
+		}
+		for _, b := range nn.Buffers(m) {
+			after[g.Rank()] = append(after[g.Rank()], b.Value.Data...)
+		}
+		return nil
+	})
+	if slices.Equal(before[0], before[1]) {
+		t.Fatal("without the broadcast the ranks' running statistics should differ")
+	}
+	for i := range after[0] {
+		var sum float64
+		for r := range p {
+			sum += float64(before[r][i])
+		}
+		for r := range p {
+			if math.Abs(float64(after[r][i])-sum/p) > 1e-6*(1+math.Abs(sum)) {
+				t.Fatalf("rank %d buffer value %d = %v, want the mean %v", r, i, after[r][i], sum/p)
+			}
+			if math.Float32bits(after[r][i]) != math.Float32bits(after[0][i]) {
+				t.Fatalf("rank %d buffer value %d = %v differs from rank 0's %v", r, i, after[r][i], after[0][i])
+			}
+		}
 	}
 }
 

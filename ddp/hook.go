@@ -33,10 +33,11 @@ const TagsPerBucket = 64
 
 // Tags below firstBucketTag are DDP's own (start-up checks, broadcasts).
 const (
-	tagShapeCheck  uint32 = 1
-	tagBroadcast   uint32 = 2
-	tagBufferSync  uint32 = 3
-	firstBucketTag uint32 = 1 << 16
+	tagShapeCheck    uint32 = 1
+	tagBroadcast     uint32 = 2
+	tagBufferSync    uint32 = 3
+	tagBufferAverage uint32 = 4
+	firstBucketTag   uint32 = 1 << 16
 )
 
 // CommHook communicates one bucket. DDP calls Run once per bucket per iteration, in

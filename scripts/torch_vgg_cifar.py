@@ -17,7 +17,19 @@
 # a global batch of W*batch images, splits it into W shards of --batch, runs forward/backward
 # per shard (so BatchNorm batch statistics are per shard), averages the gradients and takes
 # one SGD step; BatchNorm running statistics are those of shard 0 (DDP broadcasts rank 0's
-# buffers). The lr is used as given (not scaled by W).
+# buffers). The lr is used as given (not scaled by W). --bn shared keeps instead the running
+# statistics updated by every shard in turn (what ../shared/anchors/torch_cifar_vgg_topk.py does).
+#
+# --hook replaces the dense average by a simulated sparse scheme on the whole flattened
+# gradient (one bucket), each worker with its own residual (error feedback):
+#   topka   local top-k per worker, sum of the sparse vectors (the anchor's TopkA);
+#   spardl  SparDL with d = 1 (ALGORITHMS.md §2): Spar-Reduce-Scatter over N = W blocks with
+#           per-block budget k_b, sparsify-before-send, global residual collection. It is
+#           written plainly from the specification, as an independent check of the Go hook's
+#           accuracy (not of its communication).
+# Example (the hooks' convergence check, SparDL at density 0.01):
+#   OPENBLAS_NUM_THREADS=1 /usr/bin/python3 scripts/torch_vgg_cifar.py --data DATA \
+#       --model vgg11 --epochs 3 --workers 4 --batch 16 --hook spardl --density 0.01
 # Prints one line per epoch: "epoch E train_loss L test_acc A img_s S" (+ timings).
 import argparse
 import glob
@@ -85,6 +97,87 @@ def augment(x, rng):
     return out
 
 
+def topk_abs(v, k):
+    """Indices of the k largest |v| (k clipped to len(v))."""
+    k = min(k, v.numel())
+    return v.abs().topk(k, sorted=False).indices
+
+
+def topka(grads, resid, density):
+    """Local top-k with local error feedback; returns the summed sparse gradient."""
+    n = grads[0].numel()
+    k = max(1, int(n * density))
+    total = torch.zeros(n)
+    for r, g in enumerate(grads):
+        acc = g + resid[r]
+        idx = topk_abs(acc, k)
+        total[idx] += acc[idx]
+        acc[idx] = 0
+        resid[r] = acc
+    return total
+
+
+def spardl_schedule(N):
+    """Bag sizes and gaps of Spar-Reduce-Scatter (ALGORITHMS.md §2)."""
+    L = (N - 1).bit_length()
+    if L == 0:
+        return [], []
+    E = N - 2 ** (L - 1)
+    sizes = [E] + [2 ** (L - 2 - t) for t in range(L - 1)]
+    gaps, gap = [], N - sizes[0]
+    for _ in range(L):
+        gaps.append(gap)
+        gap //= 2
+    return sizes, gaps
+
+
+def spardl(grads, resid, density):
+    """SparDL, d = 1: returns the summed sparse gradient and updates resid (global residuals)."""
+    P = len(grads)
+    n = grads[0].numel()
+    N = P
+    c = -(-n // N)
+    kb = max(1, int(c * density))
+    acc = [torch.cat([g + resid[r], torch.zeros(c * N - n)]) for r, g in enumerate(grads)]
+    hold = [{b: acc[r][b * c:(b + 1) * c].clone() for b in range(N)} for r in range(P)]
+    local_res = [dict() for _ in range(P)]  # rank -> block -> dense residual when forwarding
+    sizes, gaps = spardl_schedule(N)
+    for size, gap in zip(sizes, gaps):
+        msgs = []
+        for r in range(P):
+            dst = (r + gap) % N
+            bag = []
+            for j in range(size):
+                b = (r + gap + j) % N
+                v = hold[r].pop(b)
+                idx = topk_abs(v, kb)
+                sel = v[idx]
+                v[idx] = 0
+                local_res[r][b] = v
+                bag.append((b, idx, sel))
+            msgs.append((dst, bag))
+        for dst, bag in msgs:
+            for b, idx, sel in bag:
+                hold[dst][b][idx] += sel
+    out = torch.zeros(c * N)
+    final = {}
+    for r in range(P):
+        (b, v), = hold[r].items()
+        idx = topk_abs(v, kb)
+        out[b * c + idx] = v[idx]
+        v[idx] = 0
+        local_res[r][b] = v
+        final[b] = idx
+    for r in range(P):
+        new = acc[r].clone()
+        for b in range(N):
+            idx = final[b]
+            blk = new[b * c:(b + 1) * c]
+            blk[idx] = local_res[r][b][idx]
+        resid[r] = new[:n]
+    return out[:n]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", required=True, help="directory with the CIFAR-10 .bin files")
@@ -102,6 +195,10 @@ def main():
                     help="use only the first N train and N test images (smoke tests)")
     ap.add_argument("--limit-test", type=int, default=0, help="override --limit for the test set")
     ap.add_argument("--json", help="also write per-epoch results to this file")
+    ap.add_argument("--bn", default="rank0", choices=["rank0", "shared"],
+                    help="BatchNorm running statistics: rank 0's (DDP) or updated by every shard")
+    ap.add_argument("--hook", default="dense", choices=["dense", "topka", "spardl"])
+    ap.add_argument("--density", type=float, default=0.01)
     a = ap.parse_args()
 
     torch.set_num_threads(a.threads)
@@ -126,6 +223,8 @@ def main():
           flush=True)
 
     bn = [mod for mod in m.modules() if isinstance(mod, nn.BatchNorm2d)]
+    params = list(m.parameters())
+    resid = [torch.zeros(nparams) for _ in range(W)]
     history = []
     t0 = time.time()
     for ep in range(1, a.epochs + 1):
@@ -137,13 +236,18 @@ def main():
             x = torch.from_numpy(augment(xtr[idx], rng))
             y = torch.from_numpy(ytr[idx])
             opt.zero_grad(set_to_none=True)
-            step_loss, rank0 = 0.0, None
+            step_loss, rank0, grads = 0.0, None, []
             for w in range(W):
                 xs, ys = x[w * B:(w + 1) * B], y[w * B:(w + 1) * B]
                 loss = F.cross_entropy(m(xs), ys)
-                (loss / W).backward()  # gradient = mean over workers, as DDP all-reduce
+                if a.hook == "dense":
+                    (loss / W).backward()  # gradient = mean over workers, as DDP all-reduce
+                else:
+                    opt.zero_grad(set_to_none=True)
+                    loss.backward()
+                    grads.append(torch.cat([p.grad.reshape(-1) for p in params]))
                 step_loss += loss.item() / W
-                if w == 0 and W > 1:
+                if w == 0 and W > 1 and a.bn == "rank0":
                     rank0 = [(b.running_mean.clone(), b.running_var.clone(),
                               b.num_batches_tracked.clone()) for b in bn]
             if rank0 is not None:
@@ -152,6 +256,12 @@ def main():
                         b.running_mean.copy_(rm)
                         b.running_var.copy_(rv)
                         b.num_batches_tracked.copy_(nt)
+            if a.hook != "dense":
+                total = (topka if a.hook == "topka" else spardl)(grads, resid, a.density) / W
+                off = 0
+                for p in params:
+                    p.grad = total[off:off + p.numel()].view_as(p).clone()
+                    off += p.numel()
             opt.step()
             tl += step_loss
             nb += 1

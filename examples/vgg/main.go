@@ -19,6 +19,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"runtime"
@@ -52,6 +53,8 @@ type config struct {
 	Seed         uint64  `json:"seed"`
 	WarmupEpochs int     `json:"warmup_epochs"`
 	EvalLimit    int     `json:"eval_limit"`
+	BucketMB     float64 `json:"bucket_mb"`
+	DistBN       string  `json:"dist_bn"`
 	Metrics      string  `json:"-"`
 	Progress     bool    `json:"-"`
 }
@@ -71,9 +74,17 @@ func main() {
 	flag.Uint64Var(&c.Seed, "seed", 0, "seed for initialisation, shuffling and augmentation")
 	flag.IntVar(&c.WarmupEpochs, "warmup", 0, "epochs of linear warm-up from lr/workers to lr (the seeds' recipe); 0: constant lr")
 	flag.IntVar(&c.EvalLimit, "eval-limit", 0, "evaluate on the first N test images (0: all)")
+	flag.StringVar(&c.DistBN, "dist-bn", "broadcast", "BatchNorm running statistics across ranks: broadcast (rank 0's after every step, PyTorch DDP's default) or reduce (each rank keeps its own; their mean before each evaluation, timm's --dist-bn reduce)")
+	flag.Float64Var(&c.BucketMB, "bucket-mb", 0, "DDP bucket cap in MiB, like PyTorch's bucket_cap_mb (0: ddp's defaults, a small first bucket then 25 MiB)")
 	flag.StringVar(&c.Metrics, "metrics", "", "write one JSON line per epoch (and a summary) to this file")
 	flag.BoolVar(&c.Progress, "progress", true, "show a progress bar per epoch")
+	logLevel := flag.String("log-level", "info", "log level of the hooks' messages on stderr: debug|info|warn|error (debug: one line per bucket and call, e.g. SparDL's d, Ok-Topk's thresholds and counts)")
+	logFormat := flag.String("log-format", "text", "text|json")
 	flag.Parse()
+	if err := setupLogging(*logLevel, *logFormat, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "vgg:", err)
+		os.Exit(2)
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
@@ -81,6 +92,24 @@ func main() {
 		fmt.Fprintln(os.Stderr, "vgg:", err)
 		os.Exit(1)
 	}
+}
+
+// setupLogging installs the default slog handler the hooks log through.
+func setupLogging(level, format string, w io.Writer) error {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return fmt.Errorf("-log-level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "text":
+		slog.SetDefault(slog.New(slog.NewTextHandler(w, opts)))
+	case "json":
+		slog.SetDefault(slog.New(slog.NewJSONHandler(w, opts)))
+	default:
+		return fmt.Errorf("-log-format %q: want text or json", format)
+	}
+	return nil
 }
 
 // epochResult is one line of -metrics.
@@ -112,6 +141,15 @@ type summary struct {
 func run(ctx context.Context, c config, stdout, stderr io.Writer) (*summary, error) {
 	if c.Workers < 1 || c.Batch < 1 || c.Epochs < 1 {
 		return nil, fmt.Errorf("-workers, -batch and -epochs must be at least 1 (got %d, %d, %d)", c.Workers, c.Batch, c.Epochs)
+	}
+	if c.DistBN == "" {
+		c.DistBN = "broadcast"
+	}
+	if c.DistBN != "broadcast" && c.DistBN != "reduce" {
+		return nil, fmt.Errorf("-dist-bn %q: want broadcast or reduce", c.DistBN)
+	}
+	if c.BucketMB < 0 {
+		return nil, fmt.Errorf("-bucket-mb %g: want a positive size in MiB, or 0 for the defaults", c.BucketMB)
 	}
 	hookSpec := c.Hook
 	if _, err := hooks.Parse(hookSpec); err != nil {
@@ -197,7 +235,12 @@ func (w *worker) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	dp, err := ddp.New(ctx, model, g, ddp.WithCommHook(hook))
+	opts := []ddp.Option{ddp.WithCommHook(hook), ddp.WithBroadcastBuffers(c.DistBN == "broadcast")}
+	if c.BucketMB > 0 {
+		capBytes := int(c.BucketMB * (1 << 20))
+		opts = append(opts, ddp.WithBucketCap(capBytes, capBytes))
+	}
+	dp, err := ddp.New(ctx, model, g, opts...)
 	if err != nil {
 		return err
 	}
@@ -281,6 +324,11 @@ func (w *worker) run(ctx context.Context) error {
 			return err
 		}
 		trainLoss, trainAcc, total := float64(stat[0])/float64(stat[2]), float64(stat[1])/float64(stat[2]), float64(stat[2])
+		if c.DistBN == "reduce" {
+			if err := dp.AverageBuffers(ctx); err != nil {
+				return err
+			}
+		}
 		testLoss, testAcc, err := w.evaluate(ctx, dp, model, tape, evalLoader)
 		if err != nil {
 			return err
