@@ -46,6 +46,18 @@
 //   - gaussiank: Gaussiank — the magnitude threshold of a normal fit of g + ξ, corrected toward k
 //     (the reference's up to 20 steps of 1.02 into [3k/4, 5k/4]); all-gather-v of the
 //     selections: 2·ceil(log2 P) rounds, P-1 words of sizes plus 2 words per received entry.
+//   - covap: COVAP (ALGORITHMS.md §6) — no selection at all: DDP's buckets, oversized ones cut
+//     into min(I, max(1, floor(x/median))) contiguous shards, numbered globally in bucket order;
+//     shard i is all-reduced at iteration s iff (i + s) mod I == 0, the others return zeros and
+//     stay in the residual. Iteration 0 is dense. interval=auto measures I = ceil(CCR) on a few
+//     dense iterations with a distributed profiler that aligns the ranks' timelines at the end of
+//     each all-reduce (waiting for a late rank is not communication) and reads the backward time
+//     from DDP's bucket timestamps (ddp.Timed). Error feedback per element with the paper's
+//     scheduler c(s) = min(init + floor(s/ascend_steps)·ascend_range, 1) multiplying the residual
+//     each time it is added to the gradient (feedback=reference: the authors' rule). Words per
+//     iteration average 2(P-1)/P·n/I; each iteration's volume is within the plan's logged
+//     imbalance. Options interval, max_interval, profile_iters, init, ascend_steps,
+//     ascend_range, feedback, dense_warmup, algorithm.
 //
 // # PyTorch DDP's built-in hooks
 //
@@ -86,7 +98,8 @@
 // Replicas stay bit-identical (every rank gets the same output bits). For spardl (global
 // residuals), topka, topkdsa, oktopk and gaussiank the conservation test holds: the summed output plus the new
 // residuals of all ranks equals the summed gradients plus the old residuals, so every
-// contribution is applied exactly once or kept exactly once. gtopk and spardl's local and
+// contribution is applied exactly once or kept exactly once; so does covap with init=1 (with
+// c < 1 it drops (1 - c) of each residual it carries over, by design). gtopk and spardl's local and
 // partial residual modes drop some contributions by design. fp16, bf16 and powersgd (wrapped or
 // not) keep the replicas bit-identical too; powersgd's output is exactly the average when its
 // rank reaches min(rows, cols), and its errors satisfy the same conservation test (for the
