@@ -11,6 +11,15 @@ import (
 // a few KiB. 2 KiB is MPICH's MPIR_CVAR_ALLREDUCE_SHORT_MSG_SIZE, measured on real networks.
 const SmallAllReduceBytes = 2048
 
+// AllReduceAlgorithm is the algorithm AllReduce runs for n float32 on p ranks when asked for
+// alg: alg itself, or for Auto the one Auto picks (see the package doc).
+func AllReduceAlgorithm(n, p int, alg Algorithm) Algorithm {
+	if alg == Auto {
+		return autoAllReduce(n, p)
+	}
+	return alg
+}
+
 // autoAllReduce is the algorithm Auto picks for n float32 on p ranks.
 func autoAllReduce(n, p int) Algorithm {
 	switch {

@@ -58,8 +58,11 @@
 // are those of the in-process transport (Counters count payload bytes, never framing). Idle
 // connections carry a heartbeat every Timeout/4; a peer that disconnects, breaks the protocol
 // or is silent for Timeout fails every pending and later operation of the rank with an error
-// naming that peer ("peer rank 2 failed: silent for 30s"). A peer that closes its group says
-// goodbye: operations that need it then fail with ErrClosed. NewTCPLoopback runs P ranks of one
+// naming that peer ("peer rank 2 failed: silent for 30s"). The rank then says goodbye to the
+// others with the failure as the reason, so they fail at once naming the same rank ("peer rank
+// 2 failed: silent for 30s (reported by rank 0)") rather than the survivor that left. A peer
+// that closes its group says goodbye without a reason: operations that need it then fail with
+// ErrClosed. NewTCPLoopback runs P ranks of one
 // process over 127.0.0.1, for tests and benchmarks. A multi-process rank does:
 //
 //	ln, err := net.Listen("tcp", ":29600") // Addrs[rank] must reach it

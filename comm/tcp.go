@@ -33,7 +33,8 @@ type TCPConfig struct {
 	Secret []byte
 	// Timeout is the peer failure timeout: a peer from which nothing arrives (not even the
 	// heartbeats sent every Timeout/4 on idle connections) for this long is declared failed.
-	// 0 means 30s.
+	// 0 means 30s. Every rank of a group must use the same value: a rank sends heartbeats at
+	// the pace of its own Timeout.
 	Timeout time.Duration
 	// DialTimeout bounds the whole mesh set-up; peers that start later are retried with backoff
 	// until then. 0 means 60s.
@@ -56,7 +57,7 @@ const (
 	// tcpMaxHandshakes caps the connections authenticating at once during set-up; more are
 	// refused at once, so a flood of strangers costs bounded memory.
 	tcpMaxHandshakes = 64
-	// tcpCloseGrace is how long Close waits for peers to acknowledge its goodbye.
+	// tcpCloseGrace is how long Close waits for live peers to acknowledge its goodbye.
 	tcpCloseGrace = 2 * time.Second
 )
 
@@ -76,10 +77,13 @@ var aLongTimeAgo = time.Unix(1, 0)
 //
 // A peer whose connection breaks, that breaks the wire protocol, or that is silent for
 // cfg.Timeout fails the whole group: every pending and later operation returns an error naming
-// that peer ("comm: rank 0: recv from rank 1 tag 3: peer rank 2 failed: silent for 30s"). A peer
-// that closes its group says goodbye first; afterwards operations that need it fail with
-// ErrClosed, and messages it sent before stay readable. Closing waits (briefly) for the peers to
-// acknowledge the goodbye and leaves no goroutine behind.
+// that peer ("comm: rank 0: recv from rank 1 tag 3: peer rank 2 failed: silent for 30s"), and
+// the rank says goodbye to the other peers with that failure as the reason, so that they fail
+// too, naming the same rank ("… peer rank 2 failed: silent for 30s (reported by rank 0)"). A
+// peer that closes its group says goodbye without a reason; afterwards operations that need it
+// fail with ErrClosed, and messages it sent before stay readable. Closing waits (briefly) for
+// the live peers to acknowledge the goodbye, never for a failed one, and leaves no goroutine
+// behind.
 func NewTCP(ctx context.Context, cfg TCPConfig) (Group, error) {
 	g, err := newTCPGroup(cfg)
 	if err != nil {
@@ -280,8 +284,9 @@ func (g *tcpGroup) Irecv(ctx context.Context, from int, tag uint32, buf []byte) 
 }
 
 // Close says goodbye to every peer, fails this rank's pending and later operations with
-// ErrClosed, waits up to tcpCloseGrace for the peers to acknowledge, then closes the connections
-// and the listener and waits for its goroutines. Closing twice is a no-op.
+// ErrClosed, waits up to tcpCloseGrace for the live peers to acknowledge (never for a failed
+// one), then closes the connections and the listener and waits for its goroutines. After a
+// failure the goodbye carries it (see peerFailure). Closing twice is a no-op.
 func (g *tcpGroup) Close() error {
 	if g.closed.Swap(true) {
 		return nil
@@ -298,7 +303,7 @@ func (g *tcpGroup) Close() error {
 	defer grace.Stop()
 wait:
 	for _, p := range g.peers {
-		if p.conn == nil {
+		if p.conn == nil || p.failed.Load() {
 			continue
 		}
 		select {
@@ -316,26 +321,89 @@ wait:
 	return nil
 }
 
+// peerFailure is why every operation of a rank fails once a rank of its group failed: the
+// failed rank and what was seen (silence, a broken connection, a protocol error), observed
+// by this rank itself or reported in a peer's goodbye. Reports carry the first failure their
+// sender knew of, so every survivor names the same rank, not the one that left because of it.
+type peerFailure struct {
+	rank     int   // the failed rank
+	cause    error // what was observed
+	reporter int   // the peer whose goodbye reported it; -1 when this rank observed it
+	self     int   // this rank
+}
+
+func (f *peerFailure) Error() string {
+	switch {
+	case f.reporter < 0:
+		return fmt.Sprintf("peer rank %d failed: %v", f.rank, f.cause)
+	case f.rank == f.self:
+		return fmt.Sprintf("peer rank %d reports that this rank (%d) failed: %v", f.reporter, f.rank, f.cause)
+	}
+	return fmt.Sprintf("peer rank %d failed: %v (reported by rank %d)", f.rank, f.cause, f.reporter)
+}
+
+func (f *peerFailure) Unwrap() error { return f.cause }
+
+// byeReason is what this rank's goodbyes say: its failure, if it has one.
+func (g *tcpGroup) byeReason() byeReason {
+	if p := g.failure.Load(); p != nil {
+		var f *peerFailure
+		if errors.As(*p, &f) {
+			return byeReason{failedRank: f.rank, cause: f.cause.Error()}
+		}
+	}
+	return byeReason{failedRank: -1}
+}
+
 // peerFailed declares peer p failed for cause, unless the failure is expected (this rank is
-// closing, or p said goodbye). The first failure fails every pending and later operation of
-// this rank; p's connection is closed, the others stay up so that their peers do not blame
-// this rank for it.
+// closing or said goodbye to p, or p said goodbye).
 func (g *tcpGroup) peerFailed(p *tcpPeer, cause error) {
-	if g.closed.Load() || p.gone.Load() || p.failed.Swap(true) {
+	if g.closed.Load() || p.gone.Load() || p.saidBye.Load() || p.failed.Swap(true) {
 		return // expected, or already declared (its reader and writer both notice)
 	}
-	err := fmt.Errorf("peer rank %d failed: %w", p.rank, cause)
-	if !g.failure.CompareAndSwap(nil, &err) {
-		g.logf("comm: rank %d: %v (after an earlier failure)", g.rank, err)
+	// Stop reading from p at once. The writer still says goodbye with the failure if it can,
+	// so that a peer that is alive after all (one that was stopped and resumed) learns why
+	// instead of blaming this rank; Close closes the connection without waiting for p.
+	if tc, ok := p.conn.(*net.TCPConn); ok {
+		tc.CloseRead()
+	} else {
 		p.conn.Close()
+	}
+	g.fail(&peerFailure{rank: p.rank, cause: cause, reporter: -1, self: g.rank})
+}
+
+// peerReported handles a goodbye from reporter that says rank r failed: this rank fails too,
+// with the same failed rank. The connection with r stays open, so that this rank's goodbye
+// can tell r why (if r is alive after all, it learns that it was declared failed), but Close
+// does not wait for r.
+func (g *tcpGroup) peerReported(reporter int, r byeReason) {
+	if g.closed.Load() {
+		return
+	}
+	if r.failedRank != g.rank {
+		g.peers[r.failedRank].failed.Store(true)
+	}
+	g.fail(&peerFailure{rank: r.failedRank, cause: errors.New(r.cause), reporter: reporter, self: g.rank})
+}
+
+// fail makes f this rank's failure: the first one fails every pending and later operation and
+// says goodbye at once, with f as the reason, to every peer that has not left, so they stop
+// too and name the same failed rank. The connections stay up (half-closed) so that no peer
+// blames this rank for the failure; Close closes them.
+func (g *tcpGroup) fail(f *peerFailure) {
+	var err error = f
+	if !g.failure.CompareAndSwap(nil, &err) {
+		// A report of the failure this rank already has is the echo of its own goodbyes.
+		if first, ok := (*g.failure.Load()).(*peerFailure); f.reporter < 0 || !ok || first.rank != f.rank {
+			g.logf("comm: rank %d: %v (after an earlier failure)", g.rank, err)
+		}
 		return
 	}
 	g.logf("comm: rank %d: %v", g.rank, err)
-	p.conn.Close()
 	for _, q := range g.peers {
 		q.failReceives(err)
 		if q.conn != nil {
-			q.failSends(err)
+			q.stopWriter(!q.gone.Load(), err)
 		}
 	}
 }

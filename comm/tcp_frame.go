@@ -6,9 +6,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
-// Wire format of the TCP transport (version 1). All integers are little-endian.
+// Wire format of the TCP transport (version 2). All integers are little-endian.
 //
 // Handshake, once per connection; the lower rank dials the higher one:
 //
@@ -29,7 +32,8 @@ import (
 //	2  version    1
 //	3  kind       data, heartbeat, bye or abort
 //	4  tag        uint32
-//	8  chunk      uint32, payload bytes after this header (at most tcpMaxChunk)
+//	8  chunk      uint32, payload bytes after this header (at most tcpMaxChunk; tcpMaxByeReason
+//	              for a bye; none for heartbeats and aborts)
 //	12 reserved   uint32, zero
 //	16 total      uint64, length of the whole message (data frames)
 //	24 offset     uint64, where this chunk starts in the message (data frames)
@@ -38,10 +42,24 @@ import (
 // for an empty message). Chunks of messages under different tags interleave, so a large message
 // does not hold up small ones; chunks under one tag never do, which keeps FIFO order per tag.
 // An abort frame drops the partly sent message under its tag (its send was cancelled); a bye
-// frame says the sender closed its group and will send nothing more.
+// frame says the sender will send nothing more, and its payload says why:
+//
+//	empty                      the sender closed its group (an orderly Close)
+//	0  code     1              the sender's group failed because a rank failed:
+//	1  rank     uint32         that rank (the first failure the sender knows of, seen by it or
+//	                           reported to it; possibly the sender or the receiver itself)
+//	5  cause    UTF-8 text     what was observed ("silent for 30s"), no control characters
+//
+// so that every rank of a job names the rank that failed first, not a survivor that left
+// because of it. Version 2 added the reason; version 1 goodbyes had no payload.
 const (
 	frameHeaderLen = 32
-	frameVersion   = 1
+	frameVersion   = 2
+
+	// tcpMaxByeReason bounds a goodbye's payload; longer causes are cut when sent.
+	tcpMaxByeReason = 256
+	byeReasonHeader = 5 // code and rank
+	byeCodeFailure  = 1
 
 	// tcpMaxChunk is the largest frame payload: a large message goes out in pieces of this size
 	// so that frames of other tags get their turn between them.
@@ -139,7 +157,14 @@ func decodeFrameHeader(b []byte, maxMessage uint64) (frameHeader, error) {
 		case h.chunk == 0 && h.total != 0:
 			return frameHeader{}, fmt.Errorf("%w: empty chunk of a %d-byte message under tag %d", errProtocol, h.total, h.tag)
 		}
-	case frameHeartbeat, frameBye, frameAbort:
+	case frameBye:
+		if h.total != 0 || h.offset != 0 || h.tag != 0 {
+			return frameHeader{}, fmt.Errorf("%w: %v frame with non-zero fields", errProtocol, h.kind)
+		}
+		if h.chunk > tcpMaxByeReason {
+			return frameHeader{}, fmt.Errorf("%w: goodbye with a %d-byte reason, the limit is %d", errProtocol, h.chunk, tcpMaxByeReason)
+		}
+	case frameHeartbeat, frameAbort:
 		if h.chunk != 0 || h.total != 0 || h.offset != 0 || (h.kind != frameAbort && h.tag != 0) {
 			return frameHeader{}, fmt.Errorf("%w: %v frame with non-zero fields", errProtocol, h.kind)
 		}
@@ -147,6 +172,64 @@ func decodeFrameHeader(b []byte, maxMessage uint64) (frameHeader, error) {
 		return frameHeader{}, fmt.Errorf("%w: unknown frame kind %d", errProtocol, b[3])
 	}
 	return h, nil
+}
+
+// byeReason is what a goodbye says: failedRank < 0 for an orderly close, otherwise the rank
+// whose failure made the sender leave and what was observed.
+type byeReason struct {
+	failedRank int
+	cause      string
+}
+
+// encode returns the goodbye's payload. The cause is cleaned (control characters become
+// spaces, invalid UTF-8 "?") and cut at a character boundary to fit tcpMaxByeReason.
+func (r byeReason) encode() []byte {
+	if r.failedRank < 0 {
+		return nil
+	}
+	cause := strings.Map(func(c rune) rune {
+		if unicode.IsControl(c) {
+			return ' '
+		}
+		return c
+	}, strings.ToValidUTF8(r.cause, "?"))
+	if limit := tcpMaxByeReason - byeReasonHeader; len(cause) > limit {
+		for limit > 0 && !utf8.RuneStart(cause[limit]) {
+			limit--
+		}
+		cause = cause[:limit]
+	}
+	b := make([]byte, byeReasonHeader, byeReasonHeader+len(cause))
+	b[0] = byeCodeFailure
+	binary.LittleEndian.PutUint32(b[1:], uint32(r.failedRank))
+	return append(b, cause...)
+}
+
+// decodeByeReason parses and checks a goodbye's payload from a peer of a group of size ranks.
+func decodeByeReason(b []byte, size int) (byeReason, error) {
+	if len(b) == 0 {
+		return byeReason{failedRank: -1}, nil
+	}
+	if len(b) < byeReasonHeader || len(b) > tcpMaxByeReason {
+		return byeReason{}, fmt.Errorf("%w: goodbye reason of %d bytes", errProtocol, len(b))
+	}
+	if b[0] != byeCodeFailure {
+		return byeReason{}, fmt.Errorf("%w: goodbye with unknown reason code %d", errProtocol, b[0])
+	}
+	rank := binary.LittleEndian.Uint32(b[1:])
+	if uint64(rank) >= uint64(size) {
+		return byeReason{}, fmt.Errorf("%w: goodbye names rank %d, the group has %d", errProtocol, rank, size)
+	}
+	cause := b[byeReasonHeader:]
+	if !utf8.Valid(cause) {
+		return byeReason{}, fmt.Errorf("%w: goodbye cause is not UTF-8", errProtocol)
+	}
+	for _, c := range string(cause) {
+		if unicode.IsControl(c) {
+			return byeReason{}, fmt.Errorf("%w: goodbye cause has control character %U", errProtocol, c)
+		}
+	}
+	return byeReason{failedRank: int(rank), cause: string(cause)}, nil
 }
 
 // hello is one side's opening message of the handshake.

@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"net"
+	"strings"
 	"testing"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // fakeConn is a connection that yields a fixed byte stream and swallows writes.
@@ -36,6 +39,10 @@ func fuzzFrame(h frameHeader, payload []byte) []byte {
 	return append(b[:], payload...)
 }
 
+func fuzzBye(reason []byte) []byte {
+	return fuzzFrame(frameHeader{kind: frameBye, chunk: uint32(len(reason))}, reason)
+}
+
 func fuzzData(tag uint32, total, offset int, payload []byte) []byte {
 	return fuzzFrame(frameHeader{kind: frameData, tag: tag, chunk: uint32(len(payload)), total: uint64(total), offset: uint64(offset)}, payload)
 }
@@ -63,10 +70,22 @@ func FuzzTCPFrame(f *testing.F) {
 		fuzzData(0, 200, 100, small),                                                         // chunk of a message never started
 		fuzzFrame(frameHeader{kind: frameAbort, tag: 5}, nil),                                // abort with nothing in flight
 		append(fuzzData(0, 300, 0, small), fuzzData(0, 300, 0, small)...),                    // restart mid-message
-		func() []byte { b := fuzzData(0, 4, 0, []byte{1, 2, 3, 4}); b[2] = 2; return b }(),   // version
+		func() []byte { b := fuzzData(0, 4, 0, []byte{1, 2, 3, 4}); b[2] = 1; return b }(),   // version 1
 		func() []byte { b := fuzzData(0, 4, 0, []byte{1, 2, 3, 4}); b[0] = 'X'; return b }(), // magic
 		func() []byte { b := fuzzData(0, 4, 0, []byte{1, 2, 3, 4}); b[12] = 1; return b }(),  // reserved
-		[]byte("SP\x01\x01garbage"),
+		[]byte("SP\x01\x01garbage"),                                                          // version 1
+		[]byte("SP\x02\x01garbage"),
+		// Goodbyes with a reason: the failure of rank 0 (the sender), of rank 1 (this rank), then
+		// a bad code, a rank outside the group, bad UTF-8, a control character, a short reason,
+		// one over the limit.
+		fuzzBye(byeReason{failedRank: 0, cause: "silent for 30s"}.encode()),
+		append(fuzzData(1, 200, 0, small), fuzzBye(byeReason{failedRank: 1, cause: "connection closed without goodbye"}.encode())...),
+		fuzzBye([]byte{2, 0, 0, 0, 0, 'x'}),
+		fuzzBye([]byte{1, 2, 0, 0, 0, 'x'}),
+		fuzzBye([]byte{1, 0, 0, 0, 0, 0xff, 0xfe}),
+		fuzzBye([]byte{1, 0, 0, 0, 0, 'a', '\n', 'b'}),
+		fuzzBye([]byte{1, 0, 0}),
+		fuzzBye(append([]byte{1, 0, 0, 0, 0}, bytes.Repeat([]byte{'a'}, tcpMaxByeReason)...)),
 	}
 	for _, s := range seeds {
 		f.Add(s)
@@ -82,6 +101,9 @@ func FuzzTCPFrame(f *testing.F) {
 				}
 				if h.kind == frameData && (h.total > fuzzMaxMessage || h.chunk > tcpMaxChunk || h.offset+uint64(h.chunk) > h.total) {
 					t.Fatalf("accepted an out-of-bounds header %+v", h)
+				}
+				if h.kind == frameBye && h.chunk > tcpMaxByeReason || (h.kind == frameHeartbeat || h.kind == frameAbort) && h.chunk != 0 {
+					t.Fatalf("accepted a %v frame with a %d-byte payload", h.kind, h.chunk)
 				}
 			}
 		}
@@ -107,6 +129,16 @@ func FuzzTCPFrame(f *testing.F) {
 		}
 		if g.failure.Load() == nil && !p.gone.Load() {
 			t.Fatal("the stream ended without a failure or a goodbye")
+		}
+		if f := g.failure.Load(); f != nil {
+			// Whoever the failure names is a rank of the group, and a reported cause is clean.
+			pf, ok := (*f).(*peerFailure)
+			if !ok || pf.rank < 0 || pf.rank > 1 {
+				t.Fatalf("failure %v does not name a rank of the group", *f)
+			}
+			if msg := pf.cause.Error(); pf.reporter >= 0 && (!utf8.ValidString(msg) || strings.ContainsFunc(msg, unicode.IsControl)) {
+				t.Fatalf("reported cause %q", msg)
+			}
 		}
 		if s := g.counters.Snapshot(); s.BytesRecv > int64(len(stream)) {
 			t.Fatalf("%d bytes received from a %d-byte stream", s.BytesRecv, len(stream))

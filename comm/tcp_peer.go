@@ -35,11 +35,12 @@ const (
 // next safe point (end of a chunk, or at once when poked through a read deadline). A receive
 // whose buffer the reader is writing into completes only after the reader has left it.
 type tcpPeer struct {
-	g      *tcpGroup
-	rank   int
-	conn   net.Conn    // nil for the loop back
-	gone   atomic.Bool // the peer said goodbye
-	failed atomic.Bool // the peer was declared failed
+	g       *tcpGroup
+	rank    int
+	conn    net.Conn    // nil for the loop back
+	gone    atomic.Bool // the peer said goodbye
+	saidBye atomic.Bool // this rank said (or is saying) goodbye: the connection may end
+	failed  atomic.Bool // the peer was declared failed, by this rank or in a report
 
 	// Receive side, guarded by mu.
 	mu       sync.Mutex
@@ -470,7 +471,15 @@ func (p *tcpPeer) readFrames() error {
 		switch h.kind {
 		case frameHeartbeat:
 		case frameBye:
-			p.peerSaidBye()
+			var reason [tcpMaxByeReason]byte
+			if err := p.readFull(reason[:h.chunk]); err != nil {
+				return err
+			}
+			r, err := decodeByeReason(reason[:h.chunk], p.g.size)
+			if err != nil {
+				return err
+			}
+			p.peerSaidBye(r)
 		case frameAbort:
 			if err := p.abortMessage(h.tag); err != nil {
 				return err
@@ -638,12 +647,17 @@ func (p *tcpPeer) abortMessage(tag uint32) error {
 	return nil
 }
 
-// peerSaidBye handles the peer's orderly close: its partial messages are dropped, receives that
-// wait for it and later ones with nothing queued fail with ErrClosed, sends to it too.
-func (p *tcpPeer) peerSaidBye() {
+// peerSaidBye handles the peer's goodbye: its partial messages are dropped, receives that
+// wait for it and later ones with nothing queued fail with ErrClosed, sends to it too. A
+// goodbye that reports a failure fails this rank with it first (see tcpGroup.peerReported), so
+// that what waited for the peer fails naming the rank that failed.
+func (p *tcpPeer) peerSaidBye(r byeReason) {
+	p.gone.Store(true) // before the report: this rank's own goodbye does not go to p
+	if r.failedRank >= 0 {
+		p.g.peerReported(p.rank, r)
+	}
 	p.mu.Lock()
 	p.goneErr = fmt.Errorf("peer rank %d closed its group: %w", p.rank, ErrClosed)
-	p.gone.Store(true)
 	for tag, m := range p.inflight {
 		delete(p.inflight, tag)
 		q := m.owner
@@ -670,8 +684,8 @@ func (p *tcpPeer) peerSaidBye() {
 	p.stopWriter(false, err)
 }
 
-// readerExit runs when the connection ends: after the peer's goodbye or this rank's Close that
-// is expected, otherwise the peer has failed. Whatever was in flight cannot complete.
+// readerExit runs when the connection ends: after the peer's goodbye, or this rank's Close or
+// goodbye, that is expected; otherwise the peer has failed. Whatever was in flight cannot complete.
 func (p *tcpPeer) readerExit(err error) {
 	g := p.g
 	if !g.closed.Load() && !p.gone.Load() {
@@ -823,20 +837,12 @@ func (p *tcpPeer) cancelAllLocked(err error) {
 	}
 }
 
-// failSends fails every queued and later send to this peer with err; the writer keeps running
-// (heartbeats, abort frames).
-func (p *tcpPeer) failSends(err error) {
-	p.wmu.Lock()
-	if p.sendErr == nil {
-		p.sendErr = err
-	}
-	p.cancelAllLocked(err)
-	p.wmu.Unlock()
-}
-
 // stopWriter fails queued and later sends with err and stops the writer, after a goodbye frame
 // when bye is set.
 func (p *tcpPeer) stopWriter(bye bool, err error) {
+	if bye {
+		p.saidBye.Store(true)
+	}
 	p.wmu.Lock()
 	if p.sendErr == nil {
 		p.sendErr = err
@@ -1050,12 +1056,15 @@ func (p *tcpPeer) finishBatchLocked(err error) {
 	p.visited = 0
 }
 
-// writeBye sends the goodbye frame and shuts down the sending half of the connection; the
-// peer answers by closing its end once it has read everything.
+// writeBye sends the goodbye frame, with this rank's failure if it has one, and shuts down the
+// sending half of the connection; the peer answers by closing its end once it has read
+// everything.
 func (p *tcpPeer) writeBye() {
-	frameHeader{kind: frameBye}.encode(&p.ctrl)
+	reason := p.g.byeReason().encode()
+	frameHeader{kind: frameBye, chunk: uint32(len(reason))}.encode(&p.ctrl)
 	p.conn.SetWriteDeadline(time.Now().Add(tcpCloseGrace))
-	p.conn.Write(p.ctrl[:])
+	bufs := net.Buffers{p.ctrl[:], reason}
+	bufs.WriteTo(p.conn)
 	if tc, ok := p.conn.(*net.TCPConn); ok {
 		tc.CloseWrite()
 	}

@@ -931,6 +931,111 @@ func TestTCPPeerStallDetected(t *testing.T) {
 	checkNoLeak(t, before)
 }
 
+// A goodbye that reports a failure (here from raw rank 0: rank 1 was silent) fails the rank at
+// once naming the failed rank, also for what waited on the reporter; the rank tells the failed
+// rank why in its own goodbye, and its Close does not wait for the failed rank, which never
+// acknowledges.
+func TestTCPGoodbyeReportsFailure(t *testing.T) {
+	conns, g, log := rawPeers(t, 3, func(c *TCPConfig) { c.Timeout = time.Minute })
+	ctx := context.Background()
+	fromReporter := g.Irecv(ctx, 0, 1, make([]byte, 8))
+	fromFailed := g.Irecv(ctx, 1, 2, make([]byte, 8))
+	reason := byeReason{failedRank: 1, cause: "silent for 30s"}.encode()
+	writeRaw(t, conns[0], frameHeader{kind: frameBye, chunk: uint32(len(reason))}, reason)
+	const want = "peer rank 1 failed: silent for 30s (reported by rank 0)"
+	for _, req := range []*Request{fromReporter, fromFailed} {
+		if err := waitDone(t, req, want); errors.Is(err, ErrClosed) {
+			t.Errorf("%v counts as ErrClosed", err)
+		}
+	}
+	if err := g.Send(ctx, 0, 3, nil); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("later send: %v", err)
+	}
+	if log.count(want) != 1 {
+		t.Errorf("the reported failure was not logged once")
+	}
+	// Rank 1 hears why: a goodbye naming it.
+	conns[1].SetReadDeadline(time.Now().Add(5 * time.Second))
+	var hdr [frameHeaderLen]byte
+	for {
+		if _, err := io.ReadFull(conns[1], hdr[:]); err != nil {
+			t.Fatalf("no goodbye to the failed rank: %v", err)
+		}
+		h, err := decodeFrameHeader(hdr[:], 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.kind == frameHeartbeat {
+			continue
+		}
+		payload := make([]byte, h.chunk)
+		if _, err := io.ReadFull(conns[1], payload); err != nil {
+			t.Fatal(err)
+		}
+		if r, err := decodeByeReason(payload, 3); h.kind != frameBye || err != nil || r != (byeReason{failedRank: 1, cause: "silent for 30s"}) {
+			t.Fatalf("rank 1 got a %v frame with reason %+v, %v", h.kind, r, err)
+		}
+		break
+	}
+	// Close waits for rank 0's acknowledgement (it closes its end), never for rank 1.
+	conns[0].(*net.TCPConn).CloseWrite()
+	start := time.Now()
+	g.Close()
+	if d := time.Since(start); d > tcpCloseGrace/2 {
+		t.Errorf("Close took %v: it waited for the failed rank", d)
+	}
+}
+
+// A goodbye may name the receiving rank: a rank that stalled and resumed learns that it was
+// declared failed, and why.
+func TestTCPGoodbyeReportsThisRankFailed(t *testing.T) {
+	conns, g, _ := rawPeers(t, 2, func(c *TCPConfig) { c.Timeout = time.Minute })
+	req := g.Irecv(context.Background(), 0, 1, nil)
+	reason := byeReason{failedRank: 1, cause: "silent for 30s"}.encode()
+	writeRaw(t, conns[0], frameHeader{kind: frameBye, chunk: uint32(len(reason))}, reason)
+	waitDone(t, req, "peer rank 0 reports that this rank (1) failed: silent for 30s")
+}
+
+func TestByeReason(t *testing.T) {
+	for _, r := range []byeReason{
+		{failedRank: -1},
+		{failedRank: 0, cause: "silent for 30s"},
+		{failedRank: 6, cause: "connection closed without goodbye"},
+	} {
+		got, err := decodeByeReason(r.encode(), 7)
+		if err != nil || got != r {
+			t.Errorf("%+v: decoded as %+v, %v", r, got, err)
+		}
+	}
+	// Long causes are cut at a character boundary, control characters and bad UTF-8 replaced.
+	long := strings.Repeat("é", tcpMaxByeReason)
+	got, err := decodeByeReason(byeReason{failedRank: 1, cause: long}.encode(), 2)
+	if err != nil || len(got.cause) > tcpMaxByeReason-byeReasonHeader || !strings.HasPrefix(long, got.cause) || len(got.cause) < tcpMaxByeReason-byeReasonHeader-1 {
+		t.Errorf("long cause: %d bytes, %v", len(got.cause), err)
+	}
+	got, err = decodeByeReason(byeReason{failedRank: 1, cause: "a\nb\x00c\xff"}.encode(), 2)
+	if err != nil || got.cause != "a b c?" {
+		t.Errorf("cleaned cause %q, %v", got.cause, err)
+	}
+	for _, c := range []struct {
+		name   string
+		reason []byte
+		want   string
+	}{
+		{"short", []byte{1, 0, 0}, "reason of 3 bytes"},
+		{"unknown code", []byte{9, 0, 0, 0, 0}, "unknown reason code 9"},
+		{"rank outside the group", []byte{1, 7, 0, 0, 0}, "names rank 7, the group has 7"},
+		{"huge rank", []byte{1, 0xff, 0xff, 0xff, 0xff}, "names rank 4294967295"},
+		{"bad UTF-8", []byte{1, 0, 0, 0, 0, 0xc3}, "not UTF-8"},
+		{"control character", []byte{1, 0, 0, 0, 0, 'a', 0x1b, '['}, "control character U+001B"},
+		{"too long", append([]byte{1, 0, 0, 0, 0}, make([]byte, tcpMaxByeReason)...), "reason of 261 bytes"},
+	} {
+		if _, err := decodeByeReason(c.reason, 7); !errors.Is(err, errProtocol) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want a protocol error mentioning %q", c.name, err, c.want)
+		}
+	}
+}
+
 // Heartbeats keep an idle mesh alive far past the timeout.
 func TestTCPIdleMeshStaysUp(t *testing.T) {
 	groups := newTCP(t, 3, shortTimeout)
@@ -1055,6 +1160,8 @@ func TestTCPBadFramesRejected(t *testing.T) {
 		{"oversized message", header(frameHeader{kind: frameData, tag: 1, chunk: 4, total: 1 << 40}), "exceeds the limit of 1073741824 bytes"},
 		{"oversized chunk", header(frameHeader{kind: frameData, tag: 1, chunk: 64 << 20, total: 1 << 29}), "exceeds the chunk limit"},
 		{"unknown kind", header(frameHeader{kind: 9}), "unknown frame kind 9"},
+		{"oversized goodbye", header(frameHeader{kind: frameBye, chunk: tcpMaxByeReason + 1}), "goodbye with a 257-byte reason"},
+		{"goodbye naming no rank", append(header(frameHeader{kind: frameBye, chunk: 5}), 1, 2, 0, 0, 0), "goodbye names rank 2, the group has 2"},
 		{"chunk out of sequence", header(frameHeader{kind: frameData, tag: 1, chunk: 4, total: 8, offset: 4}), "no message is in flight"},
 	}
 	for _, c := range cases {

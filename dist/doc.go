@@ -57,8 +57,10 @@
 // MASTER_PORT and every rank connects to it. Each rank binds its own data listener on a free
 // port (never MASTER_PORT; Options.Bind or SPARGO_BIND choose the address), publishes
 // "host:port" under spargo/<run id>/addr/<rank>, reads the others' and calls comm.NewTCP.
-// SPARGO_TIMEOUT (or Options.Timeout) is the peer failure timeout: a rank that dies or stalls
-// makes every other rank's operations fail within it, with an error naming the rank.
+// SPARGO_TIMEOUT (or Options.Timeout, the same on every rank) is the peer failure timeout: a
+// rank that dies or stalls makes every other rank's operations fail within it, with an error
+// naming the rank (the first survivor to notice tells the others in its goodbye, so they all
+// name the same rank).
 //
 // StoreServer and Store speak PyTorch 1.13's TCPStore protocol (see store_protocol.go) and
 // work with PyTorch's own clients and servers in both directions: Python can rendezvous

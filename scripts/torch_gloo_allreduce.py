@@ -1,18 +1,23 @@
 #!/usr/bin/env python3
 # PyTorch comparison for BENCHMARKS.md: all-reduce throughput of the gloo backend on this
-# machine, P processes over loopback, to set next to spargo's TCP all-reduce.
+# machine, P processes over loopback, to set next to `spargo bench allreduce`.
 #
 #   OPENBLAS_NUM_THREADS=1 /usr/bin/python3 scripts/torch_gloo_allreduce.py --procs 2 4 --mib 64 --iters 10
+#   go run ./cmd/spargo bench allreduce -n 64MiB -workers 4 -iters 10        # spargo, same quantities
 #
 # Each P spawns P fresh processes (multiprocessing "spawn"), which meet through a TCPStore on a
-# free loopback port and run init_process_group("gloo"). Each timed iteration is
+# free loopback port and run init_process_group("gloo"). Each iteration is
 # refill → barrier → timed all_reduce(SUM) of a float32 tensor of --mib MiB on every rank;
-# the time of an iteration is the slowest rank's. After --warmup untimed iterations the median
-# of --iters timed ones is reported as algbw = bytes / time (the tensor's size, not the bytes on
-# the wire; a ring all-reduce moves 2(P-1)/P of it per rank each way).
+# the time of an iteration is the slowest rank's. After --warmup untimed iterations, --iters
+# timed ones give the median and minimum time, algbw = bytes / median (the tensor's size, not
+# the bytes on the wire) and busbw = algbw · 2(P-1)/P, nccl-tests' bus bandwidth (what each
+# rank sends and receives in a ring or Rabenseifner all-reduce, per unit of time). This is what
+# `spargo bench allreduce` measures and reports.
 #
-# Output: one line per P, "gloo P=4 64MiB: median 0.512 s (min 0.498, max 0.530) algbw 131.1 MB/s",
-# and with --json one JSON object per line instead. MB is 10^6 bytes.
+# Output: one line per P, "gloo P=4 64MiB: median 512.3 ms (min 498.0, max 530.1) algbw 131.0
+# MB/s busbw 196.5 MB/s", and with --json one JSON object per line instead, with the keys of
+# `spargo bench allreduce -json` (workers, bytes, algorithm = "gloo", time_ms = the median,
+# min_ms, algbw_mb_s, busbw_mb_s, iters) plus max_ms. MB is 10^6 bytes.
 # Measured with Debian's python3-torch 1.13 (CPU build; gloo over TCP).
 import argparse
 import json
@@ -80,25 +85,27 @@ def measure(world, mib, warmup, iters):
     # An iteration lasts as long as its slowest rank.
     per_iter = [max(r[1][i] for r in results) for i in range(iters)]
     med = statistics.median(per_iter)
+    algbw = nbytes / med / 1e6
     return {
-        "backend": "gloo",
-        "procs": world,
-        "mib": mib,
+        "workers": world,
+        "bytes": nbytes,
+        "algorithm": "gloo",
+        "time_ms": med * 1e3,
+        "min_ms": min(per_iter) * 1e3,
+        "max_ms": max(per_iter) * 1e3,
+        "algbw_mb_s": algbw,
+        "busbw_mb_s": algbw * 2 * (world - 1) / world,
         "iters": iters,
-        "median_s": med,
-        "min_s": min(per_iter),
-        "max_s": max(per_iter),
-        "algbw_mb_s": nbytes / med / 1e6,
     }
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__)
+    ap = argparse.ArgumentParser(description="all-reduce throughput of PyTorch gloo over loopback")
     ap.add_argument("--procs", type=int, nargs="+", default=[2, 4], help="process counts P to measure")
     ap.add_argument("--mib", type=int, default=64, help="tensor size in MiB (float32)")
     ap.add_argument("--warmup", type=int, default=2, help="untimed iterations")
     ap.add_argument("--iters", type=int, default=10, help="timed iterations (median reported)")
-    ap.add_argument("--json", action="store_true", help="one JSON object per P")
+    ap.add_argument("--json", action="store_true", help="one JSON object per P (the keys of spargo bench allreduce -json)")
     args = ap.parse_args()
     for world in args.procs:
         if world < 2:
@@ -108,8 +115,9 @@ def main():
             print(json.dumps(r), flush=True)
         else:
             print(
-                f"gloo P={world} {args.mib}MiB: median {r['median_s']:.3f} s "
-                f"(min {r['min_s']:.3f}, max {r['max_s']:.3f}) algbw {r['algbw_mb_s']:.1f} MB/s",
+                f"gloo P={world} {args.mib}MiB: median {r['time_ms']:.1f} ms "
+                f"(min {r['min_ms']:.1f}, max {r['max_ms']:.1f}) "
+                f"algbw {r['algbw_mb_s']:.1f} MB/s busbw {r['busbw_mb_s']:.1f} MB/s",
                 flush=True,
             )
 

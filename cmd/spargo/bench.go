@@ -47,7 +47,7 @@ func benchNames() string {
 func benchUsage(w io.Writer) {
 	fmt.Fprintln(w, "usage: spargo bench <measurement> [flags]\n\nmeasurements:")
 	for _, n := range slices.Sorted(maps.Keys(benchCommands)) {
-		fmt.Fprintf(w, "  %-8s %s\n", n, benchCommands[n].summary)
+		fmt.Fprintf(w, "  %-10s %s\n", n, benchCommands[n].summary)
 	}
 	fmt.Fprintln(w, "\nRun `spargo bench <measurement> -h` for its flags.")
 }

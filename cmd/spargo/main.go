@@ -4,6 +4,7 @@
 //	spargo models         list the built-in models with their parameter counts
 //	spargo bench train    single-process training images/s (-model, -batch, -steps, -json)
 //	spargo bench comm     comm hook cost on in-process workers (-hook, -workers, -n, -json)
+//	spargo bench allreduce  all-reduce throughput between processes over TCP (-n, -workers, -algorithm, -json)
 //	spargo launch         run N local processes as one job (-n, -restarts, -timeout, -secret-file)
 //
 // Later subcommands (launch, simulate, plot) join the same dispatch table; later

@@ -1,15 +1,24 @@
-// Command vgg trains VGG on CIFAR-10 with data-parallel workers in one process: each
-// worker is a goroutine with its own model replica, gradients flow parameter hook →
-// bucket → comm hook → optimizer exactly as across machines.
+// Command vgg trains VGG on CIFAR-10 with data-parallel workers: in one process, each worker
+// a goroutine with its own model replica, or one worker per process when a launcher starts it
+// (torchrun, spargo launch, Slurm, mpirun, Kubernetes). Gradients flow parameter hook →
+// bucket → comm hook → optimizer the same way in both.
 //
 //	go run ./examples/vgg                                      # VGG-11, 2 workers, CIFAR-10 found or downloaded
 //	go run ./examples/vgg -data ../shared/data/cifar10/approx -model vgg11 -workers 2 \
 //	    -batch 32 -epochs 3 -lr 0.01 -momentum 0.9 -wd 5e-4
 //	go run ./examples/vgg -hook allreduce:algorithm=ring -metrics run.jsonl
+//	go build -o vgg ./examples/vgg && spargo launch -n 4 -- ./vgg -epochs 3   # 4 processes
 //
 // -batch is per worker (global batch = workers × batch). CIFAR-10 is looked for in
 // -data, $SPARGO_DATA, ../shared/data/cifar10/approx and the user cache directory, and
 // downloaded into the cache (md5-checked) when none has it.
+//
+// Under a launcher (dist.DetectEnv finds a world size above 1) each process joins the job with
+// dist.Init and trains one rank; -workers must then be left out, or be 1 (one per process) or
+// the world size. Rank 0 prints, shows the progress bar (when its standard error is a
+// terminal) and writes -metrics; every rank loads the data and takes its shard of each batch,
+// exactly as the in-process workers do, so the run computes the same numbers. SIGINT and
+// SIGTERM stop training between steps.
 package main
 
 import (
@@ -21,7 +30,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
 	"runtime"
 	"strings"
 	"sync"
@@ -32,6 +40,7 @@ import (
 	"github.com/spargo-dl/spargo/comm"
 	"github.com/spargo-dl/spargo/datasets"
 	"github.com/spargo-dl/spargo/ddp"
+	"github.com/spargo-dl/spargo/dist"
 	"github.com/spargo-dl/spargo/hooks"
 	"github.com/spargo-dl/spargo/internal/kernels"
 	"github.com/spargo-dl/spargo/models"
@@ -63,7 +72,7 @@ func main() {
 	var c config
 	flag.StringVar(&c.Data, "data", "", "CIFAR-10 directory (default: $SPARGO_DATA, ../shared/data/cifar10/approx, the user cache; downloaded if none has it)")
 	flag.StringVar(&c.Model, "model", "vgg11", "vgg11|vgg13|vgg16|vgg19")
-	flag.IntVar(&c.Workers, "workers", 2, "data-parallel workers (in-process ranks)")
+	flag.IntVar(&c.Workers, "workers", 2, "data-parallel workers (in-process ranks); under a launcher leave it out, or give 1 or the world size")
 	flag.StringVar(&c.Hook, "hook", "allreduce", "comm hook spec, e.g. allreduce:algorithm=ring (see `spargo hooks`)")
 	flag.IntVar(&c.Batch, "batch", 32, "batch size per worker")
 	flag.IntVar(&c.Epochs, "epochs", 3, "epochs")
@@ -77,7 +86,7 @@ func main() {
 	flag.StringVar(&c.DistBN, "dist-bn", "broadcast", "BatchNorm running statistics across ranks: broadcast (rank 0's after every step, PyTorch DDP's default) or reduce (each rank keeps its own; their mean before each evaluation, timm's --dist-bn reduce)")
 	flag.Float64Var(&c.BucketMB, "bucket-mb", 0, "DDP bucket cap in MiB, like PyTorch's bucket_cap_mb (0: ddp's defaults, a small first bucket then 25 MiB)")
 	flag.StringVar(&c.Metrics, "metrics", "", "write one JSON line per epoch (and a summary) to this file")
-	flag.BoolVar(&c.Progress, "progress", true, "show a progress bar per epoch")
+	flag.BoolVar(&c.Progress, "progress", true, "show a progress bar per epoch (launched: on rank 0, when its stderr is a terminal)")
 	logLevel := flag.String("log-level", "info", "log level of the hooks' messages on stderr: debug|info|warn|error (debug: one line per bucket and call, e.g. SparDL's d, Ok-Topk's thresholds and counts)")
 	logFormat := flag.String("log-format", "text", "text|json")
 	flag.Parse()
@@ -86,12 +95,48 @@ func main() {
 		os.Exit(2)
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	if _, err := run(ctx, c, os.Stdout, os.Stderr); err != nil {
+	env, err := dist.DetectEnv(dist.Overrides{})
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "vgg:", err)
+		os.Exit(2)
+	}
+	name, train := "vgg", run
+	if env.WorldSize > 1 {
+		// One rank per process.
+		name = fmt.Sprintf("vgg: rank %d", env.Rank)
+		workersSet := false
+		flag.Visit(func(f *flag.Flag) { workersSet = workersSet || f.Name == "workers" })
+		if err := checkWorkers(&c, workersSet, env); err != nil {
+			fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+			os.Exit(2)
+		}
+		train = func(ctx context.Context, c config, stdout, stderr io.Writer) (*summary, error) {
+			return runProcess(ctx, c, env, stdout, stderr)
+		}
+	}
+	ctx, stop := dist.NotifyContext(context.Background(), name, nil)
+	defer stop()
+	if _, err := train(ctx, c, os.Stdout, os.Stderr); err != nil {
+		var sig *dist.SignalError
+		if errors.As(context.Cause(ctx), &sig) {
+			fmt.Fprintf(os.Stderr, "%s: stopped: %v\n", name, sig)
+		} else {
+			fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		}
+		stop()
 		os.Exit(1)
 	}
+}
+
+// checkWorkers reconciles -workers with a launcher's world size: left out, 1 (one worker per
+// process) or equal to it are fine, and c.Workers becomes the world size.
+func checkWorkers(c *config, workersSet bool, env dist.Env) error {
+	if workersSet && c.Workers != 1 && c.Workers != env.WorldSize {
+		return fmt.Errorf("-workers %d, but %s started %d processes: one worker per process; leave -workers out or give 1 or %d",
+			c.Workers, env.Source, env.WorldSize, env.WorldSize)
+	}
+	c.Workers = env.WorldSize
+	return nil
 }
 
 // setupLogging installs the default slog handler the hooks log through.
@@ -136,39 +181,120 @@ type summary struct {
 	TotalSec  float64       `json:"total_s"`
 	Summary   bool          `json:"summary"`
 	CommStats comm.Stats    `json:"comm_rank0"`
+	Launcher  dist.Source   `json:"launcher,omitempty"` // who started the processes of a multi-process run
 }
 
+// run trains with c.Workers in-process ranks.
 func run(ctx context.Context, c config, stdout, stderr io.Writer) (*summary, error) {
-	if c.Workers < 1 || c.Batch < 1 || c.Epochs < 1 {
-		return nil, fmt.Errorf("-workers, -batch and -epochs must be at least 1 (got %d, %d, %d)", c.Workers, c.Batch, c.Epochs)
-	}
-	if c.DistBN == "" {
-		c.DistBN = "broadcast"
-	}
-	if c.DistBN != "broadcast" && c.DistBN != "reduce" {
-		return nil, fmt.Errorf("-dist-bn %q: want broadcast or reduce", c.DistBN)
-	}
-	if c.BucketMB < 0 {
-		return nil, fmt.Errorf("-bucket-mb %g: want a positive size in MiB, or 0 for the defaults", c.BucketMB)
-	}
-	hookSpec := c.Hook
-	if _, err := hooks.Parse(hookSpec); err != nil {
+	if err := c.check(); err != nil {
 		return nil, err
 	}
 	dir, err := datasets.EnsureCIFAR10(ctx, c.Data, stderr)
 	if err != nil {
 		return nil, err
 	}
-	train, test, err := datasets.LoadCIFAR10(dir)
+	train, test, err := loadData(dir, stdout)
 	if err != nil {
 		return nil, err
+	}
+	groups, err := comm.NewLocal(c.Workers)
+	if err != nil {
+		return nil, err
+	}
+	return trainRanks(ctx, c, groups, train, test, stdout, stderr, "")
+}
+
+// runProcess trains this process's rank of a multi-process job (env from dist.DetectEnv,
+// c.Workers its world size): it joins the job with dist.Init, loads the data (local rank 0
+// first, so that one process per host downloads) and trains like one of run's workers.
+func runProcess(ctx context.Context, c config, env dist.Env, stdout, stderr io.Writer) (sum *summary, err error) {
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	g, _, err := dist.Init(ctx, dist.Options{})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if cerr := g.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("close the group: %w", cerr)
+		}
+	}()
+	if g.Size() != c.Workers {
+		return nil, fmt.Errorf("joined a group of %d ranks, expected %d", g.Size(), c.Workers)
+	}
+	rank := g.Rank()
+	if rank != 0 {
+		stdout = io.Discard
+	} else if fi, err := os.Stderr.Stat(); stderr == os.Stderr && (err != nil || fi.Mode()&os.ModeCharDevice == 0) {
+		c.Progress = false // a launcher's pipe: the bar's carriage returns would garble its log
+	}
+	// The first rank on each host finds (or downloads) the data, the others look once it has:
+	// one download per host. If it fails, its goodbye ends the others' wait.
+	var dir string
+	first := env.LocalRank == 0
+	if first {
+		if dir, err = datasets.EnsureCIFAR10(ctx, c.Data, stderr); err != nil {
+			err = fmt.Errorf("rank %d: %w", rank, err)
+		}
+	}
+	if berr := comm.Barrier(ctx, g, 99); err == nil && berr != nil {
+		err = fmt.Errorf("wait for the data: %w", berr)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !first {
+		if dir, err = datasets.EnsureCIFAR10(ctx, c.Data, stderr); err != nil {
+			return nil, fmt.Errorf("rank %d: %w", rank, err)
+		}
+	}
+	train, test, err := loadData(dir, stdout)
+	if err != nil {
+		return nil, fmt.Errorf("rank %d: %w", rank, err)
+	}
+	sum, err = trainRanks(ctx, c, []comm.Group{g}, train, test, stdout, stderr, env.Source)
+	return sum, err
+}
+
+func (c *config) check() error {
+	if c.Workers < 1 || c.Batch < 1 || c.Epochs < 1 {
+		return fmt.Errorf("-workers, -batch and -epochs must be at least 1 (got %d, %d, %d)", c.Workers, c.Batch, c.Epochs)
+	}
+	if c.DistBN == "" {
+		c.DistBN = "broadcast"
+	}
+	if c.DistBN != "broadcast" && c.DistBN != "reduce" {
+		return fmt.Errorf("-dist-bn %q: want broadcast or reduce", c.DistBN)
+	}
+	if c.BucketMB < 0 {
+		return fmt.Errorf("-bucket-mb %g: want a positive size in MiB, or 0 for the defaults", c.BucketMB)
+	}
+	_, err := hooks.Parse(c.Hook)
+	return err
+}
+
+// loadData reads CIFAR-10 from dir and describes it on stdout.
+func loadData(dir string, stdout io.Writer) (train, test *datasets.Images, err error) {
+	train, test, err = datasets.LoadCIFAR10(dir)
+	if err != nil {
+		return nil, nil, err
 	}
 	fmt.Fprintf(stdout, "data: %s\n%s\n%s\n", dir, train.Summary, test.Summary)
 	if strings.Contains(dir, "approx") {
 		fmt.Fprintln(stdout, "note: accuracy on this copy is CIFAR-10 (JPEG-degraded, 10k-train subset)")
 	}
+	return train, test, nil
+}
+
+// trainRanks trains the ranks of groups, this process's share of the job (all c.Workers of them
+// in-process, one per process when launched), each on its own goroutine. The process that has
+// rank 0 prints the results and writes -metrics; its summary is complete, the others' have no
+// epochs.
+func trainRanks(ctx context.Context, c config, groups []comm.Group, train, test *datasets.Images, stdout, stderr io.Writer, launcher dist.Source) (*summary, error) {
+	hasRank0 := groups[0].Rank() == 0
 	var metrics *json.Encoder
-	if c.Metrics != "" {
+	if c.Metrics != "" && hasRank0 {
 		f, err := os.Create(c.Metrics)
 		if err != nil {
 			return nil, fmt.Errorf("-metrics: %w", err)
@@ -176,29 +302,28 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) (*summary, err
 		defer f.Close()
 		metrics = json.NewEncoder(f)
 	}
-	groups, err := comm.NewLocal(c.Workers)
-	if err != nil {
-		return nil, err
-	}
-	sum := &summary{Config: c, Dataset: train.Summary, Kernels: kernels.Impl(), Summary: true}
+	sum := &summary{Config: c, Dataset: train.Summary, Kernels: kernels.Impl(), Summary: true, Launcher: launcher}
 	start := time.Now()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	errs := make([]error, c.Workers)
+	errs := make([]error, len(groups))
 	var wg sync.WaitGroup
-	for r := 0; r < c.Workers; r++ {
+	for i, g := range groups {
 		wg.Add(1)
-		go func(r int) {
+		go func() {
 			defer wg.Done()
-			w := &worker{cfg: c, group: groups[r], train: train, test: test, stdout: stdout, stderr: stderr, metrics: metrics, sum: sum, start: start}
-			if errs[r] = w.run(ctx); errs[r] != nil {
+			w := &worker{cfg: c, group: g, train: train, test: test, stdout: stdout, stderr: stderr, metrics: metrics, sum: sum, start: start}
+			if errs[i] = w.run(ctx); errs[i] != nil {
 				cancel() // unblock the other ranks
 			}
-		}(r)
+		}()
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
+	}
+	if !hasRank0 {
+		return sum, nil
 	}
 	sum.TotalSec = time.Since(start).Seconds()
 	last := sum.Epochs[len(sum.Epochs)-1]
@@ -227,6 +352,7 @@ type worker struct {
 func (w *worker) run(ctx context.Context) error {
 	c, g := w.cfg, w.group
 	rank, world := g.Rank(), g.Size()
+	traffic := g.Counters().Snapshot() // the summary counts training's traffic, not the set-up's
 	model, err := models.NewVGG(c.Model, models.CIFAR10, nn.NewRand(c.Seed))
 	if err != nil {
 		return err
@@ -337,7 +463,7 @@ func (w *worker) run(ctx context.Context) error {
 			res := epochResult{Epoch: epoch + 1, Steps: step, TrainLoss: trainLoss, TrainAcc: trainAcc, TestLoss: testLoss, TestAcc: testAcc,
 				ImgPerSec: total / trainSec, TrainSec: trainSec, TotalSec: time.Since(w.start).Seconds(), LR: opt.LR()}
 			w.sum.Epochs = append(w.sum.Epochs, res)
-			w.sum.CommStats = g.Counters().Snapshot()
+			w.sum.CommStats = g.Counters().Snapshot().Sub(traffic)
 			fmt.Fprintf(w.stdout, "epoch %d train_loss %.4f train_acc %.4f test_loss %.4f test_acc %.4f img_s %.1f train_s %.1f total_s %.1f\n",
 				res.Epoch, res.TrainLoss, res.TrainAcc, res.TestLoss, res.TestAcc, res.ImgPerSec, res.TrainSec, res.TotalSec)
 			if w.metrics != nil {

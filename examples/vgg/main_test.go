@@ -3,17 +3,36 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"reflect"
+	"regexp"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/spargo-dl/spargo/datasets"
+	"github.com/spargo-dl/spargo/dist"
 )
 
-// A few steps of the real program on the shared CIFAR copy: data, DDP with 2 workers,
-// the hook, evaluation and metrics all run.
-func TestRunFewSteps(t *testing.T) {
+// runAsVGGVar makes this test binary run the vgg program (see TestMain), so that tests can
+// start it as processes, alone or under dist.Launch.
+const runAsVGGVar = "SPARGO_TEST_RUN_AS_VGG"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(runAsVGGVar) == "1" {
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// cifarOrSkip returns the CIFAR-10 directory, or skips the test outside CI without one.
+func cifarOrSkip(t *testing.T) string {
+	t.Helper()
 	dir, err := datasets.FindCIFAR10("")
 	if err != nil {
 		if os.Getenv("CI") != "" {
@@ -21,6 +40,13 @@ func TestRunFewSteps(t *testing.T) {
 		}
 		t.Skipf("no CIFAR-10 copy on this machine: %v", err)
 	}
+	return dir
+}
+
+// A few steps of the real program on the shared CIFAR copy: data, DDP with 2 workers,
+// the hook, evaluation and metrics all run.
+func TestRunFewSteps(t *testing.T) {
+	dir := cifarOrSkip(t)
 	metrics := filepath.Join(t.TempDir(), "m.jsonl")
 	var out, errb bytes.Buffer
 	sum, err := run(context.Background(), config{Data: dir, Model: "vgg11", Workers: 2, Hook: "allreduce:algorithm=ring",
@@ -47,5 +73,139 @@ func TestRunRejectsBadFlags(t *testing.T) {
 	}
 	if _, err := run(context.Background(), config{Workers: 1, Batch: 1, Epochs: 1, Hook: "nosuch"}, &out, &out); err == nil || !strings.Contains(err.Error(), "unknown hook") {
 		t.Fatalf("bad hook: %v", err)
+	}
+}
+
+// The program launched as 2 processes (one rank each, as under spargo launch or torchrun)
+// trains exactly what 2 in-process workers train with the same flags: the same code runs on
+// each rank and only the transport differs, so rank 0 prints the same losses and accuracies,
+// and its -metrics hold the same float64 values bit for bit (and the same traffic); rank 1
+// prints nothing, and both exit 0.
+func TestMultiProcessMatchesInProcess(t *testing.T) {
+	dir := cifarOrSkip(t)
+	flags := []string{"-data", dir, "-model", "vgg11", "-hook", "allreduce:algorithm=ring", "-batch", "4", "-epochs", "1",
+		"-steps", "2", "-eval-limit", "64", "-seed", "1", "-progress=false"}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "SPARGO_") {
+			env = append(env, kv)
+		}
+	}
+	env = append(env, runAsVGGVar+"=1")
+
+	tmp := t.TempDir()
+	refMetrics, metrics := filepath.Join(tmp, "in-process.jsonl"), filepath.Join(tmp, "processes.jsonl")
+
+	// In-process: the program with -workers 2.
+	start := time.Now()
+	ref := exec.CommandContext(ctx, os.Args[0], append(flags, "-workers", "2", "-metrics", refMetrics)...)
+	ref.Env = env
+	var refOut, refErr bytes.Buffer
+	ref.Stdout, ref.Stderr = &refOut, &refErr
+	if err := ref.Run(); err != nil {
+		t.Fatalf("in-process run: %v\n%s%s", err, refOut.String(), refErr.String())
+	}
+	t.Logf("in-process run: %v", time.Since(start).Round(time.Millisecond))
+
+	// Two processes, one rank each.
+	start = time.Now()
+	var mu sync.Mutex
+	var out, errb bytes.Buffer
+	err := dist.Launch(ctx, dist.LaunchConfig{NProc: 2, Program: os.Args[0], Args: append(flags, "-metrics", metrics), Env: env,
+		Stdout: &lockedBuffer{mu: &mu, b: &out}, Stderr: &lockedBuffer{mu: &mu, b: &errb}, Grace: 5 * time.Second})
+	mu.Lock()
+	defer mu.Unlock()
+	if err != nil {
+		t.Fatalf("2 processes: %v\nstdout:\n%s\nstderr:\n%s", err, out.String(), errb.String())
+	}
+	t.Logf("2 processes: %v", time.Since(start).Round(time.Millisecond))
+	if strings.Contains(out.String(), "[rank 1]") {
+		t.Errorf("rank 1 printed on stdout:\n%s", out.String())
+	}
+	// Everything but times and speeds agrees.
+	timing := regexp.MustCompile(` (img_s|train_s|total_s) [0-9.]+|, [0-9.]+ img/s, [0-9]+s total|GOMAXPROCS [0-9]+`)
+	var want, got []string
+	for _, l := range strings.Split(strings.TrimSpace(refOut.String()), "\n") {
+		want = append(want, timing.ReplaceAllString(l, ""))
+	}
+	for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		got = append(got, timing.ReplaceAllString(strings.TrimPrefix(l, "[rank 0] "), ""))
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("rank 0 of 2 processes printed\n%s\n\n2 in-process workers printed\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if !strings.Contains(out.String(), "[rank 0] epoch 1 train_loss") || !strings.Contains(out.String(), "[rank 0] done: vgg11") {
+		t.Fatalf("stdout:\n%s", out.String())
+	}
+	for _, l := range got {
+		if strings.HasPrefix(l, "epoch 1") {
+			t.Logf("both: %s", l)
+		}
+	}
+	wantRecs, gotRecs := readMetrics(t, refMetrics), readMetrics(t, metrics)
+	if len(gotRecs) != len(wantRecs) {
+		t.Fatalf("%d metrics records, in-process %d", len(gotRecs), len(wantRecs))
+	}
+	for i := range wantRecs {
+		for _, k := range []string{"img_s", "train_s", "total_s", "launcher"} {
+			delete(wantRecs[i], k)
+			delete(gotRecs[i], k)
+		}
+		if !reflect.DeepEqual(gotRecs[i], wantRecs[i]) {
+			t.Errorf("metrics record %d:\n2 processes %v\nin-process  %v", i, gotRecs[i], wantRecs[i])
+		}
+	}
+}
+
+// readMetrics reads a -metrics file; the summary's epochs and times are dropped, its
+// configuration, data, kernels and traffic kept.
+func readMetrics(t *testing.T, path string) []map[string]any {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var recs []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var m map[string]any
+		d := json.NewDecoder(strings.NewReader(l))
+		d.UseNumber() // exact decimal text of every float64
+		if err := d.Decode(&m); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		delete(m, "epochs")
+		recs = append(recs, m)
+	}
+	return recs
+}
+
+type lockedBuffer struct {
+	mu *sync.Mutex
+	b  *bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func TestCheckWorkers(t *testing.T) {
+	env := dist.Env{Source: dist.SourceTorchrun, WorldSize: 4}
+	for _, tc := range []struct {
+		workers int
+		set     bool
+		ok      bool
+	}{{2, false, true}, {1, true, true}, {4, true, true}, {2, true, false}, {8, true, false}} {
+		c := config{Workers: tc.workers}
+		err := checkWorkers(&c, tc.set, env)
+		if tc.ok != (err == nil) || tc.ok && c.Workers != 4 {
+			t.Errorf("-workers %d (set %v): %v, workers now %d", tc.workers, tc.set, err, c.Workers)
+		}
+		if err != nil && !strings.Contains(err.Error(), "-workers 2, but torchrun started 4 processes") && tc.workers == 2 {
+			t.Errorf("error %q", err)
+		}
 	}
 }
