@@ -60,8 +60,8 @@ func WithBroadcastBuffers(on bool) Option { return func(c *config) { c.broadcast
 // New wraps model for data-parallel training on g. Every rank calls it with its own
 // replica. It checks that all ranks have the same parameter names and shapes (the
 // error names the first mismatch and the ranks), broadcasts rank 0's parameters and
-// buffers, and builds the bucket plan: the hook's own if it is a Planner, else
-// WithPlan's, else size-capped like PyTorch.
+// buffers, and builds the bucket plan: WithPlan's, else the hook's own if it is a Planner
+// that returns one, else size-capped like PyTorch.
 func New(ctx context.Context, model nn.Module, g comm.Group, opts ...Option) (*DDP, error) {
 	cfg := config{firstBucketBytes: DefaultFirstBucketBytes, bucketBytesCap: DefaultBucketBytesCap, broadcastBuffers: true}
 	for _, o := range opts {
@@ -93,7 +93,8 @@ func New(ctx context.Context, model nn.Module, g comm.Group, opts ...Option) (*D
 				return nil, fmt.Errorf("ddp: hook %s: planning buckets: %w", cfg.hook.Name(), err)
 			}
 			d.plan = plan
-		} else {
+		}
+		if d.plan == nil { // no Planner, or one that keeps the default
 			d.plan = SizeCappedPlan(d.params, cfg.firstBucketBytes, cfg.bucketBytesCap)
 		}
 	}

@@ -70,8 +70,9 @@ func (f readyFuture) Wait() ([]float32, error) { return f.v, f.err }
 
 // Planner is implemented by hooks that choose the buckets themselves (OMGS merges
 // layers by a cost model). Plan returns groups of indices into params (the model's
-// parameters in declaration order); every index must appear exactly once. prof is the
-// measured profile, or nil when none was measured.
+// parameters in declaration order); every index must appear exactly once. A nil plan
+// (and nil error) keeps DDP's size-capped default. prof is the measured profile, or nil
+// when none was measured.
 type Planner interface {
 	Plan(params []*nn.Param, prof *Profile) ([][]int, error)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -37,20 +38,20 @@ func paramHash(ps []*nn.Param) uint64 {
 }
 
 // Replica consistency (ALGORITHMS.md §0): after every step of a DDP training with several
-// buckets, all ranks hold bit-identical parameters, for every hook of this issue and P in
+// buckets (SparDL's default plan: one), all ranks hold bit-identical parameters, for every hook of this issue and P in
 // {2, 3, 4, 5, 8} (gtopk: powers of two). The loss must also stay finite.
 func TestReplicaConsistencyUnderDDP(t *testing.T) {
 	const steps, batch = 4, 4
-	specs := []string{"spardl:density=0.05", "spardl:density=0.05,teams=2", "spardl:density=0.05,teams=auto",
-		"spardl:density=0.05,residual=partial", "topka:density=0.05", "topkdsa:density=0.05", "gtopk:density=0.05",
-		"spardl:density=0.05,dense_warmup=2",
+	specs := []string{"spardl:density=0.05,buckets=ddp", "spardl:density=0.05,teams=2,buckets=ddp", "spardl:density=0.05,teams=auto,buckets=ddp",
+		"spardl:density=0.05,residual=partial,buckets=ddp", "topka:density=0.05", "topkdsa:density=0.05", "gtopk:density=0.05",
+		"spardl:density=0.05,dense_warmup=2,buckets=ddp", "spardl:density=0.05", "spardl:density=0.05,teams=2",
 		"oktopk:density=0.05,tau=2,tau_prime=3", "oktopk:density=0.05,balance=always,guard=false", "gaussiank:density=0.05"}
 	for _, spec := range specs {
 		for _, p := range []int{2, 3, 4, 5, 8} {
 			if spec == "gtopk:density=0.05" && !isPow2(p) {
 				continue
 			}
-			if spec == "spardl:density=0.05,teams=2" && p%2 != 0 {
+			if strings.Contains(spec, "teams=2") && p%2 != 0 {
 				continue
 			}
 			t.Run(fmt.Sprintf("%s/P=%d", spec, p), func(t *testing.T) {
@@ -91,7 +92,11 @@ func TestReplicaConsistencyUnderDDP(t *testing.T) {
 								opt.Step()
 								hashes[r] = append(hashes[r], paramHash(dp.Parameters()))
 							}
-							if len(dp.Plan()) < 2 {
+							if strings.HasPrefix(spec, "spardl") && !strings.Contains(spec, "buckets=ddp") {
+								if len(dp.Plan()) != 1 {
+									return fmt.Errorf("spardl's default plan: want one bucket with the whole model, got %d", len(dp.Plan()))
+								}
+							} else if len(dp.Plan()) < 2 {
 								return fmt.Errorf("want several buckets, got %d", len(dp.Plan()))
 							}
 							return nil

@@ -24,7 +24,10 @@
 //     for d a power of two, B-SAG with the adaptive h of the paper's Algorithm 2 otherwise), a
 //     sparse Bruck all-gather inside each team. At teams=1: 2·ceil(log2 P) rounds and 4(P-1)·k_b
 //     words (k_b = int(density·ceil(n/P)) per block). Options density, teams (a divisor of P or
-//     auto), residual (global, or local / partial for the paper's ablation), dense_warmup.
+//     auto), residual (global, or local / partial for the paper's ablation), dense_warmup, and
+//     buckets: model (the default, a ddp.Planner giving one bucket with the whole model,
+//     sparsified after backward as in the paper) or ddp (DDP's size-capped buckets, overlapped
+//     with backward, each with its own budget; on VGG-11 this trains measurably worse).
 //   - topka: SparCML's TopkA — local top-k, all-gather of P·k pairs: ceil(log2 P) rounds,
 //     2k(P-1) words.
 //   - topkdsa: SparCML's TopkDSA — rotated sparse reduce-scatter over P regions, then a sparse

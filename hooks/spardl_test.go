@@ -1,11 +1,17 @@
 package hooks
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"slices"
 	"sort"
+	"strings"
 	"testing"
+
+	"github.com/spargo-dl/spargo/comm"
+	"github.com/spargo-dl/spargo/ddp"
+	"github.com/spargo-dl/spargo/nn"
 )
 
 func TestSRSSchedule(t *testing.T) {
@@ -263,5 +269,45 @@ func TestSparDLMatchesReference(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// SparDL plans one bucket with the whole model by default (the paper sparsifies the whole
+// gradient) and keeps DDP's plan with buckets=ddp; ddp.New honours both.
+func TestSparDLPlan(t *testing.T) {
+	params := nn.Parameters(tinyNet(1))
+	h, err := Parse("spardl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := h.(ddp.Planner).Plan(params, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plan) != 1 || len(plan[0]) != len(params) {
+		t.Fatalf("default plan %v: want one bucket of all %d parameters", plan, len(params))
+	}
+	for i, j := range plan[0] {
+		if j != len(params)-1-i {
+			t.Fatalf("default plan %v: want reverse declaration order (the order gradients become ready)", plan[0])
+		}
+	}
+	h, err = Parse("spardl:buckets=ddp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plan, err := h.(ddp.Planner).Plan(params, nil); err != nil || plan != nil {
+		t.Fatalf("buckets=ddp: plan %v, err %v; want nil (DDP's default)", plan, err)
+	}
+	if _, err := Parse("spardl:buckets=layers"); err == nil || !strings.Contains(err.Error(), "buckets") {
+		t.Fatalf("buckets=layers: err %v, want one naming the option", err)
+	}
+	groups, _ := comm.NewLocal(1)
+	dp, err := ddp.New(context.Background(), tinyNet(1), groups[0], ddp.WithCommHook(h), ddp.WithBucketCap(2048, 8192))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := ddp.SizeCappedPlan(params, 2048, 8192); !slices.EqualFunc(dp.Plan(), want, slices.Equal) {
+		t.Fatalf("buckets=ddp under DDP: plan %v, want the size-capped %v", dp.Plan(), want)
 	}
 }

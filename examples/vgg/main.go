@@ -84,7 +84,7 @@ func main() {
 	flag.IntVar(&c.WarmupEpochs, "warmup", 0, "epochs of linear warm-up from lr/workers to lr (the seeds' recipe); 0: constant lr")
 	flag.IntVar(&c.EvalLimit, "eval-limit", 0, "evaluate on the first N test images (0: all)")
 	flag.StringVar(&c.DistBN, "dist-bn", "broadcast", "BatchNorm running statistics across ranks: broadcast (rank 0's after every step, PyTorch DDP's default) or reduce (each rank keeps its own; their mean before each evaluation, timm's --dist-bn reduce)")
-	flag.Float64Var(&c.BucketMB, "bucket-mb", 0, "DDP bucket cap in MiB, like PyTorch's bucket_cap_mb (0: ddp's defaults, a small first bucket then 25 MiB)")
+	flag.Float64Var(&c.BucketMB, "bucket-mb", 0, "DDP bucket cap in MiB, like PyTorch's bucket_cap_mb (0: ddp's defaults, a small first bucket then 25 MiB; hooks that plan their own buckets, such as spardl's default buckets=model, ignore it)")
 	flag.StringVar(&c.Metrics, "metrics", "", "write one JSON line per epoch (and a summary) to this file")
 	flag.BoolVar(&c.Progress, "progress", true, "show a progress bar per epoch (launched: on rank 0, when its stderr is a terminal)")
 	logLevel := flag.String("log-level", "info", "log level of the hooks' messages on stderr: debug|info|warn|error (debug: one line per bucket and call, e.g. SparDL's d, Ok-Topk's thresholds and counts)")
