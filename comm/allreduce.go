@@ -21,9 +21,12 @@ func AllReduceAlgorithm(n, p int, alg Algorithm) Algorithm {
 }
 
 // autoAllReduce is the algorithm Auto picks for n float32 on p ranks.
-func autoAllReduce(n, p int) Algorithm {
+func autoAllReduce(n, p int) Algorithm { return autoAllReduceBytes(4*n, p) }
+
+// autoAllReduceBytes is the algorithm Auto picks for a vector of the given size on p ranks.
+func autoAllReduceBytes(bytes, p int) Algorithm {
 	switch {
-	case 4*n <= SmallAllReduceBytes:
+	case bytes <= SmallAllReduceBytes:
 		return RecursiveDoubling
 	case isPow2(p):
 		return Rabenseifner
@@ -32,6 +35,12 @@ func autoAllReduce(n, p int) Algorithm {
 		// stays at 2n(P-1)/P words everywhere.
 		return Ring
 	}
+}
+
+// Element is the constraint on AllReduceOf's element types: fixed-size numbers, which travel
+// as their host-order (little-endian) bytes.
+type Element interface {
+	~int8 | ~int16 | ~int32 | ~int64 | ~uint8 | ~uint16 | ~uint32 | ~uint64 | ~float32 | ~float64
 }
 
 // AllReduce sums buf elementwise over all ranks, in place: afterwards every rank holds the same
@@ -52,43 +61,64 @@ func autoAllReduce(n, p int) Algorithm {
 //
 // An empty buf or P = 1 returns at once without messages.
 func AllReduce(ctx context.Context, g Group, tag uint32, buf []float32, alg Algorithm) error {
-	if err := checkGroup("AllReduce", g); err != nil {
+	return allReduce(ctx, g, tag, buf, addInto, alg, "AllReduce", "floats")
+}
+
+// AllReduceOf is AllReduce for any element type and reduction: the same algorithms, rounds,
+// messages and Auto choice (by the vector's size in bytes), each element travelling as its
+// unsafe.Sizeof(T) bytes, so AllReduce's costs hold with a word of that many bytes.
+// Every reduction step calls add(dst, a, b), which must set dst[i] to the reduction of a[i]
+// and b[i] for every i: the three have the same length, and dst is a or b. The algorithms fix
+// the operands and their order (the lower rank's partial is a wherever two ranks reduce the
+// same elements), so every rank gets the same bits as long as add depends on its operands
+// only; the order in which partials meet differs between algorithms, so add should be
+// associative and commutative up to the rounding the caller accepts.
+//
+// AllReduce is AllReduceOf with float32 addition. Other uses: 16-bit floats whose every step
+// widens, adds and rounds back (hooks.AllReduce16), exact integer sums.
+func AllReduceOf[T Element](ctx context.Context, g Group, tag uint32, buf []T, add func(dst, a, b []T), alg Algorithm) error {
+	return allReduce(ctx, g, tag, buf, add, alg, "AllReduceOf", "elements")
+}
+
+// allReduce is AllReduce and AllReduceOf; op and unit name the call and its elements in errors.
+func allReduce[T Element](ctx context.Context, g Group, tag uint32, buf []T, add func(dst, a, b []T), alg Algorithm, op, unit string) error {
+	if err := checkGroup(op, g); err != nil {
 		return err
 	}
 	p, n := g.Size(), len(buf)
 	if alg == Auto {
-		alg = autoAllReduce(n, p)
+		alg = autoAllReduceBytes(n*elementSize[T](), p)
 	}
 	var err error
 	switch alg {
 	case Ring, Rabenseifner, RecursiveDoubling:
 	default:
-		return fmt.Errorf("comm: AllReduce: rank %d: algorithm %v is not an all-reduce algorithm (use Auto, Ring, Rabenseifner or RecursiveDoubling)", g.Rank(), alg)
+		return fmt.Errorf("comm: %s: rank %d: algorithm %v is not an all-reduce algorithm (use Auto, Ring, Rabenseifner or RecursiveDoubling)", op, g.Rank(), alg)
 	}
 	if p == 1 || n == 0 {
 		return nil
 	}
 	switch alg {
 	case Ring:
-		err = ringAllReduce(ctx, g, tag, buf)
+		err = ringAllReduce(ctx, g, tag, buf, add)
 	case Rabenseifner:
-		err = foldedAllReduce(ctx, g, tag, buf, rabenseifnerCore)
+		err = foldedAllReduce(ctx, g, tag, buf, add, rabenseifnerCore)
 	case RecursiveDoubling:
-		err = foldedAllReduce(ctx, g, tag, buf, recursiveDoublingCore)
+		err = foldedAllReduce(ctx, g, tag, buf, add, recursiveDoublingCore)
 	}
 	if err != nil {
-		return fmt.Errorf("comm: AllReduce(%v) of %d floats, rank %d of %d, tag %d: %w", alg, n, g.Rank(), p, tag, err)
+		return fmt.Errorf("comm: %s(%v) of %d %s, rank %d of %d, tag %d: %w", op, alg, n, unit, g.Rank(), p, tag, err)
 	}
 	return nil
 }
 
-func ringAllReduce(ctx context.Context, g Group, tag uint32, buf []float32) error {
+func ringAllReduce[T Element](ctx context.Context, g Group, tag uint32, buf []T, add func(dst, a, b []T)) error {
 	p, r := g.Size(), g.Rank()
 	counts, offs := blockCounts(len(buf), p)
-	scratch := getScratch(counts[0])
-	defer putScratch(scratch)
+	scratch := getScratchOf[T](counts[0])
+	defer putScratchOf(scratch)
 	right, left := (r+1)%p, (r-1+p)%p
-	block := func(i int) []float32 { return buf[offs[i]:offs[i+1]] }
+	block := func(i int) []T { return buf[offs[i]:offs[i+1]] }
 	mod := func(i int) int { return ((i % p) + p) % p }
 
 	// Reduce-scatter: in step s rank r passes on its partial of block r-s and adds the left
@@ -96,62 +126,66 @@ func ringAllReduce(ctx context.Context, g Group, tag uint32, buf []float32) erro
 	for s := range p - 1 {
 		sb, rb := mod(r-s), mod(r-s-1)
 		in := scratch[:counts[rb]]
-		if err := exchange(ctx, g, tag, right, F32Bytes(block(sb)), left, F32Bytes(in)); err != nil {
+		if err := exchange(ctx, g, tag, right, bytesOf(block(sb)), left, bytesOf(in)); err != nil {
 			return fmt.Errorf("reduce-scatter step %d: %w", s, err)
 		}
-		addInto(block(rb), block(rb), in)
+		add(block(rb), block(rb), in)
 	}
 	// All-gather: pass the finished blocks around, received straight into place.
 	for s := range p - 1 {
 		sb, rb := mod(r+1-s), mod(r-s)
-		if err := exchange(ctx, g, tag, right, F32Bytes(block(sb)), left, F32Bytes(block(rb))); err != nil {
+		if err := exchange(ctx, g, tag, right, bytesOf(block(sb)), left, bytesOf(block(rb))); err != nil {
 			return fmt.Errorf("all-gather step %d: %w", s, err)
 		}
 	}
 	return nil
 }
 
-// powerOfTwoCore all-reduces buf among pp (a power of two) ranks; this rank is number nr of them
-// and real(i) is the Group rank of number i.
-type powerOfTwoCore func(ctx context.Context, g Group, tag uint32, buf []float32, nr, pp int, real func(int) int) error
+// powerOfTwoCore all-reduces buf among pp (a power of two) ranks, the survivors of a fold of
+// rem ranks; this rank is number nr of them, and foldedRank(i, rem) is the Group rank of number i.
+type powerOfTwoCore[T Element] func(ctx context.Context, g Group, tag uint32, buf []T, add func(dst, a, b []T), nr, pp, rem int) error
+
+// foldedRank is the Group rank of survivor number nr of a fold of rem ranks: the odd rank of
+// each of the first rem pairs, then the ranks from 2·rem on. (A function, not a closure over
+// rem: the closure, passed to a core, would cost an allocation per call.)
+func foldedRank(nr, rem int) int {
+	if nr < rem {
+		return 2*nr + 1
+	}
+	return nr + rem
+}
 
 // foldedAllReduce runs core on P' = 2^floor(log2 P) ranks after folding the other rem = P-P'
 // in, MPICH's way: ranks r < 2·rem pair up (r even, r+1); the even one sends its whole vector,
 // the odd one adds it and takes part; at the end the odd one sends the result back.
-func foldedAllReduce(ctx context.Context, g Group, tag uint32, buf []float32, core powerOfTwoCore) error {
+func foldedAllReduce[T Element](ctx context.Context, g Group, tag uint32, buf []T, add func(dst, a, b []T), core powerOfTwoCore[T]) error {
 	p, r := g.Size(), g.Rank()
 	pp := floorPow2(p)
 	rem := p - pp
-	real := func(nr int) int {
-		if nr < rem {
-			return 2*nr + 1
-		}
-		return nr + rem
-	}
 	nr := r - rem
 	if r < 2*rem {
 		if r%2 == 0 {
-			if err := exchange(ctx, g, tag, r+1, F32Bytes(buf), -1, nil); err != nil {
+			if err := exchange(ctx, g, tag, r+1, bytesOf(buf), -1, nil); err != nil {
 				return fmt.Errorf("fold in: %w", err)
 			}
-			if err := exchange(ctx, g, tag, -1, nil, r+1, F32Bytes(buf)); err != nil {
+			if err := exchange(ctx, g, tag, -1, nil, r+1, bytesOf(buf)); err != nil {
 				return fmt.Errorf("fold out: %w", err)
 			}
 			return nil
 		}
-		in := getScratch(len(buf))
-		defer putScratch(in)
-		if err := exchange(ctx, g, tag, -1, nil, r-1, F32Bytes(in)); err != nil {
+		in := getScratchOf[T](len(buf))
+		defer putScratchOf(in)
+		if err := exchange(ctx, g, tag, -1, nil, r-1, bytesOf(in)); err != nil {
 			return fmt.Errorf("fold in: %w", err)
 		}
-		addInto(buf, in, buf) // the lower rank's vector first
+		add(buf, in, buf) // the lower rank's vector first
 		nr = r / 2
 	}
-	if err := core(ctx, g, tag, buf, nr, pp, real); err != nil {
+	if err := core(ctx, g, tag, buf, add, nr, pp, rem); err != nil {
 		return err
 	}
 	if r < 2*rem {
-		if err := exchange(ctx, g, tag, r-1, F32Bytes(buf), -1, nil); err != nil {
+		if err := exchange(ctx, g, tag, r-1, bytesOf(buf), -1, nil); err != nil {
 			return fmt.Errorf("fold out: %w", err)
 		}
 	}
@@ -160,11 +194,11 @@ func foldedAllReduce(ctx context.Context, g Group, tag uint32, buf []float32, co
 
 // rabenseifnerCore: recursive-halving reduce-scatter, then recursive-doubling all-gather, over
 // pp blocks of (nearly) equal size. Rank number nr ends the first half owning block nr.
-func rabenseifnerCore(ctx context.Context, g Group, tag uint32, buf []float32, nr, pp int, real func(int) int) error {
+func rabenseifnerCore[T Element](ctx context.Context, g Group, tag uint32, buf []T, add func(dst, a, b []T), nr, pp, rem int) error {
 	_, offs := blockCounts(len(buf), pp)
-	span := func(lo, hi int) []float32 { return buf[offs[lo]:offs[hi]] }
-	scratch := getScratch(offs[pp/2]) // the largest half: the first blocks are the largest
-	defer putScratch(scratch)
+	span := func(lo, hi int) []T { return buf[offs[lo]:offs[hi]] }
+	scratch := getScratchOf[T](offs[pp/2]) // the largest half: the first blocks are the largest
+	defer putScratchOf(scratch)
 
 	lo, hi := 0, pp // the blocks this rank is still responsible for
 	for d := pp / 2; d >= 1; d /= 2 {
@@ -176,13 +210,14 @@ func rabenseifnerCore(ctx context.Context, g Group, tag uint32, buf []float32, n
 		}
 		kept := span(keepLo, keepHi)
 		in := scratch[:len(kept)]
-		if err := exchange(ctx, g, tag, real(partner), F32Bytes(span(sendLo, sendHi)), real(partner), F32Bytes(in)); err != nil {
+		peer := foldedRank(partner, rem)
+		if err := exchange(ctx, g, tag, peer, bytesOf(span(sendLo, sendHi)), peer, bytesOf(in)); err != nil {
 			return fmt.Errorf("reduce-scatter distance %d: %w", d, err)
 		}
 		if nr < partner {
-			addInto(kept, kept, in)
+			add(kept, kept, in)
 		} else {
-			addInto(kept, in, kept)
+			add(kept, in, kept)
 		}
 		lo, hi = keepLo, keepHi
 	}
@@ -192,7 +227,8 @@ func rabenseifnerCore(ctx context.Context, g Group, tag uint32, buf []float32, n
 		if nr&d != 0 {
 			plo, phi = lo-d, lo
 		}
-		if err := exchange(ctx, g, tag, real(partner), F32Bytes(span(lo, hi)), real(partner), F32Bytes(span(plo, phi))); err != nil {
+		peer := foldedRank(partner, rem)
+		if err := exchange(ctx, g, tag, peer, bytesOf(span(lo, hi)), peer, bytesOf(span(plo, phi))); err != nil {
 			return fmt.Errorf("all-gather distance %d: %w", d, err)
 		}
 		lo, hi = min(lo, plo), max(hi, phi)
@@ -202,18 +238,19 @@ func rabenseifnerCore(ctx context.Context, g Group, tag uint32, buf []float32, n
 
 // recursiveDoublingCore exchanges whole vectors with the partner at distance 1, 2, 4, ... and
 // adds them lower rank first, so both partners (and by induction all ranks) get the same bits.
-func recursiveDoublingCore(ctx context.Context, g Group, tag uint32, buf []float32, nr, pp int, real func(int) int) error {
-	in := getScratch(len(buf))
-	defer putScratch(in)
+func recursiveDoublingCore[T Element](ctx context.Context, g Group, tag uint32, buf []T, add func(dst, a, b []T), nr, pp, rem int) error {
+	in := getScratchOf[T](len(buf))
+	defer putScratchOf(in)
 	for d := 1; d < pp; d *= 2 {
 		partner := nr ^ d
-		if err := exchange(ctx, g, tag, real(partner), F32Bytes(buf), real(partner), F32Bytes(in)); err != nil {
+		peer := foldedRank(partner, rem)
+		if err := exchange(ctx, g, tag, peer, bytesOf(buf), peer, bytesOf(in)); err != nil {
 			return fmt.Errorf("distance %d: %w", d, err)
 		}
 		if nr < partner {
-			addInto(buf, buf, in)
+			add(buf, buf, in)
 		} else {
-			addInto(buf, in, buf)
+			add(buf, in, buf)
 		}
 	}
 	return nil

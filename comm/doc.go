@@ -1,10 +1,11 @@
 // Package comm moves data between the ranks of a data-parallel job: the Group interface (rank,
 // size, tagged blocking and non-blocking point-to-point messages), the collectives built on it
-// (AllReduce, Broadcast, AllGather, AllGatherV, AllGatherBytes, AllGatherBytesSized, Barrier),
-// SendRecv (one exchange whose message may be shorter than the buffer), Sub (a sub-group
+// (AllReduce, AllReduceOf, Broadcast, AllGather, AllGatherV, AllGatherBytes, AllGatherBytesSized,
+// Barrier), SendRecv (one exchange whose message may be shorter than the buffer), Sub (a sub-group
 // view over some ranks, whose traffic counts on the parent rank), per-rank Counters, and
 // the transports. NewLocal runs P ranks as goroutines of one process. comm knows nothing of
-// tensors, models, DDP or hooks; it moves []float32 and []byte.
+// tensors, models, DDP or hooks; it moves []float32 and []byte, and AllReduceOf reduces slices
+// of any fixed-size number type with the caller's reduction.
 //
 // # The Group contract
 //
@@ -41,6 +42,9 @@
 // up to SmallAllReduceBytes (2 KiB; latency dominates: log2 P rounds), otherwise Rabenseifner
 // when P is a power of two (2·log2 P rounds, 2n(P-1)/P words) and Ring when it is not (2(P-1)
 // rounds, 2n(P-1)/P words, where Rabenseifner's fold would add n words on the folded ranks).
+// AllReduceOf runs the same algorithms, with the same Auto choice by size in bytes, on any
+// Element type (int64, uint16 words of a 16-bit float format, ...) with the reduction the
+// caller passes.
 // AllGather's Auto picks RecursiveDoubling for power-of-two P and Bruck otherwise, both
 // ceil(log2 P) rounds. Broadcast is a binomial tree, Barrier a dissemination barrier.
 //

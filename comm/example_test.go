@@ -66,3 +66,29 @@ func ExampleAllGatherV() {
 	fmt.Println(out[0])
 	// Output: [[0] [1 1] [2 2 2]]
 }
+
+// Exact integer sums: AllReduceOf runs AllReduce's algorithms on any fixed-size number type
+// with the caller's reduction; here three ranks count events in int64 without rounding.
+func ExampleAllReduceOf() {
+	groups, _ := comm.NewLocal(3)
+	ctx := context.Background()
+	add := func(dst, a, b []int64) {
+		for i := range a {
+			dst[i] = a[i] + b[i]
+		}
+	}
+	out := make([][]int64, 3)
+	var wg sync.WaitGroup
+	for _, g := range groups {
+		wg.Go(func() {
+			counts := []int64{1<<60 + 1, int64(g.Rank()), 1} // 3·(2^60+1) is no float64
+			if err := comm.AllReduceOf(ctx, g, 0, counts, add, comm.Auto); err != nil {
+				panic(err)
+			}
+			out[g.Rank()] = counts
+		})
+	}
+	wg.Wait()
+	fmt.Println(out[0], out[2])
+	// Output: [3458764513820540931 3 3] [3458764513820540931 3 3]
+}

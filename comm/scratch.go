@@ -48,24 +48,31 @@ func (p *sizedPool) put(b []byte) {
 	p.mu.Unlock()
 }
 
-// scratchPool serves the collectives' temporary float32 vectors.
+// scratchPool serves the collectives' temporary vectors.
 var scratchPool sizedPool
 
 // getScratch returns n float32s of scratch (contents unspecified); return it
 // with putScratch when the collective is done with it.
-func getScratch(n int) []float32 {
+func getScratch(n int) []float32 { return getScratchOf[float32](n) }
+
+func putScratch(s []float32) { putScratchOf(s) }
+
+// getScratchOf returns n elements of scratch (contents unspecified); return it
+// with putScratchOf when the collective is done with it.
+func getScratchOf[T Element](n int) []T {
 	if n == 0 {
 		return nil
 	}
-	b := scratchPool.get(4 * n)
-	// View the whole capacity (a power of two, so a multiple of 4 bytes; make
-	// aligns it) so that putScratch can hand the full buffer back.
-	return unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(b))), cap(b)/4)[:n]
+	size := elementSize[T]()
+	b := scratchPool.get(size * n)
+	// View the whole capacity (a power of two, so a multiple of the element
+	// size; make aligns it) so that putScratchOf can hand the full buffer back.
+	return unsafe.Slice((*T)(unsafe.Pointer(unsafe.SliceData(b))), cap(b)/size)[:n]
 }
 
-func putScratch(s []float32) {
+func putScratchOf[T Element](s []T) {
 	if cap(s) == 0 {
 		return
 	}
-	scratchPool.put(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), 4*cap(s)))
+	scratchPool.put(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), elementSize[T]()*cap(s)))
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"unsafe"
 
 	"github.com/spargo-dl/spargo/comm"
 	"github.com/spargo-dl/spargo/ddp"
@@ -227,219 +226,29 @@ func (f Format16) addInto(dst, a, b []uint16) {
 	}
 }
 
-// u16Bytes views h as bytes without copying (host order, little-endian on every platform
-// spargo supports, like comm.F32Bytes).
-func u16Bytes(h []uint16) []byte {
-	if len(h) == 0 {
-		return nil
-	}
-	return unsafe.Slice((*byte)(unsafe.Pointer(&h[0])), 2*len(h))
-}
-
 // AllReduce16 sums buf, a vector of 16-bit words in format f, over all ranks in place: every
 // reduction step decodes both operands, adds them in float32 and rounds the sum back to 16
 // bits, so 2 bytes per element travel on the wire, and every rank ends with the same bits
 // (each element is reduced in exactly one place, or by both partners of an exchange with the
-// same operands, and then copied). Every rank must pass the same len(buf), tag, f and alg.
+// same operands in the same order, NaN payloads included, and then copied). Every rank must
+// pass the same len(buf), tag, f and alg.
 //
-// The algorithms and their rounds are comm.AllReduce's (Ring, Rabenseifner, RecursiveDoubling,
-// non-power-of-two P folded in MPICH's way); volumes are comm.AllReduce's in half the bytes.
-// Auto picks recursive doubling for messages up to comm.SmallAllReduceBytes (1024 elements),
-// else Rabenseifner for power-of-two P and the ring otherwise.
+// It is comm.AllReduceOf with that step as the reduction: comm.AllReduce's algorithms and
+// rounds (Ring, Rabenseifner, RecursiveDoubling, non-power-of-two P folded in MPICH's way),
+// its volumes in half the bytes, and its Auto choice by size in bytes: recursive doubling for
+// messages up to comm.SmallAllReduceBytes (1024 elements), else Rabenseifner for power-of-two
+// P and the ring otherwise.
 //
 // Rounding: every element takes part in at most P-1 additions, each exact in float32 up to
 // one float32 rounding, then rounded to the format, so the result differs from the exact sum
 // of the decoded inputs by at most (P-1)·(u+2^-24)·Σ_r|x_r| + (P-1)·η (u = f.UnitRoundoff(),
 // η = f.Underflow()), to first order. FP16 partial sums beyond 65504 become Inf.
 func AllReduce16(ctx context.Context, g comm.Group, tag uint32, buf []uint16, f Format16, alg comm.Algorithm) error {
-	if g == nil {
-		return fmt.Errorf("hooks: AllReduce16: nil Group")
-	}
 	if err := f.check(); err != nil {
 		return err
 	}
-	p, n := g.Size(), len(buf)
-	if alg == comm.Auto {
-		switch {
-		case 2*n <= comm.SmallAllReduceBytes:
-			alg = comm.RecursiveDoubling
-		case isPow2(p):
-			alg = comm.Rabenseifner
-		default:
-			alg = comm.Ring
-		}
-	}
-	switch alg {
-	case comm.Ring, comm.Rabenseifner, comm.RecursiveDoubling:
-	default:
-		return fmt.Errorf("hooks: AllReduce16: rank %d: algorithm %v is not an all-reduce algorithm (use Auto, Ring, Rabenseifner or RecursiveDoubling)", g.Rank(), alg)
-	}
-	if p == 1 || n == 0 {
-		return nil
-	}
-	var err error
-	switch alg {
-	case comm.Ring:
-		err = ring16(ctx, g, tag, buf, f)
-	case comm.Rabenseifner:
-		err = folded16(ctx, g, tag, buf, f, rabenseifner16)
-	case comm.RecursiveDoubling:
-		err = folded16(ctx, g, tag, buf, f, recursiveDoubling16)
-	}
-	if err != nil {
-		return fmt.Errorf("hooks: AllReduce16(%v, %v) of %d elements, rank %d of %d, tag %d: %w", f, alg, n, g.Rank(), p, tag, err)
-	}
-	return nil
-}
-
-// exchange16 is one round (comm.SendRecv) that requires the received message to fill recv:
-// a shorter one means the ranks disagree on the vector's length.
-func exchange16(ctx context.Context, g comm.Group, tag uint32, to int, send []uint16, from int, recv []uint16) error {
-	n, err := comm.SendRecv(ctx, g, tag, to, u16Bytes(send), from, u16Bytes(recv))
-	if err != nil {
-		return err
-	}
-	if from >= 0 && n != 2*len(recv) {
-		return fmt.Errorf("rank %d: recv from rank %d tag %d: got %d bytes, want %d (do the ranks pass the same sizes?)", g.Rank(), from, tag, n, 2*len(recv))
-	}
-	return nil
-}
-
-// splitBlocks splits n elements into p blocks as evenly as possible (the first n%p get one
-// more) and returns the counts and offsets (len p+1), as the comm collectives do.
-func splitBlocks(n, p int) (counts, offs []int) {
-	counts, offs = make([]int, p), make([]int, p+1)
-	for i := range p {
-		counts[i] = n / p
-		if i < n%p {
-			counts[i]++
-		}
-		offs[i+1] = offs[i] + counts[i]
-	}
-	return counts, offs
-}
-
-// ring16: reduce-scatter around the ring (rank r ends owning the sum of block r+1), then an
-// all-gather of the finished blocks; 2(P-1) rounds.
-func ring16(ctx context.Context, g comm.Group, tag uint32, buf []uint16, f Format16) error {
-	p, r := g.Size(), g.Rank()
-	counts, offs := splitBlocks(len(buf), p)
-	scratch := make([]uint16, counts[0])
-	right, left := (r+1)%p, (r-1+p)%p
-	block := func(i int) []uint16 { return buf[offs[i]:offs[i+1]] }
-	mod := func(i int) int { return ((i % p) + p) % p }
-	for s := range p - 1 {
-		sb, rb := mod(r-s), mod(r-s-1)
-		in := scratch[:counts[rb]]
-		if err := exchange16(ctx, g, tag, right, block(sb), left, in); err != nil {
-			return fmt.Errorf("reduce-scatter step %d: %w", s, err)
-		}
-		f.addInto(block(rb), block(rb), in)
-	}
-	for s := range p - 1 {
-		sb, rb := mod(r+1-s), mod(r-s)
-		if err := exchange16(ctx, g, tag, right, block(sb), left, block(rb)); err != nil {
-			return fmt.Errorf("all-gather step %d: %w", s, err)
-		}
-	}
-	return nil
-}
-
-// core16 all-reduces buf among pp (a power of two) ranks; this rank is number nr of them and
-// real(i) is the Group rank of number i.
-type core16 func(ctx context.Context, g comm.Group, tag uint32, buf []uint16, f Format16, nr, pp int, real func(int) int) error
-
-// folded16 runs core on P' = 2^floor(log2 P) ranks after folding the other rem = P-P' in:
-// ranks r < 2·rem pair up, the even one sends its vector to the odd one, which adds it and
-// takes part; at the end the odd one sends the result back.
-func folded16(ctx context.Context, g comm.Group, tag uint32, buf []uint16, f Format16, core core16) error {
-	p, r := g.Size(), g.Rank()
-	pp := 1
-	for pp*2 <= p {
-		pp *= 2
-	}
-	rem := p - pp
-	real := func(nr int) int {
-		if nr < rem {
-			return 2*nr + 1
-		}
-		return nr + rem
-	}
-	nr := r - rem
-	if r < 2*rem {
-		if r%2 == 0 {
-			if err := exchange16(ctx, g, tag, r+1, buf, -1, nil); err != nil {
-				return fmt.Errorf("fold in: %w", err)
-			}
-			if err := exchange16(ctx, g, tag, -1, nil, r+1, buf); err != nil {
-				return fmt.Errorf("fold out: %w", err)
-			}
-			return nil
-		}
-		in := make([]uint16, len(buf))
-		if err := exchange16(ctx, g, tag, -1, nil, r-1, in); err != nil {
-			return fmt.Errorf("fold in: %w", err)
-		}
-		f.addInto(buf, in, buf)
-		nr = r / 2
-	}
-	if err := core(ctx, g, tag, buf, f, nr, pp, real); err != nil {
-		return err
-	}
-	if r < 2*rem {
-		if err := exchange16(ctx, g, tag, r-1, buf, -1, nil); err != nil {
-			return fmt.Errorf("fold out: %w", err)
-		}
-	}
-	return nil
-}
-
-// rabenseifner16: recursive-halving reduce-scatter, then recursive-doubling all-gather;
-// 2·log2 P' rounds.
-func rabenseifner16(ctx context.Context, g comm.Group, tag uint32, buf []uint16, f Format16, nr, pp int, real func(int) int) error {
-	_, offs := splitBlocks(len(buf), pp)
-	span := func(lo, hi int) []uint16 { return buf[offs[lo]:offs[hi]] }
-	scratch := make([]uint16, offs[pp/2]) // the largest half: the first blocks are the largest
-	lo, hi := 0, pp
-	for d := pp / 2; d >= 1; d /= 2 {
-		partner := nr ^ d
-		mid := (lo + hi) / 2
-		keepLo, keepHi, sendLo, sendHi := lo, mid, mid, hi
-		if nr&d != 0 {
-			keepLo, keepHi, sendLo, sendHi = mid, hi, lo, mid
-		}
-		kept := span(keepLo, keepHi)
-		in := scratch[:len(kept)]
-		if err := exchange16(ctx, g, tag, real(partner), span(sendLo, sendHi), real(partner), in); err != nil {
-			return fmt.Errorf("reduce-scatter distance %d: %w", d, err)
-		}
-		f.addInto(kept, kept, in)
-		lo, hi = keepLo, keepHi
-	}
-	for d := 1; d < pp; d *= 2 {
-		partner := nr ^ d
-		plo, phi := hi, hi+d
-		if nr&d != 0 {
-			plo, phi = lo-d, lo
-		}
-		if err := exchange16(ctx, g, tag, real(partner), span(lo, hi), real(partner), span(plo, phi)); err != nil {
-			return fmt.Errorf("all-gather distance %d: %w", d, err)
-		}
-		lo, hi = min(lo, plo), max(hi, phi)
-	}
-	return nil
-}
-
-// recursiveDoubling16 exchanges whole vectors with the partner at distance 1, 2, 4, ...;
-// both partners add the same two operands, so they get the same bits. log2 P' rounds.
-func recursiveDoubling16(ctx context.Context, g comm.Group, tag uint32, buf []uint16, f Format16, nr, pp int, real func(int) int) error {
-	in := make([]uint16, len(buf))
-	for d := 1; d < pp; d *= 2 {
-		partner := nr ^ d
-		if err := exchange16(ctx, g, tag, real(partner), buf, real(partner), in); err != nil {
-			return fmt.Errorf("distance %d: %w", d, err)
-		}
-		f.addInto(buf, buf, in)
+	if err := comm.AllReduceOf(ctx, g, tag, buf, f.addInto, alg); err != nil {
+		return fmt.Errorf("hooks: AllReduce16(%v): %w", f, err)
 	}
 	return nil
 }
