@@ -25,6 +25,10 @@
 //		// update params from p.Grad
 //	}
 //
+// Ops computed outside this package record themselves with Tape.Custom (with Alloc, Fail
+// and Var.AccumulateGrad): they take part in backward and in the grad-ready hooks like the
+// built-in ones. nn/gorgonia runs a gorgonia expression graph as such an op.
+//
 // Layers follow PyTorch: same shapes (NCHW), same default initialisation, same
 // BatchNorm momentum/eps semantics; gradients are tested against finite differences
 // and against goldens produced by scripts/gen_goldens.py with PyTorch.

@@ -297,7 +297,8 @@ var ErrNoGraph = errors.New("nn: tape has no graph to run backward on (already c
 
 // Backward seeds the gradient of the scalar loss with 1 and propagates it through the
 // recorded ops in reverse, accumulating into the parameters' Grad and firing the
-// grad-ready hooks. It returns the tape's recorded error, if any, without running.
+// grad-ready hooks. It returns the tape's recorded error, if any, without running, and
+// stops at the first error a Custom op's backward returns.
 func (t *Tape) Backward(loss *Var) error {
 	if loss.Value.Len() != 1 {
 		if t.err != nil {
@@ -337,6 +338,9 @@ func (t *Tape) BackwardFrom(v *Var, dy []float32) error {
 		n := &t.nodes[i]
 		if n.out.Grad != nil {
 			n.backward(n.out.Grad.Data)
+			if t.err != nil {
+				return t.err // a Custom op's backward failed: the gradients are incomplete
+			}
 		}
 		for _, p := range n.params {
 			t.uses[p]--

@@ -299,9 +299,11 @@ func packIm2colT(nr int, g ConvGeom, x []float32, p0, kc, j0, nc int, dst []floa
 			if iy >= g.PadH && iy-g.PadH+g.KH <= g.H && ix >= g.PadW && ix-g.PadW+g.KW <= g.W {
 				// Every offset lies inside image n (checked by construction:
 				// the receptive field is inside the image), so skip bounds checks.
-				xb := unsafe.Pointer(unsafe.SliceData(x[base:]))
+				// base alone is in padded coordinates and may lie past the end of
+				// x (padding wider than the kernel): only base+o is an index.
+				x0 := unsafe.Pointer(unsafe.SliceData(x))
 				for q, o := range offs {
-					dp[q] = *(*float32)(unsafe.Add(xb, o*4))
+					dp[q] = *(*float32)(unsafe.Add(x0, (base+o)*4))
 				}
 			} else {
 				for q, o := range offs {

@@ -21,6 +21,11 @@ func TestConvWeightGrad(t *testing.T) {
 			{N: 2, C: 64, H: 4, W: 4, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1},
 			{N: 1, C: 17, H: 6, W: 5, KH: 5, KW: 3, PadH: 2, PadW: 0, StrideH: 1, StrideW: 2},
 			{N: 4, C: 48, H: 16, W: 16, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1},
+			// Padding wider than the kernel: output pixels far into the padding whose
+			// receptive field is inside the image again (found by nn/gorgonia's oracle test;
+			// packIm2colT sliced x past its end: garbage values, or a panic).
+			{N: 3, C: 2, H: 2, W: 1, KH: 1, KW: 1, PadH: 2, PadW: 2, StrideH: 2, StrideW: 2},
+			{N: 2, C: 1, H: 1, W: 1, KH: 1, KW: 1, PadH: 2, PadW: 2, StrideH: 2, StrideW: 2},
 		} {
 			for _, m := range []int{1, 9, 40} {
 				name := fmt.Sprintf("%+v/m%d", g, m)

@@ -1,0 +1,384 @@
+// Command gorgonia trains a CIFAR-10 classifier that mixes spargo layers and a block written
+// in gorgonia, with data-parallel in-process workers: the convolutional feature extractor is
+// spargo's (Conv2d, BatchNorm2d, ReLU, MaxPool2d), the classifier head is a two-layer
+// perceptron built as a gorgonia expression graph and run by nn/gorgonia's Block. The head's
+// weights are ordinary spargo parameters: DDP buckets their gradients from the grad-ready
+// hooks and the comm hook (SparDL by default) reduces them with everybody else's.
+//
+//	go run ./examples/gorgonia                                       # 2 workers, SparDL, 1 epoch
+//	go run ./examples/gorgonia -data ../shared/data/cifar10/approx -workers 2 -hook spardl \
+//	    -batch 32 -epochs 3 -lr 0.02
+//	go run ./examples/gorgonia -head spargo -steps 100               # the same model, head in spargo
+//
+// -batch is per worker (global batch = workers × batch). CIFAR-10 is looked for in -data,
+// $SPARGO_DATA, ../shared/data/cifar10/approx and the user cache directory, and downloaded into
+// the cache (md5-checked) when none has it. -head spargo swaps the gorgonia head for spargo's
+// Linear+ReLU+Linear with the same initial weights, to compare accuracy and speed.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	G "gorgonia.org/gorgonia"
+
+	"github.com/spargo-dl/spargo/comm"
+	"github.com/spargo-dl/spargo/datasets"
+	"github.com/spargo-dl/spargo/ddp"
+	"github.com/spargo-dl/spargo/hooks"
+	"github.com/spargo-dl/spargo/internal/kernels"
+	"github.com/spargo-dl/spargo/nn"
+	sgorgonia "github.com/spargo-dl/spargo/nn/gorgonia"
+	"github.com/spargo-dl/spargo/optim"
+)
+
+type config struct {
+	Data       string
+	Workers    int
+	Hook       string
+	Head       string
+	Hidden     int
+	Batch      int
+	Epochs     int
+	Steps      int
+	LR         float64
+	Momentum   float64
+	WD         float64
+	Seed       uint64
+	EvalLimit  int
+	PrintEvery int
+	Progress   bool
+}
+
+func main() {
+	var c config
+	flag.StringVar(&c.Data, "data", "", "CIFAR-10 directory (default: $SPARGO_DATA, ../shared/data/cifar10/approx, the user cache; downloaded if none has it)")
+	flag.IntVar(&c.Workers, "workers", 2, "data-parallel workers (in-process ranks)")
+	flag.StringVar(&c.Hook, "hook", "spardl", "comm hook spec, e.g. spardl:density=0.05 or allreduce (see `spargo hooks`)")
+	flag.StringVar(&c.Head, "head", "gorgonia", "classifier head: gorgonia (a gorgonia graph in a Block) or spargo (nn.Linear, same weights)")
+	flag.IntVar(&c.Hidden, "hidden", 256, "width of the head's hidden layer")
+	flag.IntVar(&c.Batch, "batch", 32, "batch size per worker")
+	flag.IntVar(&c.Epochs, "epochs", 1, "epochs")
+	flag.IntVar(&c.Steps, "steps", 0, "stop each epoch after this many steps (0: whole epoch)")
+	flag.Float64Var(&c.LR, "lr", 0.02, "learning rate")
+	flag.Float64Var(&c.Momentum, "momentum", 0.9, "SGD momentum")
+	flag.Float64Var(&c.WD, "wd", 5e-4, "weight decay")
+	flag.Uint64Var(&c.Seed, "seed", 0, "seed for initialisation, shuffling and augmentation")
+	flag.IntVar(&c.EvalLimit, "eval-limit", 0, "evaluate on the first N test images (0: all)")
+	flag.IntVar(&c.PrintEvery, "print-every", 50, "print the running loss and accuracy every N steps (0: only per epoch)")
+	flag.BoolVar(&c.Progress, "progress", true, "show a progress bar per epoch when stderr is a terminal")
+	flag.Parse()
+	if fi, err := os.Stderr.Stat(); err != nil || fi.Mode()&os.ModeCharDevice == 0 {
+		c.Progress = false
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, c, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "gorgonia:", err)
+		os.Exit(1)
+	}
+}
+
+func (c *config) check() error {
+	if c.Workers < 1 || c.Batch < 1 || c.Epochs < 1 || c.Hidden < 1 {
+		return fmt.Errorf("-workers, -batch, -epochs and -hidden must be at least 1 (got %d, %d, %d, %d)", c.Workers, c.Batch, c.Epochs, c.Hidden)
+	}
+	if c.Head != "gorgonia" && c.Head != "spargo" {
+		return fmt.Errorf("-head %q: want gorgonia or spargo", c.Head)
+	}
+	_, err := hooks.Parse(c.Hook)
+	return err
+}
+
+// run trains with c.Workers in-process ranks and prints rank 0's view.
+func run(ctx context.Context, c config, stdout, stderr io.Writer) error {
+	if err := c.check(); err != nil {
+		return err
+	}
+	dir, err := datasets.EnsureCIFAR10(ctx, c.Data, stderr)
+	if err != nil {
+		return err
+	}
+	train, test, err := datasets.LoadCIFAR10(dir)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "data: %s\n%s\n%s\n", dir, train.Summary, test.Summary)
+	if strings.Contains(dir, "approx") {
+		fmt.Fprintln(stdout, "note: accuracy on this copy is CIFAR-10 (JPEG-degraded, 10k-train subset)")
+	}
+	groups, err := comm.NewLocal(c.Workers)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	start := time.Now()
+	errs := make([]error, c.Workers)
+	var wg sync.WaitGroup
+	for r, g := range groups {
+		wg.Go(func() {
+			w := &worker{cfg: c, group: g, train: train, test: test, stdout: stdout, stderr: stderr}
+			if errs[r] = w.run(ctx); errs[r] != nil {
+				errs[r] = fmt.Errorf("rank %d: %w", r, errs[r])
+				cancel() // unblock the other ranks
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "done: %s head, hook %s, %d workers × batch %d, %d epochs in %.0fs\n",
+		c.Head, c.Hook, c.Workers, c.Batch, c.Epochs, time.Since(start).Seconds())
+	return nil
+}
+
+// featureWidth is what the conv stack hands the head: 64 channels × 4 × 4.
+const featureWidth = 64 * 4 * 4
+
+// newModel returns the conv stack (spargo) and the classifier head (a gorgonia Block, or the
+// same perceptron in spargo layers with the same initial weights).
+func newModel(c config) (nn.Module, error) {
+	rng := nn.NewRand(c.Seed)
+	convBlock := func(in, out int) []nn.Module {
+		return []nn.Module{nn.NewConv2d(in, out, 3, 1, 1, false, rng), nn.NewBatchNorm2d(out), nn.ReLU{}, nn.MaxPool2d{Kernel: 2}}
+	}
+	var layers []nn.Module
+	layers = append(layers, convBlock(3, 32)...)  // 32×16×16
+	layers = append(layers, convBlock(32, 64)...) // 64×8×8
+	layers = append(layers, convBlock(64, 64)...) // 64×4×4
+	layers = append(layers, nn.Flatten{})
+	features := nn.NewSequential(layers...)
+
+	// Both heads draw the same numbers: PyTorch's Linear initialisation, weight then bias.
+	headRng := nn.NewRand(c.Seed + 1)
+	fc1, fc2 := nn.NewLinear(featureWidth, c.Hidden, true, headRng), nn.NewLinear(c.Hidden, 10, true, headRng)
+	var head nn.Module = nn.NewSequential(fc1, nn.ReLU{}, fc2)
+	if c.Head == "gorgonia" {
+		blk, err := sgorgonia.NewBlock(mlpHead(fc1, fc2), nn.NewRand(c.Seed+1), []int{c.Batch, featureWidth})
+		if err != nil {
+			return nil, err
+		}
+		head = blk
+	}
+	m := nn.NewSequential().Add("features", features).Add("head", head)
+	nn.Parameters(m)
+	return m, nil
+}
+
+// mlpHead builds relu(x·W1 + b1)·W2 + b2 in gorgonia, its weights initialised from spargo
+// Linear layers (transposed: gorgonia multiplies x by an [in, out] matrix, PyTorch's Linear
+// holds [out, in]).
+func mlpHead(fc1, fc2 *nn.Linear) sgorgonia.BuildFunc {
+	return func(b *sgorgonia.Builder, xs ...*G.Node) (*G.Node, error) {
+		w1 := b.Param("fc1.weight", sgorgonia.Values(transpose(fc1.Weight.Value.Data, fc1.Out, fc1.In)), fc1.In, fc1.Out)
+		b1 := b.Param("fc1.bias", sgorgonia.Values(fc1.Bias.Value.Data), fc1.Out)
+		w2 := b.Param("fc2.weight", sgorgonia.Values(transpose(fc2.Weight.Value.Data, fc2.Out, fc2.In)), fc2.In, fc2.Out)
+		b2 := b.Param("fc2.bias", sgorgonia.Values(fc2.Bias.Value.Data), fc2.Out)
+		h, err := G.Mul(xs[0], w1)
+		if err != nil {
+			return nil, err
+		}
+		if h, err = G.BroadcastAdd(h, b1, nil, []byte{0}); err != nil {
+			return nil, err
+		}
+		if h, err = G.Rectify(h); err != nil {
+			return nil, err
+		}
+		if h, err = G.Mul(h, w2); err != nil {
+			return nil, err
+		}
+		return G.BroadcastAdd(h, b2, nil, []byte{0})
+	}
+}
+
+// transpose returns the [cols, rows] transpose of a row-major [rows, cols] matrix.
+func transpose(m []float32, rows, cols int) []float32 {
+	t := make([]float32, len(m))
+	for r := 0; r < rows; r++ {
+		for c := 0; c < cols; c++ {
+			t[c*rows+r] = m[r*cols+c]
+		}
+	}
+	return t
+}
+
+type worker struct {
+	cfg         config
+	group       comm.Group
+	train, test *datasets.Images
+	stdout      io.Writer
+	stderr      io.Writer
+}
+
+func (w *worker) run(ctx context.Context) error {
+	c, g := w.cfg, w.group
+	rank, world := g.Rank(), g.Size()
+	model, err := newModel(c)
+	if err != nil {
+		return err
+	}
+	hook, err := hooks.Parse(c.Hook)
+	if err != nil {
+		return err
+	}
+	dp, err := ddp.New(ctx, model, g, ddp.WithCommHook(hook))
+	if err != nil {
+		return err
+	}
+	opt, err := optim.NewSGD(dp.Parameters(), optim.SGDConfig{LR: c.LR, Momentum: c.Momentum, WeightDecay: c.WD})
+	if err != nil {
+		return err
+	}
+	loader, err := datasets.NewLoader(w.train, datasets.LoaderOptions{Batch: c.Batch, Rank: rank, World: world,
+		Seed: c.Seed, Shuffle: true, Augment: true, DropLast: true, Mean: datasets.CIFAR10Mean, Std: datasets.CIFAR10Std})
+	if err != nil {
+		return err
+	}
+	evalLoader, err := datasets.NewLoader(w.test, datasets.LoaderOptions{Batch: 250, Mean: datasets.CIFAR10Mean, Std: datasets.CIFAR10Std})
+	if err != nil {
+		return err
+	}
+	if rank == 0 {
+		var inHead int
+		for _, p := range dp.Parameters() {
+			if strings.HasPrefix(p.Name, "head.") {
+				inHead += p.Len()
+			}
+		}
+		fmt.Fprintf(w.stdout, "model: spargo conv stack + %s MLP head (%d→%d→10): %d parameters (%d in the head) in %d tensors, %d buckets; hook %s; %d workers × batch %d; kernels %s, GOMAXPROCS %d\n",
+			c.Head, featureWidth, c.Hidden, nn.NumParams(dp.Parameters()), inHead, len(dp.Parameters()), len(dp.Plan()), c.Hook, world, c.Batch, kernels.Impl(), runtime.GOMAXPROCS(0))
+	}
+	steps := loader.NumBatches()
+	if c.Steps > 0 && c.Steps < steps {
+		steps = c.Steps
+	}
+	tape := nn.NewTape()
+	stat := make([]float32, 3) // loss sum, correct, samples: all-reduced over the ranks
+	for epoch := 0; epoch < c.Epochs; epoch++ {
+		var bar *progressbar.ProgressBar
+		if rank == 0 && c.Progress {
+			bar = progressbar.NewOptions(steps, progressbar.OptionSetWriter(w.stderr),
+				progressbar.OptionSetDescription(fmt.Sprintf("epoch %d/%d", epoch+1, c.Epochs)),
+				progressbar.OptionShowCount(), progressbar.OptionSetWidth(24), progressbar.OptionThrottle(250*time.Millisecond),
+				progressbar.OptionClearOnFinish())
+		}
+		nn.SetTraining(model, true)
+		tape.SetGradEnabled(true)
+		var lossSum, correct, seen float64
+		epochStart := time.Now()
+		step := 0
+		for b, err := range loader.Epoch(ctx, epoch) {
+			if err != nil {
+				return err
+			}
+			if step == steps {
+				break
+			}
+			x, err := nn.FromSlice(b.X, b.N, 3, 32, 32)
+			if err != nil {
+				return err
+			}
+			tape.Reset()
+			opt.ZeroGrad()
+			logits := dp.Forward(tape.Const(x))
+			loss := nn.CrossEntropy(logits, b.Y)
+			if err := dp.Backward(ctx, loss); err != nil {
+				return fmt.Errorf("epoch %d, step %d: %w", epoch+1, step+1, err)
+			}
+			opt.Step()
+			lossSum += float64(loss.Item()) * float64(b.N)
+			correct += float64(nn.Accuracy(logits.Value, b.Y))
+			seen += float64(b.N)
+			step++
+			if bar != nil {
+				_ = bar.Add(1)
+			}
+			if rank == 0 && c.PrintEvery > 0 && step%c.PrintEvery == 0 {
+				fmt.Fprintf(w.stdout, "epoch %d step %d/%d: loss %.4f acc %.4f (rank 0's batches) %.1f img/s\n",
+					epoch+1, step, steps, lossSum/seen, correct/seen, seen*float64(world)/time.Since(epochStart).Seconds())
+			}
+		}
+		trainSec := time.Since(epochStart).Seconds()
+		if bar != nil {
+			_ = bar.Finish()
+		}
+		stat[0], stat[1], stat[2] = float32(lossSum), float32(correct), float32(seen)
+		if err := comm.AllReduce(ctx, g, 100, stat, comm.Auto); err != nil {
+			return err
+		}
+		testLoss, testAcc, err := w.evaluate(ctx, dp, model, tape, evalLoader)
+		if err != nil {
+			return err
+		}
+		if rank == 0 {
+			fmt.Fprintf(w.stdout, "epoch %d train_loss %.4f train_acc %.4f test_loss %.4f test_acc %.4f img_s %.1f step_ms %.1f train_s %.1f\n",
+				epoch+1, float64(stat[0]/stat[2]), float64(stat[1]/stat[2]), testLoss, testAcc,
+				float64(stat[2])/trainSec, 1000*trainSec/float64(max(step, 1)), trainSec)
+		}
+	}
+	return nil
+}
+
+// evaluate splits the test set across ranks (batch i on rank i mod P) and all-reduces the
+// loss and the number of correct predictions; replicas are identical, so this equals one rank
+// evaluating everything.
+func (w *worker) evaluate(ctx context.Context, dp *ddp.DDP, model nn.Module, tape *nn.Tape, ld *datasets.Loader) (loss, acc float64, err error) {
+	g := w.group
+	nn.SetTraining(model, false)
+	tape.SetGradEnabled(false)
+	defer tape.SetGradEnabled(true)
+	var sums [3]float32
+	limit := w.cfg.EvalLimit
+	i, seen := 0, 0
+	for b, err := range ld.Epoch(ctx, 0) {
+		if err != nil {
+			return 0, 0, err
+		}
+		if limit > 0 && seen >= limit {
+			break
+		}
+		n := b.N
+		if limit > 0 && seen+n > limit {
+			n = limit - seen
+		}
+		seen += n
+		mine := i%g.Size() == g.Rank()
+		i++
+		if !mine {
+			continue
+		}
+		x, err := nn.FromSlice(b.X[:n*3*32*32], n, 3, 32, 32)
+		if err != nil {
+			return 0, 0, err
+		}
+		tape.Reset()
+		logits := dp.Forward(tape.Const(x))
+		l := nn.CrossEntropy(logits, b.Y[:n])
+		if err := tape.Err(); err != nil {
+			return 0, 0, err
+		}
+		sums[0] += l.Item() * float32(n)
+		sums[1] += float32(nn.Accuracy(logits.Value, b.Y[:n]))
+		sums[2] += float32(n)
+	}
+	s := sums[:]
+	if err := comm.AllReduce(ctx, g, 101, s, comm.Auto); err != nil {
+		return 0, 0, err
+	}
+	if s[2] == 0 {
+		return 0, 0, fmt.Errorf("evaluation saw no test images")
+	}
+	return float64(s[0] / s[2]), float64(s[1] / s[2]), nil
+}
