@@ -144,7 +144,7 @@ func trainDDP(t *testing.T, p int, spec string, steps int, model func(rank int) 
 // bit-identical parameters, and the parameters move.
 func TestMixedModelReplicaConsistency(t *testing.T) {
 	const steps = 4
-	for _, spec := range []string{"allreduce", "spardl", "spardl:density=0.05"} {
+	for _, spec := range []string{"allreduce", "spardl:buckets=ddp", "spardl:density=0.05,buckets=ddp"} {
 		for _, p := range []int{2, 3} {
 			t.Run(fmt.Sprintf("%s/P=%d", spec, p), func(t *testing.T) {
 				initial := paramHash(nn.Parameters(mixedNet(t, 7)))
