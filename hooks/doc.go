@@ -39,13 +39,13 @@
 //     between exact re-evaluations every τ' calls (a distributed radix select finds the exact
 //     global one), with the reference's multiplicative feedback (preset=vgg|lstm|bert) and, by
 //     default, an exact re-evaluation within the call when a reused threshold's count leaves
-//     its band (guard); region boundaries agreed every τ = 64 calls from the ranks' selected
+//     its band or ±25 % of k, whichever is narrower (guard, guard_band); region boundaries agreed every τ = 64 calls from the ranks' selected
 //     positions; a split and reduce with destination rotation and 4 peers in flight; data
 //     balancing before the all-gather-v when the largest count exceeds 4× the average
 //     (balance=auto|always|never). At most 6k(P-1)/P words plus 2(P-1) words of counts per
 //     call with k-entry selections, plus k-independent boundary and histogram all-reduces on
 //     repartition and re-evaluation calls. Options density, tau, tau_prime, preset, balance,
-//     guard, dense_warmup. Debug log: one line per call (thresholds, counts, guards).
+//     guard, guard_band, dense_warmup. Debug log: one line per call (thresholds, counts, guards).
 //   - gaussiank: Gaussiank — the magnitude threshold of a normal fit of g + ξ, corrected toward k
 //     (the reference's up to 20 steps of 1.02 into [3k/4, 5k/4]); all-gather-v of the
 //     selections: 2·ceil(log2 P) rounds, P-1 words of sizes plus 2 words per received entry.

@@ -162,11 +162,19 @@ type okReference struct {
 	p, n, k, tau int
 	c            OkTopkConstants
 	guard        bool
+	band         float64 // the hook's GuardBand (0: the feedback bands)
 	res          [][]float32
 	lth          []float64
 	gth          float64
 	bounds       []int
 	call         int
+}
+
+func (o *okReference) guardBand(low, high float64) (float64, float64) {
+	if b := o.band; b > 0 {
+		return max(low, 1-b), min(high, 1+b)
+	}
+	return low, high
 }
 
 func newOKReference(p, n int, density float64, tau int, c OkTopkConstants, guard bool) *okReference {
@@ -216,7 +224,7 @@ func (o *okReference) step(gs [][]float32) []float32 {
 			}
 		}
 		choose()
-		if !reeval && o.guard && outOfBand(nsel[r], o.lth[r], k, o.c.LocalLow, o.c.LocalHigh) {
+		if lo, hi := o.guardBand(o.c.LocalLow, o.c.LocalHigh); !reeval && o.guard && outOfBand(nsel[r], o.lth[r], k, lo, hi) {
 			o.lth[r] = float64(kthLargestBySort(acc[r], k))
 			choose()
 		}
@@ -286,7 +294,7 @@ func (o *okReference) step(gs [][]float32) []float32 {
 			global++
 		}
 	}
-	if !reeval && o.guard && outOfBand(global, o.gth, k, o.c.GlobalLow, o.c.GlobalHigh) {
+	if lo, hi := o.guardBand(o.c.GlobalLow, o.c.GlobalHigh); !reeval && o.guard && outOfBand(global, o.gth, k, lo, hi) {
 		exact()
 		inG = selected()
 		global = 0
@@ -331,8 +339,13 @@ func TestOkTopkMatchesReference(t *testing.T) {
 				balance := []string{BalanceAuto, BalanceAlways, BalanceNever}[(n+p)%3]
 				guard := (n+p)%2 == 0
 				name := fmt.Sprintf("P=%d/n=%d/density=%g/balance=%s/guard=%v", p, n, density, balance, guard)
-				w := newWorld(t, p, okSpec(density, fmt.Sprintf("tau=2,tau_prime=3,balance=%s,guard=%v", balance, guard)))
+				band := 0.0 // the feedback bands, or ±25 % on every third case
+				if guard && p%3 == 0 {
+					band = 0.25
+				}
+				w := newWorld(t, p, okSpec(density, fmt.Sprintf("tau=2,tau_prime=3,balance=%s,guard=%v,guard_band=%g", balance, guard, band)))
 				ref := newOKReference(p, n, density, 2, c, guard)
+				ref.band = band
 				for it := range 8 {
 					gs := grads(uint64(7*p+it), p, n)
 					if it%4 == 3 { // a call on another distribution: thresholds are off, feedback moves
@@ -721,7 +734,7 @@ func TestOkTopkSchedule(t *testing.T) {
 func testOkTopkSchedule(t *testing.T, guard bool) {
 	const p, n, density = 4, 4000, 0.02
 	k := int(n * density)
-	w := newWorld(t, p, okSpec(density, fmt.Sprintf("dense_warmup=2,tau_prime=4,tau=6,guard=%v", guard)))
+	w := newWorld(t, p, okSpec(density, fmt.Sprintf("dense_warmup=2,tau_prime=4,tau=6,guard=%v,guard_band=0", guard)))
 	c, _ := OkTopkPreset("vgg")
 	stored := make([]float64, p)
 	var prevBounds []int
