@@ -29,4 +29,10 @@
 // ready / communication times for the last iteration.
 //
 // NoSync runs backward passes without communication for gradient accumulation.
+//
+// MeasureProfile measures, before New, what cost-model planners need (OMGS-SGD): when each
+// parameter's gradient becomes ready in backward, the top-k selection's cost on this CPU
+// (γ·n·log2 n) and the all-gather's on this group (α + β·bytes), every rank getting rank 0's
+// numbers. A hook that plans from it implements ProfiledPlanner; pass the profile with
+// WithProfile. A Profile prints (%v, %+v) and saves as JSON (Save, LoadProfile) for reuse.
 package ddp

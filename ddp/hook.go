@@ -2,7 +2,6 @@ package ddp
 
 import (
 	"context"
-	"time"
 
 	"github.com/spargo-dl/spargo/comm"
 	"github.com/spargo-dl/spargo/nn"
@@ -75,13 +74,6 @@ func (f readyFuture) Wait() ([]float32, error) { return f.v, f.err }
 // when none was measured.
 type Planner interface {
 	Plan(params []*nn.Param, prof *Profile) ([][]int, error)
-}
-
-// Profile holds measured costs that planners use. ParamBackward[i] is the time from the
-// start of backward until parameter i's gradient was ready (averaged); it is filled by
-// the profiler (a later addition) and empty otherwise.
-type Profile struct {
-	ParamBackward []time.Duration
 }
 
 // Stateful hooks save and restore their state with checkpoints.

@@ -30,6 +30,17 @@
 //     with backward, each with its own budget; on VGG-11 this trains measurably worse).
 //   - topka: SparCML's TopkA — local top-k, all-gather of P·k pairs: ceil(log2 P) rounds,
 //     2k(P-1) words.
+//   - lags, mgs, omgs: OMGS-SGD's family (ALGORITHMS.md §5) — TopkA on every bucket of a plan
+//     the hook makes itself (ddp.Planner), in backward order, so groups are communicated while
+//     backward runs: lags one bucket per tensor (LAGS-SGD), mgs consecutive tensors merged
+//     until threshold elements (default 8192), omgs the merge plan of least predicted
+//     iteration time on a measured ddp.Profile (ddp.MeasureProfile, ddp.WithProfile): the
+//     exact optimum over all 2^(L-1) plans by default, or the paper's Algorithm 1
+//     (planner=paper), which misses it on some models; timeline=ddp|paper chooses whether the
+//     cost model puts the selection on DDP's communication goroutine or, as the paper does, on
+//     the backward stream. Costs per group as topka's. Rank 0 logs the plan and its predicted
+//     iteration time next to TopK-SGD's and LAGS's; Trace places each group's phases (ready,
+//     selected, all-gathered, done) on DDP's timeline.
 //   - topkdsa: SparCML's TopkDSA — rotated sparse reduce-scatter over P regions, then a sparse
 //     all-gather-v, dense once the reduced non-zeros reach n/3: P-1+2·ceil(log2 P) rounds,
 //     [4k(P-1)/P, (2k+n)(P-1)/P] words plus P-1 words of counts.
@@ -99,7 +110,7 @@
 // # Guarantees the tests check
 //
 // Replicas stay bit-identical (every rank gets the same output bits). For spardl (global
-// residuals), topka, topkdsa, oktopk and gaussiank the conservation test holds: the summed output plus the new
+// residuals), topka, lags, mgs, omgs, topkdsa, oktopk and gaussiank the conservation test holds: the summed output plus the new
 // residuals of all ranks equals the summed gradients plus the old residuals, so every
 // contribution is applied exactly once or kept exactly once; so does covap with init=1 (with
 // c < 1 it drops (1 - c) of each residual it carries over, by design). gtopk and spardl's local and

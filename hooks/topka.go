@@ -3,6 +3,7 @@ package hooks
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/spargo-dl/spargo/comm"
 	"github.com/spargo-dl/spargo/ddp"
@@ -34,8 +35,16 @@ func (h *TopkA) Run(ctx context.Context, g comm.Group, b ddp.Bucket) ddp.Future 
 }
 
 func (h *TopkA) step(ctx context.Context, g comm.Group, tag uint32, flat []float32, st *BucketState) error {
+	return topkaStep(ctx, g, tag, flat, st, h.k(len(flat)), nil)
+}
+
+// stepMarks receives the moments a TopkA step finished its selection and its all-gather
+// (lags, mgs and omgs trace their groups with them).
+type stepMarks struct{ selected, gathered time.Time }
+
+// topkaStep is TopkA's sparse step with k entries per rank; marks may be nil.
+func topkaStep(ctx context.Context, g comm.Group, tag uint32, flat []float32, st *BucketState, k int, marks *stepMarks) error {
 	p, n := g.Size(), len(flat)
-	k := h.k(n)
 	xi := st.Residual
 	kernels.Add(flat, flat, xi)
 	ws := getWireScratch()
@@ -50,9 +59,15 @@ func (h *TopkA) step(ctx context.Context, g comm.Group, tag uint32, flat []float
 		sizes[i] = k * wireEntryBytes
 	}
 	ws.msg = ws.sel.AppendWire(ws.msg[:0])
+	if marks != nil {
+		marks.selected = time.Now()
+	}
 	all, err := comm.AllGatherBytesSized(ctx, g, tag, ws.msg, sizes)
 	if err != nil {
 		return fmt.Errorf("all-gather of the selections: %w", err)
+	}
+	if marks != nil {
+		marks.gathered = time.Now()
 	}
 	clear(flat)
 	v := &ws.in

@@ -64,6 +64,7 @@ type config struct {
 	EvalLimit    int     `json:"eval_limit"`
 	BucketMB     float64 `json:"bucket_mb"`
 	DistBN       string  `json:"dist_bn"`
+	Profile      string  `json:"profile,omitempty"`
 	Metrics      string  `json:"-"`
 	Progress     bool    `json:"-"`
 }
@@ -86,6 +87,7 @@ func main() {
 	flag.StringVar(&c.DistBN, "dist-bn", "broadcast", "BatchNorm running statistics across ranks: broadcast (rank 0's after every step, PyTorch DDP's default) or reduce (each rank keeps its own; their mean before each evaluation, timm's --dist-bn reduce)")
 	flag.Float64Var(&c.BucketMB, "bucket-mb", 0, "DDP bucket cap in MiB, like PyTorch's bucket_cap_mb (0: ddp's defaults, a small first bucket then 25 MiB; hooks that plan their own buckets, such as spardl's default buckets=model, ignore it)")
 	flag.StringVar(&c.Metrics, "metrics", "", "write one JSON line per epoch (and a summary) to this file")
+	flag.StringVar(&c.Profile, "profile", "", "for hooks that plan from measured costs (omgs): reuse the profile saved in this file when it fits the model and -workers, else measure it and save it here")
 	flag.BoolVar(&c.Progress, "progress", true, "show a progress bar per epoch (launched: on rank 0, when its stderr is a terminal)")
 	logLevel := flag.String("log-level", "info", "log level of the hooks' messages on stderr: debug|info|warn|error (debug: one line per bucket and call, e.g. SparDL's d, Ok-Topk's thresholds and counts)")
 	logFormat := flag.String("log-format", "text", "text|json")
@@ -365,6 +367,14 @@ func (w *worker) run(ctx context.Context) error {
 	if c.BucketMB > 0 {
 		capBytes := int(c.BucketMB * (1 << 20))
 		opts = append(opts, ddp.WithBucketCap(capBytes, capBytes))
+	}
+	if pp, ok := hook.(ddp.ProfiledPlanner); ok { // omgs plans its buckets from a measured profile
+		prof, err := w.profile(ctx, model, pp)
+		if err != nil {
+			return err
+		}
+		opts = append(opts, ddp.WithProfile(prof))
+		traffic = g.Counters().Snapshot() // the profile's timings are set-up, not training
 	}
 	dp, err := ddp.New(ctx, model, g, opts...)
 	if err != nil {

@@ -1,0 +1,478 @@
+package ddp
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"time"
+
+	"github.com/spargo-dl/spargo/comm"
+	"github.com/spargo-dl/spargo/internal/kernels"
+	"github.com/spargo-dl/spargo/nn"
+)
+
+// The profiler measures, before training, the inputs of a cost-model planner (OMGS-SGD's
+// Algorithm 1, paper 003):
+//
+//   - per-parameter backward time: the step runs Warmup times unmeasured, then Iterations
+//     times with a grad-ready hook that stamps every parameter's gradient; the stamps are
+//     averaged;
+//   - the top-k cost γ·n·log2 n: the real selection kernel (kernels.TopKAbs, then the gather
+//     of the values, as the sparse hooks do) is timed on heavy-tailed data at several sizes,
+//     at the planner's density, on every rank at once (as in training, where all ranks select
+//     at the same time); γ is fitted by least squares;
+//   - the all-gather cost α + β·bytes: the all-gather the sparse hooks use
+//     (comm.AllGatherBytesSized) is timed on the real group at several sizes per rank, each
+//     the median of Repeats runs that start together after a barrier; α and β are fitted by
+//     least squares on the relative error.
+//
+// Every rank measures, and every rank returns rank 0's profile (broadcast as JSON), so all
+// ranks plan identically. Before the collectives the ranks exchange their status, so a rank
+// whose step failed makes every rank return an error naming it instead of hanging.
+
+// ProfiledPlanner is a Planner whose plan rests on a measured Profile (OMGS). A program
+// measures one with MeasureProfile(ctx, model, group, step, h.ProfileOptions()) before New
+// and passes it with WithProfile; Plan returns an error that says so when it gets none.
+type ProfiledPlanner interface {
+	Planner
+	// ProfileOptions are the options the planner needs the profile measured with (its
+	// density, for the top-k and all-gather sizes).
+	ProfileOptions() ProfileOptions
+}
+
+// ProfileStep runs one training step's forward on the model being profiled and calls
+// backward with the loss exactly once (it must not call ddp's Backward or an optimizer):
+//
+//	step := func(backward func(*nn.Var) error) error {
+//		x, y := nextBatch()
+//		tape.Reset()
+//		return backward(nn.CrossEntropy(model.Forward(tape.Const(x)), y))
+//	}
+type ProfileStep func(backward func(loss *nn.Var) error) error
+
+// Defaults of ProfileOptions: the OMGS reference's 5 warm-up and 50 measured iterations,
+// the density the sparse hooks default to, and 5 repeats per timed size.
+const (
+	DefaultProfileWarmup     = 5
+	DefaultProfileIterations = 50
+	DefaultProfileDensity    = 0.01
+	DefaultProfileRepeats    = 5
+)
+
+// ProfileOptions configure MeasureProfile; zero fields take the defaults.
+type ProfileOptions struct {
+	// Warmup steps run unmeasured, then Iterations steps are measured.
+	Warmup     int
+	Iterations int
+	// Density is k/n of the top-k timings and of the default all-gather sizes.
+	Density float64
+	// TopKSizes are the numbers of elements the selection is timed at (default: 256, 1024,
+	// … ×4 below the model's size, and the model's size).
+	TopKSizes []int
+	// AllGatherBytes are the per-rank message sizes the all-gather is timed at (default: 8
+	// bytes — one COO pair — ×4 up to the pairs of a top-k of the whole model, 64 bytes at
+	// least).
+	AllGatherBytes []int
+	// Repeats is how many timings of each size make its median.
+	Repeats int
+	// TopK is the selection to time (default kernels.TopKAbs and the gather of the values);
+	// tests give a synthetic cost.
+	TopK func(idx []int32, x []float32, k int) []int32
+
+	// clock stamps backward (tests); time.Now when nil.
+	clock func() time.Time
+}
+
+// Tags of the profiler, in DDP's own range below the buckets'. MeasureProfile must not run
+// concurrently with other users of these tags (DDP's buckets use other tags).
+const (
+	tagProfileStatus  uint32 = 16
+	tagProfileBarrier uint32 = 17
+	tagProfileGather  uint32 = 18
+	tagProfileResult  uint32 = 19
+)
+
+func (o ProfileOptions) withDefaults(elements int) (ProfileOptions, error) {
+	if o.Warmup == 0 {
+		o.Warmup = DefaultProfileWarmup
+	}
+	if o.Iterations == 0 {
+		o.Iterations = DefaultProfileIterations
+	}
+	if o.Density == 0 {
+		o.Density = DefaultProfileDensity
+	}
+	if o.Repeats == 0 {
+		o.Repeats = DefaultProfileRepeats
+	}
+	switch {
+	case o.Warmup < 0 || o.Iterations < 1 || o.Repeats < 1:
+		return o, fmt.Errorf("ddp: profile: warm-up %d, iterations %d, repeats %d: want >= 0, >= 1, >= 1", o.Warmup, o.Iterations, o.Repeats)
+	case !(o.Density > 0 && o.Density <= 1):
+		return o, fmt.Errorf("ddp: profile: density %v, want a number in (0, 1]", o.Density)
+	}
+	if o.TopKSizes == nil {
+		for n := 256; n < elements; n *= 4 {
+			o.TopKSizes = append(o.TopKSizes, n)
+		}
+		o.TopKSizes = append(o.TopKSizes, max(elements, 2))
+	}
+	if o.AllGatherBytes == nil {
+		top := max(64, 8*max(1, int(float64(elements)*o.Density)))
+		for b := 8; b < top; b *= 4 {
+			o.AllGatherBytes = append(o.AllGatherBytes, b)
+		}
+		o.AllGatherBytes = append(o.AllGatherBytes, top)
+	}
+	for _, n := range o.TopKSizes {
+		if n < 2 || n > math.MaxInt32 {
+			return o, fmt.Errorf("ddp: profile: top-k size %d, want 2..2^31-1", n)
+		}
+	}
+	distinct := map[int]bool{}
+	for _, b := range o.AllGatherBytes {
+		if b < 0 {
+			return o, fmt.Errorf("ddp: profile: all-gather size %d bytes", b)
+		}
+		distinct[b] = true
+	}
+	if len(distinct) < 2 {
+		return o, fmt.Errorf("ddp: profile: all-gather sizes %v: want two different sizes at least, to fit α and β", o.AllGatherBytes)
+	}
+	if o.TopK == nil {
+		var val []float32
+		o.TopK = func(idx []int32, x []float32, k int) []int32 {
+			idx = kernels.TopKAbs(idx, x, k)
+			val = slices.Grow(val[:0], len(idx))[:len(idx)]
+			kernels.Gather(val, x, idx)
+			return idx
+		}
+	}
+	if o.clock == nil {
+		o.clock = time.Now
+	}
+	return o, nil
+}
+
+// MeasureProfile measures model's profile on group g (see the top of this file); every rank
+// calls it with its own replica and step, before New. It leaves the parameters, their
+// gradients and the buffers (BatchNorm statistics) as it found them. Every rank returns the
+// same profile: rank 0's.
+func MeasureProfile(ctx context.Context, model nn.Module, g comm.Group, step ProfileStep, opts ProfileOptions) (*Profile, error) {
+	params := nn.Parameters(model)
+	if len(params) == 0 {
+		return nil, errors.New("ddp: profile: the model has no parameters")
+	}
+	elements := 0
+	for _, p := range params {
+		elements += p.Len()
+	}
+	o, err := opts.withDefaults(elements)
+	if err != nil {
+		return nil, err
+	}
+	defer restoreState(params, nn.Buffers(model))()
+
+	prof := &Profile{P: g.Size(), Warmup: o.Warmup, Iterations: o.Iterations}
+	for _, p := range params {
+		prof.Params = append(prof.Params, p.Name)
+		prof.Sizes = append(prof.Sizes, p.Len())
+	}
+	localErr := measureBackward(prof, params, step, o)
+	if localErr == nil {
+		localErr = measureTopK(ctx, prof, o)
+	}
+	if err := agreeStatus(ctx, g, localErr); err != nil {
+		return nil, err
+	}
+	// The top-k timings leave a model-sized buffer behind on every rank: collect it now
+	// rather than during the all-gather timings.
+	runtime.GC()
+	if err := measureAllGather(ctx, g, prof, o); err != nil {
+		return nil, fmt.Errorf("ddp: profile: timing the all-gather: %w", err)
+	}
+	return broadcastProfile(ctx, g, prof)
+}
+
+// restoreState snapshots the gradients and buffers and returns the function that puts them
+// back.
+func restoreState(params []*nn.Param, buffers []*nn.Buffer) func() {
+	grads := make([][]float32, len(params))
+	for i, p := range params {
+		grads[i] = slices.Clone(p.Grad.Data)
+	}
+	bufs := make([][]float32, len(buffers))
+	for i, b := range buffers {
+		bufs[i] = slices.Clone(b.Value.Data)
+	}
+	return func() {
+		for i, p := range params {
+			copy(p.Grad.Data, grads[i])
+		}
+		for i, b := range buffers {
+			copy(b.Value.Data, bufs[i])
+		}
+	}
+}
+
+// measureBackward runs the steps and fills ParamBackward, Forward, Backward and Unused.
+func measureBackward(prof *Profile, params []*nn.Param, step ProfileStep, o ProfileOptions) error {
+	index := make(map[*nn.Param]int, len(params))
+	for i, p := range params {
+		index[p] = i
+	}
+	sum := make([]time.Duration, len(params))
+	ready := make([]time.Duration, len(params))
+	seen := make([]bool, len(params))
+	unused := make([]bool, len(params))
+	var forward, backward time.Duration
+	for it := range o.Warmup + o.Iterations {
+		measured := it >= o.Warmup
+		called := false
+		var stepStart time.Time
+		bw := func(loss *nn.Var) error {
+			if called {
+				return errors.New("the step called backward twice")
+			}
+			called = true
+			if loss == nil || loss.Tape() == nil {
+				return errors.New("backward got a loss without a tape")
+			}
+			tape := loss.Tape()
+			clear(seen)
+			t0 := o.clock()
+			h := tape.OnGradReady(func(p *nn.Param) {
+				if i, ok := index[p]; ok && !seen[i] {
+					seen[i] = true
+					ready[i] = o.clock().Sub(t0)
+				}
+			})
+			err := tape.Backward(loss)
+			h.Remove()
+			end := o.clock().Sub(t0)
+			if err != nil {
+				return err
+			}
+			if measured {
+				forward += t0.Sub(stepStart)
+				backward += end
+				for i := range ready {
+					if !seen[i] {
+						ready[i] = end
+						unused[i] = true
+					}
+					sum[i] += ready[i]
+				}
+			}
+			return nil
+		}
+		stepStart = o.clock()
+		if err := step(bw); err != nil {
+			return fmt.Errorf("ddp: profile: step %d: %w", it+1, err)
+		}
+		if !called {
+			return fmt.Errorf("ddp: profile: step %d returned without calling backward", it+1)
+		}
+	}
+	n := time.Duration(o.Iterations)
+	prof.ParamBackward = make([]time.Duration, len(params))
+	for i := range sum {
+		prof.ParamBackward[i] = sum[i] / n
+		if unused[i] {
+			prof.Unused = append(prof.Unused, params[i].Name)
+		}
+	}
+	prof.Forward, prof.Backward = forward/n, backward/n
+	return nil
+}
+
+// measureTopK times o.TopK at every size and fits γ. The repeats go round the sizes, so that
+// a burst of load on a shared machine slows all sizes alike rather than one.
+func measureTopK(ctx context.Context, prof *Profile, o ProfileOptions) error {
+	x := heavyTailed(slices.Max(o.TopKSizes))
+	var idx []int32
+	times := make([][]float64, len(o.TopKSizes))
+	for r := -1; r < o.Repeats; r++ { // r = -1: untimed, warms caches and pools
+		for s, n := range o.TopKSizes {
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("ddp: profile: %w", err)
+			}
+			k := min(n, max(1, int(float64(n)*o.Density)))
+			t0 := time.Now()
+			idx = o.TopK(idx[:0], x[:n], k)
+			if r >= 0 {
+				times[s] = append(times[s], time.Since(t0).Seconds())
+			}
+		}
+	}
+	prof.TopK.Density = o.Density
+	for s, n := range o.TopKSizes {
+		prof.TopK.Samples = append(prof.TopK.Samples, CostSample{Size: n, Seconds: median(times[s])})
+	}
+	prof.TopK.Gamma, prof.TopK.MaxRelErr = fitGamma(prof.TopK.Samples)
+	return nil
+}
+
+// heavyTailed returns n deterministic gradient-like values: a normal over the square root of
+// a uniform, so that a few entries dominate.
+func heavyTailed(n int) []float32 {
+	rng := rand.New(rand.NewPCG(1, 2))
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = float32(rng.NormFloat64() / math.Sqrt(rng.Float64()+1e-3))
+	}
+	return x
+}
+
+// agreeStatus tells every rank whether every rank's local measurement succeeded.
+func agreeStatus(ctx context.Context, g comm.Group, local error) error {
+	var msg []byte
+	if local != nil {
+		msg = []byte(local.Error())
+	}
+	all, err := comm.AllGatherBytes(ctx, g, tagProfileStatus, msg)
+	if err != nil {
+		if local != nil {
+			return local
+		}
+		return fmt.Errorf("ddp: profile: exchanging the ranks' status: %w", err)
+	}
+	if local != nil {
+		return local
+	}
+	for r, m := range all {
+		if len(m) > 0 {
+			return fmt.Errorf("ddp: profile: rank %d failed: %s", r, m)
+		}
+	}
+	return nil
+}
+
+// measureAllGather times the all-gather at every size (the repeats going round the sizes, as
+// in measureTopK), each run starting after a barrier, and fits α and β.
+func measureAllGather(ctx context.Context, g comm.Group, prof *Profile, o ProfileOptions) error {
+	p := g.Size()
+	times := make([][]float64, len(o.AllGatherBytes))
+	for r := -1; r < o.Repeats; r++ { // r = -1: untimed
+		for s, b := range o.AllGatherBytes {
+			msg := make([]byte, b)
+			sizes := make([]int, p)
+			for i := range sizes {
+				sizes[i] = b
+			}
+			if err := comm.Barrier(ctx, g, tagProfileBarrier); err != nil {
+				return err
+			}
+			t0 := time.Now()
+			if _, err := comm.AllGatherBytesSized(ctx, g, tagProfileGather, msg, sizes); err != nil {
+				return err
+			}
+			if r >= 0 {
+				times[s] = append(times[s], time.Since(t0).Seconds())
+			}
+		}
+	}
+	for s, b := range o.AllGatherBytes {
+		prof.AllGather.Samples = append(prof.AllGather.Samples, CostSample{Size: b, Seconds: median(times[s])})
+	}
+	prof.AllGather.Alpha, prof.AllGather.Beta, prof.AllGather.MaxRelErr = fitAlphaBeta(prof.AllGather.Samples)
+	return nil
+}
+
+// broadcastProfile sends rank 0's profile to every rank (its JSON length, then the JSON).
+func broadcastProfile(ctx context.Context, g comm.Group, prof *Profile) (*Profile, error) {
+	var buf bytes.Buffer
+	if g.Rank() == 0 {
+		if err := prof.WriteJSON(&buf); err != nil {
+			return nil, fmt.Errorf("ddp: profile: encoding: %w", err)
+		}
+	}
+	n := binary.LittleEndian.AppendUint64(nil, uint64(buf.Len()))
+	if err := comm.BroadcastBytes(ctx, g, tagProfileResult, 0, n); err != nil {
+		return nil, fmt.Errorf("ddp: profile: broadcasting rank 0's profile: %w", err)
+	}
+	msg := buf.Bytes()
+	if g.Rank() != 0 {
+		msg = make([]byte, binary.LittleEndian.Uint64(n))
+	}
+	if err := comm.BroadcastBytes(ctx, g, tagProfileResult, 0, msg); err != nil {
+		return nil, fmt.Errorf("ddp: profile: broadcasting rank 0's profile: %w", err)
+	}
+	out, err := ReadProfile(bytes.NewReader(msg))
+	if err != nil {
+		return nil, fmt.Errorf("ddp: profile: rank 0's profile: %w", err)
+	}
+	return out, nil
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// minTime stands in for a timing of zero in the relative-error weights.
+const minTime = 1e-9
+
+// fitGamma fits t = γ·n·log2 n by least squares on the time (the reference's curve_fit):
+// γ = Σ t·f / Σ f², f = n·log2 n. The fit follows the large sizes, where selection costs
+// enough to matter; a real kernel's fixed costs make small sizes relatively slower and the
+// cache makes very large ones so, which no single γ captures (MaxRelErr shows how far).
+func fitGamma(ss []CostSample) (gamma, maxRel float64) {
+	var tf, ff float64
+	for _, s := range ss {
+		f := float64(s.Size) * math.Log2(float64(s.Size))
+		tf += s.Seconds * f
+		ff += f * f
+	}
+	if ff > 0 {
+		gamma = max(tf/ff, 0)
+	}
+	c := TopKCost{Gamma: gamma}
+	for _, s := range ss {
+		maxRel = max(maxRel, math.Abs(c.Seconds(float64(s.Size))-s.Seconds)/max(s.Seconds, minTime))
+	}
+	return gamma, maxRel
+}
+
+// fitAlphaBeta fits t = α + β·b by least squares on the relative error (weights 1/t²),
+// keeping α and β non-negative.
+func fitAlphaBeta(ss []CostSample) (alpha, beta, maxRel float64) {
+	var s0, s1, s2, t0, t1 float64
+	for _, s := range ss {
+		t := max(s.Seconds, minTime)
+		w := 1 / (t * t)
+		b := float64(s.Size)
+		s0 += w
+		s1 += w * b
+		s2 += w * b * b
+		t0 += w * s.Seconds
+		t1 += w * b * s.Seconds
+	}
+	if det := s0*s2 - s1*s1; det > 1e-12*s0*s2 {
+		alpha = (t0*s2 - s1*t1) / det
+		beta = (s0*t1 - s1*t0) / det
+	} else {
+		alpha = t0 / s0
+	}
+	if alpha < 0 {
+		alpha, beta = 0, t1/s2
+	}
+	if beta < 0 {
+		alpha, beta = t0/s0, 0
+	}
+	c := AllGatherCost{Alpha: alpha, Beta: beta}
+	for _, s := range ss {
+		maxRel = max(maxRel, math.Abs(c.Seconds(float64(s.Size))-s.Seconds)/max(s.Seconds, minTime))
+	}
+	return alpha, beta, maxRel
+}

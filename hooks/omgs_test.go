@@ -1,0 +1,500 @@
+package hooks
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/spargo-dl/spargo/comm"
+	"github.com/spargo-dl/spargo/ddp"
+	"github.com/spargo-dl/spargo/nn"
+	"github.com/spargo-dl/spargo/optim"
+)
+
+// lags, mgs and omgs run TopkA's step on every bucket: the conservation test holds and the
+// outputs are bit-identical on every rank, for P = 2..16 and several densities.
+func TestMergedTopKConservationAndConsistency(t *testing.T) {
+	for _, hook := range []string{"lags", "mgs:threshold=100", "omgs"} {
+		for p := 2; p <= 16; p++ {
+			for _, density := range []float64{0.01, 0.1, 0.5} {
+				runConserving(t, specWith(hook, fmt.Sprintf("density=%g", density)), p, 37*p+3)
+			}
+		}
+	}
+}
+
+// specWith appends an option to a spec that may already have some.
+func specWith(spec, opt string) string {
+	if strings.Contains(spec, ":") {
+		return spec + "," + opt
+	}
+	return spec + ":" + opt
+}
+
+// profileStep is a ProfileStep on tinyNet's synthetic batches.
+func profileStep(m nn.Module, seed uint64) ddp.ProfileStep {
+	tape := nn.NewTape()
+	s := uint64(0)
+	return func(backward func(*nn.Var) error) error {
+		x, y := syntheticBatch(seed+s, 4)
+		s++
+		tape.Reset()
+		return backward(nn.CrossEntropy(m.Forward(tape.Const(x)), y))
+	}
+}
+
+// quickProfile is MeasureProfile with few iterations and sizes, for tests.
+var quickProfile = ddp.ProfileOptions{Warmup: 1, Iterations: 2, Repeats: 1, TopKSizes: []int{256, 4096}, AllGatherBytes: []int{8, 512}}
+
+// trainDDP runs steps of DDP training with the hook of spec on p in-process ranks of tinyNet
+// (rank r starts from seed 1+r; DDP broadcasts rank 0's). With profile set, every rank first
+// measures a profile and hands it to DDP. It returns every rank's parameter hash after each
+// step, rank 0's DDP and hook.
+func trainDDP(t *testing.T, spec string, p, steps int, profile bool, setup func(r int, h ddp.CommHook, tape *nn.Tape)) ([][]uint64, *ddp.DDP, ddp.CommHook) {
+	t.Helper()
+	groups, err := comm.NewLocal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hashes := make([][]uint64, p)
+	errs := make([]error, p)
+	var dp0 *ddp.DDP
+	var hook0 ddp.CommHook
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for r := range p {
+		wg.Go(func() {
+			errs[r] = func() error {
+				g := groups[r]
+				h, err := Parse(spec)
+				if err != nil {
+					return err
+				}
+				model := tinyNet(uint64(1 + r))
+				opts := []ddp.Option{ddp.WithCommHook(h)}
+				if profile {
+					o := quickProfile
+					if pp, ok := h.(ddp.ProfiledPlanner); ok {
+						o.Density = pp.ProfileOptions().Density
+					}
+					prof, err := ddp.MeasureProfile(ctx, model, g, profileStep(model, uint64(50+r)), o)
+					if err != nil {
+						return err
+					}
+					opts = append(opts, ddp.WithProfile(prof))
+				}
+				dp, err := ddp.New(ctx, model, g, opts...)
+				if err != nil {
+					return err
+				}
+				if r == 0 {
+					dp0, hook0 = dp, h
+				}
+				opt, _ := optim.NewSGD(dp.Parameters(), optim.SGDConfig{LR: 0.05, Momentum: 0.9, WeightDecay: 5e-4})
+				tape := nn.NewTape()
+				if setup != nil {
+					setup(r, h, tape)
+				}
+				for s := range steps {
+					x, y := syntheticBatch(uint64(100*s+r), 4)
+					tape.Reset()
+					opt.ZeroGrad()
+					loss := nn.CrossEntropy(dp.Forward(tape.Const(x)), y)
+					if l := loss.Item(); math.IsNaN(float64(l)) || math.IsInf(float64(l), 0) {
+						return fmt.Errorf("step %d: loss %v", s, l)
+					}
+					if err := dp.Backward(ctx, loss); err != nil {
+						return err
+					}
+					opt.Step()
+					hashes[r] = append(hashes[r], paramHash(dp.Parameters()))
+				}
+				return nil
+			}()
+		})
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("%s P=%d rank %d: %v", spec, p, r, err)
+		}
+	}
+	return hashes, dp0, hook0
+}
+
+// Replica consistency (ALGORITHMS.md §0) under DDP, with the hooks' own plans: lags without a
+// profile (reverse declaration order) and with one (measured order), mgs, omgs on a measured
+// profile with both planners and timelines; P in {2, 3, 4, 5, 8}.
+func TestMergedTopKReplicaConsistencyUnderDDP(t *testing.T) {
+	cases := []struct {
+		spec    string
+		profile bool
+	}{
+		{"lags:density=0.05", false}, {"lags:density=0.05,dense_warmup=1", true},
+		{"mgs:density=0.05,threshold=300", false},
+		{"omgs:density=0.05", true}, {"omgs:density=0.05,planner=paper,timeline=paper", true},
+	}
+	for _, c := range cases {
+		for _, p := range []int{2, 3, 4, 5, 8} {
+			hashes, dp, _ := trainDDP(t, c.spec, p, 3, c.profile, nil)
+			for s := range hashes[0] {
+				for r := 1; r < p; r++ {
+					if hashes[r][s] != hashes[0][s] {
+						t.Fatalf("%s P=%d step %d: rank %d's parameters differ from rank 0's", c.spec, p, s+1, r)
+					}
+				}
+			}
+			if strings.HasPrefix(c.spec, "lags") && len(dp.Plan()) != len(dp.Parameters()) {
+				t.Fatalf("%s: %d buckets for %d tensors", c.spec, len(dp.Plan()), len(dp.Parameters()))
+			}
+			if strings.HasPrefix(c.spec, "mgs") && len(dp.Plan()) < 2 {
+				t.Fatalf("%s: %d buckets, want several", c.spec, len(dp.Plan()))
+			}
+		}
+	}
+}
+
+func namedParams(sizes ...int) []*nn.Param {
+	ps := make([]*nn.Param, len(sizes))
+	for i, n := range sizes {
+		ps[i] = nn.NewParam("w", n)
+		ps[i].Name = fmt.Sprintf("layer%d.weight", i)
+	}
+	return ps
+}
+
+func profileOf(ps []*nn.Param, ready ...time.Duration) *ddp.Profile {
+	p := &ddp.Profile{P: 2, ParamBackward: ready, Forward: time.Millisecond, Backward: slices.Max(ready),
+		TopK: ddp.TopKCost{Gamma: 1e-9, Density: 0.01}, AllGather: ddp.AllGatherCost{Alpha: 1e-4, Beta: 1e-9}}
+	for _, q := range ps {
+		p.Params = append(p.Params, q.Name)
+		p.Sizes = append(p.Sizes, q.Len())
+	}
+	return p
+}
+
+// The plans: lags one tensor per bucket in backward order (reverse declaration without a
+// profile, the measured order with one), mgs merged until threshold elements (the
+// reference's rule), omgs the exact planner's on the profile; omgs without a profile, or with
+// one of another model, is an error that says what to do.
+func TestMergedTopKPlans(t *testing.T) {
+	ps := namedParams(100, 10, 5000, 20, 30)
+	prof := profileOf(ps, 5*time.Millisecond, 4*time.Millisecond, 1*time.Millisecond, 2*time.Millisecond, 3*time.Millisecond)
+	plan := func(spec string, prof *ddp.Profile) [][]int {
+		t.Helper()
+		h, err := Parse(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pl, err := h.(ddp.Planner).Plan(ps, prof)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pl
+	}
+	for _, c := range []struct {
+		spec string
+		prof *ddp.Profile
+		want [][]int
+	}{
+		{"lags", nil, [][]int{{4}, {3}, {2}, {1}, {0}}},
+		{"lags", prof, [][]int{{2}, {3}, {4}, {1}, {0}}},
+		{"mgs:threshold=45", nil, [][]int{{4, 3}, {2}, {1, 0}}},
+		{"mgs:threshold=45", prof, [][]int{{2}, {3, 4}, {1, 0}}},
+		{"mgs:threshold=1", nil, [][]int{{4}, {3}, {2}, {1}, {0}}},
+	} {
+		if got := plan(c.spec, c.prof); !slicesEqual2(got, c.want) {
+			t.Errorf("%s (profile %v): plan %v, want %v", c.spec, c.prof != nil, got, c.want)
+		}
+	}
+	// omgs: the exact planner's groups in the measured order.
+	model := NewMergeModel(prof, prof.Order(), 0.01, DDPTimeline)
+	groups, err := OptimalMerge(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := plan("omgs", prof)
+	var lens []int
+	for _, g := range got {
+		lens = append(lens, len(g))
+	}
+	if !slices.Equal(lens, groups) || !slices.Equal(slices.Concat(got...), prof.Order()) {
+		t.Errorf("omgs plan %v, want groups %v of order %v", got, groups, prof.Order())
+	}
+	for spec, want := range map[string]bool{"lags": false, "mgs": false, "omgs": true} {
+		if _, ok := MustParse(spec).(ddp.ProfiledPlanner); ok != want {
+			t.Errorf("%s is a ddp.ProfiledPlanner: %v, want %v (only omgs needs a profile)", spec, ok, want)
+		}
+	}
+	h := MustParse("omgs")
+	if _, err := h.(ddp.Planner).Plan(ps, nil); err == nil || !strings.Contains(err.Error(), "ddp.MeasureProfile") || !strings.Contains(err.Error(), "ddp.WithProfile") {
+		t.Errorf("omgs without a profile: %v", err)
+	}
+	if _, err := h.(ddp.Planner).Plan(ps[:4], prof); err == nil || !strings.Contains(err.Error(), "does not fit the model") {
+		t.Errorf("omgs with another model's profile: %v", err)
+	}
+	for spec, want := range map[string]string{
+		"omgs:planner=paper":                "needs timeline=paper",
+		"omgs:planner=greedy":               "want one of exact|paper",
+		"omgs:timeline=gpu":                 "want one of ddp|paper",
+		"mgs:threshold=0":                   "threshold=0",
+		"lags:density=2":                    "density=2",
+		"lags:threshold=3":                  "has no option",
+		"mgs:dense_warmup=-1":               "dense_warmup=-1",
+		"omgs:density=0.01,x=1":             "options: density, dense_warmup, planner, timeline",
+		"mgs:threshold=lots":                "not an integer",
+		"omgs:planner=paper,timeline=paper": "",
+	} {
+		_, err := Parse(spec)
+		if (want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), want)) {
+			t.Errorf("Parse(%q) = %v, want an error containing %q", spec, err, want)
+		}
+	}
+	help := Help()
+	for _, want := range []string{"lags\n", "mgs\n", "omgs\n", "threshold", "default 8192", "planner", "timeline"} {
+		if !strings.Contains(help, want) {
+			t.Errorf("Help() lacks %q", want)
+		}
+	}
+}
+
+func slicesEqual2(a, b [][]int) bool {
+	return slices.EqualFunc(a, b, func(x, y []int) bool { return slices.Equal(x, y) })
+}
+
+// On its first call rank 0 logs the plan with the predicted iteration time next to TopK-SGD's
+// and LAGS's (one line for the whole group of ranks), and the report agrees with the model.
+func TestOMGSLogsPlanOnRank0(t *testing.T) {
+	var buf bytes.Buffer
+	var mu sync.Mutex
+	old := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&lockedWriter{w: &buf, mu: &mu}, nil)))
+	defer slog.SetDefault(old)
+	_, dp, h := trainDDP(t, "omgs:density=0.05,timeline=paper", 3, 1, true, nil)
+	mu.Lock()
+	out := buf.String()
+	mu.Unlock()
+	if n := strings.Count(out, "omgs: bucket plan"); n != 1 {
+		t.Fatalf("%d plan lines, want 1 (rank 0's):\n%s", n, out)
+	}
+	for _, want := range []string{"groups=", "predicted_iteration=", "topk_sgd_single_group=", "lags_no_merging=", "paper_algorithm1=", "timeline=paper"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("log lacks %q:\n%s", want, out)
+		}
+	}
+	rep := merged(h).Report()
+	if len(rep.Groups) != len(dp.Plan()) || rep.Predicted <= 0 || rep.Predicted > rep.LAGS || rep.Predicted > rep.Single || rep.Predicted > rep.Paper {
+		t.Errorf("report %+v: the optimum must not be slower than LAGS, TopK-SGD or Algorithm 1", rep)
+	}
+}
+
+type lockedWriter struct {
+	w  *bytes.Buffer
+	mu *sync.Mutex
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// Overlap is real: with backward slowed by 3 ms per tensor, the groups of lags, mgs and omgs
+// are communicated while backward still runs, and each group's trace is in order (ready,
+// hook called, selected, all-gathered, done).
+func TestMergedTopKOverlapsBackward(t *testing.T) {
+	for _, spec := range []string{"lags:density=0.05", "mgs:density=0.05,threshold=300", "omgs:density=0.05"} {
+		slow := func(r int, h ddp.CommHook, tape *nn.Tape) {
+			tape.OnGradReady(func(*nn.Param) { time.Sleep(3 * time.Millisecond) })
+		}
+		_, dp, h := trainDDP(t, spec, 2, 2, strings.HasPrefix(spec, "omgs"), slow)
+		st := dp.Stats()
+		tr := merged(h).Trace(st)
+		if len(tr) != len(dp.Plan()) {
+			t.Fatalf("%s: %d traces for %d buckets", spec, len(tr), len(dp.Plan()))
+		}
+		overlapped := 0
+		for _, g := range tr {
+			if !(g.Ready <= g.Start && g.Start <= g.Sparsified && g.Sparsified <= g.Sent && g.Sent <= g.Done) {
+				t.Errorf("%s: bucket %d out of order: %+v", spec, g.Bucket, g)
+			}
+			if g.Done < st.BackwardEnd {
+				overlapped++
+			}
+		}
+		t.Logf("%s: %d of %d groups done before backward ended (%v); non-overlapped communication %v", spec, overlapped, len(tr), st.BackwardEnd, st.End-st.BackwardEnd)
+		if len(tr) > 1 && overlapped == 0 {
+			t.Errorf("%s: no group was communicated during backward: %+v", spec, tr)
+		}
+	}
+}
+
+// State: residuals and counters saved after two calls and restored into fresh hooks continue
+// the run bit for bit (dense_warmup=1 makes the counter matter).
+func TestMergedTopKStateContinues(t *testing.T) {
+	const p, n = 3, 200
+	for _, spec := range []string{"lags:density=0.05,dense_warmup=1", "mgs:density=0.05", "omgs:density=0.05"} {
+		straight := newWorld(t, p, spec)
+		resumed := newWorld(t, p, spec)
+		for it := range 2 {
+			gs := grads(uint64(it), p, n)
+			straight.call(t, 0, gs)
+			resumed.call(t, 0, gs)
+		}
+		fresh := newWorld(t, p, spec)
+		for r := range p {
+			st, err := resumed.hooks[r].(ddp.Stateful).State()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := fresh.hooks[r].(ddp.Stateful).LoadState(st); err != nil {
+				t.Fatal(err)
+			}
+		}
+		fresh.groups = resumed.groups
+		gs := grads(9, p, n)
+		want, _ := straight.call(t, 0, gs)
+		got, _ := fresh.call(t, 0, gs)
+		for r := range p {
+			if !slices.Equal(got[r], want[r]) || !slices.Equal(fresh.residual(r, 0, n), straight.residual(r, 0, n)) {
+				t.Fatalf("%s rank %d: the restored hook's output or residual differs from the uninterrupted one", spec, r)
+			}
+		}
+	}
+}
+
+// twinNet has two layers of the same shapes: plans that swap them have buckets of equal sizes.
+func twinNet(seed uint64) nn.Module {
+	rng := nn.NewRand(seed)
+	m := nn.NewSequential(nn.Flatten{}, nn.NewLinear(192, 6, true, rng), nn.ReLU{}, nn.NewLinear(6, 6, true, rng), nn.ReLU{}, nn.NewLinear(6, 6, true, rng))
+	nn.Parameters(m)
+	return m
+}
+
+// State saved under one plan is refused under another: with buckets of other sizes (Memory's
+// check), and with buckets of the same sizes holding other tensors (the plan's fingerprint).
+// An omgs profile measured with another number of ranks is refused too.
+func TestMergedTopKRefusesOtherPlans(t *testing.T) {
+	const p = 2
+	groups, err := comm.NewLocal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// step runs one DDP step of twinNet on every rank with the hooks and profiles given.
+	step := func(hs []ddp.CommHook, prof *ddp.Profile) []error {
+		errs := make([]error, p)
+		var wg sync.WaitGroup
+		for r := range p {
+			wg.Go(func() {
+				errs[r] = func() error {
+					opts := []ddp.Option{ddp.WithCommHook(hs[r])}
+					if prof != nil {
+						opts = append(opts, ddp.WithProfile(prof))
+					}
+					dp, err := ddp.New(ctx, twinNet(1), groups[r], opts...)
+					if err != nil {
+						return err
+					}
+					tape := nn.NewTape()
+					x, y := syntheticBatch(uint64(r), 2)
+					return dp.Backward(ctx, nn.CrossEntropy(dp.Forward(tape.Const(x)), y))
+				}()
+			})
+		}
+		wg.Wait()
+		return errs
+	}
+	parse := func(spec string) []ddp.CommHook {
+		hs := make([]ddp.CommHook, p)
+		for r := range hs {
+			hs[r] = MustParse(spec)
+		}
+		return hs
+	}
+	restore := func(from, to []ddp.CommHook) {
+		for r := range from {
+			st, err := from[r].(ddp.Stateful).State()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := to[r].(ddp.Stateful).LoadState(st); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	params := nn.Parameters(twinNet(1))
+	// Reverse declaration order is the lags plan without a profile; this profile's order
+	// swaps the two 6x6 layers, keeping every bucket's size.
+	ready := make([]time.Duration, len(params))
+	for i := range ready {
+		ready[i] = time.Duration(len(params)-i) * time.Millisecond
+	}
+	ready[2], ready[3], ready[4], ready[5] = ready[4], ready[5], ready[2], ready[3]
+	swapped := profileOf(params, ready...)
+	swapped.P = p
+
+	first := parse("lags")
+	for r, err := range step(first, nil) {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	same := parse("lags")
+	restore(first, same)
+	for r, err := range step(same, nil) {
+		if err != nil {
+			t.Fatalf("restored under the same plan, rank %d: %v", r, err)
+		}
+	}
+	perTensor := parse("mgs:threshold=1")
+	for r, err := range step(perTensor, nil) {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	for _, c := range []struct {
+		from []ddp.CommHook
+		spec string
+		prof *ddp.Profile
+		want string
+	}{
+		{first, "lags", swapped, "saved under a different bucket plan"},
+		{perTensor, "mgs:threshold=100", nil, "state saved under a different bucket plan"},
+	} {
+		other := parse(c.spec)
+		restore(c.from, other)
+		for r, err := range step(other, c.prof) {
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("%s: rank %d: %v, want an error containing %q", c.spec, r, err, c.want)
+			}
+		}
+	}
+	wrongP := profileOf(params, ready...)
+	wrongP.P = 4
+	for r, err := range step(parse("omgs"), wrongP) {
+		if err == nil || !strings.Contains(err.Error(), "measured with 4 ranks, this group has 2") {
+			t.Errorf("omgs with a P=4 profile on 2 ranks: rank %d: %v", r, err)
+		}
+	}
+}
+
+// merged returns the MergedTopK of a lags, mgs or omgs hook.
+func merged(h ddp.CommHook) *MergedTopK {
+	switch h := h.(type) {
+	case *MergedTopK:
+		return h
+	case *OMGS:
+		return &h.MergedTopK
+	}
+	panic(fmt.Sprintf("%T is not a merging hook", h))
+}
