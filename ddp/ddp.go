@@ -19,6 +19,7 @@ type DDP struct {
 	plan    [][]int
 	cfg     config
 	noSync  bool
+	late    *lateState // late results and LGP (late.go)
 	// bufFlat is SyncBuffers' message buffer, reused every step.
 	bufFlat []float32
 }
@@ -102,6 +103,8 @@ func New(ctx context.Context, model nn.Module, g comm.Group, opts ...Option) (*D
 		return nil, err
 	}
 	d.reducer = newReducer(g, cfg.hook, d.params, d.plan)
+	d.late = newLateState(d.params, d.plan)
+	d.late.attach(d.reducer)
 	return d, nil
 }
 
@@ -217,8 +220,13 @@ func broadcastTensors(ctx context.Context, g comm.Group, tag uint32, ts []*nn.Te
 // Module returns the wrapped model.
 func (d *DDP) Module() nn.Module { return d.model }
 
-// Forward runs the wrapped model.
-func (d *DDP) Forward(x *nn.Var) *nn.Var { return d.model.Forward(x) }
+// Forward runs the wrapped model. While a hook's late results are pending, a training
+// forward (the tape records) runs on the LGP-corrected values and an evaluation forward
+// (recording off) on the true values (late.go).
+func (d *DDP) Forward(x *nn.Var) *nn.Var {
+	d.late.forward(x)
+	return d.model.Forward(x)
+}
 
 // Parameters returns the model's parameters in declaration order.
 func (d *DDP) Parameters() []*nn.Param { return d.params }
@@ -243,17 +251,26 @@ func (d *DDP) Stats() IterationStats { return d.reducer.stats }
 //
 // Gradients accumulate into Grad as in PyTorch: call ZeroGrad before each step's
 // backward.
+//
+// When the hook defers results (late.go), Backward also waits for the previous
+// iteration's late results and adds them to their parameters' Grad; a parameter deferred
+// now gets in Grad only what arrived late for it; and the true values are back in p.Value.
 func (d *DDP) Backward(ctx context.Context, loss *nn.Var) error {
+	d.late.recordLoss(loss)
 	tape := loss.Tape()
 	if d.noSync {
 		return tape.Backward(loss)
 	}
 	r := d.reducer
+	d.late.begin()
 	r.begin(ctx)
 	h := tape.OnGradReady(r.markReady)
 	err := tape.Backward(loss)
 	h.Remove()
 	if err := r.finish(d.params, err); err != nil {
+		return err
+	}
+	if err := d.late.settle(ctx, d.cfg.hook.Name(), &r.stats); err != nil {
 		return err
 	}
 	if d.cfg.broadcastBuffers {

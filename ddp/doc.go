@@ -35,4 +35,49 @@
 // (γ·n·log2 n) and the all-gather's on this group (α + β·bytes), every rank getting rank 0's
 // numbers. A hook that plans from it implements ProfiledPlanner; pass the profile with
 // WithProfile. A Profile prints (%v, %+v) and saves as JSON (Save, LoadProfile) for reuse.
+//
+// # Late results (two-stage hooks such as OSP)
+//
+// A hook may deliver some parameters' averaged gradients after the step: its Future
+// implements LateFuture (build it with Defer) and names the deferred parameters and a second
+// Future for them, which may complete while the next iteration runs its forward and
+// backward. DDP then tells two values of a deferred parameter apart. The true value is the
+// same on every rank and only the optimizer changes it, with global gradients only: a
+// deferred global gradient is added to the parameter's gradient at the next step, one step
+// late, and at its own step the parameter's gradient holds just what arrived late for it (or
+// zero). So every global gradient is applied exactly once, and every parameter still gets one
+// optimizer step per iteration (momentum and weight decay act on the true values, as in a
+// dense run with those gradients shifted by a step). The working value is what the rank
+// trains with (LGP): the true value plus the Corrector's offset, which makes it the dense
+// run's value except that the newest deferred gradients are the rank's own local ones. The
+// optimizer (SetCorrector; optim.SGD is exact) follows that offset through momentum: with
+// momentum the lag of the true values is more than the pending gradient's step, and training
+// on lagging values can diverge. DDP keeps a copy of the true value while the offset is
+// applied and puts it back bit for bit at the end of the next Backward. From then until the
+// next training Forward p.Value holds the true values: the optimizer steps on them, and
+// evaluation and checkpoints read them there. A training loop that may run such a hook
+// (examples/vgg does) adds three calls:
+//
+//	dp.SetCorrector(opt) // LGP: the optimizer predicts its own step
+//	for epoch := range epochs {
+//		for step, b := range batches {
+//			tape.Reset()
+//			opt.ZeroGrad()
+//			loss := nn.CrossEntropy(dp.Forward(tape.Const(b.X)), b.Y) // true values + LGP offsets
+//			if err := dp.Backward(ctx, loss); err != nil { … } // last step's late results arrive; true values back
+//			if step == lastStep {
+//				err = dp.Flush(ctx) // this step also applies this step's late results: nothing stays pending
+//			}
+//			opt.Step()
+//		}
+//		_, err = dp.EndEpoch(ctx) // collective: the epoch's mean loss to epoch-adaptive hooks (OSP's budget)
+//		evaluate(dp)              // dp.Forward with the tape's recording off runs on the true values
+//	}
+//
+// With hooks that defer nothing SetCorrector and Flush do nothing and EndEpoch only averages
+// the loss. Flush before the last step of a run, and of any step after which a checkpoint is
+// taken (the pending results are not part of DDP's state). A hook's late work runs under
+// the context of the Backward that started it: keep that context alive until the next
+// Backward returns. Hooks whose decisions span buckets read the whole model and the true
+// values through ModelView (TrueValue(b, p) for short).
 package ddp

@@ -19,6 +19,7 @@ type bucket struct {
 	iter    int64
 	last    bool
 	stats   BucketStats
+	late    *lateState // the whole model's view (ModelView) and late results
 }
 
 func (b *bucket) Index() int          { return b.index }
@@ -50,6 +51,12 @@ type IterationStats struct {
 	// UnusedParams lists parameters the forward did not use; DDP reduced their
 	// (unchanged) gradients like any other.
 	UnusedParams []string
+	// Deferred counts the elements whose averaged gradient the hook deferred to the next
+	// step (late.go); LateWait is how long Backward waited, after the buckets, for the
+	// previous iteration's late results (near zero when they were communicated while this
+	// iteration computed).
+	Deferred int
+	LateWait time.Duration
 }
 
 // Reducer counts down the gradients of each bucket as the grad-ready hooks report
@@ -61,6 +68,7 @@ type Reducer struct {
 	buckets []*bucket
 	where   map[*nn.Param][2]int // bucket, position in bucket
 	iter    int64
+	late    *lateState
 
 	// per iteration
 	start    time.Time
@@ -115,17 +123,18 @@ func (r *Reducer) communicate(ctx context.Context, launch <-chan *bucket, done c
 			continue // drain
 		}
 		b.stats.CommStart = time.Since(r.start)
-		res, err := r.hook.Run(ctx, r.group, b).Wait()
+		fut := r.hook.Run(ctx, r.group, b)
+		res, err := fut.Wait()
 		b.stats.CommEnd = time.Since(r.start)
 		if err == nil && len(res) != len(b.flat) {
 			err = fmt.Errorf("ddp: hook %s returned %d values for bucket %d of %d elements", r.hook.Name(), len(res), b.index, len(b.flat))
 		}
+		if err == nil {
+			err = r.late.writeBack(b, fut, res) // all but the deferred parameters
+		}
 		if err != nil {
 			firstErr = fmt.Errorf("ddp: iteration %d, bucket %d (%d parameters, %d elements), hook %s: %w", b.iter, b.index, len(b.params), len(b.flat), r.hook.Name(), err)
 			continue
-		}
-		for i, p := range b.params {
-			copy(p.Grad.Data, res[b.offsets[i]:b.offsets[i]+p.Len()])
 		}
 	}
 	done <- firstErr

@@ -45,7 +45,8 @@ func TestReplicaConsistencyUnderDDP(t *testing.T) {
 	specs := []string{"spardl:density=0.05,buckets=ddp", "spardl:density=0.05,teams=2,buckets=ddp", "spardl:density=0.05,teams=auto,buckets=ddp",
 		"spardl:density=0.05,residual=partial,buckets=ddp", "topka:density=0.05", "topkdsa:density=0.05", "gtopk:density=0.05",
 		"spardl:density=0.05,dense_warmup=2,buckets=ddp", "spardl:density=0.05", "spardl:density=0.05,teams=2",
-		"oktopk:density=0.05,tau=2,tau_prime=3", "oktopk:density=0.05,balance=always,guard=false", "gaussiank:density=0.05"}
+		"oktopk:density=0.05,tau=2,tau_prime=3", "oktopk:density=0.05,balance=always,guard=false", "gaussiank:density=0.05",
+		"osp:budget=0.5"}
 	for _, spec := range specs {
 		for _, p := range []int{2, 3, 4, 5, 8} {
 			if spec == "gtopk:density=0.05" && !isPow2(p) {

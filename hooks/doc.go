@@ -73,6 +73,21 @@
 //     imbalance. Options interval, max_interval, profile_iters, init, ascend_steps,
 //     ascend_range, feedback, dense_warmup, algorithm.
 //
+// # Two-stage synchronization
+//
+//   - osp: OSP (ALGORITHMS.md §7) on all-reduce. Every iteration the parameter tensors are
+//     ranked by Σ|Ĝ·W| (the last global gradient applied to the tensor times its true value:
+//     the same on every rank, so no bitmap is sent); the least important, up to S(G^u)
+//     elements, are all-reduced on a goroutine of the hook while the next iteration computes
+//     (ICS) and reach DDP as a late result (ddp.Deferred) that the optimizer applies one step
+//     late; the rest are all-reduced now (RS). LGP: the rank trains on the dense run's values
+//     with its own local gradient standing in for the pending one (through momentum). Options budget (auto: the paper's Algorithm 1
+//     over epochs ended by dp.EndEpoch, 0 in epoch 1, U_max from the measured α-β and compute
+//     time; or a fixed fraction), cap (0.8), umax, dense_warmup, lgp, algorithm. The same words
+//     as allreduce, in one or two all-reduces per bucket. The training loop calls
+//     dp.SetCorrector(opt), and dp.Flush before its last step (ddp's package doc). Trace
+//     returns the ICS timeline; budget=0 is allreduce bit for bit.
+//
 // # PyTorch DDP's built-in hooks
 //
 // The hooks of torch.distributed.algorithms.ddp_comm_hooks (v1.13), for users who know them:
@@ -118,5 +133,7 @@
 // not) keep the replicas bit-identical too; powersgd's output is exactly the average when its
 // rank reaches min(rows, cols), and its errors satisfy the same conservation test (for the
 // tensors it does not compress, PyTorch's e = input − average sums to zero over the ranks).
-// noop does not keep the replicas identical.
+// noop does not keep the replicas identical. osp keeps the true parameters bit-identical while
+// each rank trains on its own LGP-corrected values, applies every global gradient exactly once
+// (one step late for the deferred tensors), and equals allreduce bit for bit when S(G^u) = 0.
 package hooks

@@ -357,6 +357,8 @@ func Wrap16(f Format16, inner ddp.CommHook) (ddp.CommHook, error) {
 		return &Compress16{Format: f, Algorithm: in.Algorithm}, nil
 	case *Compress16, *Wrapped16:
 		return nil, fmt.Errorf("hooks: %v wrapper: cannot wrap the 16-bit hook %s", f, inner.Name())
+	case *OSP:
+		return nil, fmt.Errorf("hooks: %v wrapper: cannot wrap osp, which delivers part of its result late (ddp.LateFuture)", f)
 	case DenseAllReducer:
 		in.SetAllReduce(f.AllReduceFunc(comm.Auto))
 	}

@@ -149,6 +149,9 @@ func (t *Tape) OnGradReady(fn func(p *Param)) HookHandle {
 // compute values only and keep nothing for backward.
 func (t *Tape) SetGradEnabled(on bool) { t.noGrad = !on }
 
+// GradEnabled reports whether the tape records ops for backward (false during evaluation).
+func (t *Tape) GradEnabled() bool { return !t.noGrad }
+
 // Err returns the first error an op recorded since the last Reset.
 func (t *Tape) Err() error { return t.err }
 

@@ -40,6 +40,11 @@ type SGD struct {
 	cfg    SGDConfig
 	params []*nn.Param
 	bufs   [][]float32 // momentum buffers, nil until the first step
+	index  map[*nn.Param]int
+	// LGP differences by parameter index (ddp.Corrector), only for parameters whose
+	// gradients a comm hook deferred recently.
+	lgps       map[int]*lgp
+	lgpScratch []float32
 
 	// Per-step argument lists for kernels.SGDUpdateAll, kept to avoid garbage.
 	ws, gs [][]float32
@@ -59,7 +64,11 @@ func NewSGD(params []*nn.Param, cfg SGDConfig) (*SGD, error) {
 	case cfg.Nesterov && (cfg.Momentum <= 0 || cfg.Dampening != 0):
 		return nil, fmt.Errorf("optim.SGD: Nesterov momentum requires a momentum and zero dampening")
 	}
-	return &SGD{cfg: cfg, params: params, bufs: make([][]float32, len(params))}, nil
+	index := make(map[*nn.Param]int, len(params))
+	for i, p := range params {
+		index[p] = i
+	}
+	return &SGD{cfg: cfg, params: params, bufs: make([][]float32, len(params)), index: index}, nil
 }
 
 // LR returns the current learning rate.
@@ -94,9 +103,176 @@ func (o *SGD) Step() {
 	}
 	kernels.SGDUpdateAll(o.ws, o.gs, o.bufs, o.first, float32(o.cfg.LR), float32(o.cfg.WeightDecay),
 		mom, float32(o.cfg.Dampening), o.cfg.Nesterov)
+	o.stepLGP()
 }
 
-// State returns the momentum buffers by parameter name, for checkpoints.
+// lgp is one parameter's LGP state (ddp's late results, ddp.Corrector): the difference
+// between the dense-equivalent trajectory and the true one, which SGD's update, linear in the
+// gradient, carries exactly. The dense-equivalent trajectory takes its weight decay from the
+// true values: the difference is then due to the gradients' timing alone and vanishes once
+// every deferred gradient has been applied (a lag's weight-decay share is second order and
+// would take 1/(lr·wd) steps to fade).
+type lgp struct {
+	diff   []float32 // Diverge's sum for the coming Step (nil: none)
+	buf    []float32 // Δ momentum buffer (with momentum)
+	offset []float32 // Δ value: dense-equivalent minus true
+	// the last Step's coefficients of a gradient's change: in the buffer and in the value
+	lr, cBuf, cU float32
+	idle         int     // Steps since the last Diverge or Revise
+	peak         float32 // the largest |offset| seen
+}
+
+// lgpIdleSteps and lgpNegligible decide when a difference has died out: after that many
+// Steps without news, once every |offset| and |lr·Δbuffer| is below lgpNegligible times the
+// larger of the parameter's largest |value| and the largest |offset| seen (rounding is all
+// that is left).
+const (
+	lgpIdleSteps  = 2
+	lgpNegligible = 1e-6
+)
+
+// Diverge adds diff to how much p's dense-equivalent gradient exceeds the gradient the next
+// Step applies to it (ddp.Corrector). It returns false, and records nothing, when p is not
+// one of the optimizer's parameters or diff's length differs.
+func (o *SGD) Diverge(p *nn.Param, diff []float32) bool {
+	i, ok := o.index[p]
+	if !ok || len(diff) != p.Len() {
+		return false
+	}
+	st := o.lgpState(i)
+	if st.diff == nil {
+		st.diff = make([]float32, p.Len())
+	}
+	kernels.Add(st.diff, st.diff, diff)
+	st.idle = 0
+	return true
+}
+
+// Revise corrects the difference given for p before the last Step by delta (ddp.Corrector):
+// the Δ buffer and Δ value move as that Step would have moved them.
+func (o *SGD) Revise(p *nn.Param, delta []float32) {
+	i, ok := o.index[p]
+	if !ok || len(delta) != p.Len() {
+		return
+	}
+	st := o.lgpState(i)
+	if st.buf != nil {
+		kernels.Axpy(st.cBuf, delta, st.buf)
+	}
+	kernels.Axpy(-st.lr*st.cU, delta, st.offset)
+	st.notePeak()
+	st.idle = 0
+}
+
+// Offset returns p's dense-equivalent value minus its true value after the last Step, or nil
+// when there is none (ddp.Corrector).
+func (o *SGD) Offset(p *nn.Param) []float32 {
+	if i, ok := o.index[p]; ok && o.lgps[i] != nil {
+		return o.lgps[i].offset
+	}
+	return nil
+}
+
+func (o *SGD) lgpState(i int) *lgp {
+	if o.lgps == nil {
+		o.lgps = map[int]*lgp{}
+	}
+	st := o.lgps[i]
+	if st == nil {
+		n := o.params[i].Len()
+		// Coefficients of a Step that has not happened: a Revise before any Step changes the
+		// value by −lr·grad.
+		st = &lgp{offset: make([]float32, n), lr: float32(o.cfg.LR), cBuf: 1, cU: 1}
+		o.lgps[i] = st
+	}
+	return st
+}
+
+// stepLGP advances every LGP difference through the Step just taken, with the same rule:
+// Δd = diff; Δbuf = Δd on the first step, else momentum·Δbuf + (1−dampening)·Δd;
+// Δvalue −= lr·(Δd + momentum·Δbuf with Nesterov, Δbuf with momentum, Δd without).
+func (o *SGD) stepLGP() {
+	lr := float32(o.cfg.LR)
+	mom, damp := float32(o.cfg.Momentum), float32(o.cfg.Dampening)
+	for i, st := range o.lgps {
+		p := o.params[i]
+		n := p.Len()
+		if cap(o.lgpScratch) < n {
+			o.lgpScratch = make([]float32, n)
+		}
+		dd := o.lgpScratch[:n]
+		clear(dd)
+		if st.diff != nil {
+			copy(dd, st.diff)
+		}
+		cBuf, cU := float32(1), float32(1)
+		u := dd
+		if mom != 0 {
+			if st.buf == nil {
+				st.buf = make([]float32, n)
+			}
+			if o.first[i] {
+				copy(st.buf, dd)
+			} else {
+				cBuf = 1 - damp
+				kernels.Scale(mom, st.buf)
+				kernels.Axpy(cBuf, dd, st.buf)
+			}
+			if o.cfg.Nesterov {
+				kernels.Axpy(mom, st.buf, dd)
+				cU = 1 + mom*cBuf
+			} else {
+				u, cU = st.buf, cBuf
+			}
+		}
+		kernels.Axpy(-lr, u, st.offset)
+		st.notePeak()
+		st.lr, st.cBuf, st.cU = lr, cBuf, cU
+		if st.diff != nil {
+			clear(st.diff)
+			st.diff = nil
+		} else {
+			st.idle++
+		}
+		if st.idle >= lgpIdleSteps && negligible(lr, st, p.Value.Data) {
+			delete(o.lgps, i)
+		}
+	}
+}
+
+// notePeak records the largest |offset| so far.
+func (st *lgp) notePeak() {
+	for _, v := range st.offset {
+		st.peak = max(st.peak, abs32(v))
+	}
+}
+
+// negligible reports whether st's offset and coming moves are down to rounding.
+func negligible(lr float32, st *lgp, w []float32) bool {
+	scale := st.peak
+	for _, v := range w {
+		scale = max(scale, abs32(v))
+	}
+	var dmax float32
+	for _, v := range st.offset {
+		dmax = max(dmax, abs32(v))
+	}
+	for _, v := range st.buf {
+		dmax = max(dmax, abs32(lr*v))
+	}
+	return dmax <= lgpNegligible*scale
+}
+
+func abs32(x float32) float32 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
+// State returns the momentum buffers by parameter name, for checkpoints, and the LGP
+// differences under "lgp:<name>.offset", "lgp:<name>.buf" and "lgp:<name>.coef" (the last
+// step's lr and coefficients, the idle count and the peak |offset|).
 func (o *SGD) State() map[string][]float32 {
 	st := map[string][]float32{}
 	for i, p := range o.params {
@@ -104,11 +280,22 @@ func (o *SGD) State() map[string][]float32 {
 			st[p.Name] = append([]float32(nil), o.bufs[i]...)
 		}
 	}
+	for i, l := range o.lgps {
+		pre := lgpKey + o.params[i].Name
+		st[pre+".offset"] = append([]float32(nil), l.offset...)
+		if l.buf != nil {
+			st[pre+".buf"] = append([]float32(nil), l.buf...)
+		}
+		st[pre+".coef"] = []float32{l.lr, l.cBuf, l.cU, float32(l.idle), l.peak}
+	}
 	return st
 }
 
-// LoadState restores momentum buffers saved by State; a buffer whose size does not
-// match its parameter is an error naming it.
+// lgpKey prefixes the LGP entries of State (parameter names have no colon).
+const lgpKey = "lgp:"
+
+// LoadState restores momentum buffers and LGP differences saved by State; a buffer whose size
+// does not match its parameter is an error naming it.
 func (o *SGD) LoadState(st map[string][]float32) error {
 	for i, p := range o.params {
 		b, ok := st[p.Name]
@@ -120,6 +307,24 @@ func (o *SGD) LoadState(st map[string][]float32) error {
 			return fmt.Errorf("optim.SGD.LoadState: %s has %d elements, state has %d", p.Name, p.Len(), len(b))
 		}
 		o.bufs[i] = append([]float32(nil), b...)
+	}
+	o.lgps = nil
+	for i, p := range o.params {
+		pre := lgpKey + p.Name
+		off, ok := st[pre+".offset"]
+		if !ok {
+			continue
+		}
+		coef, buf := st[pre+".coef"], st[pre+".buf"]
+		if len(off) != p.Len() || len(coef) != 5 || (buf != nil && len(buf) != p.Len()) {
+			return fmt.Errorf("optim.SGD.LoadState: LGP state of %s does not fit its %d elements", p.Name, p.Len())
+		}
+		l := o.lgpState(i)
+		l.offset = append(l.offset[:0], off...)
+		if buf != nil {
+			l.buf = append([]float32(nil), buf...)
+		}
+		l.lr, l.cBuf, l.cU, l.idle, l.peak = coef[0], coef[1], coef[2], int(coef[3]), coef[4]
 	}
 	return nil
 }

@@ -384,6 +384,7 @@ func (w *worker) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	dp.SetCorrector(opt) // LGP for hooks that deliver results late (osp); no effect otherwise
 	var sched optim.Schedule = optim.Constant(c.LR)
 	if c.WarmupEpochs > 0 {
 		sched = optim.WarmupStep{Base: c.LR, WarmupFrom: c.LR / float64(world), WarmupEpochs: c.WarmupEpochs, Gamma: 0.1}
@@ -439,6 +440,11 @@ func (w *worker) run(ctx context.Context) error {
 			if err := dp.Backward(ctx, loss); err != nil {
 				return fmt.Errorf("rank %d, epoch %d, step %d: %w", rank, epoch+1, step+1, err)
 			}
+			if step == steps-1 { // the epoch's last step applies every late result (osp)
+				if err := dp.Flush(ctx); err != nil {
+					return fmt.Errorf("rank %d, epoch %d: %w", rank, epoch+1, err)
+				}
+			}
 			opt.Step()
 			lossSum += float64(loss.Item()) * float64(b.N)
 			correct += float64(nn.Accuracy(logits.Value, b.Y))
@@ -460,6 +466,9 @@ func (w *worker) run(ctx context.Context) error {
 			return err
 		}
 		trainLoss, trainAcc, total := float64(stat[0])/float64(stat[2]), float64(stat[1])/float64(stat[2]), float64(stat[2])
+		if _, err := dp.EndEpoch(ctx); err != nil { // epoch-adaptive hooks (osp's budget)
+			return err
+		}
 		if c.DistBN == "reduce" {
 			if err := dp.AverageBuffers(ctx); err != nil {
 				return err

@@ -1,0 +1,815 @@
+package hooks
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spargo-dl/spargo/comm"
+	"github.com/spargo-dl/spargo/ddp"
+	"github.com/spargo-dl/spargo/internal/kernels"
+	"github.com/spargo-dl/spargo/nn"
+)
+
+// OSP is Overlapped Synchronization Parallel (Chen et al., ICPP 2023; ALGORITHMS.md §7) on
+// all-reduce groups instead of the paper's parameter server. A "layer" is one parameter
+// tensor (a weight or a bias), as in LAGS.
+//
+// Per iteration t (the hook's own count of iterations, saved with its state):
+//
+//  1. Importance (PGP), when the first bucket of t runs: I_l = Σ_j |Ĝ_l[j]·W_l[j]| for every
+//     layer l of the model, where W_l is the layer's true value (ddp.ModelView) and Ĝ_l the
+//     latest global gradient of l already applied to it: G_{t-1} for layers synchronised
+//     routinely at t-1, G_{t-2} for layers whose t-1 gradient is still on the wire. Both are
+//     identical on every rank, so every rank computes the same ranking and no bitmap travels.
+//  2. Split: walking the layers from the least important (ties: plan order), a layer goes to
+//     ICS when it fits in what is left of the budget S(G^u) elements (larger ones are
+//     skipped, smaller ones after them may still fit). The rest is G^i.
+//  3. Routine Synchronization: each bucket's G^i layers are packed, all-reduced and averaged
+//     now; a bucket without ICS layers is all-reduced whole, exactly as the allreduce hook
+//     does (so S(G^u) = 0 gives allreduce's bits).
+//  4. In-Computation Synchronization: each bucket's G^u layers are packed and, once the
+//     iteration's last bucket has been sent, all-reduced on a goroutine of the hook while the
+//     training loop steps and runs the next forward and backward; the result reaches DDP as
+//     a late result (ddp.Deferred) that the optimizer applies at step t+1. The ICS
+//     all-reduces run one at a time, in order, on tag Tag()+1 of their bucket.
+//  5. LGP: the deferral asks DDP for the local-gradient correction (LGP, default on), so the
+//     next forward and backward use the dense run's values with this rank's local gradient
+//     standing in for the pending global one (the paper's P + G^l step, carried through the
+//     optimizer's momentum: ddp's late.go); the true values, identical on every rank, get the
+//     global gradient one step late. The training loop calls dp.SetCorrector(opt).
+//
+// The budget S(G^u) (option budget):
+//
+//   - budget=F, a number: F·(model elements) every iteration, capped at cap·(model elements);
+//     for experiments and tests (F = 0 is allreduce).
+//   - budget=auto: the paper's Algorithm 1 over epochs, an epoch being the steps between
+//     two calls of dp.EndEpoch (a collective the training loop makes after each epoch).
+//     Epoch 1 uses 0. At the end of epoch e the hook sets U_max, the elements whose
+//     all-reduce fits in one iteration's compute time: from this epoch's measurements on every
+//     rank — a least-squares fit time = α + β·elements of its routine all-reduces, and the
+//     median compute time T_c, from the end of an iteration's last routine all-reduce to the
+//     next iteration's last bucket being handed over (forward, backward, optimizer step) —
+//     averaged over the ranks, U_max = (T_c − α)/β, capped at cap·(model elements)
+//     (option umax=F fixes U_max = F·model instead). Then S(G^u) = (1 − loss_e/L)·U_max for
+//     epoch e+1, clamped to [0, U_max], where L is the loss at the start of training (the
+//     mean over the ranks of the first Backward's loss) and loss_e the mean training loss of
+//     epoch e (ddp.EpochInfo). Without EndEpoch calls the budget stays 0. The paper leaves
+//     open when loss_i is measured; this reading uses the latest full epoch.
+//
+// Iteration 0 and the first dense_warmup iterations defer nothing. Global gradients are kept
+// (for Ĝ) only while the budget is positive; the first iteration with a positive budget after
+// a zero one defers nothing (no Ĝ yet).
+//
+// Cost per iteration: the same words as allreduce (every element is all-reduced once), in one
+// or two all-reduces per bucket. Extra memory: Ĝ (one model), the ICS buffers (up to
+// cap·model), DDP's copies of local gradients and true values and SGD's LGP differences (a
+// few times cap·model at most).
+//
+// Why the LGP must follow momentum: the paper's LGP adds −lr·g (exact for plain SGD). With
+// momentum 0.9 a parameter deferred every iteration lags the dense run by its whole last step,
+// about ten times that. VGG-11 on CIFAR-10 (2 workers of batch 16, lr 0.01, momentum 0.9)
+// with only its classifier deferred from the second step: with the −lr·g offset the loss rose
+// to 7.2 within 20 steps; with the momentum-exact one it stayed under 3.9 (allreduce: 2.8).
+// Deferring from the first iterations still costs early progress (the local estimate of the
+// newest gradient is noisier than the global one): budget=auto defers nothing in epoch 1, as
+// the paper does.
+//
+// State (ddp.Stateful): Ĝ by parameter name, the ICS results not yet folded into Ĝ, the
+// iteration and epoch counters, U_max, S(G^u) and L; the timing samples are not saved.
+// Checkpoint after a step whose Backward was followed by dp.Flush (then DDP holds nothing
+// pending). A bucket that is not one of DDP's (no ddp.ModelView) is all-reduced whole.
+type OSP struct {
+	// Budget is the fixed fraction of the model deferred per iteration, or negative for auto.
+	Budget float64
+	// Cap bounds S(G^u) (and U_max) as a fraction of the model (the paper's 0.8).
+	Cap float64
+	// UMax fixes U_max as a fraction of the model under auto; negative: measured.
+	UMax float64
+	// DenseWarmup iterations defer nothing.
+	DenseWarmup int64
+	// LGP asks DDP for the local-gradient correction of deferred layers.
+	LGP bool
+	// Algorithm is the all-reduce of both stages.
+	Algorithm comm.Algorithm
+
+	mu           sync.Mutex
+	bound        bool
+	rank, size   int
+	layers       []ospLayer
+	bucketLayers [][]int // bucket index → layer ids, in the bucket's parameter order
+	modelElems   int
+	ghat         [][]float32 // Ĝ per layer, nil when unknown
+	calls        int64       // iterations begun
+	iter         int64       // the running iteration
+	deferNow     []bool      // per layer, for the running iteration (nil: nothing)
+	jobs         []*icsJob   // ICS not yet folded into Ĝ (submitted or restored)
+	queue        []*icsJob   // the running iteration's ICS, submitted after its last bucket
+	chain        chan struct{}
+	scratch      []float32
+
+	// budget (auto)
+	epochs int
+	sElems int
+	uMax   int
+	lossL  float64
+	// measurements of the running epoch
+	arN, arT, arNN, arNT float64
+	arCount              int
+	tc                   []float64
+	lastRSEnd            time.Time
+	lastFit              [3]float64 // α, β, T_c of the last EndEpoch (seconds, seconds per element)
+
+	traceMu sync.Mutex
+	trace   []ICSEvent
+
+	loaded *ospSaved
+}
+
+var (
+	_ ddp.CommHook      = (*OSP)(nil)
+	_ ddp.Stateful      = (*OSP)(nil)
+	_ ddp.EpochObserver = (*OSP)(nil)
+)
+
+// OSPCap is the paper's bound on S(G^u): 80 % of the model.
+const OSPCap = 0.8
+
+// ospTraceLen bounds the ICS trace kept for Trace; ospMaxSamples the compute-time samples
+// kept between two EndEpoch calls.
+const (
+	ospTraceLen   = 4096
+	ospMaxSamples = 1 << 14
+)
+
+// Tag offsets inside a bucket's tag range.
+const (
+	ospTagRS = iota
+	ospTagICS
+)
+
+// NewOSP returns an OSP hook with the defaults: budget auto, cap 0.8, U_max measured, LGP on.
+func NewOSP() *OSP {
+	return &OSP{Budget: -1, Cap: OSPCap, UMax: -1, LGP: true, lossL: math.NaN()}
+}
+
+type ospLayer struct {
+	p      *nn.Param
+	bucket int
+	pos    int
+}
+
+// icsJob is one bucket's In-Computation Synchronization; it is the late result's Future.
+type icsJob struct {
+	iter   int64
+	bucket int
+	layers []int
+	buf    []float32
+	tag    uint32
+	ctx    context.Context
+	done   chan struct{}
+	err    error
+	ev     ICSEvent
+}
+
+// Wait returns the averaged gradients of the job's layers, concatenated.
+func (j *icsJob) Wait() ([]float32, error) {
+	<-j.done
+	return j.buf, j.err
+}
+
+// ICSEvent records one In-Computation Synchronization (Trace).
+type ICSEvent struct {
+	// Iteration is the hook's iteration whose gradients these are; Bucket the bucket.
+	Iteration int64
+	Bucket    int
+	Params    int
+	Elements  int
+	// Queued: the bucket's routine part was done; Start, End: the all-reduce ran.
+	Queued, Start, End time.Time
+	Err                error
+}
+
+// Name returns "osp".
+func (h *OSP) Name() string { return "osp" }
+
+// Trace returns the latest In-Computation Synchronizations (at most 4096), oldest first.
+func (h *OSP) Trace() []ICSEvent {
+	h.traceMu.Lock()
+	defer h.traceMu.Unlock()
+	return slices.Clone(h.trace)
+}
+
+// BudgetNow returns the running S(G^u) and U_max in elements, and the model's size.
+func (h *OSP) BudgetNow() (sGu, uMax, model int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.budget(), h.uMax, h.modelElems
+}
+
+func (h *OSP) check() error {
+	switch {
+	case !(h.Cap > 0 && h.Cap <= 1):
+		return fmt.Errorf("hooks: osp: option cap=%v, want a fraction in (0, 1]", h.Cap)
+	case h.Budget > 1 || math.IsNaN(h.Budget):
+		return fmt.Errorf("hooks: osp: option budget=%v, want auto or a fraction in [0, 1]", h.Budget)
+	case h.UMax > 1 || math.IsNaN(h.UMax):
+		return fmt.Errorf("hooks: osp: option umax=%v, want auto or a fraction in [0, 1]", h.UMax)
+	case h.DenseWarmup < 0:
+		return fmt.Errorf("hooks: osp: option dense_warmup=%d, want >= 0", h.DenseWarmup)
+	}
+	return nil
+}
+
+// budget returns S(G^u) in elements for the running epoch.
+func (h *OSP) budget() int {
+	if h.Budget >= 0 {
+		return int(min(h.Budget, h.Cap) * float64(h.modelElems))
+	}
+	return h.sElems
+}
+
+// Run communicates one bucket: the routine part now, the ICS part late.
+func (h *OSP) Run(ctx context.Context, g comm.Group, b ddp.Bucket) ddp.Future {
+	f, err := h.run(ctx, g, b)
+	if err != nil {
+		h.mu.Lock()
+		h.failQueue(err)
+		h.mu.Unlock()
+		return ddp.Ready(nil, fmt.Errorf("hooks: osp: bucket %d: %w", b.Index(), err))
+	}
+	return f
+}
+
+func (h *OSP) run(ctx context.Context, g comm.Group, b ddp.Bucket) (ddp.Future, error) {
+	if err := h.check(); err != nil {
+		return nil, err
+	}
+	flat, world := b.Flat(), g.Size()
+	mv, ok := b.(ddp.ModelView)
+	if !ok || len(b.Params()) == 0 {
+		if err := comm.AllReduce(ctx, g, b.Tag()+ospTagRS, flat, h.Algorithm); err != nil {
+			return nil, err
+		}
+		kernels.Scale(1/float32(world), flat)
+		return ddp.Ready(flat, nil), nil
+	}
+
+	h.mu.Lock()
+	if err := h.bind(g, mv); err != nil {
+		h.mu.Unlock()
+		return nil, err
+	}
+	idx := b.Index()
+	if idx >= len(h.bucketLayers) || len(h.bucketLayers[idx]) != len(b.Params()) {
+		h.mu.Unlock()
+		return nil, fmt.Errorf("the bucket has %d parameters, the plan the hook learnt has %v: build one hook per DDP", len(b.Params()), len(h.bucketLayers))
+	}
+	if idx == 0 {
+		if err := h.beginIteration(ctx, mv); err != nil {
+			h.mu.Unlock()
+			return nil, err
+		}
+	}
+	if b.IsLast() && !h.lastRSEnd.IsZero() && h.Budget < 0 {
+		if len(h.tc) == ospMaxSamples {
+			h.tc = append(h.tc[:0], h.tc[1:]...)
+		}
+		h.tc = append(h.tc, time.Since(h.lastRSEnd).Seconds())
+	}
+	var icsPos []int
+	if h.deferNow != nil {
+		for pos, l := range h.bucketLayers[idx] {
+			if h.deferNow[l] {
+				icsPos = append(icsPos, pos)
+			}
+		}
+	}
+	iter := h.iter
+	h.mu.Unlock()
+
+	params, offs := b.Params(), b.Offsets()
+	var job *icsJob
+	rsElems := len(flat)
+	t0 := time.Now()
+	if len(icsPos) == 0 {
+		if err := comm.AllReduce(ctx, g, b.Tag()+ospTagRS, flat, h.Algorithm); err != nil {
+			return nil, fmt.Errorf("routine all-reduce of %d elements: %w", len(flat), err)
+		}
+		kernels.Scale(1/float32(world), flat)
+	} else {
+		ics := make([]bool, len(params))
+		job = &icsJob{iter: iter, bucket: idx, tag: b.Tag() + ospTagICS, ctx: ctx, done: make(chan struct{})}
+		n := 0
+		for _, pos := range icsPos {
+			ics[pos] = true
+			job.layers = append(job.layers, h.bucketLayers[idx][pos])
+			n += params[pos].Len()
+		}
+		job.buf = make([]float32, 0, n)
+		for _, pos := range icsPos {
+			job.buf = append(job.buf, flat[offs[pos]:offs[pos]+params[pos].Len()]...)
+		}
+		rsElems = len(flat) - n
+		rs := h.scratch[:0]
+		for pos, p := range params {
+			if !ics[pos] {
+				rs = append(rs, flat[offs[pos]:offs[pos]+p.Len()]...)
+			}
+		}
+		h.scratch = rs
+		if err := comm.AllReduce(ctx, g, b.Tag()+ospTagRS, rs, h.Algorithm); err != nil {
+			return nil, fmt.Errorf("routine all-reduce of %d elements: %w", len(rs), err)
+		}
+		kernels.Scale(1/float32(world), rs)
+		for pos, p := range params {
+			if !ics[pos] {
+				rs = rs[copy(flat[offs[pos]:offs[pos]+p.Len()], rs):]
+			}
+		}
+		job.ev = ICSEvent{Iteration: iter, Bucket: idx, Params: len(icsPos), Elements: n, Queued: time.Now()}
+	}
+	dur := time.Since(t0).Seconds()
+
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if rsElems > 0 && h.Budget < 0 {
+		x := float64(rsElems)
+		h.arN, h.arT, h.arNN, h.arNT, h.arCount = h.arN+x, h.arT+dur, h.arNN+x*x, h.arNT+x*dur, h.arCount+1
+	}
+	if h.ghat != nil {
+		for pos, l := range h.bucketLayers[idx] {
+			if job == nil || !slices.Contains(icsPos, pos) {
+				h.ghat[l] = append(h.ghat[l][:0], flat[offs[pos]:offs[pos]+params[pos].Len()]...)
+			}
+		}
+	}
+	if job != nil {
+		h.queue = append(h.queue, job)
+		h.jobs = append(h.jobs, job)
+	}
+	if b.IsLast() {
+		h.lastRSEnd = time.Now()
+		h.submit(g)
+	}
+	if job == nil {
+		return ddp.Ready(flat, nil), nil
+	}
+	return ddp.Defer(ddp.Ready(flat, nil), ddp.Deferred{Params: icsPos, Result: job, Correct: h.LGP}), nil
+}
+
+// bind learns the model from DDP's view on the first call and checks later calls.
+func (h *OSP) bind(g comm.Group, mv ddp.ModelView) error {
+	if h.bound {
+		if h.rank != g.Rank() || h.size != g.Size() {
+			return fmt.Errorf("this hook instance serves rank %d of %d and was called by rank %d of %d: build one hook per rank (hooks.Parse per worker)", h.rank, h.size, g.Rank(), g.Size())
+		}
+		return nil
+	}
+	h.bound, h.rank, h.size = true, g.Rank(), g.Size()
+	h.layers, h.bucketLayers, h.modelElems = nil, nil, 0
+	for bi, ps := range mv.PlanParams() {
+		var ids []int
+		for pos, p := range ps {
+			ids = append(ids, len(h.layers))
+			h.layers = append(h.layers, ospLayer{p: p, bucket: bi, pos: pos})
+			h.modelElems += p.Len()
+		}
+		h.bucketLayers = append(h.bucketLayers, ids)
+	}
+	if h.loaded != nil {
+		sv := h.loaded
+		h.loaded = nil
+		return h.restore(sv)
+	}
+	return nil
+}
+
+// beginIteration folds finished ICS results into Ĝ and decides the iteration's split.
+func (h *OSP) beginIteration(ctx context.Context, mv ddp.ModelView) error {
+	it := h.calls
+	h.calls++
+	h.iter = it
+	h.deferNow = nil
+	s := h.budget()
+	// ICS results of iterations up to it-2 have been applied by DDP (it waited for them at
+	// the end of iteration it-1's Backward): fold them into Ĝ, on every rank at this point.
+	keep := h.jobs[:0]
+	for _, j := range h.jobs {
+		if j.iter > it-2 {
+			keep = append(keep, j)
+			continue
+		}
+		select {
+		case <-j.done:
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the ICS of iteration %d, bucket %d: %w", j.iter, j.bucket, ctx.Err())
+		}
+		if j.err != nil {
+			return fmt.Errorf("ICS of iteration %d, bucket %d: %w", j.iter, j.bucket, j.err)
+		}
+		if h.ghat != nil && s > 0 {
+			v := j.buf
+			for _, l := range j.layers {
+				n := h.layers[l].p.Len()
+				h.ghat[l] = append(h.ghat[l][:0], v[:n]...)
+				v = v[n:]
+			}
+		}
+	}
+	clear(h.jobs[len(keep):])
+	h.jobs = keep
+	if s <= 0 {
+		h.ghat = nil
+		return nil
+	}
+	if h.ghat == nil {
+		h.ghat = make([][]float32, len(h.layers))
+	}
+	if it < max(1, h.DenseWarmup) {
+		return nil
+	}
+	type ranked struct {
+		id  int
+		imp float64
+	}
+	var cand []ranked
+	for l, ly := range h.layers {
+		if h.ghat[l] == nil {
+			continue // no applied global gradient known: keep it routine
+		}
+		w := mv.TrueValue(ly.p)
+		var imp float64
+		for j, gv := range h.ghat[l] {
+			imp += math.Abs(float64(gv) * float64(w[j]))
+		}
+		cand = append(cand, ranked{l, imp})
+	}
+	sort.SliceStable(cand, func(a, b int) bool { return cand[a].imp < cand[b].imp })
+	left, n := s, 0
+	for _, c := range cand {
+		if sz := h.layers[c.id].p.Len(); sz <= left {
+			if h.deferNow == nil {
+				h.deferNow = make([]bool, len(h.layers))
+			}
+			h.deferNow[c.id] = true
+			left -= sz
+			n++
+		}
+	}
+	slog.Debug("osp: split", "rank", h.rank, "iteration", it, "budget", s, "ics_layers", n, "ics_elements", s-left, "model", h.modelElems)
+	return nil
+}
+
+// submit starts the running iteration's ICS after the previous iterations'.
+func (h *OSP) submit(g comm.Group) {
+	batch := h.queue
+	h.queue = nil
+	if len(batch) == 0 {
+		return
+	}
+	prev, done := h.chain, make(chan struct{})
+	h.chain = done
+	go h.runICS(g, batch, prev, done)
+}
+
+func (h *OSP) runICS(g comm.Group, batch []*icsJob, prev <-chan struct{}, done chan<- struct{}) {
+	if prev != nil {
+		<-prev
+	}
+	for _, j := range batch {
+		j.ev.Start = time.Now()
+		j.err = comm.AllReduce(j.ctx, g, j.tag, j.buf, h.Algorithm)
+		if j.err == nil {
+			kernels.Scale(1/float32(g.Size()), j.buf)
+		} else {
+			j.err = fmt.Errorf("hooks: osp: ICS all-reduce of %d elements: %w", len(j.buf), j.err)
+		}
+		j.ev.End, j.ev.Err = time.Now(), j.err
+		h.traceMu.Lock()
+		if len(h.trace) == ospTraceLen {
+			h.trace = append(h.trace[:0], h.trace[1:]...)
+		}
+		h.trace = append(h.trace, j.ev)
+		h.traceMu.Unlock()
+		close(j.done)
+	}
+	close(done)
+}
+
+// failQueue fails the running iteration's unsubmitted ICS (after an error in Run).
+func (h *OSP) failQueue(err error) {
+	for _, j := range h.queue {
+		j.err = err
+		close(j.done)
+	}
+	h.queue = nil
+}
+
+// EndEpoch sets the next epoch's budget by the paper's Algorithm 1 (budget=auto).
+func (h *OSP) EndEpoch(ctx context.Context, g comm.Group, e ddp.EpochInfo) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.epochs = e.Epoch
+	h.lastRSEnd = time.Time{} // evaluation and the like are not compute time
+	defer func() { h.arN, h.arT, h.arNN, h.arNT, h.arCount, h.tc = 0, 0, 0, 0, 0, h.tc[:0] }()
+	if h.Budget >= 0 {
+		return nil
+	}
+	capElems := h.Cap * float64(h.modelElems)
+	umax := capElems
+	if h.UMax >= 0 {
+		umax = min(h.UMax*float64(h.modelElems), capElems)
+	} else {
+		alpha, beta, tc, ok := h.fit()
+		buf := []float32{float32(alpha), float32(beta), float32(tc), 0}
+		if ok {
+			buf[3] = 1
+		}
+		if err := comm.AllReduce(ctx, g, e.Tag, buf, comm.Auto); err != nil {
+			return fmt.Errorf("hooks: osp: averaging the timing over the ranks: %w", err)
+		}
+		p := float64(g.Size())
+		alpha, beta, tc = float64(buf[0])/p, float64(buf[1])/p, float64(buf[2])/p
+		h.lastFit = [3]float64{alpha, beta, tc}
+		switch {
+		case float64(buf[3]) < p:
+			umax = 0 // some rank measured nothing this epoch
+			slog.Warn("osp: no timing measured on some rank this epoch: U_max = 0", "epoch", e.Epoch)
+		case beta > 0:
+			umax = min(max(0, (tc-alpha)/beta), capElems)
+		}
+	}
+	if math.IsNaN(h.lossL) && e.FirstLoss > 0 && !math.IsInf(e.FirstLoss, 0) {
+		h.lossL = e.FirstLoss
+	}
+	frac := 0.0
+	if h.lossL > 0 && !math.IsNaN(e.Loss) && !math.IsInf(e.Loss, 0) {
+		frac = min(max(1-e.Loss/h.lossL, 0), 1)
+	}
+	h.uMax = int(umax)
+	h.sElems = int(frac * umax)
+	if h.rank == 0 {
+		slog.Info("osp: budget for the next epoch", "epoch", e.Epoch+1, "loss", e.Loss, "L", h.lossL,
+			"alpha_s", h.lastFit[0], "beta_s_per_elem", h.lastFit[1], "tc_s", h.lastFit[2],
+			"u_max", h.uMax, "s_gu", h.sElems, "model", h.modelElems)
+	}
+	return nil
+}
+
+// fit returns this rank's α, β (seconds, seconds per element) of its routine all-reduces and
+// its median compute time T_c, and whether it measured anything.
+func (h *OSP) fit() (alpha, beta, tc float64, ok bool) {
+	if h.arCount == 0 || h.arN == 0 || len(h.tc) == 0 {
+		return 0, 0, 0, false
+	}
+	c := float64(h.arCount)
+	if den := c*h.arNN - h.arN*h.arN; h.arCount >= 2 && den > 1e-9*c*h.arNN {
+		beta = (c*h.arNT - h.arN*h.arT) / den
+		alpha = (h.arT - beta*h.arN) / c
+	}
+	if !(beta > 0) || math.IsInf(beta, 0) {
+		alpha, beta = 0, h.arT/h.arN
+	}
+	alpha = max(alpha, 0)
+	ts := slices.Clone(h.tc)
+	slices.Sort(ts)
+	tc = ts[len(ts)/2]
+	return alpha, beta, tc, true
+}
+
+// ospSaved is restored state waiting for the hook to learn the model.
+type ospSaved struct {
+	rank, size                  int
+	calls, epochs, sElems, uMax int64
+	lossL                       float64
+	ghat                        map[string][]float32
+	jobs                        []ospSavedJob
+}
+
+type ospSavedJob struct {
+	iter   int64
+	bucket int
+	layers []int
+	values []float32
+}
+
+// State keys: "osp.meta" (rank, world size, iterations, epochs, S(G^u), U_max, L), "osp.ghat.<param
+// name>" (Ĝ), "osp.ics<k>.meta" (iteration, bucket, layer ids) and "osp.ics<k>.values". Integers
+// and L are stored bit-exactly as pairs of float32 bit patterns.
+const ospPrefix = "osp."
+
+// State returns the hook's state (ddp.Stateful). It waits for the ICS on the wire.
+func (h *OSP) State() (map[string][]float32, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.loaded != nil { // restored and not run since: save it again
+		return h.loaded.state(), nil
+	}
+	sv := &ospSaved{rank: h.rank, size: h.size, calls: h.calls, epochs: int64(h.epochs), sElems: int64(h.sElems), uMax: int64(h.uMax), lossL: h.lossL, ghat: map[string][]float32{}}
+	if !h.bound {
+		sv.rank, sv.size = -1, -1
+	}
+	for l, v := range h.ghat {
+		if v != nil {
+			sv.ghat[h.layers[l].p.Name] = slices.Clone(v)
+		}
+	}
+	for _, j := range h.jobs {
+		<-j.done
+		if j.err != nil {
+			return nil, fmt.Errorf("hooks: osp: State: ICS of iteration %d failed: %w", j.iter, j.err)
+		}
+		sv.jobs = append(sv.jobs, ospSavedJob{iter: j.iter, bucket: j.bucket, layers: slices.Clone(j.layers), values: slices.Clone(j.buf)})
+	}
+	return sv.state(), nil
+}
+
+func (sv *ospSaved) state() map[string][]float32 {
+	st := map[string][]float32{}
+	var meta []float32
+	for _, v := range []int64{int64(sv.rank), int64(sv.size), sv.calls, sv.epochs, sv.sElems, sv.uMax} {
+		meta = append(meta, packU64(uint64(v))...)
+	}
+	meta = append(meta, packU64(math.Float64bits(sv.lossL))...)
+	st[ospPrefix+"meta"] = meta
+	for name, v := range sv.ghat {
+		st[ospPrefix+"ghat."+name] = slices.Clone(v)
+	}
+	for k, j := range sv.jobs {
+		m := append(packU64(uint64(j.iter)), packU64(uint64(j.bucket))...)
+		for _, l := range j.layers {
+			m = append(m, packU64(uint64(l))...)
+		}
+		st[fmt.Sprintf("%sics%d.meta", ospPrefix, k)] = m
+		st[fmt.Sprintf("%sics%d.values", ospPrefix, k)] = slices.Clone(j.values)
+	}
+	return st
+}
+
+// LoadState restores State's output (ddp.Stateful); it is checked against the model when the
+// hook first runs. Keys of other hooks are an error.
+func (h *OSP) LoadState(st map[string][]float32) error {
+	sv := &ospSaved{ghat: map[string][]float32{}}
+	meta, ok := st[ospPrefix+"meta"]
+	if !ok || len(meta) != 14 {
+		return fmt.Errorf("hooks: osp: LoadState: no %smeta entry of 14 values", ospPrefix)
+	}
+	u := func(i int) int64 { return int64(unpackU64(meta[2*i:])) }
+	sv.rank, sv.size, sv.calls, sv.epochs, sv.sElems, sv.uMax = int(u(0)), int(u(1)), u(2), u(3), u(4), u(5)
+	sv.lossL = math.Float64frombits(unpackU64(meta[12:]))
+	jobs := map[int]*ospSavedJob{}
+	job := func(k int) *ospSavedJob {
+		if jobs[k] == nil {
+			jobs[k] = &ospSavedJob{bucket: -1}
+		}
+		return jobs[k]
+	}
+	for k, v := range st {
+		rest, ok := strings.CutPrefix(k, ospPrefix)
+		switch {
+		case !ok:
+			return fmt.Errorf("hooks: osp: LoadState: key %q is not osp state", k)
+		case rest == "meta":
+		case strings.HasPrefix(rest, "ghat."):
+			sv.ghat[strings.TrimPrefix(rest, "ghat.")] = slices.Clone(v)
+		case strings.HasPrefix(rest, "ics"):
+			num, field, _ := strings.Cut(strings.TrimPrefix(rest, "ics"), ".")
+			i, err := strconv.Atoi(num)
+			if err != nil || i < 0 {
+				return fmt.Errorf("hooks: osp: LoadState: malformed key %q", k)
+			}
+			switch field {
+			case "meta":
+				if len(v) < 4 || len(v)%2 != 0 {
+					return fmt.Errorf("hooks: osp: LoadState: %q has %d values", k, len(v))
+				}
+				j := job(i)
+				j.iter, j.bucket = int64(unpackU64(v)), int(unpackU64(v[2:]))
+				for o := 4; o < len(v); o += 2 {
+					j.layers = append(j.layers, int(unpackU64(v[o:])))
+				}
+			case "values":
+				job(i).values = slices.Clone(v)
+			default:
+				return fmt.Errorf("hooks: osp: LoadState: unknown key %q", k)
+			}
+		default:
+			return fmt.Errorf("hooks: osp: LoadState: unknown key %q", k)
+		}
+	}
+	for k := range len(jobs) {
+		j, ok := jobs[k]
+		if !ok || j.bucket < 0 || j.values == nil {
+			return fmt.Errorf("hooks: osp: LoadState: ICS entry %d is incomplete", k)
+		}
+		sv.jobs = append(sv.jobs, *j)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.bound, h.layers, h.bucketLayers, h.modelElems = false, nil, nil, 0
+	h.ghat, h.jobs, h.queue, h.deferNow, h.chain = nil, nil, nil, nil, nil
+	h.loaded = sv
+	return nil
+}
+
+// restore applies saved state once the model is known.
+func (h *OSP) restore(sv *ospSaved) error {
+	if sv.rank >= 0 && (sv.rank != h.rank || sv.size != h.size) {
+		return fmt.Errorf("restored state was saved by rank %d of %d, restoring on rank %d of %d", sv.rank, sv.size, h.rank, h.size)
+	}
+	byName := map[string]int{}
+	for l, ly := range h.layers {
+		byName[ly.p.Name] = l
+	}
+	h.calls, h.epochs, h.sElems, h.uMax, h.lossL = sv.calls, int(sv.epochs), int(sv.sElems), int(sv.uMax), sv.lossL
+	if len(sv.ghat) > 0 {
+		h.ghat = make([][]float32, len(h.layers))
+		for name, v := range sv.ghat {
+			l, ok := byName[name]
+			if !ok || h.layers[l].p.Len() != len(v) {
+				return fmt.Errorf("restored Ĝ of %q (%d values) matches no parameter of the model: state saved for another model", name, len(v))
+			}
+			h.ghat[l] = v
+		}
+	}
+	for _, sj := range sv.jobs {
+		j := &icsJob{iter: sj.iter, bucket: sj.bucket, layers: sj.layers, buf: sj.values, done: make(chan struct{})}
+		n := 0
+		for _, l := range sj.layers {
+			if l < 0 || l >= len(h.layers) || h.layers[l].bucket != sj.bucket {
+				return fmt.Errorf("restored ICS of iteration %d names layer %d outside bucket %d: state saved under a different bucket plan", sj.iter, l, sj.bucket)
+			}
+			n += h.layers[l].p.Len()
+		}
+		if n != len(sj.values) {
+			return fmt.Errorf("restored ICS of iteration %d has %d values for %d elements: state saved under a different bucket plan", sj.iter, len(sj.values), n)
+		}
+		close(j.done)
+		h.jobs = append(h.jobs, j)
+	}
+	return nil
+}
+
+func init() {
+	Register(Spec{
+		Name: "osp",
+		Summary: "OSP (ICPP'23) on all-reduce: every iteration the least important parameter tensors (Σ|g·p| of the last applied " +
+			"global gradient and the true parameters, computed alike on every rank), up to S(G^u) elements, are all-reduced " +
+			"while the next iteration computes (ICS) and applied one step late; the rest now (RS). LGP: a rank trains on the " +
+			"dense run's values with its local gradient for the pending one (dp.SetCorrector(opt)). budget=auto grows S(G^u) per " +
+			"epoch (dp.EndEpoch) by the paper's Algorithm 1",
+		Options: []Option{
+			{Name: "budget", Default: "auto", Help: "S(G^u): auto (Algorithm 1: 0 in epoch 1, then (1 − loss/L)·U_max; needs dp.EndEpoch per epoch) or a fixed fraction of the model in [0, 1] (0 = allreduce)"},
+			{Name: "cap", Default: "0.8", Help: "upper bound on U_max and S(G^u), as a fraction of the model (the paper's 80 %)"},
+			{Name: "umax", Default: "auto", Help: "U_max under budget=auto: auto (measured α-β of the all-reduces and compute time per iteration) or a fraction of the model"},
+			{Name: "dense_warmup", Default: "0", Help: "first N iterations defer nothing"},
+			{Name: "lgp", Default: "true", Help: "forward/backward on the dense run's values, the local gradient standing in for the pending global one (needs dp.SetCorrector)"},
+			{Name: "algorithm", Default: "auto", Help: "all-reduce of both stages: auto|ring|rabenseifner|recursive_doubling"},
+		},
+		New: func(o Values) (ddp.CommHook, error) {
+			h := NewOSP()
+			var err error
+			frac := func(name string) (float64, error) {
+				if o.String(name) == "auto" {
+					return -1, nil
+				}
+				f, err := o.Float(name)
+				if err != nil || f < 0 {
+					return 0, fmt.Errorf("hooks: osp: option %s=%q, want auto or a fraction in [0, 1]", name, o.String(name))
+				}
+				return f, nil
+			}
+			if h.Budget, err = frac("budget"); err != nil {
+				return nil, err
+			}
+			if h.UMax, err = frac("umax"); err != nil {
+				return nil, err
+			}
+			if h.Cap, err = o.Float("cap"); err != nil {
+				return nil, err
+			}
+			warm, err := o.Int("dense_warmup")
+			if err != nil {
+				return nil, err
+			}
+			h.DenseWarmup = int64(warm)
+			if h.LGP, err = boolOption(o, "lgp"); err != nil {
+				return nil, err
+			}
+			a, err := o.Enum("algorithm", "auto", "ring", "rabenseifner", "recursive_doubling")
+			if err != nil {
+				return nil, err
+			}
+			h.Algorithm = allReduceAlgorithms[a]
+			return h, h.check()
+		},
+	})
+}
