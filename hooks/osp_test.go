@@ -828,10 +828,11 @@ func TestOSPBudgetFollowsAlgorithm1(t *testing.T) {
 		if slices.ContainsFunc(d[:perEpoch], func(x int) bool { return x != 0 }) {
 			t.Fatalf("%s: epoch 1 deferred %v", spec, d[:perEpoch])
 		}
-		if s := budgets[0][0][0]; s > 0 && (d[perEpoch] != 0 || d[perEpoch+1] == 0 || d[perEpoch+1] > s) {
+		smallest := slices.Min(tinyNetSizes()) // a budget below the smallest layer defers nothing
+		if s := budgets[0][0][0]; s > 0 && (d[perEpoch] != 0 || (s >= smallest && d[perEpoch+1] == 0) || d[perEpoch+1] > s) {
 			t.Fatalf("%s: epoch 2 (S(G^u) = %d) deferred %v: want nothing in its first iteration (no Ĝ yet), then up to S(G^u)", spec, s, d[perEpoch:2*perEpoch])
 		}
-		if budgets[0][0][0] == 0 {
+		if budgets[0][0][0] == 0 && spec == "osp:umax=0.5" { // auto's U_max is measured: it may be tiny on a loaded machine
 			t.Fatalf("%s: the loss did not fall in epoch 1: no budget to test", spec)
 		}
 	}
@@ -859,4 +860,13 @@ func TestOSPOptions(t *testing.T) {
 			t.Errorf("Parse(%q) = %v, want an error containing %q", spec, err, want)
 		}
 	}
+}
+
+// tinyNetSizes are the element counts of tinyNet's parameters.
+func tinyNetSizes() []int {
+	var sizes []int
+	for _, p := range nn.Parameters(tinyNet(1)) {
+		sizes = append(sizes, p.Len())
+	}
+	return sizes
 }
