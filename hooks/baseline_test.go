@@ -14,18 +14,8 @@ func runConserving(t *testing.T, spec string, p, n int) {
 	w := newWorld(t, p, spec)
 	for it := range 3 {
 		gs := grads(uint64(31*p+it), p, n)
-		before := make([][]float32, p)
-		for r := range p {
-			before[r] = w.residual(r, 0, n)
-		}
-		outs, _ := w.call(t, 0, gs)
-		after := make([][]float32, p)
-		for r := range p {
-			after[r] = w.residual(r, 0, n)
-		}
 		name := fmt.Sprintf("%s/P=%d/call %d", spec, p, it)
-		checkIdentical(t, name, outs)
-		checkConservation(t, name, gs, before, after, outs[0])
+		w.callConserving(t, name, name, gs)
 	}
 }
 
@@ -118,10 +108,7 @@ func TestGTopk(t *testing.T) {
 		w := newWorld(t, p, "gtopk:density=0.1")
 		for it := range 2 {
 			gs := grads(uint64(p+it), p, n)
-			before := make([][]float32, p)
-			for r := range p {
-				before[r] = w.residual(r, 0, n)
-			}
+			before := w.residuals(n)
 			outs, stats := w.call(t, 0, gs)
 			checkIdentical(t, fmt.Sprintf("gtopk P=%d", p), outs)
 			lg := int64(ceilLog2(p))

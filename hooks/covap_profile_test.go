@@ -13,7 +13,6 @@ import (
 
 	"github.com/spargo-dl/spargo/comm"
 	"github.com/spargo-dl/spargo/ddp"
-	"github.com/spargo-dl/spargo/nn"
 	"github.com/spargo-dl/spargo/optim"
 )
 
@@ -243,48 +242,16 @@ func TestCovapAutoUnderDDP(t *testing.T) {
 	const p, steps, profileIters = 3, 7, 3
 	groups := delayed(t, p, 2*time.Microsecond)
 	spec := fmt.Sprintf("covap:interval=auto,max_interval=4,profile_iters=%d", profileIters)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	hashes := make([][]uint64, p)
 	stats := make([][]ddp.IterationStats, p)
-	hs := make([]*COVAP, p)
-	errs := make([]error, p)
-	var wg sync.WaitGroup
-	for r := range p {
-		wg.Go(func() {
-			errs[r] = func() error {
-				h, err := Parse(spec)
-				if err != nil {
-					return err
-				}
-				hs[r] = h.(*COVAP)
-				dp, err := ddp.New(ctx, tinyNet(uint64(1+r)), groups[r], ddp.WithCommHook(h), ddp.WithBucketCap(2048, 8192))
-				if err != nil {
-					return err
-				}
-				opt, _ := optim.NewSGD(dp.Parameters(), optim.SGDConfig{LR: 0.05, Momentum: 0.9})
-				tape := nn.NewTape()
-				for s := range steps {
-					x, y := syntheticBatch(uint64(100*s+r), 4)
-					tape.Reset()
-					opt.ZeroGrad()
-					loss := nn.CrossEntropy(dp.Forward(tape.Const(x)), y)
-					if err := dp.Backward(ctx, loss); err != nil {
-						return err
-					}
-					opt.Step()
-					hashes[r] = append(hashes[r], paramHash(dp.Parameters()))
-					stats[r] = append(stats[r], dp.Stats())
-				}
-				return nil
-			}()
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
-	prof, plan := hs[0].Profile(), hs[0].Plan()
+	tr := trainDDP(t, spec, p, steps, ddpTraining{
+		groups:    groups,
+		bucketCap: smallBuckets,
+		sgd:       optim.SGDConfig{LR: 0.05, Momentum: 0.9},
+		anyLoss:   true,
+		step:      func(r, _ int, dp *ddp.DDP, _ float32) { stats[r] = append(stats[r], dp.Stats()) },
+	})
+	hs0 := tr.hooks[0].(*COVAP)
+	prof, plan := hs0.Profile(), hs0.Plan()
 	if prof == nil || plan == nil {
 		t.Fatal("no profile or plan")
 	}
@@ -313,14 +280,8 @@ func TestCovapAutoUnderDDP(t *testing.T) {
 	if prof.CCR <= 4 || plan.Interval != 4 || !prof.Clamped {
 		t.Errorf("CCR %.2f at 2 µs/B: I=%d clamped=%v, want max_interval 4", prof.CCR, plan.Interval, prof.Clamped)
 	}
-	for s := range steps {
-		for r := 1; r < p; r++ {
-			if hashes[r][s] != hashes[0][s] {
-				t.Fatalf("step %d: rank %d's parameters differ from rank 0's", s+1, r)
-			}
-		}
-	}
-	if info := hs[0].lastInfo(); info.dense || info.s != steps-1 {
+	checkReplicasAgree(t, "", tr.hashes)
+	if info := hs0.lastInfo(); info.dense || info.s != steps-1 {
 		t.Errorf("last call %+v: want a compressed call at iteration %d", info, steps-1)
 	}
 }

@@ -243,30 +243,19 @@ func (b *timedBucket) ReadyAfter() time.Duration { return b.ready }
 // a copy of gs[r][b]. It returns the outputs and each rank's traffic during the iteration.
 func covapIterate(t testing.TB, w *world, gs [][][]float32) ([][][]float32, []comm.Stats) {
 	t.Helper()
-	p := len(w.groups)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	outs := make([][][]float32, p)
-	stats := make([]comm.Stats, p)
-	errs := make([]error, p)
-	var wg sync.WaitGroup
-	for r := range p {
-		wg.Go(func() {
-			before := w.groups[r].Counters().Snapshot()
-			for b := range gs[r] {
-				tb := &timedBucket{testBucket: testBucket{idx: b, last: b == len(gs[r])-1, flat: slices.Clone(gs[r][b])}}
-				res, err := w.hooks[r].Run(ctx, w.groups[r], tb).Wait()
-				if err != nil {
-					errs[r] = fmt.Errorf("rank %d: %w", r, err)
-					return
-				}
-				outs[r] = append(outs[r], slices.Clone(res))
+	outs := make([][][]float32, len(w.groups))
+	stats, err := onEveryRank(w.groups, 60*time.Second, func(ctx context.Context, r int) error {
+		for b := range gs[r] {
+			tb := &timedBucket{testBucket: testBucket{idx: b, last: b == len(gs[r])-1, flat: slices.Clone(gs[r][b])}}
+			res, err := w.hooks[r].Run(ctx, w.groups[r], tb).Wait()
+			if err != nil {
+				return err
 			}
-			stats[r] = w.groups[r].Counters().Snapshot().Sub(before)
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+			outs[r] = append(outs[r], slices.Clone(res))
+		}
+		return nil
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	return outs, stats
@@ -481,24 +470,7 @@ func TestCovapSaveRestore(t *testing.T) {
 	for s := range 5 {
 		covapIterate(t, a, covapGrads(uint64(s), p, sizes))
 	}
-	states := make([]map[string][]float32, p)
-	b := newWorld(t, p, spec)
-	b.groups = a.groups // same ranks; the worlds run one after the other
-	for r := range p {
-		st, err := a.hooks[r].(ddp.Stateful).State()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, key := range []string{"covap.bucket2.residual", "covap.bucket2.meta", "covap.bucket2.var.interval", "covap.bucket2.var.shards", "covap.bucket2.var.first_shard", "covap.bucket3.var.shard_total", "covap.bucket3.var.buckets"} {
-			if _, ok := st[key]; !ok {
-				t.Fatalf("rank %d: state lacks %s", r, key)
-			}
-		}
-		states[r] = st
-		if err := b.hooks[r].(ddp.Stateful).LoadState(st); err != nil {
-			t.Fatal(err)
-		}
-	}
+	b, states := restoredWorld(t, a, spec, []string{"covap.bucket2.residual", "covap.bucket2.meta", "covap.bucket2.var.interval", "covap.bucket2.var.shards", "covap.bucket2.var.first_shard", "covap.bucket3.var.shard_total", "covap.bucket3.var.buckets"})
 	for s := 5; s < 11; s++ {
 		gs := covapGrads(uint64(s), p, sizes)
 		oa, _ := covapIterate(t, a, gs)
@@ -620,14 +592,9 @@ func TestCovapReplicaConsistencyUnderDDP(t *testing.T) {
 		"covap:interval=auto,profile_iters=2"} {
 		for _, p := range []int{2, 3, 4, 5, 8} {
 			t.Run(fmt.Sprintf("%s/P=%d", spec, p), func(t *testing.T) {
-				hashes, hs := trainHashes(t, spec, p, steps)
-				for s := range steps {
-					for r := 1; r < p; r++ {
-						if hashes[r][s] != hashes[0][s] {
-							t.Fatalf("step %d: rank %d's parameters differ from rank 0's", s+1, r)
-						}
-					}
-				}
+				tr := trainDDP(t, spec, p, steps, ddpTraining{bucketCap: smallBuckets, check: severalBuckets})
+				hs := tr.hooks
+				checkReplicasAgree(t, "", tr.hashes)
 				plan := hs[0].(*COVAP).Plan()
 				if plan == nil || len(plan.Sizes) < 2 {
 					t.Fatalf("no plan over several buckets: %+v", plan)

@@ -1,19 +1,14 @@
 package hooks
 
 import (
-	"context"
 	"fmt"
 	"hash/fnv"
 	"math"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
-	"github.com/spargo-dl/spargo/comm"
 	"github.com/spargo-dl/spargo/ddp"
 	"github.com/spargo-dl/spargo/nn"
-	"github.com/spargo-dl/spargo/optim"
 )
 
 func tinyNet(seed uint64) nn.Module {
@@ -41,7 +36,7 @@ func paramHash(ps []*nn.Param) uint64 {
 // buckets (SparDL's default plan: one), all ranks hold bit-identical parameters, for every hook of this issue and P in
 // {2, 3, 4, 5, 8} (gtopk: powers of two). The loss must also stay finite.
 func TestReplicaConsistencyUnderDDP(t *testing.T) {
-	const steps, batch = 4, 4
+	const steps = 4
 	specs := []string{"spardl:density=0.05,buckets=ddp", "spardl:density=0.05,teams=2,buckets=ddp", "spardl:density=0.05,teams=auto,buckets=ddp",
 		"spardl:density=0.05,residual=partial,buckets=ddp", "topka:density=0.05", "topkdsa:density=0.05", "gtopk:density=0.05",
 		"spardl:density=0.05,dense_warmup=2,buckets=ddp", "spardl:density=0.05", "spardl:density=0.05,teams=2",
@@ -56,67 +51,16 @@ func TestReplicaConsistencyUnderDDP(t *testing.T) {
 				continue
 			}
 			t.Run(fmt.Sprintf("%s/P=%d", spec, p), func(t *testing.T) {
-				groups, err := comm.NewLocal(p)
-				if err != nil {
-					t.Fatal(err)
-				}
-				hashes := make([][]uint64, p)
-				errs := make([]error, p)
-				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-				defer cancel()
-				var wg sync.WaitGroup
-				for r := range p {
-					wg.Go(func() {
-						errs[r] = func() error {
-							g := groups[r]
-							h, err := Parse(spec)
-							if err != nil {
-								return err
-							}
-							dp, err := ddp.New(ctx, tinyNet(uint64(1+r)), g, ddp.WithCommHook(h), ddp.WithBucketCap(2048, 8192))
-							if err != nil {
-								return err
-							}
-							opt, _ := optim.NewSGD(dp.Parameters(), optim.SGDConfig{LR: 0.05, Momentum: 0.9, WeightDecay: 5e-4})
-							tape := nn.NewTape()
-							for s := range steps {
-								x, y := syntheticBatch(uint64(100*s+r), batch)
-								tape.Reset()
-								opt.ZeroGrad()
-								loss := nn.CrossEntropy(dp.Forward(tape.Const(x)), y)
-								if l := loss.Item(); math.IsNaN(float64(l)) || math.IsInf(float64(l), 0) {
-									return fmt.Errorf("step %d: loss %v", s, l)
-								}
-								if err := dp.Backward(ctx, loss); err != nil {
-									return err
-								}
-								opt.Step()
-								hashes[r] = append(hashes[r], paramHash(dp.Parameters()))
-							}
-							if strings.HasPrefix(spec, "spardl") && !strings.Contains(spec, "buckets=ddp") {
-								if len(dp.Plan()) != 1 {
-									return fmt.Errorf("spardl's default plan: want one bucket with the whole model, got %d", len(dp.Plan()))
-								}
-							} else if len(dp.Plan()) < 2 {
-								return fmt.Errorf("want several buckets, got %d", len(dp.Plan()))
-							}
-							return nil
-						}()
-					})
-				}
-				wg.Wait()
-				for r, err := range errs {
-					if err != nil {
-						t.Fatalf("rank %d: %v", r, err)
-					}
-				}
-				for s := range steps {
-					for r := 1; r < p; r++ {
-						if hashes[r][s] != hashes[0][s] {
-							t.Fatalf("step %d: rank %d's parameters differ from rank 0's", s+1, r)
+				tr := trainDDP(t, spec, p, steps, ddpTraining{bucketCap: smallBuckets, check: func(dp *ddp.DDP) error {
+					if strings.HasPrefix(spec, "spardl") && !strings.Contains(spec, "buckets=ddp") {
+						if len(dp.Plan()) != 1 {
+							return fmt.Errorf("spardl's default plan: want one bucket with the whole model, got %d", len(dp.Plan()))
 						}
+						return nil
 					}
-				}
+					return severalBuckets(dp)
+				}})
+				checkReplicasAgree(t, "", tr.hashes)
 			})
 		}
 	}

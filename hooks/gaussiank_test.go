@@ -18,18 +18,8 @@ func TestGaussianKConservationAndConsistency(t *testing.T) {
 				w := newWorld(t, p, spec)
 				for it := range 3 {
 					gs := d.gen(uint64(100*p+10*it+dj), p, n, density)
-					before := make([][]float32, p)
-					for r := range p {
-						before[r] = w.residual(r, 0, n)
-					}
-					outs, _ := w.call(t, 0, gs)
-					after := make([][]float32, p)
-					for r := range p {
-						after[r] = w.residual(r, 0, n)
-					}
 					name := fmt.Sprintf("%s/%s/P=%d/call %d", spec, d.name, p, it)
-					checkIdentical(t, name, outs)
-					checkConservation(t, name, gs, before, after, outs[0])
+					w.callConserving(t, name, name, gs)
 				}
 			}
 		}

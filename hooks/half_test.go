@@ -191,24 +191,13 @@ func run16(t *testing.T, f Format16, alg comm.Algorithm, in [][]uint16) ([][]uin
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	outs := make([][]uint16, p)
-	stats := make([]comm.Stats, p)
-	errs := make([]error, p)
-	var wg sync.WaitGroup
-	for r := range p {
-		wg.Go(func() {
-			outs[r] = append([]uint16(nil), in[r]...)
-			errs[r] = AllReduce16(ctx, groups[r], 1<<16, outs[r], f, alg)
-			stats[r] = groups[r].Counters().Snapshot()
-		})
-	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
+	stats, err := onEveryRank(groups, 30*time.Second, func(ctx context.Context, r int) error {
+		outs[r] = append([]uint16(nil), in[r]...)
+		return AllReduce16(ctx, groups[r], 1<<16, outs[r], f, alg)
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	return outs, stats
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/spargo-dl/spargo/comm"
 	"github.com/spargo-dl/spargo/ddp"
 	"github.com/spargo-dl/spargo/nn"
+	"github.com/spargo-dl/spargo/optim"
 )
 
 // testBucket is a ddp.Bucket without parameters, for driving hooks directly.
@@ -55,6 +56,33 @@ func newWorld(t testing.TB, p int, spec string) *world {
 	return w
 }
 
+// restoredWorld returns a world of spec on a's ranks (the worlds run one after the other)
+// whose hooks have loaded the states of a's hooks, after checking that every state has
+// keys; it returns the states too.
+func restoredWorld(t testing.TB, a *world, spec string, keys []string) (*world, []map[string][]float32) {
+	t.Helper()
+	p := len(a.groups)
+	b := newWorld(t, p, spec)
+	b.groups = a.groups
+	states := make([]map[string][]float32, p)
+	for r := range p {
+		st, err := a.hooks[r].(ddp.Stateful).State()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, key := range keys {
+			if _, ok := st[key]; !ok {
+				t.Fatalf("rank %d: state lacks %s (has %d keys)", r, key, len(st))
+			}
+		}
+		states[r] = st
+		if err := b.hooks[r].(ddp.Stateful).LoadState(st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return b, states
+}
+
 // call runs one call of every rank's hook on bucket idx with grads[r] (copied) and returns
 // the outputs and each rank's traffic during the call.
 func (w *world) call(t testing.TB, idx int, grads [][]float32) ([][]float32, []comm.Stats) {
@@ -67,31 +95,175 @@ func (w *world) call(t testing.TB, idx int, grads [][]float32) ([][]float32, []c
 }
 
 func (w *world) try(idx int, grads [][]float32) ([][]float32, []comm.Stats, error) {
-	p := len(w.groups)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	outs := make([][]float32, len(w.groups))
+	stats, err := onEveryRank(w.groups, 60*time.Second, func(ctx context.Context, r int) error {
+		b := &testBucket{idx: idx, last: true, flat: slices.Clone(grads[r])}
+		res, err := w.hooks[r].Run(ctx, w.groups[r], b).Wait()
+		if err != nil {
+			return err
+		}
+		outs[r] = slices.Clone(res)
+		if len(res) != len(grads[r]) {
+			return fmt.Errorf("%d values for a bucket of %d", len(res), len(grads[r]))
+		}
+		return nil
+	})
+	return outs, stats, err
+}
+
+// onEveryRank runs f for every rank at once, each in its own goroutine, under one context that
+// ends after timeout. It returns each rank's traffic during f and the errors of the ranks
+// that failed, each marked with its rank.
+func onEveryRank(groups []comm.Group, timeout time.Duration, f func(ctx context.Context, r int) error) ([]comm.Stats, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	outs := make([][]float32, p)
-	stats := make([]comm.Stats, p)
-	errs := make([]error, p)
+	stats := make([]comm.Stats, len(groups))
+	errs := make([]error, len(groups))
 	var wg sync.WaitGroup
-	for r := range p {
+	for r := range groups {
 		wg.Go(func() {
-			before := w.groups[r].Counters().Snapshot()
-			b := &testBucket{idx: idx, last: true, flat: slices.Clone(grads[r])}
-			res, err := w.hooks[r].Run(ctx, w.groups[r], b).Wait()
-			stats[r] = w.groups[r].Counters().Snapshot().Sub(before)
-			if err != nil {
+			before := groups[r].Counters().Snapshot()
+			if err := f(ctx, r); err != nil {
 				errs[r] = fmt.Errorf("rank %d: %w", r, err)
-				return
 			}
-			if len(res) != len(grads[r]) {
-				errs[r] = fmt.Errorf("rank %d: %d values for a bucket of %d", r, len(res), len(grads[r]))
-			}
-			outs[r] = slices.Clone(res)
+			stats[r] = groups[r].Counters().Snapshot().Sub(before)
 		})
 	}
 	wg.Wait()
-	return outs, stats, errors.Join(errs...)
+	return stats, errors.Join(errs...)
+}
+
+// smallBuckets are DDP bucket caps in bytes (first bucket, the others) that split tinyNet
+// into several buckets.
+var smallBuckets = [2]int{2048, 8192}
+
+// ddpTraining says how trainDDP trains; a zero field takes the default its comment names.
+type ddpTraining struct {
+	groups    []comm.Group                               // the ranks' transport; nil: comm.NewLocal(p)
+	bucketCap [2]int                                     // ddp.WithBucketCap(first, others); zero: the hook's plan or DDP's caps
+	profile   bool                                       // every rank first measures a profile (quickProfile) and hands it to DDP
+	sgd       optim.SGDConfig                            // zero: LR 0.05, momentum 0.9, weight decay 5e-4
+	anyLoss   bool                                       // do not fail on a NaN or infinite loss
+	model     func(r int) nn.Module                      // rank r's initial model; nil: tinyNet(1+r) (DDP broadcasts rank 0's)
+	batch     func(r, s int) (*nn.Tensor, []int)         // rank r's batch at step s; nil: syntheticBatch(100s+r, 4)
+	timeout   time.Duration                              // for the whole training; zero: 60 s
+	setup     func(r int, h ddp.CommHook, tape *nn.Tape) // called once the hook is parsed, before DDP starts
+	step      func(r, s int, dp *ddp.DDP, loss float32)  // called after every optimizer step
+	check     func(dp *ddp.DDP) error                    // called on every rank after the last step
+}
+
+// ddpTrained is what trainDDP leaves: per rank, the parameter hash after every step
+// (hashes[r][s]), the DDP and the hook.
+type ddpTrained struct {
+	hashes [][]uint64
+	dps    []*ddp.DDP
+	hooks  []ddp.CommHook
+}
+
+// trainDDP runs steps of DDP training (SGD, cross-entropy) with the hook of spec on p
+// in-process ranks, as o says, and fails the test if any rank fails.
+func trainDDP(t testing.TB, spec string, p, steps int, o ddpTraining) ddpTrained {
+	t.Helper()
+	groups := o.groups
+	if groups == nil {
+		var err error
+		if groups, err = comm.NewLocal(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if o.sgd == (optim.SGDConfig{}) {
+		o.sgd = optim.SGDConfig{LR: 0.05, Momentum: 0.9, WeightDecay: 5e-4}
+	}
+	if o.model == nil {
+		o.model = func(r int) nn.Module { return tinyNet(uint64(1 + r)) }
+	}
+	if o.batch == nil {
+		o.batch = func(r, s int) (*nn.Tensor, []int) { return syntheticBatch(uint64(100*s+r), 4) }
+	}
+	if o.timeout == 0 {
+		o.timeout = 60 * time.Second
+	}
+	res := ddpTrained{hashes: make([][]uint64, p), dps: make([]*ddp.DDP, p), hooks: make([]ddp.CommHook, p)}
+	_, err := onEveryRank(groups, o.timeout, func(ctx context.Context, r int) error {
+		h, err := Parse(spec)
+		if err != nil {
+			return err
+		}
+		res.hooks[r] = h
+		tape := nn.NewTape()
+		if o.setup != nil {
+			o.setup(r, h, tape)
+		}
+		model := o.model(r)
+		opts := []ddp.Option{ddp.WithCommHook(h)}
+		if o.bucketCap != [2]int{} {
+			opts = append(opts, ddp.WithBucketCap(o.bucketCap[0], o.bucketCap[1]))
+		}
+		if o.profile {
+			po := quickProfile
+			if pp, ok := h.(ddp.ProfiledPlanner); ok {
+				po.Density = pp.ProfileOptions().Density
+			}
+			prof, err := ddp.MeasureProfile(ctx, model, groups[r], profileStep(model, uint64(50+r)), po)
+			if err != nil {
+				return err
+			}
+			opts = append(opts, ddp.WithProfile(prof))
+		}
+		dp, err := ddp.New(ctx, model, groups[r], opts...)
+		if err != nil {
+			return err
+		}
+		res.dps[r] = dp
+		opt, _ := optim.NewSGD(dp.Parameters(), o.sgd)
+		for s := range steps {
+			x, y := o.batch(r, s)
+			tape.Reset()
+			opt.ZeroGrad()
+			loss := nn.CrossEntropy(dp.Forward(tape.Const(x)), y)
+			l := loss.Item()
+			if !o.anyLoss && (math.IsNaN(float64(l)) || math.IsInf(float64(l), 0)) {
+				return fmt.Errorf("step %d: loss %v", s, l)
+			}
+			if err := dp.Backward(ctx, loss); err != nil {
+				return err
+			}
+			opt.Step()
+			res.hashes[r] = append(res.hashes[r], paramHash(dp.Parameters()))
+			if o.step != nil {
+				o.step(r, s, dp, l)
+			}
+		}
+		if o.check != nil {
+			return o.check(dp)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("%s P=%d %v", spec, p, err)
+	}
+	return res
+}
+
+// severalBuckets is a ddpTraining check: the model must be split into several buckets.
+func severalBuckets(dp *ddp.DDP) error {
+	if len(dp.Plan()) < 2 {
+		return fmt.Errorf("want several buckets, got %d", len(dp.Plan()))
+	}
+	return nil
+}
+
+// checkReplicasAgree requires every rank's parameters to equal rank 0's after every step
+// (ALGORITHMS.md §0); prefix starts the failure message.
+func checkReplicasAgree(t testing.TB, prefix string, hashes [][]uint64) {
+	t.Helper()
+	for s := range hashes[0] {
+		for r := 1; r < len(hashes); r++ {
+			if hashes[r][s] != hashes[0][s] {
+				t.Fatalf("%sstep %d: rank %d's parameters differ from rank 0's", prefix, s+1, r)
+			}
+		}
+	}
 }
 
 // residual returns rank r's residual of bucket idx (a copy), or zeros before the first call.
@@ -103,6 +275,28 @@ func (w *world) residual(r, idx, n int) []float32 {
 		return slices.Clone(s.Residual)
 	}
 	return make([]float32, n)
+}
+
+// callConserving is call on bucket 0 that also requires the outputs to be identical on every
+// rank (the failure message starts with what) and the conservation test to hold (whatCall).
+func (w *world) callConserving(t testing.TB, what, whatCall string, gs [][]float32) [][]float32 {
+	t.Helper()
+	n := len(gs[0])
+	before := w.residuals(n)
+	outs, _ := w.call(t, 0, gs)
+	after := w.residuals(n)
+	checkIdentical(t, what, outs)
+	checkConservation(t, whatCall, gs, before, after, outs[0])
+	return outs
+}
+
+// residuals returns every rank's residual of bucket 0 of n elements (copies).
+func (w *world) residuals(n int) [][]float32 {
+	rs := make([][]float32, len(w.hooks))
+	for r := range rs {
+		rs[r] = w.residual(r, 0, n)
+	}
+	return rs
 }
 
 func hookMemory(h ddp.CommHook) *Memory {

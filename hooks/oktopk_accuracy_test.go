@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spargo-dl/spargo/comm"
 	"github.com/spargo-dl/spargo/ddp"
 	"github.com/spargo-dl/spargo/nn"
 	"github.com/spargo-dl/spargo/optim"
@@ -265,52 +264,21 @@ func trainTiny(t *testing.T, spec string, steps int) ([]okCall, float32, float32
 		proj[i] = rng.NormFloat64()
 	}
 	rec := &okRecorder{}
-	groups, err := comm.NewLocal(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
-	defer cancel()
 	losses := make([]float32, steps)
-	errs := make([]error, p)
-	var wg sync.WaitGroup
-	for r := range p {
-		wg.Go(func() {
-			errs[r] = func() error {
-				h, err := Parse(spec)
-				if err != nil {
-					return err
-				}
-				h.(*OkTopk).Logger = slog.New(rec)
-				dp, err := ddp.New(ctx, tinyNet(1), groups[r], ddp.WithCommHook(h), ddp.WithBucketCap(1<<20, 1<<20))
-				if err != nil {
-					return err
-				}
-				opt, _ := optim.NewSGD(dp.Parameters(), optim.SGDConfig{LR: 0.05, Momentum: 0.9})
-				tape := nn.NewTape()
-				for s := range steps {
-					x, y := learnableBatch(uint64(1000*s+r), batch, proj)
-					tape.Reset()
-					opt.ZeroGrad()
-					loss := nn.CrossEntropy(dp.Forward(tape.Const(x)), y)
-					if r == 0 {
-						losses[s] = loss.Item()
-					}
-					if err := dp.Backward(ctx, loss); err != nil {
-						return err
-					}
-					opt.Step()
-				}
-				return nil
-			}()
-		})
-	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
+	trainDDP(t, spec, p, steps, ddpTraining{
+		bucketCap: [2]int{1 << 20, 1 << 20},
+		sgd:       optim.SGDConfig{LR: 0.05, Momentum: 0.9},
+		anyLoss:   true,
+		model:     func(int) nn.Module { return tinyNet(1) },
+		batch:     func(r, s int) (*nn.Tensor, []int) { return learnableBatch(uint64(1000*s+r), batch, proj) },
+		timeout:   120 * time.Second,
+		setup:     func(_ int, h ddp.CommHook, _ *nn.Tape) { h.(*OkTopk).Logger = slog.New(rec) },
+		step: func(r, s int, _ *ddp.DDP, loss float32) {
+			if r == 0 {
+				losses[s] = loss
+			}
+		},
+	})
 	var first, last float32
 	for s := range 50 {
 		first += losses[s] / 50

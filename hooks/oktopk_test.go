@@ -111,24 +111,13 @@ func okInfo(w *world, r int) oktopkInfo { return w.hooks[r].(*OkTopk).lastInfo()
 
 // runOkTopkCalls runs calls of w on gradients from gen and checks, after every call, replica
 // consistency and the conservation test; it returns the outputs of the last call.
-func runOkTopkCalls(t *testing.T, w *world, name string, calls, n int, gen func(call int) [][]float32) [][]float32 {
+func runOkTopkCalls(t *testing.T, w *world, name string, calls int, gen func(call int) [][]float32) [][]float32 {
 	t.Helper()
-	p := len(w.groups)
 	var outs [][]float32
 	for it := range calls {
 		gs := gen(it)
-		before := make([][]float32, p)
-		for r := range p {
-			before[r] = w.residual(r, 0, n)
-		}
-		outs, _ = w.call(t, 0, gs)
-		after := make([][]float32, p)
-		for r := range p {
-			after[r] = w.residual(r, 0, n)
-		}
 		what := fmt.Sprintf("%s/call %d", name, it)
-		checkIdentical(t, what, outs)
-		checkConservation(t, what, gs, before, after, outs[0])
+		outs = w.callConserving(t, what, what, gs)
 	}
 	return outs
 }
@@ -146,7 +135,7 @@ func TestOkTopkConservationAndConsistency(t *testing.T) {
 				balance := policies[(p+di+dj)%3]
 				spec := okSpec(density, "tau=2,tau_prime=3,balance="+balance)
 				w := newWorld(t, p, spec)
-				runOkTopkCalls(t, w, fmt.Sprintf("%s/%s/P=%d", spec, d.name, p), 5, n, func(it int) [][]float32 {
+				runOkTopkCalls(t, w, fmt.Sprintf("%s/%s/P=%d", spec, d.name, p), 5, func(it int) [][]float32 {
 					return d.gen(uint64(1000*p+10*it+dj), p, n, density)
 				})
 			}
@@ -747,10 +736,7 @@ func testOkTopkSchedule(t *testing.T, guard bool) {
 				kernels.Scale(0.5, gs[r])
 			}
 		}
-		res := make([][]float32, p)
-		for r := range p {
-			res[r] = w.residual(r, 0, n)
-		}
+		res := w.residuals(n)
 		outs, stats := w.call(t, 0, gs)
 		if call < 2 { // dense warm-up: the plain average
 			for i := range n {
@@ -865,22 +851,7 @@ func TestOkTopkSaveRestore(t *testing.T) {
 	for call := range 4 {
 		a.call(t, 0, grads(uint64(call), p, n))
 	}
-	b := newWorld(t, p, spec)
-	b.groups = a.groups // same ranks; the worlds run one after the other
-	for r := range p {
-		st, err := a.hooks[r].(ddp.Stateful).State()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, key := range []string{"oktopk.bucket0.var.local_th", "oktopk.bucket0.var.global_th", "oktopk.bucket0.var.bound.1", "oktopk.bucket0.var.bounds.P"} {
-			if _, ok := st[key]; !ok {
-				t.Fatalf("rank %d: state lacks %s (has %d keys)", r, key, len(st))
-			}
-		}
-		if err := b.hooks[r].(ddp.Stateful).LoadState(st); err != nil {
-			t.Fatal(err)
-		}
-	}
+	b, _ := restoredWorld(t, a, spec, []string{"oktopk.bucket0.var.local_th", "oktopk.bucket0.var.global_th", "oktopk.bucket0.var.bound.1", "oktopk.bucket0.var.bounds.P"})
 	for call := 4; call < 9; call++ {
 		gs := grads(uint64(call), p, n)
 		oa, _ := a.call(t, 0, gs)
@@ -952,7 +923,7 @@ func TestOkTopkEdgeCases(t *testing.T) {
 	}
 	for _, tc := range cases {
 		w := newWorld(t, tc.p, tc.spec)
-		runOkTopkCalls(t, w, tc.name, 4, tc.n, func(call int) [][]float32 {
+		runOkTopkCalls(t, w, tc.name, 4, func(call int) [][]float32 {
 			gs := make([][]float32, tc.p)
 			for r := range gs {
 				gs[r] = tc.gen(r, call, tc.n)

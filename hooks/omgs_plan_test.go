@@ -48,14 +48,7 @@ func TestOptimalMergeMatchesBruteForce(t *testing.T) {
 		for trial := range 600 {
 			l := 1 + trial%14
 			m := randomModel(rng, l, tl)
-			bf, err := BruteForceMerge(m)
-			if err != nil {
-				t.Fatal(err)
-			}
-			opt, err := OptimalMerge(m)
-			if err != nil {
-				t.Fatal(err)
-			}
+			bf, opt := bothMerges(t, m)
 			if planTensors(opt) != l {
 				t.Fatalf("%v trial %d: plan %v covers %d of %d tensors", tl, trial, opt, planTensors(opt), l)
 			}
@@ -190,14 +183,7 @@ func TestOptimalMergeOnRealProfiles(t *testing.T) {
 					if start > 0 {
 						m.Forward += prof.ParamBackward[order[start-1]].Seconds() // the window starts where the previous tensor ended
 					}
-					bf, err := BruteForceMerge(m)
-					if err != nil {
-						t.Fatal(err)
-					}
-					opt, err := OptimalMerge(m)
-					if err != nil {
-						t.Fatal(err)
-					}
+					bf, opt := bothMerges(t, m)
 					if got, want := m.Predict(opt), m.Predict(bf); !samePredicted(got, want) {
 						t.Fatalf("%s window %d, %v, density %g: exact %v %.9g s, brute force %v %.9g s", name, start, tl, density, opt, got, bf, want)
 					}
@@ -249,4 +235,18 @@ func measureMLP(t *testing.T, layers int) *ddp.Profile {
 		t.Fatalf("%d tensors", len(profs[0].Params))
 	}
 	return profs[0]
+}
+
+// bothMerges returns the brute-force and the exact plan of m.
+func bothMerges(t *testing.T, m MergeModel) (bf, opt []int) {
+	t.Helper()
+	bf, err := BruteForceMerge(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt, err = OptimalMerge(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bf, opt
 }

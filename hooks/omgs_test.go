@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -15,7 +14,6 @@ import (
 	"github.com/spargo-dl/spargo/comm"
 	"github.com/spargo-dl/spargo/ddp"
 	"github.com/spargo-dl/spargo/nn"
-	"github.com/spargo-dl/spargo/optim"
 )
 
 // lags, mgs and omgs run TopkA's step on every bucket: the conservation test holds and the
@@ -53,83 +51,6 @@ func profileStep(m nn.Module, seed uint64) ddp.ProfileStep {
 // quickProfile is MeasureProfile with few iterations and sizes, for tests.
 var quickProfile = ddp.ProfileOptions{Warmup: 1, Iterations: 2, Repeats: 1, TopKSizes: []int{256, 4096}, AllGatherBytes: []int{8, 512}}
 
-// trainDDP runs steps of DDP training with the hook of spec on p in-process ranks of tinyNet
-// (rank r starts from seed 1+r; DDP broadcasts rank 0's). With profile set, every rank first
-// measures a profile and hands it to DDP. It returns every rank's parameter hash after each
-// step, rank 0's DDP and hook.
-func trainDDP(t *testing.T, spec string, p, steps int, profile bool, setup func(r int, h ddp.CommHook, tape *nn.Tape)) ([][]uint64, *ddp.DDP, ddp.CommHook) {
-	t.Helper()
-	groups, err := comm.NewLocal(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hashes := make([][]uint64, p)
-	errs := make([]error, p)
-	var dp0 *ddp.DDP
-	var hook0 ddp.CommHook
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	var wg sync.WaitGroup
-	for r := range p {
-		wg.Go(func() {
-			errs[r] = func() error {
-				g := groups[r]
-				h, err := Parse(spec)
-				if err != nil {
-					return err
-				}
-				model := tinyNet(uint64(1 + r))
-				opts := []ddp.Option{ddp.WithCommHook(h)}
-				if profile {
-					o := quickProfile
-					if pp, ok := h.(ddp.ProfiledPlanner); ok {
-						o.Density = pp.ProfileOptions().Density
-					}
-					prof, err := ddp.MeasureProfile(ctx, model, g, profileStep(model, uint64(50+r)), o)
-					if err != nil {
-						return err
-					}
-					opts = append(opts, ddp.WithProfile(prof))
-				}
-				dp, err := ddp.New(ctx, model, g, opts...)
-				if err != nil {
-					return err
-				}
-				if r == 0 {
-					dp0, hook0 = dp, h
-				}
-				opt, _ := optim.NewSGD(dp.Parameters(), optim.SGDConfig{LR: 0.05, Momentum: 0.9, WeightDecay: 5e-4})
-				tape := nn.NewTape()
-				if setup != nil {
-					setup(r, h, tape)
-				}
-				for s := range steps {
-					x, y := syntheticBatch(uint64(100*s+r), 4)
-					tape.Reset()
-					opt.ZeroGrad()
-					loss := nn.CrossEntropy(dp.Forward(tape.Const(x)), y)
-					if l := loss.Item(); math.IsNaN(float64(l)) || math.IsInf(float64(l), 0) {
-						return fmt.Errorf("step %d: loss %v", s, l)
-					}
-					if err := dp.Backward(ctx, loss); err != nil {
-						return err
-					}
-					opt.Step()
-					hashes[r] = append(hashes[r], paramHash(dp.Parameters()))
-				}
-				return nil
-			}()
-		})
-	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("%s P=%d rank %d: %v", spec, p, r, err)
-		}
-	}
-	return hashes, dp0, hook0
-}
-
 // Replica consistency (ALGORITHMS.md §0) under DDP, with the hooks' own plans: lags without a
 // profile (reverse declaration order) and with one (measured order), mgs, omgs on a measured
 // profile with both planners and timelines; P in {2, 3, 4, 5, 8}.
@@ -144,14 +65,9 @@ func TestMergedTopKReplicaConsistencyUnderDDP(t *testing.T) {
 	}
 	for _, c := range cases {
 		for _, p := range []int{2, 3, 4, 5, 8} {
-			hashes, dp, _ := trainDDP(t, c.spec, p, 3, c.profile, nil)
-			for s := range hashes[0] {
-				for r := 1; r < p; r++ {
-					if hashes[r][s] != hashes[0][s] {
-						t.Fatalf("%s P=%d step %d: rank %d's parameters differ from rank 0's", c.spec, p, s+1, r)
-					}
-				}
-			}
+			tr := trainDDP(t, c.spec, p, 3, ddpTraining{profile: c.profile})
+			dp := tr.dps[0]
+			checkReplicasAgree(t, fmt.Sprintf("%s P=%d ", c.spec, p), tr.hashes)
 			if strings.HasPrefix(c.spec, "lags") && len(dp.Plan()) != len(dp.Parameters()) {
 				t.Fatalf("%s: %d buckets for %d tensors", c.spec, len(dp.Plan()), len(dp.Parameters()))
 			}
@@ -278,7 +194,8 @@ func TestOMGSLogsPlanOnRank0(t *testing.T) {
 	old := slog.Default()
 	slog.SetDefault(slog.New(slog.NewTextHandler(&lockedWriter{w: &buf, mu: &mu}, nil)))
 	defer slog.SetDefault(old)
-	_, dp, h := trainDDP(t, "omgs:density=0.05,timeline=paper", 3, 1, true, nil)
+	tr := trainDDP(t, "omgs:density=0.05,timeline=paper", 3, 1, ddpTraining{profile: true})
+	dp, h := tr.dps[0], tr.hooks[0]
 	mu.Lock()
 	out := buf.String()
 	mu.Unlock()
@@ -315,7 +232,8 @@ func TestMergedTopKOverlapsBackward(t *testing.T) {
 		slow := func(r int, h ddp.CommHook, tape *nn.Tape) {
 			tape.OnGradReady(func(*nn.Param) { time.Sleep(3 * time.Millisecond) })
 		}
-		_, dp, h := trainDDP(t, spec, 2, 2, strings.HasPrefix(spec, "omgs"), slow)
+		run := trainDDP(t, spec, 2, 2, ddpTraining{profile: strings.HasPrefix(spec, "omgs"), setup: slow})
+		dp, h := run.dps[0], run.hooks[0]
 		st := dp.Stats()
 		tr := merged(h).Trace(st)
 		if len(tr) != len(dp.Plan()) {

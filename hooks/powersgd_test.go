@@ -17,7 +17,6 @@ import (
 	"github.com/spargo-dl/spargo/comm"
 	"github.com/spargo-dl/spargo/ddp"
 	"github.com/spargo-dl/spargo/nn"
-	"github.com/spargo-dl/spargo/optim"
 )
 
 // psgdBucket is a ddp.Bucket with parameters, so PowerSGD sees matrices.
@@ -47,23 +46,13 @@ type psgdWorld struct {
 
 func newPSGDWorld(t testing.TB, p int, spec string, shapes [][]int) *psgdWorld {
 	t.Helper()
-	groups, err := comm.NewLocal(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := &psgdWorld{groups: groups}
+	base := newWorld(t, p, spec)
+	w := &psgdWorld{groups: base.groups, hooks: base.hooks}
 	for i, s := range shapes {
 		prm := nn.NewParam(fmt.Sprintf("p%d", i), s...)
 		w.params = append(w.params, prm)
 		w.offs = append(w.offs, w.n)
 		w.n += prm.Len()
-	}
-	for range p {
-		h, err := Parse(spec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		w.hooks = append(w.hooks, h)
 	}
 	return w
 }
@@ -80,25 +69,14 @@ func (w *psgdWorld) call(t testing.TB, grads [][]float32) ([][]float32, []comm.S
 }
 
 func (w *psgdWorld) try(grads [][]float32) ([][]float32, []comm.Stats, error) {
-	p := len(w.groups)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	outs := make([][]float32, p)
-	stats := make([]comm.Stats, p)
-	errs := make([]error, p)
-	var wg sync.WaitGroup
-	for r := range p {
-		wg.Go(func() {
-			before := w.groups[r].Counters().Snapshot()
-			b := &psgdBucket{flat: slices.Clone(grads[r]), params: w.params, offs: w.offs}
-			res, err := w.hooks[r].Run(ctx, w.groups[r], b).Wait()
-			stats[r] = w.groups[r].Counters().Snapshot().Sub(before)
-			errs[r] = err
-			outs[r] = slices.Clone(res)
-		})
-	}
-	wg.Wait()
-	return outs, stats, errors.Join(errs...)
+	outs := make([][]float32, len(w.groups))
+	stats, err := onEveryRank(w.groups, 30*time.Second, func(ctx context.Context, r int) error {
+		b := &psgdBucket{flat: slices.Clone(grads[r]), params: w.params, offs: w.offs}
+		res, err := w.hooks[r].Run(ctx, w.groups[r], b).Wait()
+		outs[r] = slices.Clone(res)
+		return err
+	})
+	return outs, stats, err
 }
 
 // errors returns every rank's error-feedback memory (zeros before the first call).
@@ -552,65 +530,6 @@ func TestPowerSGDGolden(t *testing.T) {
 	}
 }
 
-// trainHashes trains tinyNet under DDP with spec on P ranks and returns every rank's
-// parameter hash after each step (the loop of TestReplicaConsistencyUnderDDP).
-func trainHashes(t *testing.T, spec string, p, steps int) ([][]uint64, []ddp.CommHook) {
-	t.Helper()
-	const batch = 4
-	groups, err := comm.NewLocal(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hashes := make([][]uint64, p)
-	hooks := make([]ddp.CommHook, p)
-	errs := make([]error, p)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	var wg sync.WaitGroup
-	for r := range p {
-		wg.Go(func() {
-			errs[r] = func() error {
-				h, err := Parse(spec)
-				if err != nil {
-					return err
-				}
-				hooks[r] = h
-				dp, err := ddp.New(ctx, tinyNet(uint64(1+r)), groups[r], ddp.WithCommHook(h), ddp.WithBucketCap(2048, 8192))
-				if err != nil {
-					return err
-				}
-				if len(dp.Plan()) < 2 {
-					return fmt.Errorf("want several buckets, got %d", len(dp.Plan()))
-				}
-				opt, _ := optim.NewSGD(dp.Parameters(), optim.SGDConfig{LR: 0.05, Momentum: 0.9, WeightDecay: 5e-4})
-				tape := nn.NewTape()
-				for s := range steps {
-					x, y := syntheticBatch(uint64(100*s+r), batch)
-					tape.Reset()
-					opt.ZeroGrad()
-					loss := nn.CrossEntropy(dp.Forward(tape.Const(x)), y)
-					if l := loss.Item(); math.IsNaN(float64(l)) || math.IsInf(float64(l), 0) {
-						return fmt.Errorf("step %d: loss %v", s, l)
-					}
-					if err := dp.Backward(ctx, loss); err != nil {
-						return err
-					}
-					opt.Step()
-					hashes[r] = append(hashes[r], paramHash(dp.Parameters()))
-				}
-				return nil
-			}()
-		})
-	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
-	return hashes, hooks
-}
-
 // Replica consistency (ALGORITHMS.md §0) for PyTorch's built-in hooks: after every step of a
 // DDP training with several buckets, all ranks hold bit-identical parameters, P in
 // {2, 3, 4, 5, 8}. noop, which does not communicate, must not keep them identical.
@@ -620,23 +539,17 @@ func TestReplicaConsistencyBuiltinHooks(t *testing.T) {
 		"fp16+powersgd:rank=2,start_iter=1", "bf16+powersgd:rank=1,start_iter=2"} {
 		for _, p := range []int{2, 3, 4, 5, 8} {
 			t.Run(fmt.Sprintf("%s/P=%d", spec, p), func(t *testing.T) {
-				hashes, hooks := trainHashes(t, spec, p, steps)
+				tr := trainDDP(t, spec, p, steps, ddpTraining{bucketCap: smallBuckets, check: severalBuckets})
 				if strings.Contains(spec, "powersgd") {
-					if _, before, _ := powerOf(t, hooks[0]).CompressionStats(); before == 0 {
+					if _, before, _ := powerOf(t, tr.hooks[0]).CompressionStats(); before == 0 {
 						t.Fatal("PowerSGD never compressed")
 					}
 				}
-				for s := range steps {
-					for r := 1; r < p; r++ {
-						if hashes[r][s] != hashes[0][s] {
-							t.Fatalf("step %d: rank %d's parameters differ from rank 0's", s+1, r)
-						}
-					}
-				}
+				checkReplicasAgree(t, "", tr.hashes)
 			})
 		}
 	}
-	if hashes, _ := trainHashes(t, "noop", 2, 1); hashes[0][0] == hashes[1][0] {
+	if tr := trainDDP(t, "noop", 2, 1, ddpTraining{bucketCap: smallBuckets, check: severalBuckets}); tr.hashes[0][0] == tr.hashes[1][0] {
 		t.Error("noop kept the replicas identical although the ranks see different data")
 	}
 }

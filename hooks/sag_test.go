@@ -137,17 +137,7 @@ func TestTeamsAutoAndLogging(t *testing.T) {
 	seen := map[int]bool{}
 	for call := range trials + 2 {
 		gs := grads(uint64(call), p, n)
-		before := make([][]float32, p)
-		for r := range p {
-			before[r] = w.residual(r, 0, n)
-		}
-		outs, _ := w.call(t, 0, gs)
-		after := make([][]float32, p)
-		for r := range p {
-			after[r] = w.residual(r, 0, n)
-		}
-		checkIdentical(t, "teams=auto", outs)
-		checkConservation(t, fmt.Sprintf("teams=auto call %d", call), gs, before, after, outs[0])
+		w.callConserving(t, "teams=auto", fmt.Sprintf("teams=auto call %d", call), gs)
 		d := w.hooks[0].(*SparDL).lastInfo().d
 		for r := range p {
 			if got := w.hooks[r].(*SparDL).lastInfo().d; got != d {
@@ -180,18 +170,8 @@ func TestTinyBuckets(t *testing.T) {
 			w := newWorld(t, p, spec+map[bool]string{true: ",", false: ":"}[strings.Contains(spec, ":")]+"density=0.5")
 			for it := range 2 {
 				gs := grads(uint64(n+it), p, n)
-				before := make([][]float32, p)
-				for r := range p {
-					before[r] = w.residual(r, 0, n)
-				}
-				outs, _ := w.call(t, 0, gs)
-				after := make([][]float32, p)
-				for r := range p {
-					after[r] = w.residual(r, 0, n)
-				}
 				name := fmt.Sprintf("%s/n=%d/call %d", spec, n, it)
-				checkIdentical(t, name, outs)
-				checkConservation(t, name, gs, before, after, outs[0])
+				w.callConserving(t, name, name, gs)
 			}
 		}
 	}

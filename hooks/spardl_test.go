@@ -105,17 +105,7 @@ func TestSparDLConservationAndConsistency(t *testing.T) {
 			n := 97*p + 13
 			for it := range 3 {
 				gs := grads(uint64(100*p+it), p, n)
-				before := make([][]float32, p)
-				for r := range p {
-					before[r] = w.residual(r, 0, n)
-				}
-				outs, _ := w.call(t, 0, gs)
-				after := make([][]float32, p)
-				for r := range p {
-					after[r] = w.residual(r, 0, n)
-				}
-				checkIdentical(t, name, outs)
-				checkConservation(t, fmt.Sprintf("%s/call %d", name, it), gs, before, after, outs[0])
+				w.callConserving(t, name, fmt.Sprintf("%s/call %d", name, it), gs)
 			}
 		}
 	}
