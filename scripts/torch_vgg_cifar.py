@@ -27,6 +27,8 @@
 #           per-block budget k_b, sparsify-before-send, global residual collection. It is
 #           written plainly from the specification, as an independent check of the Go hook's
 #           accuracy (not of its communication).
+#   lags    layer-wise TopkA (LAGS): local top-k of every parameter tensor, error feedback per
+#           tensor.
 # Example (the hooks' convergence check, SparDL at density 0.01):
 #   OPENBLAS_NUM_THREADS=1 /usr/bin/python3 scripts/torch_vgg_cifar.py --data DATA \
 #       --model vgg11 --epochs 3 --workers 4 --batch 16 --hook spardl --density 0.01
@@ -117,6 +119,24 @@ def topka(grads, resid, density):
     return total
 
 
+def lags(grads, resid, density, sizes):
+    """Layer-wise TopkA: local top-k of every tensor (k = max(1, int(size*density))) with
+    local error feedback per tensor; returns the summed sparse gradient."""
+    n = grads[0].numel()
+    total = torch.zeros(n)
+    for r, g in enumerate(grads):
+        acc = g + resid[r]
+        off = 0
+        for size in sizes:
+            seg = acc[off:off + size]
+            idx = topk_abs(seg, max(1, int(size * density))) + off
+            total[idx] += acc[idx]
+            acc[idx] = 0
+            off += size
+        resid[r] = acc
+    return total
+
+
 def spardl_schedule(N):
     """Bag sizes and gaps of Spar-Reduce-Scatter (ALGORITHMS.md §2)."""
     L = (N - 1).bit_length()
@@ -197,7 +217,7 @@ def main():
     ap.add_argument("--json", help="also write per-epoch results to this file")
     ap.add_argument("--bn", default="rank0", choices=["rank0", "shared"],
                     help="BatchNorm running statistics: rank 0's (DDP) or updated by every shard")
-    ap.add_argument("--hook", default="dense", choices=["dense", "topka", "spardl"])
+    ap.add_argument("--hook", default="dense", choices=["dense", "topka", "spardl", "lags"])
     ap.add_argument("--density", type=float, default=0.01)
     a = ap.parse_args()
 
@@ -257,7 +277,10 @@ def main():
                         b.running_var.copy_(rv)
                         b.num_batches_tracked.copy_(nt)
             if a.hook != "dense":
-                total = (topka if a.hook == "topka" else spardl)(grads, resid, a.density) / W
+                if a.hook == "lags":
+                    total = lags(grads, resid, a.density, [p.numel() for p in params]) / W
+                else:
+                    total = (topka if a.hook == "topka" else spardl)(grads, resid, a.density) / W
                 off = 0
                 for p in params:
                     p.grad = total[off:off + p.numel()].view_as(p).clone()
