@@ -43,6 +43,7 @@ import (
 	"github.com/spargo-dl/spargo/dist"
 	"github.com/spargo-dl/spargo/hooks"
 	"github.com/spargo-dl/spargo/internal/kernels"
+	"github.com/spargo-dl/spargo/internal/train"
 	"github.com/spargo-dl/spargo/models"
 	"github.com/spargo-dl/spargo/nn"
 	"github.com/spargo-dl/spargo/optim"
@@ -474,7 +475,7 @@ func (w *worker) run(ctx context.Context) error {
 				return err
 			}
 		}
-		testLoss, testAcc, err := w.evaluate(ctx, dp, model, tape, evalLoader)
+		testLoss, testAcc, err := train.Evaluate(ctx, w.group, dp, model, tape, evalLoader, w.cfg.EvalLimit, 3, 32, 32)
 		if err != nil {
 			return err
 		}
@@ -493,51 +494,4 @@ func (w *worker) run(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-// evaluate splits the test set across ranks (batch i on rank i mod P) and all-reduces
-// the loss and the number of correct predictions. Replicas are identical (parameters
-// and, after DDP's buffer broadcast, BatchNorm statistics), so this equals one rank
-// evaluating everything.
-func (w *worker) evaluate(ctx context.Context, dp *ddp.DDP, model nn.Module, tape *nn.Tape, ld *datasets.Loader) (loss, acc float64, err error) {
-	g := w.group
-	nn.SetTraining(model, false)
-	tape.SetGradEnabled(false)
-	defer tape.SetGradEnabled(true)
-	var sums [3]float32
-	limit := w.cfg.EvalLimit
-	i, seen := 0, 0
-	for b, err := range ld.Epoch(ctx, 0) {
-		if err != nil {
-			return 0, 0, err
-		}
-		if limit > 0 && seen >= limit {
-			break
-		}
-		n := b.N
-		if limit > 0 && seen+n > limit {
-			n = limit - seen
-		}
-		seen += n
-		mine := i%g.Size() == g.Rank()
-		i++
-		if !mine {
-			continue
-		}
-		x, _ := nn.FromSlice(b.X[:n*3*32*32], n, 3, 32, 32)
-		tape.Reset()
-		logits := dp.Forward(tape.Const(x))
-		l := nn.CrossEntropy(logits, b.Y[:n])
-		if err := tape.Err(); err != nil {
-			return 0, 0, err
-		}
-		sums[0] += l.Item() * float32(n)
-		sums[1] += float32(nn.Accuracy(logits.Value, b.Y[:n]))
-		sums[2] += float32(n)
-	}
-	s := sums[:]
-	if err := comm.AllReduce(ctx, g, 101, s, comm.Auto); err != nil {
-		return 0, 0, err
-	}
-	return float64(s[0] / s[2]), float64(s[1] / s[2]), nil
 }
