@@ -23,3 +23,10 @@ func Uniform(x []float32, bound float64, rng *rand.Rand) {
 func KaimingUniformDefault(w []float32, fanIn int, rng *rand.Rand) {
 	Uniform(w, 1/math.Sqrt(float64(fanIn)), rng)
 }
+
+// Normal fills x with values drawn from N(0, std²) (PyTorch's normal_ with mean 0).
+func Normal(x []float32, std float64, rng *rand.Rand) {
+	for i := range x {
+		x[i] = float32(rng.NormFloat64() * std)
+	}
+}
