@@ -286,7 +286,7 @@ func (g *tcpGroup) Irecv(ctx context.Context, from int, tag uint32, buf []byte) 
 // Close says goodbye to every peer, fails this rank's pending and later operations with
 // ErrClosed, waits up to tcpCloseGrace for the live peers to acknowledge (never for a failed
 // one), then closes the connections and the listener and waits for its goroutines. After a
-// failure the goodbye carries it (see peerFailure). Closing twice is a no-op.
+// failure the goodbye carries it (see PeerError). Closing twice is a no-op.
 func (g *tcpGroup) Close() error {
 	if g.closed.Swap(true) {
 		return nil
@@ -321,35 +321,44 @@ wait:
 	return nil
 }
 
-// peerFailure is why every operation of a rank fails once a rank of its group failed: the
-// failed rank and what was seen (silence, a broken connection, a protocol error), observed
-// by this rank itself or reported in a peer's goodbye. Reports carry the first failure their
-// sender knew of, so every survivor names the same rank, not the one that left because of it.
-type peerFailure struct {
-	rank     int   // the failed rank
-	cause    error // what was observed
-	reporter int   // the peer whose goodbye reported it; -1 when this rank observed it
-	self     int   // this rank
+// PeerError is why every operation of a TCP group's rank fails once a rank of its group
+// failed: the failed rank and what was seen (silence, a broken connection, a protocol error),
+// observed by this rank itself or reported in a peer's goodbye. Reports carry the first
+// failure their sender knew of, so every survivor names the same rank, not the one that left
+// because of it. Programs find it with errors.As to learn which rank failed:
+//
+//	var pe *comm.PeerError
+//	if errors.As(err, &pe) {
+//		log.Printf("rank %d failed: %v", pe.Rank, pe.Cause)
+//	}
+type PeerError struct {
+	Rank  int   // the failed rank
+	Cause error // what was observed
+	// ReportedBy is the peer whose goodbye reported the failure; -1 when this rank observed
+	// it itself.
+	ReportedBy int
+	self       int // this rank
 }
 
-func (f *peerFailure) Error() string {
+func (f *PeerError) Error() string {
 	switch {
-	case f.reporter < 0:
-		return fmt.Sprintf("peer rank %d failed: %v", f.rank, f.cause)
-	case f.rank == f.self:
-		return fmt.Sprintf("peer rank %d reports that this rank (%d) failed: %v", f.reporter, f.rank, f.cause)
+	case f.ReportedBy < 0:
+		return fmt.Sprintf("peer rank %d failed: %v", f.Rank, f.Cause)
+	case f.Rank == f.self:
+		return fmt.Sprintf("peer rank %d reports that this rank (%d) failed: %v", f.ReportedBy, f.Rank, f.Cause)
 	}
-	return fmt.Sprintf("peer rank %d failed: %v (reported by rank %d)", f.rank, f.cause, f.reporter)
+	return fmt.Sprintf("peer rank %d failed: %v (reported by rank %d)", f.Rank, f.Cause, f.ReportedBy)
 }
 
-func (f *peerFailure) Unwrap() error { return f.cause }
+// Unwrap returns the cause.
+func (f *PeerError) Unwrap() error { return f.Cause }
 
 // byeReason is what this rank's goodbyes say: its failure, if it has one.
 func (g *tcpGroup) byeReason() byeReason {
 	if p := g.failure.Load(); p != nil {
-		var f *peerFailure
+		var f *PeerError
 		if errors.As(*p, &f) {
-			return byeReason{failedRank: f.rank, cause: f.cause.Error()}
+			return byeReason{failedRank: f.Rank, cause: f.Cause.Error()}
 		}
 	}
 	return byeReason{failedRank: -1}
@@ -369,7 +378,7 @@ func (g *tcpGroup) peerFailed(p *tcpPeer, cause error) {
 	} else {
 		p.conn.Close()
 	}
-	g.fail(&peerFailure{rank: p.rank, cause: cause, reporter: -1, self: g.rank})
+	g.fail(&PeerError{Rank: p.rank, Cause: cause, ReportedBy: -1, self: g.rank})
 }
 
 // peerReported handles a goodbye from reporter that says rank r failed: this rank fails too,
@@ -383,18 +392,18 @@ func (g *tcpGroup) peerReported(reporter int, r byeReason) {
 	if r.failedRank != g.rank {
 		g.peers[r.failedRank].failed.Store(true)
 	}
-	g.fail(&peerFailure{rank: r.failedRank, cause: errors.New(r.cause), reporter: reporter, self: g.rank})
+	g.fail(&PeerError{Rank: r.failedRank, Cause: errors.New(r.cause), ReportedBy: reporter, self: g.rank})
 }
 
 // fail makes f this rank's failure: the first one fails every pending and later operation and
 // says goodbye at once, with f as the reason, to every peer that has not left, so they stop
 // too and name the same failed rank. The connections stay up (half-closed) so that no peer
 // blames this rank for the failure; Close closes them.
-func (g *tcpGroup) fail(f *peerFailure) {
+func (g *tcpGroup) fail(f *PeerError) {
 	var err error = f
 	if !g.failure.CompareAndSwap(nil, &err) {
 		// A report of the failure this rank already has is the echo of its own goodbyes.
-		if first, ok := (*g.failure.Load()).(*peerFailure); f.reporter < 0 || !ok || first.rank != f.rank {
+		if first, ok := (*g.failure.Load()).(*PeerError); f.ReportedBy < 0 || !ok || first.Rank != f.Rank {
 			g.logf("comm: rank %d: %v (after an earlier failure)", g.rank, err)
 		}
 		return

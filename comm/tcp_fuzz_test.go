@@ -132,11 +132,11 @@ func FuzzTCPFrame(f *testing.F) {
 		}
 		if f := g.failure.Load(); f != nil {
 			// Whoever the failure names is a rank of the group, and a reported cause is clean.
-			pf, ok := (*f).(*peerFailure)
-			if !ok || pf.rank < 0 || pf.rank > 1 {
+			pf, ok := (*f).(*PeerError)
+			if !ok || pf.Rank < 0 || pf.Rank > 1 {
 				t.Fatalf("failure %v does not name a rank of the group", *f)
 			}
-			if msg := pf.cause.Error(); pf.reporter >= 0 && (!utf8.ValidString(msg) || strings.ContainsFunc(msg, unicode.IsControl)) {
+			if msg := pf.Cause.Error(); pf.ReportedBy >= 0 && (!utf8.ValidString(msg) || strings.ContainsFunc(msg, unicode.IsControl)) {
 				t.Fatalf("reported cause %q", msg)
 			}
 		}

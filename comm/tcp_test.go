@@ -544,6 +544,10 @@ func failureCase(t *testing.T, groups []Group, rank2 func(ctx context.Context, g
 		if !strings.Contains(errs[r].Error(), "peer rank 2 failed") || !strings.Contains(errs[r].Error(), want) {
 			t.Errorf("rank %d: error %q does not name rank 2's failure (%q)", r, errs[r], want)
 		}
+		var pe *PeerError
+		if !errors.As(errs[r], &pe) || pe.Rank != 2 {
+			t.Errorf("rank %d: errors.As(%q, *PeerError) gives %+v, want Rank 2", r, errs[r], pe)
+		}
 		if d := ended[r].Sub(failedAt); d > within {
 			t.Errorf("rank %d: failure noticed after %v, want within %v", r, d, within)
 		}
