@@ -29,6 +29,11 @@
 #           accuracy (not of its communication).
 #   lags    layer-wise TopkA (LAGS): local top-k of every parameter tensor, error feedback per
 #           tensor.
+#   covap   COVAP with the paper's scheduled error feedback (ALGORITHMS.md §6, hooks/covap.go):
+#           DDP's buckets (reverse parameter order, 1 MiB first bucket, then 25 MiB), split into
+#           shards by the median rule, shard i sent at step s iff (i + s) mod I == 0 (--interval),
+#           step 0 dense, acc = g + c(s)·r with c(s) = min(0.5 + floor(s/50)·0.1, 1). Written
+#           plainly from the specification, as an independent check of the Go hook's training.
 # Example (the hooks' convergence check, SparDL at density 0.01):
 #   OPENBLAS_NUM_THREADS=1 /usr/bin/python3 scripts/torch_vgg_cifar.py --data DATA \
 #       --model vgg11 --epochs 3 --workers 4 --batch 16 --hook spardl --density 0.01
@@ -137,6 +142,53 @@ def lags(grads, resid, density, sizes):
     return total
 
 
+class Covap:
+    """COVAP's schedule and scheduled error feedback on the flattened gradient (see header)."""
+
+    def __init__(self, params, interval, first=262144, cap=6553600):
+        sizes = [p.numel() for p in params]
+        offs = np.cumsum([0] + sizes)
+        rev = [np.arange(offs[i], offs[i] + sizes[i]) for i in reversed(range(len(sizes)))]
+        self.rev = torch.from_numpy(np.concatenate(rev))
+        buckets, cur, lim = [], 0, first
+        for sz in reversed(sizes):
+            cur += sz
+            if cur >= lim:
+                buckets.append(cur)
+                cur, lim = 0, cap
+        if cur:
+            buckets.append(cur)
+        srt = sorted(buckets)
+        two_m = 2 * srt[len(srt) // 2] if len(srt) % 2 else srt[len(srt) // 2 - 1] + srt[len(srt) // 2]
+        self.shards = []  # (global shard index, lo, hi) in reverse-order positions
+        g, base = 0, 0
+        for b in buckets:
+            k = max(1, min(max(1, 2 * b // two_m), interval, b))
+            for j in range(k):
+                self.shards.append((g + j, base + j * b // k, base + (j + 1) * b // k))
+            g, base = g + k, base + b
+        self.interval, self.n, self.s = interval, offs[-1], 0
+        print(f"# covap buckets {buckets} shards {[(i, hi - lo) for i, lo, hi in self.shards]}", flush=True)
+
+    def __call__(self, grads, resid):
+        c = min(0.5 + (self.s // 50) * 0.1, 1.0)
+        sent = torch.zeros(self.n, dtype=torch.bool)
+        if self.s == 0:
+            sent[:] = True
+        else:
+            for i, lo, hi in self.shards:
+                if (i + self.s) % self.interval == 0:
+                    sent[self.rev[lo:hi]] = True
+        total = torch.zeros(self.n)
+        for r, g in enumerate(grads):
+            acc = g + c * resid[r]
+            total[sent] += acc[sent]
+            acc[sent] = 0
+            resid[r] = acc
+        self.s += 1
+        return total
+
+
 def spardl_schedule(N):
     """Bag sizes and gaps of Spar-Reduce-Scatter (ALGORITHMS.md §2)."""
     L = (N - 1).bit_length()
@@ -217,7 +269,8 @@ def main():
     ap.add_argument("--json", help="also write per-epoch results to this file")
     ap.add_argument("--bn", default="rank0", choices=["rank0", "shared"],
                     help="BatchNorm running statistics: rank 0's (DDP) or updated by every shard")
-    ap.add_argument("--hook", default="dense", choices=["dense", "topka", "spardl", "lags"])
+    ap.add_argument("--hook", default="dense", choices=["dense", "topka", "spardl", "lags", "covap"])
+    ap.add_argument("--interval", type=int, default=2, help="COVAP's interval I (--hook covap)")
     ap.add_argument("--density", type=float, default=0.01)
     a = ap.parse_args()
 
@@ -245,6 +298,7 @@ def main():
     bn = [mod for mod in m.modules() if isinstance(mod, nn.BatchNorm2d)]
     params = list(m.parameters())
     resid = [torch.zeros(nparams) for _ in range(W)]
+    covap = Covap(params, a.interval) if a.hook == "covap" else None
     history = []
     t0 = time.time()
     for ep in range(1, a.epochs + 1):
@@ -279,6 +333,8 @@ def main():
             if a.hook != "dense":
                 if a.hook == "lags":
                     total = lags(grads, resid, a.density, [p.numel() for p in params]) / W
+                elif a.hook == "covap":
+                    total = covap(grads, resid) / W
                 else:
                     total = (topka if a.hook == "topka" else spardl)(grads, resid, a.density) / W
                 off = 0
