@@ -11,7 +11,14 @@
 //	}
 //
 // SGD matches torch.optim.SGD exactly (momentum, dampening, Nesterov, weight decay
-// added to the gradient before momentum); the tests replay PyTorch goldens.
+// added to the gradient before momentum); the tests replay PyTorch goldens. So do Adam and
+// AdamW (NewAdam, NewAdamW; NewAdamGroups with NoDecayGroups for BERT's recipe, biases and
+// norm weights without decay). Both satisfy Optimizer, which schedules and checkpoints use.
+//
+// Schedules: Constant, StepLR, MultiStep, WarmupStep, Cosine (optional warm-up),
+// LinearWarmupDecay (BERT's), checked against torch.optim.lr_scheduler. Programs build
+// optimizers and schedules from flag strings with ParseOptimizer ("adamw:wd=0.01,no_decay=true")
+// and ParseSchedule ("cosine:warmup=2"); OptimizerHelp and ScheduleHelp list the choices.
 package optim
 
 import (

@@ -63,7 +63,7 @@ type Case struct {
 	BuffersAfter map[string]Array `json:"buffers_after"`
 	Upstream     *Array           `json:"upstream"`
 
-	// SGD cases: per parameter, one row (flattened, shape as in Params) per step.
+	// Optimizer (SGD, Adam) cases: per parameter, one row (flattened, shape as in Params) per step.
 	// GradsPerStep[k][t] is the gradient used at step t; ParamsPerStep[k][t] is
 	// the parameter after step t.
 	GradsPerStep  map[string][][]float32 `json:"grads_per_step"`

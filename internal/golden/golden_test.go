@@ -54,7 +54,12 @@ func TestLoadAll(t *testing.T) {
 				}
 			}
 			switch {
-			case c.Op == "sgd":
+			case c.Op == "lr_schedule": // scripts/gen_optim_goldens.py: rates per unit in config
+				lrs, ok := c.Config["lrs"].([]any)
+				if !ok || len(lrs) == 0 || len(lrs) != c.Int("n") {
+					t.Errorf("%s %s: config lrs has %d rates, n is %v", e.Name(), c.Name, len(lrs), c.Config["n"])
+				}
+			case c.Op == "sgd" || c.Op == "adam":
 				for k := range c.Params {
 					if len(c.GradsPerStep[k]) == 0 || len(c.GradsPerStep[k]) != len(c.ParamsPerStep[k]) {
 						t.Errorf("%s %s: param %q has %d grad steps and %d param steps", e.Name(), c.Name, k, len(c.GradsPerStep[k]), len(c.ParamsPerStep[k]))
