@@ -1,6 +1,7 @@
-// Package datasets owns spargo's image data: reading the CIFAR-10 and
-// CIFAR-100 binary files, finding them on disk or downloading them,
-// turning uint8 pixels into normalised, augmented float32 batches, and
+// Package datasets owns spargo's training data: reading the CIFAR-10 and
+// CIFAR-100 binary files, ImageNet-style folders of JPEGs, the IMDB review
+// folders and text corpora for BERT pre-training; finding them on disk or
+// downloading them; turning them into normalised, augmented batches; and
 // splitting an epoch across the ranks of a data-parallel job.
 //
 // The nouns, one file each:
@@ -18,6 +19,30 @@
 //   - [Loader] (loader.go): batches of X (B×3×32×32 float32, NCHW) and Y,
 //     prepared on a goroutine one batch ahead of the training loop, in
 //     buffers that are reused from batch to batch.
+//   - [ImageFolder], [ImageFolderLoader] (imagefolder.go): torchvision's
+//     ImageFolder layout (root/class/*.jpg|.jpeg|.png, classes sorted),
+//     decoded by parallel workers; [ImageTransform] is RandomResizedCrop +
+//     flip for training, Resize(256) + CenterCrop(224) for evaluation,
+//     with PIL's antialiased bilinear resampling and ImageNet
+//     normalisation. Each image's randomness is seeded by (Seed, epoch,
+//     Rank, position), so batches do not depend on the number of workers.
+//   - [LoadIMDB], [TextLoader] (imdb.go): the aclImdb folders, tokenized by
+//     [TokenizeIMDB], a train-only vocabulary of the 50,000 most frequent
+//     words (id 0 = padding and unknown), reviews as MaxLen int32 ids;
+//     [DownloadIMDB] fetches the official tarball.
+//   - [BasicTokenizer], [WordPieceTokenizer], [Vocab], [TrainWordPiece]
+//     (wordpiece.go): BERT's tokenizer, vocab.txt files, and WordPiece
+//     vocabulary training.
+//   - [ReadDocuments], [MLMDataset], [MLMLoader] (mlm.go): a corpus (one
+//     sentence per line, blank lines between documents) turned into BERT
+//     pre-training batches: [CLS] A [SEP] B [SEP] pairs with next-sentence
+//     labels, built once from Seed as BERT's create_pretraining_data does,
+//     and masked anew each epoch (15 %: 80 % [MASK], 10 % random, 10 %
+//     unchanged; labels [IgnoreLabel] elsewhere).
+//
+// Every loader splits an epoch with [DistributedSampler] (disjoint shards,
+// a reshuffle per epoch, the same batches for the same seed) and has an
+// Epoch(ctx, epoch) method returning an iterator of (batch, error).
 //
 // # Where the data is looked for
 //
