@@ -149,7 +149,20 @@ func augmentStream(rank, epoch int) uint64 {
 // stops), stops the prefetching goroutine before Epoch returns. Running two
 // epochs of one Loader at once yields an error.
 func (l *Loader) Epoch(ctx context.Context, epoch int) iter.Seq2[Batch, error] {
+	return l.EpochFrom(ctx, epoch, 0)
+}
+
+// EpochFrom is Epoch resumed at batch start: it yields batches start, start+1, … of the
+// epoch, identical to the ones Epoch yields at those positions (same images, same
+// augmentation: the generator is advanced past the skipped images' draws without
+// preparing them). A checkpoint taken after step s of an epoch resumes with EpochFrom(ctx,
+// epoch, s). start outside [0, NumBatches()] yields an error.
+func (l *Loader) EpochFrom(ctx context.Context, epoch, start int) iter.Seq2[Batch, error] {
 	return func(yield func(Batch, error) bool) {
+		if start < 0 || start > l.NumBatches() {
+			yield(Batch{}, fmt.Errorf("datasets: Loader.EpochFrom: batch %d outside the epoch's %d batches", start, l.NumBatches()))
+			return
+		}
 		if !l.running.CompareAndSwap(false, true) {
 			yield(Batch{}, errors.New("datasets: Loader.Epoch: another epoch of this loader is running"))
 			return
@@ -162,6 +175,11 @@ func (l *Loader) Epoch(ctx context.Context, epoch int) iter.Seq2[Batch, error] {
 		l.indices = l.sampler.AppendIndices(l.indices[:0], l.scratch, epoch)
 		l.pcg.Seed(l.opt.Seed, augmentStream(l.opt.Rank, epoch))
 		nb := l.NumBatches()
+		if l.opt.Augment {
+			for range min(start*l.opt.Batch, len(l.indices)) {
+				l.augmentDraws()
+			}
+		}
 
 		ctx, cancel := context.WithCancel(ctx)
 		free := make(chan int, prefetchDepth)
@@ -170,13 +188,13 @@ func (l *Loader) Epoch(ctx context.Context, epoch int) iter.Seq2[Batch, error] {
 		for i := range prefetchDepth {
 			free <- i
 		}
-		go l.produce(ctx, nb, free, full, done)
+		go l.produce(ctx, start, nb, free, full, done)
 		defer func() {
 			cancel()
 			<-done // the producer no longer touches the buffers
 		}()
 
-		for range nb {
+		for range nb - start {
 			var buf int
 			select {
 			case buf = <-full:
@@ -194,11 +212,11 @@ func (l *Loader) Epoch(ctx context.Context, epoch int) iter.Seq2[Batch, error] {
 	}
 }
 
-// produce fills batches 0..nb-1 into free buffers and hands them over on
+// produce fills batches start..nb-1 into free buffers and hands them over on
 // full, until done or ctx is cancelled.
-func (l *Loader) produce(ctx context.Context, nb int, free <-chan int, full chan<- int, done chan<- struct{}) {
+func (l *Loader) produce(ctx context.Context, start, nb int, free <-chan int, full chan<- int, done chan<- struct{}) {
 	defer close(done)
-	for b := range nb {
+	for b := start; b < nb; b++ {
 		var buf int
 		select {
 		case buf = <-free:
@@ -227,14 +245,20 @@ func (l *Loader) fill(bt *Batch, idx []int) {
 		dst := bt.X[k*l.imgSize : (k+1)*l.imgSize]
 		src := l.ds.Pixels[i*l.imgSize : (i+1)*l.imgSize]
 		if l.opt.Augment {
-			// Draw order as torchvision: crop top, crop left, then flip.
-			top := l.rng.IntN(2*CropPad + 1)
-			left := l.rng.IntN(2*CropPad + 1)
-			flip := l.rng.Uint64()&1 == 1
+			top, left, flip := l.augmentDraws()
 			l.norm.CropFlip(dst, src, h, w, top, left, flip)
 		} else {
 			l.norm.Normalize(dst, src, h, w)
 		}
 		bt.Y[k] = int(l.ds.Labels[i])
 	}
+}
+
+// augmentDraws draws one image's augmentation: crop top, crop left, then flip, in
+// torchvision's order. EpochFrom calls it for the images it skips.
+func (l *Loader) augmentDraws() (top, left int, flip bool) {
+	top = l.rng.IntN(2*CropPad + 1)
+	left = l.rng.IntN(2*CropPad + 1)
+	flip = l.rng.Uint64()&1 == 1
+	return top, left, flip
 }

@@ -204,3 +204,35 @@ func BenchmarkLoaderAugment(b *testing.B) {
 		}
 	}
 }
+
+// EpochFrom(ctx, e, s) yields exactly Epoch(ctx, e)'s batches from s on, augmentation
+// included (the skipped images' draws are replayed), for every s and a short last batch;
+// a start outside the epoch is an error.
+func TestLoaderEpochFromResumes(t *testing.T) {
+	ds := syntheticImages(45)
+	for _, dropLast := range []bool{true, false} {
+		opt := LoaderOptions{Batch: 4, World: 2, Rank: 1, Seed: 3, Shuffle: true, Augment: true, DropLast: dropLast}
+		ld, _ := NewLoader(ds, opt)
+		all, ally := collect(t, ld, 2)
+		for s := 0; s <= ld.NumBatches(); s++ {
+			var xs [][]float32
+			var ys [][]int
+			for b, err := range ld.EpochFrom(context.Background(), 2, s) {
+				if err != nil {
+					t.Fatal(err)
+				}
+				xs, ys = append(xs, slices.Clone(b.X)), append(ys, slices.Clone(b.Y))
+			}
+			if !slices.EqualFunc(xs, all[s:], slices.Equal) || !slices.EqualFunc(ys, ally[s:], slices.Equal) {
+				t.Fatalf("DropLast %v: EpochFrom(2, %d) differs from Epoch(2)'s batches %d…", dropLast, s, s)
+			}
+		}
+		for _, bad := range []int{-1, ld.NumBatches() + 1} {
+			for _, err := range ld.EpochFrom(context.Background(), 0, bad) {
+				if err == nil || !strings.Contains(err.Error(), "outside the epoch") {
+					t.Fatalf("start %d: %v", bad, err)
+				}
+			}
+		}
+	}
+}

@@ -150,6 +150,14 @@ type ddpTraining struct {
 	setup     func(r int, h ddp.CommHook, tape *nn.Tape) // called once the hook is parsed, before DDP starts
 	step      func(r, s int, dp *ddp.DDP, loss float32)  // called after every optimizer step
 	check     func(dp *ddp.DDP) error                    // called on every rank after the last step
+	// profiles[r], when profile is set: rank r's profile, measured by the first run that finds
+	// it nil and reused by the next (runs that must plan the same buckets)
+	profiles []*ddp.Profile
+	// begin is called on every rank once DDP and the optimizer exist, before the first step
+	// (restore a checkpoint); end after the last step (save one)
+	begin, end func(ctx context.Context, r int, model nn.Module, dp *ddp.DDP, opt *optim.SGD) error
+	lgp        bool // the optimizer is DDP's Corrector (LGP for hooks that defer, osp)
+	firstStep  int  // the first step's number s (for batch): a resumed run continues the numbering
 }
 
 // ddpTrained is what trainDDP leaves: per rank, the parameter hash after every step
@@ -199,7 +207,9 @@ func trainDDP(t testing.TB, spec string, p, steps int, o ddpTraining) ddpTrained
 		if o.bucketCap != [2]int{} {
 			opts = append(opts, ddp.WithBucketCap(o.bucketCap[0], o.bucketCap[1]))
 		}
-		if o.profile {
+		if o.profile && o.profiles != nil && o.profiles[r] != nil {
+			opts = append(opts, ddp.WithProfile(o.profiles[r]))
+		} else if o.profile {
 			po := quickProfile
 			if pp, ok := h.(ddp.ProfiledPlanner); ok {
 				po.Density = pp.ProfileOptions().Density
@@ -209,6 +219,9 @@ func trainDDP(t testing.TB, spec string, p, steps int, o ddpTraining) ddpTrained
 				return err
 			}
 			opts = append(opts, ddp.WithProfile(prof))
+			if o.profiles != nil {
+				o.profiles[r] = prof
+			}
 		}
 		dp, err := ddp.New(ctx, model, groups[r], opts...)
 		if err != nil {
@@ -216,7 +229,15 @@ func trainDDP(t testing.TB, spec string, p, steps int, o ddpTraining) ddpTrained
 		}
 		res.dps[r] = dp
 		opt, _ := optim.NewSGD(dp.Parameters(), o.sgd)
-		for s := range steps {
+		if o.lgp {
+			dp.SetCorrector(opt)
+		}
+		if o.begin != nil {
+			if err := o.begin(ctx, r, model, dp, opt); err != nil {
+				return err
+			}
+		}
+		for s := o.firstStep; s < o.firstStep+steps; s++ {
 			x, y := o.batch(r, s)
 			tape.Reset()
 			opt.ZeroGrad()
@@ -232,6 +253,11 @@ func trainDDP(t testing.TB, spec string, p, steps int, o ddpTraining) ddpTrained
 			res.hashes[r] = append(res.hashes[r], paramHash(dp.Parameters()))
 			if o.step != nil {
 				o.step(r, s, dp, l)
+			}
+		}
+		if o.end != nil {
+			if err := o.end(ctx, r, model, dp, opt); err != nil {
+				return err
 			}
 		}
 		if o.check != nil {

@@ -95,16 +95,24 @@ func Add(a, b *Var) *Var {
 // generator, so runs are reproducible.
 type Dropout struct {
 	P        float64
+	src      *rand.PCG
 	rng      *rand.Rand
 	training bool
 }
 
-var _ TrainingSetter = (*Dropout)(nil)
+var (
+	_ TrainingSetter = (*Dropout)(nil)
+	_ RandOwner      = (*Dropout)(nil)
+)
 
 // NewDropout returns a dropout layer in training mode with its own generator.
 func NewDropout(p float64, rng *rand.Rand) *Dropout {
-	return &Dropout{P: p, rng: rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64())), training: true}
+	src := rand.NewPCG(rng.Uint64(), rng.Uint64())
+	return &Dropout{P: p, src: src, rng: rand.New(src), training: true}
 }
+
+// RandSource returns the generator of the layer's masks (RandOwner), for checkpoints.
+func (d *Dropout) RandSource() *rand.PCG { return d.src }
 
 // SetTraining enables (true) or disables dropout.
 func (d *Dropout) SetTraining(training bool) { d.training = training }

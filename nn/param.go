@@ -2,6 +2,7 @@ package nn
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"strings"
 )
 
@@ -62,6 +63,28 @@ type Child struct {
 // TrainingSetter is implemented by layers whose behaviour differs between training and
 // evaluation (BatchNorm, Dropout).
 type TrainingSetter interface{ SetTraining(training bool) }
+
+// RandOwner is implemented by layers that draw random numbers while training (Dropout):
+// RandSource returns the layer's own generator, whose state (MarshalBinary /
+// UnmarshalBinary) checkpoints save and restore under the layer's dotted path, so that a
+// resumed run draws the same masks as an uninterrupted one.
+type RandOwner interface{ RandSource() *rand.PCG }
+
+// RandSources returns the generators of m's RandOwner layers by dotted path (a layer
+// reachable twice once, under its first path).
+func RandSources(m Module) map[string]*rand.PCG {
+	srcs := map[string]*rand.PCG{}
+	seen := map[*rand.PCG]bool{}
+	Walk(m, func(path string, mod Module) {
+		if o, ok := mod.(RandOwner); ok {
+			if s := o.RandSource(); s != nil && !seen[s] {
+				seen[s] = true
+				srcs[path] = s
+			}
+		}
+	})
+	return srcs
+}
 
 // Walk visits m and its sub-modules depth-first in declaration order with their dotted
 // path ("" for the root).

@@ -8,6 +8,12 @@
 //	    -batch 32 -epochs 3 -lr 0.01 -momentum 0.9 -wd 5e-4
 //	go run ./examples/vgg -hook allreduce:algorithm=ring -metrics run.jsonl
 //	go build -o vgg ./examples/vgg && spargo launch -n 4 -- ./vgg -epochs 3   # 4 processes
+//	go run ./examples/vgg -checkpoint ck -checkpoint-every 100   # save at every epoch end and every 100 steps
+//	go run ./examples/vgg -checkpoint ck -resume -epochs 5       # continue exactly where ck/latest stopped
+//
+// -resume needs the flags of the saved run (model, hook, workers, batch, steps, lr, momentum,
+// wd, seed, warmup, bucket-mb, dist-bn; -epochs may grow) and appends to -metrics. With -hook
+// omgs, give -profile FILE so that the resumed run plans the same buckets.
 //
 // -batch is per worker (global batch = workers × batch). CIFAR-10 is looked for in
 // -data, $SPARGO_DATA, ../shared/data/cifar10/approx and the user cache directory, and
@@ -29,14 +35,15 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/schollz/progressbar/v3"
-
+	"github.com/spargo-dl/spargo/checkpoint"
 	"github.com/spargo-dl/spargo/comm"
 	"github.com/spargo-dl/spargo/datasets"
 	"github.com/spargo-dl/spargo/ddp"
@@ -68,6 +75,15 @@ type config struct {
 	Profile      string  `json:"profile,omitempty"`
 	Metrics      string  `json:"-"`
 	Progress     bool    `json:"-"`
+	// Checkpoint is the checkpoint directory; CheckpointEvery saves every N steps besides
+	// each epoch's end; Keep keeps the newest Keep; Resume continues from the latest.
+	Checkpoint      string `json:"checkpoint,omitempty"`
+	CheckpointEvery int    `json:"checkpoint_every,omitempty"`
+	Keep            int    `json:"keep,omitempty"`
+	Resume          bool   `json:"resume,omitempty"`
+
+	// newModel, when set (tests), builds the model instead of models.NewVGG(Model).
+	newModel func(rng *rand.Rand) (nn.Module, error)
 }
 
 func main() {
@@ -89,6 +105,10 @@ func main() {
 	flag.Float64Var(&c.BucketMB, "bucket-mb", 0, "DDP bucket cap in MiB, like PyTorch's bucket_cap_mb (0: ddp's defaults, a small first bucket then 25 MiB; hooks that plan their own buckets, such as spardl's default buckets=model, ignore it)")
 	flag.StringVar(&c.Metrics, "metrics", "", "write one JSON line per epoch (and a summary) to this file")
 	flag.StringVar(&c.Profile, "profile", "", "for hooks that plan from measured costs (omgs): reuse the profile saved in this file when it fits the model and -workers, else measure it and save it here")
+	flag.StringVar(&c.Checkpoint, "checkpoint", "", "save checkpoints into this directory at the end of every epoch (and every -checkpoint-every steps); the newest is named by DIR/latest")
+	flag.IntVar(&c.CheckpointEvery, "checkpoint-every", 0, "also save a checkpoint every N steps (0: only at epoch ends)")
+	flag.IntVar(&c.Keep, "keep", 3, "keep the newest N checkpoints (0: all)")
+	flag.BoolVar(&c.Resume, "resume", false, "continue from the latest checkpoint in -checkpoint DIR, exactly where it stopped (the same flags are required; -epochs may grow)")
 	flag.BoolVar(&c.Progress, "progress", true, "show a progress bar per epoch (launched: on rank 0, when its stderr is a terminal)")
 	logLevel := flag.String("log-level", "info", "log level of the hooks' messages on stderr: debug|info|warn|error (debug: one line per bucket and call, e.g. SparDL's d, Ok-Topk's thresholds and counts)")
 	logFormat := flag.String("log-format", "text", "text|json")
@@ -103,7 +123,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "vgg:", err)
 		os.Exit(2)
 	}
-	name, train := "vgg", run
+	name, trainFn := "vgg", run
 	if env.WorldSize > 1 {
 		// One rank per process.
 		name = fmt.Sprintf("vgg: rank %d", env.Rank)
@@ -113,13 +133,13 @@ func main() {
 			fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
 			os.Exit(2)
 		}
-		train = func(ctx context.Context, c config, stdout, stderr io.Writer) (*summary, error) {
+		trainFn = func(ctx context.Context, c config, stdout, stderr io.Writer) (*summary, error) {
 			return runProcess(ctx, c, env, stdout, stderr)
 		}
 	}
 	ctx, stop := dist.NotifyContext(context.Background(), name, nil)
 	defer stop()
-	if _, err := train(ctx, c, os.Stdout, os.Stderr); err != nil {
+	if _, err := trainFn(ctx, c, os.Stdout, os.Stderr); err != nil {
 		var sig *dist.SignalError
 		if errors.As(context.Cause(ctx), &sig) {
 			fmt.Fprintf(os.Stderr, "%s: stopped: %v\n", name, sig)
@@ -270,6 +290,12 @@ func (c *config) check() error {
 	if c.DistBN != "broadcast" && c.DistBN != "reduce" {
 		return fmt.Errorf("-dist-bn %q: want broadcast or reduce", c.DistBN)
 	}
+	if c.CheckpointEvery < 0 || c.Keep < 0 {
+		return fmt.Errorf("-checkpoint-every %d, -keep %d: want 0 or more", c.CheckpointEvery, c.Keep)
+	}
+	if (c.Resume || c.CheckpointEvery > 0) && c.Checkpoint == "" {
+		return fmt.Errorf("-resume and -checkpoint-every need -checkpoint DIR")
+	}
 	if c.BucketMB < 0 {
 		return fmt.Errorf("-bucket-mb %g: want a positive size in MiB, or 0 for the defaults", c.BucketMB)
 	}
@@ -294,18 +320,18 @@ func loadData(dir string, stdout io.Writer) (train, test *datasets.Images, err e
 // in-process, one per process when launched), each on its own goroutine. The process that has
 // rank 0 prints the results and writes -metrics; its summary is complete, the others' have no
 // epochs.
-func trainRanks(ctx context.Context, c config, groups []comm.Group, train, test *datasets.Images, stdout, stderr io.Writer, launcher dist.Source) (*summary, error) {
+func trainRanks(ctx context.Context, c config, groups []comm.Group, trainSet, test *datasets.Images, stdout, stderr io.Writer, launcher dist.Source) (*summary, error) {
 	hasRank0 := groups[0].Rank() == 0
 	var metrics *json.Encoder
 	if c.Metrics != "" && hasRank0 {
-		f, err := os.Create(c.Metrics)
+		f, err := train.OpenMetrics(c.Metrics, c.Resume) // appended to on -resume
 		if err != nil {
-			return nil, fmt.Errorf("-metrics: %w", err)
+			return nil, err
 		}
 		defer f.Close()
 		metrics = json.NewEncoder(f)
 	}
-	sum := &summary{Config: c, Dataset: train.Summary, Kernels: kernels.Impl(), Summary: true, Launcher: launcher}
+	sum := &summary{Config: c, Dataset: trainSet.Summary, Kernels: kernels.Impl(), Summary: true, Launcher: launcher}
 	start := time.Now()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -315,7 +341,7 @@ func trainRanks(ctx context.Context, c config, groups []comm.Group, train, test 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			w := &worker{cfg: c, group: g, train: train, test: test, stdout: stdout, stderr: stderr, metrics: metrics, sum: sum, start: start}
+			w := &worker{cfg: c, group: g, train: trainSet, test: test, stdout: stdout, stderr: stderr, metrics: metrics, sum: sum, start: start}
 			if errs[i] = w.run(ctx); errs[i] != nil {
 				cancel() // unblock the other ranks
 			}
@@ -329,6 +355,10 @@ func trainRanks(ctx context.Context, c config, groups []comm.Group, train, test 
 		return sum, nil
 	}
 	sum.TotalSec = time.Since(start).Seconds()
+	if len(sum.Epochs) == 0 { // resumed after the last epoch
+		fmt.Fprintf(stdout, "done: nothing left to train: the checkpoint in %s is at the end of epoch %d\n", c.Checkpoint, c.Epochs)
+		return sum, nil
+	}
 	last := sum.Epochs[len(sum.Epochs)-1]
 	sum.FinalAcc = last.TestAcc
 	fmt.Fprintf(stdout, "done: %s %s, %d workers × batch %d, %d epochs: test acc %.2f%%, train loss %.4f, %.1f img/s, %.0fs total\n",
@@ -356,7 +386,13 @@ func (w *worker) run(ctx context.Context) error {
 	c, g := w.cfg, w.group
 	rank, world := g.Rank(), g.Size()
 	traffic := g.Counters().Snapshot() // the summary counts training's traffic, not the set-up's
-	model, err := models.NewVGG(c.Model, models.CIFAR10, nn.NewRand(c.Seed))
+	var model nn.Module
+	var err error
+	if c.newModel != nil {
+		model, err = c.newModel(nn.NewRand(c.Seed))
+	} else {
+		model, err = models.NewVGG(c.Model, models.CIFAR10, nn.NewRand(c.Seed))
+	}
 	if err != nil {
 		return err
 	}
@@ -410,88 +446,62 @@ func (w *worker) run(ctx context.Context) error {
 		steps = c.Steps
 	}
 	tape := nn.NewTape()
-	stat := make([]float32, 3) // loss sum, correct, samples — all-reduced for the bar
-	for epoch := 0; epoch < c.Epochs; epoch++ {
-		var bar *progressbar.ProgressBar
-		if rank == 0 && c.Progress {
-			bar = progressbar.NewOptions(steps, progressbar.OptionSetWriter(w.stderr),
-				progressbar.OptionSetDescription(fmt.Sprintf("epoch %d/%d", epoch+1, c.Epochs)),
-				progressbar.OptionShowCount(), progressbar.OptionSetWidth(24), progressbar.OptionThrottle(250*time.Millisecond),
-				progressbar.OptionClearOnFinish())
-		}
-		nn.SetTraining(model, true)
-		tape.SetGradEnabled(true)
-		var lossSum, correct, seen float64
-		epochStart := time.Now()
-		step := 0
-		for b, err := range loader.Epoch(ctx, epoch) {
-			if err != nil {
-				return err
-			}
-			if step == steps {
-				break
-			}
-			lr := sched.LR(epoch, step, steps)
-			opt.SetLR(lr)
+	loop := &train.Loop[datasets.Batch]{
+		Group: g, DDP: dp, Model: model, Optimizer: opt, Schedule: sched, Epochs: c.Epochs, StepsPerEpoch: steps,
+		AverageBuffers: c.DistBN == "reduce",
+		Batches:        loader.EpochFrom,
+		Step: func(ctx context.Context, b datasets.Batch) (train.StepResult, error) {
 			x, _ := nn.FromSlice(b.X, b.N, 3, 32, 32)
 			tape.Reset()
-			opt.ZeroGrad()
+			tape.SetGradEnabled(true)
 			logits := dp.Forward(tape.Const(x))
 			loss := nn.CrossEntropy(logits, b.Y)
 			if err := dp.Backward(ctx, loss); err != nil {
-				return fmt.Errorf("rank %d, epoch %d, step %d: %w", rank, epoch+1, step+1, err)
+				return train.StepResult{}, err
 			}
-			if step == steps-1 { // the epoch's last step applies every late result (osp)
-				if err := dp.Flush(ctx); err != nil {
-					return fmt.Errorf("rank %d, epoch %d: %w", rank, epoch+1, err)
-				}
-			}
-			opt.Step()
-			lossSum += float64(loss.Item()) * float64(b.N)
-			correct += float64(nn.Accuracy(logits.Value, b.Y))
-			seen += float64(b.N)
-			step++
-			if bar != nil {
-				ips := seen * float64(world) / time.Since(epochStart).Seconds()
-				bar.Describe(fmt.Sprintf("epoch %d/%d loss %.3f acc %.1f%% %.0f img/s", epoch+1, c.Epochs, lossSum/seen, 100*correct/seen, ips))
-				_ = bar.Add(1)
-			}
-		}
-		trainSec := time.Since(epochStart).Seconds()
-		if bar != nil {
-			_ = bar.Finish()
-		}
-		// Training statistics over all ranks.
-		stat[0], stat[1], stat[2] = float32(lossSum), float32(correct), float32(seen)
-		if err := comm.AllReduce(ctx, g, 100, stat, comm.Auto); err != nil {
-			return err
-		}
-		trainLoss, trainAcc, total := float64(stat[0])/float64(stat[2]), float64(stat[1])/float64(stat[2]), float64(stat[2])
-		if _, err := dp.EndEpoch(ctx); err != nil { // epoch-adaptive hooks (osp's budget)
-			return err
-		}
-		if c.DistBN == "reduce" {
-			if err := dp.AverageBuffers(ctx); err != nil {
+			return train.StepResult{Loss: float64(loss.Item()), Correct: float64(nn.Accuracy(logits.Value, b.Y)), N: b.N}, nil
+		},
+		EndEpoch: func(ctx context.Context, es train.EpochStats) error {
+			testLoss, testAcc, err := train.Evaluate(ctx, g, dp, model, tape, evalLoader, c.EvalLimit, 3, 32, 32)
+			if err != nil {
 				return err
 			}
-		}
-		testLoss, testAcc, err := train.Evaluate(ctx, w.group, dp, model, tape, evalLoader, w.cfg.EvalLimit, 3, 32, 32)
-		if err != nil {
-			return err
-		}
-		if rank == 0 {
-			res := epochResult{Epoch: epoch + 1, Steps: step, TrainLoss: trainLoss, TrainAcc: trainAcc, TestLoss: testLoss, TestAcc: testAcc,
-				ImgPerSec: total / trainSec, TrainSec: trainSec, TotalSec: time.Since(w.start).Seconds(), LR: opt.LR()}
+			if rank != 0 {
+				return nil
+			}
+			res := epochResult{Epoch: es.Epoch, Steps: es.Steps, TrainLoss: es.Loss, TrainAcc: es.Acc, TestLoss: testLoss, TestAcc: testAcc,
+				ImgPerSec: es.Samples / es.TrainSec, TrainSec: es.TrainSec, TotalSec: time.Since(w.start).Seconds(), LR: opt.LR()}
 			w.sum.Epochs = append(w.sum.Epochs, res)
 			w.sum.CommStats = g.Counters().Snapshot().Sub(traffic)
 			fmt.Fprintf(w.stdout, "epoch %d train_loss %.4f train_acc %.4f test_loss %.4f test_acc %.4f img_s %.1f train_s %.1f total_s %.1f\n",
 				res.Epoch, res.TrainLoss, res.TrainAcc, res.TestLoss, res.TestAcc, res.ImgPerSec, res.TrainSec, res.TotalSec)
 			if w.metrics != nil {
-				if err := w.metrics.Encode(res); err != nil {
-					return err
-				}
+				return w.metrics.Encode(res)
+			}
+			return nil
+		},
+	}
+	if rank == 0 && c.Progress {
+		loop.Progress = w.stderr
+	}
+	if c.Checkpoint != "" {
+		loop.Checkpoints = &train.Checkpointer{Dir: c.Checkpoint, Every: c.CheckpointEvery, Keep: c.Keep, Resume: c.Resume, Meta: c.checkpointMeta(world)}
+		if rank == 0 {
+			loop.Checkpoints.Saved = func(path string, pos checkpoint.Position) {
+				fmt.Fprintf(w.stdout, "checkpoint %s (epoch %d, step %d, iteration %d)\n", path, pos.Epoch+1, pos.Step, pos.Iteration)
 			}
 		}
 	}
-	return nil
+	return loop.Run(ctx)
+}
+
+// checkpointMeta describes the run for checkpoints: resuming requires the same model, hook,
+// world size and the flags that change the trajectory (-epochs may grow; -data, -eval-limit,
+// -metrics and -progress may change).
+func (c config) checkpointMeta(world int) checkpoint.Meta {
+	f := func(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
+	return checkpoint.Meta{Model: c.Model, Hook: c.Hook, World: world, Config: map[string]string{
+		"batch": strconv.Itoa(c.Batch), "steps": strconv.Itoa(c.Steps), "lr": f(c.LR), "momentum": f(c.Momentum), "wd": f(c.WD),
+		"seed": strconv.FormatUint(c.Seed, 10), "warmup": strconv.Itoa(c.WarmupEpochs), "bucket_mb": f(c.BucketMB), "dist_bn": c.DistBN,
+	}}
 }

@@ -1,0 +1,275 @@
+package train
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"iter"
+	"os"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+
+	"github.com/spargo-dl/spargo/checkpoint"
+	"github.com/spargo-dl/spargo/comm"
+	"github.com/spargo-dl/spargo/ddp"
+	"github.com/spargo-dl/spargo/nn"
+	"github.com/spargo-dl/spargo/optim"
+)
+
+// Optimizer is what the loop needs of an optimizer: optim.SGD has it, and so will Adam.
+// State/LoadState are checkpoint.Optimizer's.
+type Optimizer interface {
+	SetLR(lr float64)
+	LR() float64
+	ZeroGrad()
+	Step()
+	checkpoint.Optimizer
+}
+
+// StepResult is what one training step reports for the epoch's statistics.
+type StepResult struct {
+	Loss    float64 // the batch's mean loss
+	Correct float64 // correctly classified samples (0 where it does not apply)
+	N       int     // samples in the batch
+}
+
+// EpochStats are an epoch's training statistics over all ranks.
+type EpochStats struct {
+	Epoch     int // from 1
+	Steps     int
+	Loss, Acc float64 // sample-weighted means over all ranks
+	Samples   float64 // over all ranks
+	TrainSec  float64 // this process's training time in the epoch (since the resume, for a resumed epoch)
+}
+
+// Loop is the epoch loop of a data-parallel training program, shared by the examples: per
+// step it sets the learning rate, zeroes the gradients, runs Step (forward and DDP backward
+// on one batch), flushes late results on the epoch's last step, steps the optimizer and
+// updates the statistics; per epoch it all-reduces them, tells DDP (EndEpoch, and the
+// BatchNorm statistics under AverageBuffers), calls EndEpoch (evaluation, metrics) and saves
+// a checkpoint. With a Checkpointer it also saves every Every steps and resumes from the
+// latest checkpoint, mid-epoch included (Batches gets the step to start from).
+//
+// B is the program's batch type.
+type Loop[B any] struct {
+	Group     comm.Group
+	DDP       *ddp.DDP
+	Model     nn.Module
+	Optimizer Optimizer
+	Schedule  optim.Schedule // nil: the optimizer's learning rate stays
+	Epochs    int
+	// StepsPerEpoch is how many steps an epoch runs (Batches must yield at least that many).
+	StepsPerEpoch int
+	// Batches yields the epoch's batches from batch start on (datasets.Loader.EpochFrom).
+	Batches func(ctx context.Context, epoch, start int) iter.Seq2[B, error]
+	// Step trains on one batch: forward through DDP and DDP.Backward (not the optimizer step).
+	Step func(ctx context.Context, b B) (StepResult, error)
+	// EndEpoch runs after each epoch's statistics are known (evaluation, printing, metrics);
+	// optional.
+	EndEpoch func(ctx context.Context, st EpochStats) error
+	// AverageBuffers averages the BatchNorm statistics over the ranks before EndEpoch
+	// (-dist-bn reduce).
+	AverageBuffers bool
+	// Checkpoints, when set, saves and resumes.
+	Checkpoints *Checkpointer
+	// Progress, when set (rank 0), shows a progress bar per epoch.
+	Progress io.Writer
+}
+
+// Checkpointer is a Loop's checkpoint policy (the -checkpoint, -checkpoint-every, -resume
+// flags).
+type Checkpointer struct {
+	// Dir holds the checkpoints; empty disables saving and resuming.
+	Dir string
+	// Every saves after every Every steps too (0: only at the end of each epoch).
+	Every int
+	// Keep is how many checkpoints to keep (0: all).
+	Keep int
+	// Resume continues from Dir's latest checkpoint; it is an error if there is none.
+	Resume bool
+	// Meta describes the run; resuming requires the same Model, Hook, World and Config.
+	Meta checkpoint.Meta
+	// RNG are the training loop's own generators (the layers' are saved with the model).
+	RNG map[string]checkpoint.RandState
+	// Saved, when set, is called on every rank after each save with the checkpoint's path.
+	Saved func(path string, pos checkpoint.Position)
+}
+
+// Totals keys of checkpoint.Position.
+const (
+	totalLoss    = "loss"
+	totalCorrect = "correct"
+	totalSeen    = "seen"
+)
+
+// tagEpochStats is the all-reduce tag of the epoch's statistics (the examples' tag 100).
+const tagEpochStats = 100
+
+func (l *Loop[B]) state() checkpoint.State {
+	st := checkpoint.State{Model: l.Model, DDP: l.DDP, Optimizer: l.Optimizer}
+	if l.Checkpoints != nil {
+		st.RNG = l.Checkpoints.RNG
+	}
+	return st
+}
+
+// Resume loads the latest checkpoint when the Checkpointer asks for it and returns the
+// position to start from (the zero Position otherwise). Run calls it.
+func (l *Loop[B]) Resume() (checkpoint.Position, error) {
+	ck := l.Checkpoints
+	if ck == nil || !ck.Resume {
+		return checkpoint.Position{}, nil
+	}
+	if ck.Dir == "" {
+		return checkpoint.Position{}, errors.New("-resume needs -checkpoint DIR")
+	}
+	path, err := checkpoint.Latest(ck.Dir)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return checkpoint.Position{}, fmt.Errorf("-resume: %w", err)
+		}
+		return checkpoint.Position{}, err
+	}
+	pos, err := checkpoint.Load(path, l.state(), ck.Meta)
+	if err != nil {
+		return checkpoint.Position{}, fmt.Errorf("-resume: %w", err)
+	}
+	if pos.Step >= l.StepsPerEpoch && pos.Step > 0 {
+		return checkpoint.Position{}, fmt.Errorf("-resume: %s stopped at step %d of epoch %d, which has %d steps in this run", path, pos.Step, pos.Epoch+1, l.StepsPerEpoch)
+	}
+	return pos, nil
+}
+
+func (l *Loop[B]) save(ctx context.Context, pos checkpoint.Position) error {
+	ck := l.Checkpoints
+	path, err := checkpoint.Saver{Dir: ck.Dir, Keep: ck.Keep}.Save(ctx, l.state(), ck.Meta, pos)
+	if err != nil {
+		return err
+	}
+	if ck.Saved != nil {
+		ck.Saved(path, pos)
+	}
+	return nil
+}
+
+// Run trains (from the resumed position, if any) until Epochs are done.
+func (l *Loop[B]) Run(ctx context.Context) error {
+	pos, err := l.Resume()
+	if err != nil {
+		return err
+	}
+	rank, world := l.Group.Rank(), l.Group.Size()
+	saving := l.Checkpoints != nil && l.Checkpoints.Dir != ""
+	steps := l.StepsPerEpoch
+	iteration := pos.Iteration
+	samples := pos.Samples
+	stat := make([]float32, 3)
+	for epoch := pos.Epoch; epoch < l.Epochs; epoch++ {
+		start := 0
+		var lossSum, correct, seen float64
+		if epoch == pos.Epoch {
+			start = pos.Step
+			lossSum, correct, seen = pos.Totals[totalLoss], pos.Totals[totalCorrect], pos.Totals[totalSeen]
+		}
+		var bar *progressbar.ProgressBar
+		if l.Progress != nil {
+			bar = progressbar.NewOptions(steps, progressbar.OptionSetWriter(l.Progress),
+				progressbar.OptionSetDescription(fmt.Sprintf("epoch %d/%d", epoch+1, l.Epochs)),
+				progressbar.OptionShowCount(), progressbar.OptionSetWidth(24), progressbar.OptionThrottle(250*time.Millisecond),
+				progressbar.OptionClearOnFinish())
+			_ = bar.Set(start)
+		}
+		nn.SetTraining(l.Model, true)
+		epochStart := time.Now()
+		step := start
+		for b, err := range l.Batches(ctx, epoch, start) {
+			if err != nil {
+				return err
+			}
+			if step == steps {
+				break
+			}
+			if l.Schedule != nil {
+				l.Optimizer.SetLR(l.Schedule.LR(epoch, step, steps))
+			}
+			l.Optimizer.ZeroGrad()
+			res, err := l.Step(ctx, b)
+			if err != nil {
+				return fmt.Errorf("rank %d, epoch %d, step %d: %w", rank, epoch+1, step+1, err)
+			}
+			if step == steps-1 { // the epoch's last step applies every late result (osp)
+				if err := l.DDP.Flush(ctx); err != nil {
+					return fmt.Errorf("rank %d, epoch %d: %w", rank, epoch+1, err)
+				}
+			}
+			l.Optimizer.Step()
+			lossSum += res.Loss * float64(res.N)
+			correct += res.Correct
+			seen += float64(res.N)
+			samples += int64(res.N * world)
+			step++
+			iteration++
+			if bar != nil {
+				ips := (seen - float64(start)) * float64(world) / time.Since(epochStart).Seconds()
+				bar.Describe(fmt.Sprintf("epoch %d/%d loss %.3f acc %.1f%% %.0f img/s", epoch+1, l.Epochs, lossSum/seen, 100*correct/seen, ips))
+				_ = bar.Add(1)
+			}
+			if saving && l.Checkpoints.Every > 0 && iteration%int64(l.Checkpoints.Every) == 0 && step < steps {
+				p := checkpoint.Position{Epoch: epoch, Step: step, Samples: samples, Iteration: iteration,
+					Totals: map[string]float64{totalLoss: lossSum, totalCorrect: correct, totalSeen: seen}}
+				if err := l.save(ctx, p); err != nil {
+					return fmt.Errorf("rank %d, epoch %d, step %d: %w", rank, epoch+1, step, err)
+				}
+			}
+		}
+		if step < steps {
+			return fmt.Errorf("epoch %d ended after %d of %d steps: the data has fewer batches", epoch+1, step, steps)
+		}
+		trainSec := time.Since(epochStart).Seconds()
+		if bar != nil {
+			_ = bar.Finish()
+		}
+		stat[0], stat[1], stat[2] = float32(lossSum), float32(correct), float32(seen)
+		if err := comm.AllReduce(ctx, l.Group, tagEpochStats, stat, comm.Auto); err != nil {
+			return err
+		}
+		es := EpochStats{Epoch: epoch + 1, Steps: steps, Loss: float64(stat[0]) / float64(stat[2]), Acc: float64(stat[1]) / float64(stat[2]),
+			Samples: float64(stat[2]), TrainSec: trainSec}
+		if _, err := l.DDP.EndEpoch(ctx); err != nil { // epoch-adaptive hooks (osp's budget)
+			return err
+		}
+		if l.AverageBuffers {
+			if err := l.DDP.AverageBuffers(ctx); err != nil {
+				return err
+			}
+		}
+		if l.EndEpoch != nil {
+			if err := l.EndEpoch(ctx, es); err != nil {
+				return err
+			}
+		}
+		if saving {
+			if err := l.save(ctx, checkpoint.Position{Epoch: epoch + 1, Samples: samples, Iteration: iteration}); err != nil {
+				return fmt.Errorf("rank %d, end of epoch %d: %w", rank, epoch+1, err)
+			}
+		}
+	}
+	return nil
+}
+
+// OpenMetrics opens a -metrics JSON-lines file: truncated for a new run, appended to when
+// resuming, so that a resumed run's file holds every epoch once.
+func OpenMetrics(path string, resume bool) (*os.File, error) {
+	flags := os.O_WRONLY | os.O_CREATE | os.O_TRUNC
+	if resume {
+		flags = os.O_WRONLY | os.O_CREATE | os.O_APPEND
+	}
+	f, err := os.OpenFile(path, flags, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("-metrics: %w", err)
+	}
+	return f, nil
+}
