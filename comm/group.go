@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 )
 
 // ErrClosed is returned (wrapped) by every operation on a Group after Close, by receives that
@@ -44,6 +45,9 @@ type Request struct {
 	done chan struct{}
 	n    int
 	err  error
+
+	onWait   func()    // set by Observe before the request is handed out; may be nil
+	waitOnce sync.Once // runs onWait once
 }
 
 func newRequest() *Request { return &Request{done: make(chan struct{})} }
@@ -74,7 +78,19 @@ func GoRequest(fn func() (int, error)) *Request {
 // A receive's context is honoured by the transport, so Wait never outlives it.
 func (r *Request) Wait() (int, error) {
 	<-r.done
+	if r.onWait != nil {
+		r.waitOnce.Do(r.onWait)
+	}
 	return r.n, r.err
+}
+
+// Observe arranges for fn to run once, on the goroutine of the first Wait, after the operation
+// has completed and before that Wait returns, and returns r. A simulated transport (comm/simnet)
+// uses it to move a rank's virtual clock at the moment the rank learns a result, which is a
+// point of the rank's own program order. Call it before handing r out; Done does not run fn.
+func (r *Request) Observe(fn func()) *Request {
+	r.onWait = fn
+	return r
 }
 
 // Done is closed when the operation has completed; Wait then returns without blocking.

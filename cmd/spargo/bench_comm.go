@@ -38,6 +38,9 @@ type commResult struct {
 	Rounds        int64   `json:"rounds"`
 	BytesReceived int64   `json:"bytes_received"`
 	WordsReceived int64   `json:"words_received"`
+	Transport     string  `json:"transport"`
+	Formula       string  `json:"formula"`       // ALGORITHMS.md / SparDL Table I volume
+	FormulaWords  float64 `json:"formula_words"` // its value: words received per worker
 }
 
 // defaultCommHooks are measured when no -hook is given (gtopk only for power-of-two P).
@@ -83,8 +86,9 @@ func runBenchComm(args []string, stdout io.Writer) error {
 	density := fs.Float64("density", 0.01, "density for hooks that take one and whose spec does not set it")
 	seed := fs.Uint64("seed", 0, "seed of the synthetic gradients")
 	asJSON := fs.Bool("json", false, "print one JSON object per hook instead of a table")
+	transport := fs.String("transport", "local", "local: in-process channels; tcp: TCP on loopback (comm.NewTCPLoopback, all workers in this process)")
 	fs.Usage = func() {
-		fmt.Fprintln(stdout, "usage: spargo bench comm [-hook SPEC]... [-workers P] [-n N] [-iters K] [-density D] [-seed S] [-json]")
+		fmt.Fprintln(stdout, "usage: spargo bench comm [-hook SPEC]... [-workers P] [-n N] [-iters K] [-density D] [-seed S] [-transport local|tcp] [-json]")
 		fmt.Fprintln(stdout, "\nRuns each hook on P in-process workers, each with its own synthetic heavy-tailed gradient of n\nelements (a shared component plus per-worker noise, seeded), as one bucket. Prints the median\nwall time per call (all workers) and, for the last timed call, the maxima over workers of the\nrounds, bytes received and words (4 bytes) received.")
 		fs.PrintDefaults()
 	}
@@ -110,6 +114,8 @@ func runBenchComm(args []string, stdout io.Writer) error {
 		return fmt.Errorf("bench comm: -warmup %d: want 0 or more", *warmup)
 	case !(*density > 0 && *density <= 1):
 		return fmt.Errorf("bench comm: -density %v: want a number in (0, 1]", *density)
+	case *transport != "local" && *transport != "tcp":
+		return fmt.Errorf("bench comm: -transport %q: want local or tcp", *transport)
 	}
 	if len(specs) == 0 {
 		for _, h := range defaultCommHooks {
@@ -133,9 +139,9 @@ func runBenchComm(args []string, stdout io.Writer) error {
 
 	grads := syntheticGradients(*seed, *workers, n)
 	if !*asJSON {
-		fmt.Fprintf(stdout, "P=%d in-process workers, n=%d, heavy-tailed gradients (seed %d), %d warm-up + %d timed calls per hook\n",
-			*workers, n, *seed, *warmup, *iters)
-		fmt.Fprintf(stdout, "%-36s %8s %10s %7s %15s %15s\n", "hook", "density", "time_ms", "rounds", "bytes_received", "words_received")
+		fmt.Fprintf(stdout, "P=%d in-process workers (transport %s), n=%d, heavy-tailed gradients (seed %d), %d warm-up + %d timed calls per hook\n",
+			*workers, *transport, n, *seed, *warmup, *iters)
+		fmt.Fprintf(stdout, "%-36s %8s %10s %7s %15s %15s  %s\n", "hook", "density", "time_ms", "rounds", "bytes_received", "words_received", "formula (words)")
 	}
 	buckets := make([]*benchBucket, *workers) // shared by the hooks: one allocation, warm pages
 	for r := range buckets {
@@ -143,18 +149,34 @@ func runBenchComm(args []string, stdout io.Writer) error {
 	}
 	for i, spec := range full {
 		runtime.GC() // the previous hook's residuals are garbage: do not bill their collection here
-		res, err := benchHook(spec, grads, buckets, *warmup, *iters)
+		var groups []comm.Group
+		if *transport == "tcp" {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			groups, err = comm.NewTCPLoopback(ctx, *workers, nil)
+			cancel()
+		} else {
+			groups, err = comm.NewLocal(*workers)
+		}
+		if err != nil {
+			return fmt.Errorf("bench comm: -transport %s: %w", *transport, err)
+		}
+		res, err := benchHookOn(groups, spec, grads, buckets, *warmup, *iters)
+		for _, g := range groups {
+			g.Close()
+		}
 		if err != nil {
 			return fmt.Errorf("bench comm: %s: %w", spec, err)
 		}
-		res.Density = dens[i]
+		res.Density, res.Transport = dens[i], *transport
+		h, _ := hooks.Parse(spec)
+		res.Formula, res.FormulaWords = costFormula(h, n, *workers, dens[i])
 		if *asJSON {
 			if err := json.NewEncoder(stdout).Encode(res); err != nil {
 				return err
 			}
 			continue
 		}
-		fmt.Fprintf(stdout, "%-36s %8g %10.2f %7d %15d %15d\n", res.Hook, res.Density, res.TimeMS, res.Rounds, res.BytesReceived, res.WordsReceived)
+		fmt.Fprintf(stdout, "%-36s %8g %10.2f %7d %15d %15d  %s = %.0f\n", res.Hook, res.Density, res.TimeMS, res.Rounds, res.BytesReceived, res.WordsReceived, res.Formula, res.FormulaWords)
 	}
 	return nil
 }
@@ -197,28 +219,42 @@ func withDensity(spec string, density float64) (string, float64, error) {
 // square root of a uniform, Student-t-like), half a component shared by all workers and the
 // rest per worker, so workers agree on some large entries as real gradients do.
 func syntheticGradients(seed uint64, p, n int) [][]float32 {
-	heavy := func(rng *rand.Rand) float32 {
-		return float32(1e-3 * rng.NormFloat64() / math.Sqrt(rng.Float64()+1e-3))
-	}
-	common := make([]float32, n)
-	rng := rand.New(rand.NewPCG(seed, math.MaxUint64))
-	for i := range common {
-		common[i] = heavy(rng)
-	}
+	common := syntheticCommon(seed, n)
 	grads := make([][]float32, p)
 	var wg sync.WaitGroup
 	for r := range p {
 		wg.Go(func() {
-			rng := rand.New(rand.NewPCG(seed, uint64(r)))
-			g := make([]float32, n)
-			for i := range g {
-				g[i] = 0.5*common[i] + heavy(rng)
-			}
-			grads[r] = g
+			grads[r] = make([]float32, n)
+			fillSynthetic(grads[r], common, seed, r)
 		})
 	}
 	wg.Wait()
 	return grads
+}
+
+// heavyTailed draws one value of the synthetic gradients.
+func heavyTailed(rng *rand.Rand) float32 {
+	return float32(1e-3 * rng.NormFloat64() / math.Sqrt(rng.Float64()+1e-3))
+}
+
+// syntheticCommon is the component of the synthetic gradients that all workers share.
+func syntheticCommon(seed uint64, n int) []float32 {
+	common := make([]float32, n)
+	rng := rand.New(rand.NewPCG(seed, math.MaxUint64))
+	for i := range common {
+		common[i] = heavyTailed(rng)
+	}
+	return common
+}
+
+// fillSynthetic writes worker r's synthetic gradient into dst (len(dst) == len(common)):
+// the same values syntheticGradients gives it, generated on demand so that a simulation of
+// many workers holds one gradient per worker only while it communicates.
+func fillSynthetic(dst, common []float32, seed uint64, r int) {
+	rng := rand.New(rand.NewPCG(seed, uint64(r)))
+	for i := range dst {
+		dst[i] = 0.5*common[i] + heavyTailed(rng)
+	}
 }
 
 // benchBucket is the single bucket every worker communicates.
@@ -238,11 +274,17 @@ func (b *benchBucket) Tag() uint32         { return 1 << 16 }
 // benchHook runs warmup+iters calls of spec on len(grads) in-process workers; buckets[r] is
 // worker r's bucket, refilled from grads[r] before every call (untimed).
 func benchHook(spec string, grads [][]float32, buckets []*benchBucket, warmup, iters int) (commResult, error) {
-	p, n := len(grads), len(grads[0])
-	groups, err := comm.NewLocal(p)
+	groups, err := comm.NewLocal(len(grads))
 	if err != nil {
 		return commResult{}, err
 	}
+	return benchHookOn(groups, spec, grads, buckets, warmup, iters)
+}
+
+// benchHookOn is benchHook on the given groups (groups[r] is worker r's).
+func benchHookOn(groups []comm.Group, spec string, grads [][]float32, buckets []*benchBucket, warmup, iters int) (commResult, error) {
+	p, n := len(grads), len(grads[0])
+	var err error
 	hs := make([]ddp.CommHook, p)
 	for r := range p {
 		if hs[r], err = hooks.Parse(spec); err != nil { // one hook per worker

@@ -45,6 +45,31 @@ func TestBenchCommJSON(t *testing.T) {
 	}
 }
 
+// Over TCP on loopback the counts are those of the in-process run, and the formula column
+// holds the cost formula (P=4, n=4000, density 0.01: SparDL 4k(P-1)/P = 120 words).
+func TestBenchCommTCP(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := dispatch([]string{"bench", "comm", "-workers", "4", "-n", "4k", "-iters", "1", "-transport", "tcp", "-hook", "spardl", "-hook", "allreduce", "-json"}, &out, &errb)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	dec := json.NewDecoder(&out)
+	seen := 0
+	for dec.More() {
+		var r commResult
+		if err := dec.Decode(&r); err != nil {
+			t.Fatal(err)
+		}
+		seen++
+		if r.Transport != "tcp" || float64(r.WordsReceived) != r.FormulaWords {
+			t.Errorf("%+v: want transport tcp and words received = formula", r)
+		}
+	}
+	if seen != 2 {
+		t.Errorf("%d results, want 2:\n%s", seen, out.String())
+	}
+}
+
 func TestBenchCommTable(t *testing.T) {
 	var out, errb bytes.Buffer
 	code := dispatch([]string{"bench", "comm", "-workers", "3", "-n", "900", "-iters", "1", "-hook", "spardl:teams=3", "-hook", "topkdsa", "-density", "0.05"}, &out, &errb)
@@ -71,6 +96,7 @@ func TestBenchCommErrors(t *testing.T) {
 		{[]string{"-n", "lots"}, `-n "lots"`},
 		{[]string{"-iters", "0"}, "-iters 0"},
 		{[]string{"-density", "2"}, "-density 2"},
+		{[]string{"-transport", "udp"}, `-transport "udp"`},
 		{[]string{"-hook", "nosuch"}, `unknown hook "nosuch"`},
 		{[]string{"-hook", "spardl:density=x"}, `density="x"`},
 		{[]string{"-hook", "gtopk", "-workers", "3", "-n", "100"}, "power-of-two number of workers, have P=3"},

@@ -3,11 +3,12 @@
 //	spargo hooks          list every registered comm hook with its options and defaults
 //	spargo models         list the built-in models with their parameter counts
 //	spargo bench train    single-process training images/s (-model, -batch, -steps, -json)
-//	spargo bench comm     comm hook cost on in-process workers (-hook, -workers, -n, -json)
+//	spargo bench comm     comm hook cost on in-process workers (-hook, -workers, -n, -transport, -json)
+//	spargo simulate       comm hook cost on a simulated α-β network of up to thousands of workers
 //	spargo bench allreduce  all-reduce throughput between processes over TCP (-n, -workers, -algorithm, -json)
 //	spargo launch         run N local processes as one job (-n, -restarts, -timeout, -secret-file)
 //
-// Later subcommands (launch, simulate, plot) join the same dispatch table; later
+// Later subcommands (plot) join the same dispatch table; later
 // measurements join `spargo bench` by registering in their own file.
 package main
 

@@ -1,0 +1,606 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"math/bits"
+	"regexp"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spargo-dl/spargo/comm"
+	"github.com/spargo-dl/spargo/comm/simnet"
+	"github.com/spargo-dl/spargo/ddp"
+	"github.com/spargo-dl/spargo/hooks"
+	"github.com/spargo-dl/spargo/internal/kernels"
+	"github.com/spargo-dl/spargo/models"
+	"github.com/spargo-dl/spargo/nn"
+)
+
+func init() {
+	commands["simulate"] = command{"time comm hooks on a simulated α-β network of up to thousands of workers", runSimulate}
+}
+
+const simulateHelp = `usage: spargo simulate [-model M | -n N] -workers P [-hook SPEC]... [-bandwidth 1gbit] [-latency 50us]
+                      [-density D] [-iters K] [-warmup W] [-seed S] [-scale auto|M] [-mem 2GiB]
+                      [-compute measure|none] [-cores C] [-json]
+       spargo simulate -validate -workers P [-n N] [-hook SPEC]... [-iters K]
+
+Runs each hook's real schedule (the hook code itself, through comm.Group) on P simulated workers
+(comm/simnet) and reports the virtual time of one call on the model's gradient as one bucket,
+split into communication and local computation, with the maxima over workers of bytes sent and
+received, messages sent and rounds, next to the cost formula of ALGORITHMS.md / SparDL's Table I.
+
+The network: every worker has one full-duplex NIC port of -bandwidth; a message of L bytes
+costs α + L·β (α = -latency, β = 1/bandwidth) and queues behind the sender's earlier sends and,
+at the receiver, behind messages arriving at the same time. Local computation is charged from a
+cost model measured once per run on this machine (-compute measure): the hook's selection
+kernel on the real size (exact top-k for topka/topkdsa/gtopk, per-block top-k for spardl, the
+threshold filter plus the exact k-th magnitude every τ' calls for oktopk), the dense passes
+over the gradient before and after, and decoding and adding every received byte. Wall time is
+not used: P goroutines on this machine's cores say nothing about P machines. -cores C charges
+computation as if the P workers shared C cores (only for comparing with runs on one machine).
+
+Memory: each worker holds its gradient and residual while it communicates (about 12 bytes an
+element). When P times the model does not fit in -mem, the vectors are scaled down by an
+integer factor M (-scale auto picks the smallest): every worker runs the hook on n/M elements,
+rounded to a multiple of P/density so that blocks, k and per-block budgets stay integers and
+scale exactly, and every message counts M times its bytes on the clock and in the output. The
+simulated model then has M·(n/M) elements, within 0.5 % of the real count (both are printed).
+Schedules whose message sizes are proportional to k or n (spardl, topka, gtopk, allreduce)
+give exactly the time of the full-size run; for data-dependent ones (oktopk, topkdsa) volumes
+are those of the scaled data times M. Gradients are synthetic (heavy-tailed, seeded, those of
+spargo bench comm), generated per worker when needed.
+
+-validate runs the hooks over real TCP on loopback (comm.NewTCPLoopback, P ranks in this
+process), fits α from a ping-pong and β from all ranks exchanging 4 MiB at once, simulates the
+same calls with those α, β and -cores set to this machine's CPUs, and prints measured and
+predicted times and the error.
+`
+
+// simResult is one line of `spargo simulate -json`.
+type simResult struct {
+	Hook          string  `json:"hook"`
+	Model         string  `json:"model"`
+	Workers       int     `json:"workers"`
+	N             int     `json:"n"`       // elements of the simulated model (NSim × Scale)
+	NModel        int     `json:"n_model"` // elements of the real model
+	NSim          int     `json:"n_sim"`   // elements each worker actually ran
+	Scale         int     `json:"scale"`   // M
+	Density       float64 `json:"density"` // 1 for dense hooks
+	BandwidthBps  float64 `json:"bandwidth_bit_s"`
+	LatencyUS     float64 `json:"latency_us"`
+	TimeMS        float64 `json:"time_ms"`    // virtual time per call, slowest worker
+	CommMS        float64 `json:"comm_ms"`    // of which communication (and waiting)
+	ComputeMS     float64 `json:"compute_ms"` // of which local computation (selection, passes, reduction)
+	BytesSent     int64   `json:"bytes_sent"`
+	BytesReceived int64   `json:"bytes_received"`
+	WordsReceived int64   `json:"words_received"`
+	Messages      int64   `json:"messages"`
+	Rounds        int64   `json:"rounds"`
+	Formula       string  `json:"formula"`
+	FormulaWords  float64 `json:"formula_words"`
+}
+
+// simOptions are the parsed flags of one simulation.
+type simOptions struct {
+	model         string
+	nModel        int
+	workers       int
+	specs         []string // with density filled in
+	densities     []float64
+	alpha, beta   float64
+	bandwidthBits float64
+	iters, warmup int
+	seed          uint64
+	scale         int // 0: auto
+	mem           int64
+	compute       string
+	cores         int
+	rates         *kernelRates // fixed kernel rates instead of measuring them (tests)
+	concurrent    int          // time the kernels on this many goroutines at once (-validate)
+}
+
+// simBytesPerElement is the memory a worker needs per element of its bucket while it
+// communicates: the gradient, the residual and the hook's dense scratch.
+const simBytesPerElement = 12
+
+func runSimulate(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("spargo simulate", flag.ContinueOnError)
+	fs.SetOutput(stdout)
+	var specs hookList
+	fs.Var(&specs, "hook", "hook spec (repeat for several; default: spardl, oktopk, topka, gtopk (power-of-two P), allreduce)")
+	model := fs.String("model", "vgg16", "model whose parameter count is the bucket: "+strings.Join(models.VGGNames(), ", ")+" (CIFAR-10)")
+	nFlag := fs.String("n", "", "elements in the bucket instead of -model (k, M, G suffixes)")
+	workers := fs.Int("workers", 0, "simulated workers P (required)")
+	bandwidth := fs.String("bandwidth", "1gbit", "NIC bandwidth per worker and direction (bit, kbit, mbit, gbit, tbit; e.g. 10gbit)")
+	latency := fs.Duration("latency", 50*time.Microsecond, "latency α of one message")
+	density := fs.Float64("density", 0.01, "density for hooks that take one and whose spec does not set it")
+	iters := fs.Int("iters", 2, "timed calls per hook (the mean is reported)")
+	warmup := fs.Int("warmup", 1, "calls per hook before the timed ones (oktopk's first call computes exact thresholds)")
+	seed := fs.Uint64("seed", 0, "seed of the synthetic gradients")
+	scaleFlag := fs.String("scale", "auto", "down-scaling factor M of the vectors (auto: 1 when P·n fits -mem, else the smallest that fits)")
+	memFlag := fs.String("mem", "2GiB", "memory the workers' vectors may use (KiB, MiB, GiB; at most 8GiB)")
+	compute := fs.String("compute", "measure", "measure: charge local computation from kernels timed on this machine; none: communication only")
+	cores := fs.Int("cores", 0, "charge computation as if the P workers shared this many cores (0: one core per worker)")
+	asJSON := fs.Bool("json", false, "print one JSON object per hook instead of a table")
+	validate := fs.Bool("validate", false, "compare with the same hooks over TCP on loopback (α, β fitted from a probe)")
+	fs.Usage = func() {
+		fmt.Fprint(stdout, simulateHelp)
+		fmt.Fprintln(stdout, "\nflags:")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("simulate: unexpected argument %q", fs.Arg(0))
+	}
+	o := simOptions{workers: *workers, iters: *iters, warmup: *warmup, seed: *seed, compute: *compute, cores: *cores, alpha: latency.Seconds()}
+	switch {
+	case *workers < 1:
+		return fmt.Errorf("simulate: -workers %d: want at least 1", *workers)
+	case *iters < 1:
+		return fmt.Errorf("simulate: -iters %d: want at least 1", *iters)
+	case *warmup < 0:
+		return fmt.Errorf("simulate: -warmup %d: want 0 or more", *warmup)
+	case !(*density > 0 && *density <= 1):
+		return fmt.Errorf("simulate: -density %v: want a number in (0, 1]", *density)
+	case *latency < 0:
+		return fmt.Errorf("simulate: -latency %v: want 0 or more", *latency)
+	case *compute != "measure" && *compute != "none":
+		return fmt.Errorf("simulate: -compute %q: want measure or none", *compute)
+	case *cores < 0:
+		return fmt.Errorf("simulate: -cores %d: want 0 (one per worker) or more", *cores)
+	}
+	bw, err := parseBandwidth(*bandwidth)
+	if err != nil {
+		return fmt.Errorf("simulate: -bandwidth %q: %w", *bandwidth, err)
+	}
+	o.bandwidthBits, o.beta = bw, 8/bw
+	mem, err := parseBytes(*memFlag)
+	if err != nil {
+		return fmt.Errorf("simulate: -mem %q: %w", *memFlag, err)
+	}
+	o.mem = int64(mem)
+	if *scaleFlag != "auto" {
+		if o.scale, err = strconv.Atoi(*scaleFlag); err != nil || o.scale < 1 {
+			return fmt.Errorf("simulate: -scale %q: want auto or a whole number >= 1", *scaleFlag)
+		}
+	}
+	if *nFlag != "" {
+		if o.nModel, err = parseCount(*nFlag); err != nil {
+			return fmt.Errorf("simulate: -n %q: %w", *nFlag, err)
+		}
+		o.model = "n=" + *nFlag
+	} else {
+		if !slices.Contains(models.VGGNames(), *model) {
+			return fmt.Errorf("simulate: -model %q: want one of %s (or -n N)", *model, strings.Join(models.VGGNames(), ", "))
+		}
+		m, err := models.NewVGG(*model, models.CIFAR10, nn.NewRand(0))
+		if err != nil {
+			return fmt.Errorf("simulate: -model %q: %w", *model, err)
+		}
+		o.model, o.nModel = *model, nn.NumParams(nn.Parameters(m))
+	}
+	if len(specs) == 0 {
+		for _, h := range []string{"spardl", "oktopk", "topka", "gtopk", "allreduce"} {
+			if h == "gtopk" && !isPowerOfTwo(o.workers) {
+				continue
+			}
+			specs = append(specs, h)
+		}
+	}
+	for _, s := range specs {
+		full, d, err := withDensity(s, *density)
+		if err != nil {
+			return fmt.Errorf("simulate: -hook %q: %w", s, err)
+		}
+		if _, err := hooks.Parse(full); err != nil {
+			return fmt.Errorf("simulate: -hook: %w", err)
+		}
+		o.specs, o.densities = append(o.specs, full), append(o.densities, d)
+	}
+	if *validate {
+		return runValidate(o, *nFlag != "", stdout, *asJSON)
+	}
+	plan, err := planScale(o)
+	if err != nil {
+		return fmt.Errorf("simulate: %w", err)
+	}
+	if !*asJSON {
+		fmt.Fprintf(stdout, "%s: %d parameters, simulated as %d = %d × %d elements per worker; P=%d, %s, α=%v, compute %s\n",
+			o.model, o.nModel, plan.nSim*plan.scale, plan.scale, plan.nSim, o.workers, formatBandwidth(o.bandwidthBits), *latency, o.compute)
+		fmt.Fprintf(stdout, "%-28s %10s %10s %10s %14s %14s %9s %7s  %s\n", "hook", "time_ms", "comm_ms", "compute_ms", "bytes_sent", "bytes_recv", "messages", "rounds", "formula (words received per worker)")
+	}
+	for i, spec := range o.specs {
+		runtime.GC()
+		res, err := simulateHook(o, plan, spec, o.densities[i])
+		if err != nil {
+			return fmt.Errorf("simulate: %s: %w", spec, err)
+		}
+		if *asJSON {
+			if err := json.NewEncoder(stdout).Encode(res); err != nil {
+				return err
+			}
+			continue
+		}
+		fmt.Fprintf(stdout, "%-28s %10.2f %10.2f %10.2f %14d %14d %9d %7d  %s = %.0f vs %d simulated\n", res.Hook, res.TimeMS, res.CommMS, res.ComputeMS,
+			res.BytesSent, res.BytesReceived, res.Messages, res.Rounds, res.Formula, res.FormulaWords, res.WordsReceived)
+	}
+	return nil
+}
+
+func isPowerOfTwo(p int) bool { return p > 0 && p&(p-1) == 0 }
+
+var bandwidthRE = regexp.MustCompile(`(?i)^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmgt]?)(bit|bps)\s*$`)
+
+// parseBandwidth reads a rate in bits per second with tc's units: 100mbit, 1gbit, 10gbit
+// (decimal; bps is a synonym of bit).
+func parseBandwidth(s string) (float64, error) {
+	m := bandwidthRE.FindStringSubmatch(s)
+	if m == nil {
+		return 0, errors.New("want a rate such as 100mbit, 1gbit or 10gbit")
+	}
+	v, err := strconv.ParseFloat(m[1], 64)
+	if err != nil || !(v > 0) || math.IsInf(v, 0) {
+		return 0, errors.New("want a positive rate such as 100mbit, 1gbit or 10gbit")
+	}
+	mult := map[string]float64{"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}[strings.ToLower(m[2])]
+	return v * mult, nil
+}
+
+func formatBandwidth(bps float64) string {
+	switch {
+	case bps >= 1e9:
+		return strconv.FormatFloat(bps/1e9, 'g', 4, 64) + " Gbit/s"
+	case bps >= 1e6:
+		return strconv.FormatFloat(bps/1e6, 'g', 4, 64) + " Mbit/s"
+	}
+	return strconv.FormatFloat(bps, 'g', 4, 64) + " bit/s"
+}
+
+// scalePlan is how large the simulated vectors are: nSim elements per worker standing for
+// scale·nSim.
+type scalePlan struct{ nSim, scale int }
+
+// scaleUnit is the multiple of which a scaled vector's size must be for the budgets to scale
+// exactly: P times the least common multiple of the hooks' 1/density (when those are whole).
+func scaleUnit(p int, densities []float64) int {
+	q := 1
+	for _, d := range densities {
+		inv := 1 / d
+		if r := math.Round(inv); math.Abs(inv-r) < 1e-9*r && r <= 1e6 {
+			q = lcm(q, int(r))
+		}
+	}
+	return p * q
+}
+
+func lcm(a, b int) int {
+	g, x := a, b
+	for x != 0 {
+		g, x = x, g%x
+	}
+	return a / g * b
+}
+
+// planScale picks the down-scaling: none when P·n fits the memory budget (or -scale 1),
+// otherwise the vectors shrink to a multiple of scaleUnit and M·nSim approximates n.
+func planScale(o simOptions) (scalePlan, error) {
+	// TopkA and Gaussiank all-gather every worker's selection: each worker holds P·k entries
+	// (wire form and decoded, 16 bytes an entry) besides its vectors.
+	gather := 0.0
+	for i, spec := range o.specs {
+		if name, _, _ := strings.Cut(spec, ":"); name == "topka" || name == "gaussiank" {
+			gather = max(gather, 16*float64(o.workers)*o.densities[i])
+		}
+	}
+	need := func(n int) int64 {
+		return int64(o.workers) * int64(float64(n)*(simBytesPerElement+gather))
+	}
+	if o.scale == 1 || o.scale == 0 && need(o.nModel) <= o.mem {
+		if need(o.nModel) > o.mem {
+			return scalePlan{}, fmt.Errorf("-scale 1: %d workers × %d elements need about %d MiB, more than -mem %d MiB", o.workers, o.nModel, need(o.nModel)>>20, o.mem>>20)
+		}
+		return scalePlan{nSim: o.nModel, scale: 1}, nil
+	}
+	u := scaleUnit(o.workers, o.densities)
+	units := max(1, int(math.Round(float64(o.nModel)/float64(u)))) // units in the real model
+	if o.scale > 0 {
+		j := max(1, int(math.Round(float64(units)/float64(o.scale))))
+		if need(u*j) > o.mem {
+			return scalePlan{}, fmt.Errorf("-scale %d: %d workers × %d elements need about %d MiB, more than -mem %d MiB", o.scale, o.workers, u*j, need(u*j)>>20, o.mem>>20)
+		}
+		return scalePlan{nSim: u * j, scale: o.scale}, nil
+	}
+	jMax := int(o.mem / need(u))
+	if jMax < 1 {
+		return scalePlan{}, fmt.Errorf("-mem %d MiB is too small: %d workers need at least %d MiB (vectors of %d elements, P/density)", o.mem>>20, o.workers, need(u)>>20, u)
+	}
+	// The largest vector that fits whose scale makes M·nSim closest to n.
+	j := min(jMax, units)
+	m := max(1, int(math.Round(float64(units)/float64(j))))
+	return scalePlan{nSim: u * j, scale: m}, nil
+}
+
+// costModel is the local computation charged to a worker per call, in seconds, for the real
+// (unscaled) size: before the hook's first message (the passes over the gradient and the
+// selection), after it returns, and per received byte.
+type costModel struct {
+	before       func(call int) float64
+	after        float64
+	perRecvByte  float64
+	contention   float64 // multiplier from -cores
+	selectionLbl string
+}
+
+// kernelRates are seconds per element of the kernels, measured on this machine.
+type kernelRates struct {
+	pass      float64                    // one dense pass (Add) per element
+	topk      func(n, k int) float64     // exact top-k of n elements
+	blockTopk func(c, kb, n int) float64 // top-kb of every block of c, n elements in all
+	filter    float64                    // threshold filter per element
+	kth       float64                    // exact k-th magnitude per element
+	sparseIn  float64                    // decode + scatter-add per received COO entry
+}
+
+// simSample is the largest vector the kernels are timed on; larger sizes are extrapolated
+// linearly (the kernels are O(n)).
+const simSample = 1 << 22
+
+// measureKernels times the selection kernels once on a synthetic gradient. With concurrent
+// > 1 every timing runs that many copies at once and takes the median of 3 (so that the rates
+// include the contention of workers sharing this machine, as in -validate); otherwise the
+// fastest of 3 (the machine may be shared with other work).
+func measureKernels(seed uint64, n int, density float64, concurrent int) kernelRates {
+	s := min(n, simSample)
+	x := make([]float32, s)
+	fillSynthetic(x, syntheticCommon(seed, s), seed, 0)
+	best := func(fn func()) float64 {
+		ts := make([]float64, 3)
+		for i := range ts {
+			t := time.Now()
+			if concurrent > 1 {
+				var wg sync.WaitGroup
+				for range concurrent - 1 {
+					wg.Go(fn)
+				}
+				fn()
+				wg.Wait()
+			} else {
+				fn()
+			}
+			ts[i] = time.Since(t).Seconds()
+		}
+		if concurrent > 1 {
+			return median(ts)
+		}
+		return slices.Min(ts)
+	}
+	var r kernelRates
+	r.pass = best(func() { kernels.Add(make([]float32, s), x, x) }) / float64(s)
+	kSample := max(1, int(float64(s)*density))
+	topkPerElem := best(func() { kernels.TopKAbs(nil, x, kSample) }) / float64(s)
+	r.topk = func(n, k int) float64 { return topkPerElem * float64(n) }
+	r.blockTopk = func(c, kb, n int) float64 {
+		cs := min(c, s)
+		blocks := max(1, s/cs)
+		kbs := max(1, int(float64(kb)*float64(cs)/float64(c)))
+		t := best(func() {
+			var idx []int32
+			for b := range blocks {
+				idx = kernels.TopKAbs(idx[:0], x[b*cs:(b+1)*cs], kbs)
+			}
+		})
+		return t / float64(blocks*cs) * float64(n)
+	}
+	th := kernels.KthLargestAbs(x, kSample)
+	r.filter = best(func() { kernels.FilterAbs(nil, x, th) }) / float64(s)
+	r.kth = best(func() { kernels.KthLargestAbs(x, kSample) }) / float64(s)
+	sel := hooks.TopK(hooks.COO{}, x, kSample)
+	wire := sel.AppendWire(nil)
+	r.sparseIn = best(func() {
+		var in hooks.COO
+		if err := in.SetWire(wire, s); err == nil {
+			hooks.ScatterAdd(make([]float32, s), in)
+		}
+	}) / float64(sel.Len())
+	return r
+}
+
+// hookCost builds the cost model of one hook spec for the real size n on p workers.
+func hookCost(h ddp.CommHook, rates kernelRates, n, p int, density float64) costModel {
+	k := max(1, int(float64(n)*density))
+	c := costModel{contention: 1}
+	pass := rates.pass * float64(n)
+	switch hk := h.(type) {
+	case *hooks.SparDL:
+		d := max(1, hk.Teams)
+		nt := p / d
+		cb := (n + nt - 1) / nt
+		kb := max(1, int(float64(cb)*density))
+		sel := rates.blockTopk(cb, kb, n)
+		c.before = func(int) float64 { return 2*pass + sel }
+		c.selectionLbl = "per-block top-k"
+	case *hooks.OkTopk:
+		filter, kth := rates.filter*float64(n), rates.kth*float64(n)
+		tau := hk.Constants.TauPrime
+		c.before = func(call int) float64 {
+			t := 2*pass + filter
+			if call%tau == 0 { // exact thresholds: local k-th magnitude (the global one is far smaller)
+				t += kth + filter
+			}
+			return t
+		}
+		c.selectionLbl = "threshold filter (+ exact k-th every τ')"
+	case *hooks.TopkA, *hooks.TopkDSA, *hooks.GTopk:
+		sel := rates.topk(n, k)
+		c.before = func(int) float64 { return 2*pass + sel }
+		c.selectionLbl = "exact top-k"
+	default:
+		if density < 1 { // another sparse hook: the passes only
+			c.before = func(int) float64 { return 2 * pass }
+			c.selectionLbl = "dense passes only"
+		} else {
+			c.before = func(int) float64 { return 0 }
+			c.selectionLbl = "none"
+		}
+	}
+	if density < 1 {
+		c.after = 2 * pass
+		c.perRecvByte = rates.sparseIn / 8
+	} else {
+		c.after = pass                 // the division by P
+		c.perRecvByte = rates.pass / 4 // adding what arrived
+	}
+	return c
+}
+
+// simulateHook runs warmup+iters calls of spec on the simulated network.
+func simulateHook(o simOptions, plan scalePlan, spec string, density float64) (simResult, error) {
+	p := o.workers
+	nEff := plan.nSim * plan.scale
+	hs := make([]ddp.CommHook, p)
+	for r := range p {
+		var err error
+		if hs[r], err = hooks.Parse(spec); err != nil {
+			return simResult{}, err
+		}
+	}
+	cost := costModel{before: func(int) float64 { return 0 }, contention: 1}
+	if o.compute == "measure" {
+		rates := o.rates
+		if rates == nil {
+			m := measureKernels(o.seed, nEff, density, o.concurrent)
+			rates = &m
+		}
+		cost = hookCost(hs[0], *rates, nEff, p, density)
+	}
+	if o.cores > 0 {
+		cost.contention = max(1, float64(p)/float64(o.cores))
+	}
+	control := map[uint32]bool{}
+	for _, off := range hooks.ControlTagOffsets(hs[0]) {
+		control[(&benchBucket{}).Tag()+off] = true
+	}
+	net, err := simnet.New(p, simnet.Config{Alpha: o.alpha, Beta: o.beta, RecvCost: cost.perRecvByte * cost.contention,
+		Scale: float64(plan.scale), Unscaled: func(tag uint32) bool { return control[tag] }})
+	if err != nil {
+		return simResult{}, err
+	}
+	groups := net.Groups()
+	common := syntheticCommon(o.seed, plan.nSim)
+	buckets := make([]*benchBucket, p)
+	res := simResult{Hook: spec, Model: o.model, Workers: p, N: nEff, NModel: o.nModel, NSim: plan.nSim, Scale: plan.scale,
+		Density: density, BandwidthBps: o.bandwidthBits, LatencyUS: o.alpha * 1e6}
+	var sumT, sumCompute float64
+	var last []comm.Stats
+	for it := range o.warmup + o.iters {
+		start := net.Sync()
+		computed := make([]float64, p)
+		before := make([]comm.Stats, p)
+		sent0, recv0 := make([]float64, p), make([]float64, p)
+		for r := range p {
+			computed[r] = net.Computed(r)
+			before[r] = groups[r].Counters().Snapshot()
+			sent0[r], recv0[r] = net.Bytes(r)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+		errs := make([]error, p)
+		var wg sync.WaitGroup
+		for r := range p {
+			wg.Go(func() {
+				if buckets[r] == nil {
+					buckets[r] = &benchBucket{flat: make([]float32, plan.nSim)}
+				}
+				b := buckets[r]
+				fillSynthetic(b.flat, common, o.seed, r)
+				b.iter = int64(it)
+				net.Advance(r, cost.before(it)*cost.contention)
+				if _, err := hs[r].Run(ctx, groups[r], b).Wait(); err != nil {
+					errs[r] = fmt.Errorf("worker %d: %w", r, err)
+					return
+				}
+				net.Advance(r, cost.after*cost.contention)
+			})
+		}
+		wg.Wait()
+		cancel()
+		if err := errors.Join(errs...); err != nil {
+			return simResult{}, err
+		}
+		slowest := 0
+		for r := range p {
+			if net.Clock(r) > net.Clock(slowest) {
+				slowest = r
+			}
+		}
+		last = make([]comm.Stats, p)
+		for r := range p {
+			last[r] = groups[r].Counters().Snapshot().Sub(before[r])
+			s, rv := net.Bytes(r)
+			last[r].BytesSent, last[r].BytesRecv = int64(math.Round(s-sent0[r])), int64(math.Round(rv-recv0[r]))
+		}
+		if it >= o.warmup {
+			sumT += net.Clock(slowest) - start
+			sumCompute += net.Computed(slowest) - computed[slowest]
+		}
+	}
+	for _, s := range last {
+		res.BytesSent = max(res.BytesSent, s.BytesSent) // as the clock counts them: Scale applied
+		res.BytesReceived = max(res.BytesReceived, s.BytesRecv)
+		res.Messages = max(res.Messages, s.MsgsSent)
+		res.Rounds = max(res.Rounds, s.Rounds)
+	}
+	res.WordsReceived = res.BytesReceived / 4
+	res.TimeMS = sumT / float64(o.iters) * 1e3
+	res.ComputeMS = sumCompute / float64(o.iters) * 1e3
+	res.CommMS = res.TimeMS - res.ComputeMS
+	res.Formula, res.FormulaWords = costFormula(hs[0], nEff, p, density)
+	return res, nil
+}
+
+// costFormula is the ALGORITHMS.md / SparDL Table I volume of a hook: words received per
+// worker, with its expression.
+func costFormula(h ddp.CommHook, n, p int, density float64) (string, float64) {
+	k := float64(max(1, int(float64(n)*density)))
+	pf := float64(p)
+	log2 := func(x int) float64 { return float64(bits.Len(uint(x - 1))) } // ceil(log2 x)
+	switch hk := h.(type) {
+	case *hooks.SparDL:
+		d := max(1, hk.Teams)
+		switch {
+		case d == 1:
+			return "4k(P-1)/P", 4 * k * (pf - 1) / pf
+		case isPowerOfTwo(d):
+			df := float64(d)
+			return "2k((2P-2d)/P+(d/P)log2 d)", 2 * k * ((2*pf-2*df)/pf + df/pf*log2(d))
+		}
+		return "B-SAG: h adapts, no closed form", 0
+	case *hooks.OkTopk:
+		return "≤ 6k(P-1)/P", 6 * k * (pf - 1) / pf
+	case *hooks.TopkA:
+		return "2k(P-1)", 2 * k * (pf - 1)
+	case *hooks.TopkDSA:
+		return "≥ 4k(P-1)/P", 4 * k * (pf - 1) / pf
+	case *hooks.GTopk:
+		return "≤ 4k log2 P", 4 * k * log2(p)
+	}
+	if density >= 1 {
+		return "2n(P-1)/P", 2 * float64(n) * (pf - 1) / pf
+	}
+	return "-", 0
+}

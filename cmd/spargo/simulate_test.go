@@ -1,0 +1,197 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"strings"
+	"testing"
+)
+
+// simJSON runs `spargo simulate ARGS -json` and returns its lines by hook.
+func simJSON(t *testing.T, args ...string) map[string]simResult {
+	t.Helper()
+	var out, errb bytes.Buffer
+	if code := dispatch(append(append([]string{"simulate"}, args...), "-json"), &out, &errb); code != 0 {
+		t.Fatalf("simulate %v: exit %d: %s", args, code, errb.String())
+	}
+	got := map[string]simResult{}
+	dec := json.NewDecoder(&out)
+	for dec.More() {
+		var r simResult
+		if err := dec.Decode(&r); err != nil {
+			t.Fatal(err)
+		}
+		got[r.Hook] = r
+	}
+	return got
+}
+
+// The ring all-reduce at P = 4 on the command line: 2(P-1)(α + (n/P)·4β) exactly.
+func TestSimulateRing(t *testing.T) {
+	r := simJSON(t, "-n", "4000", "-workers", "4", "-hook", "allreduce:algorithm=ring", "-compute", "none",
+		"-bandwidth", "1gbit", "-latency", "50us")["allreduce:algorithm=ring"]
+	want := 2 * 3 * (50e-6 + 1000*4*8e-9) * 1e3
+	if math.Abs(r.TimeMS-want) > 1e-9 || r.Rounds != 6 || r.BytesReceived != 6*4000 || r.ComputeMS != 0 {
+		t.Errorf("got %+v, want %.6f ms, 6 rounds, 24000 bytes", r, want)
+	}
+	if r.Formula != "2n(P-1)/P" || r.FormulaWords != 6000 || r.WordsReceived != 6000 {
+		t.Errorf("formula %q = %v, simulated %d words; want 2n(P-1)/P = 6000", r.Formula, r.FormulaWords, r.WordsReceived)
+	}
+}
+
+// fixedRates is a cost model with round numbers, so that runs are comparable bit for bit.
+var fixedRates = kernelRates{
+	pass:      1e-9,
+	topk:      func(n, k int) float64 { return 3e-9 * float64(n) },
+	blockTopk: func(c, kb, n int) float64 { return 4e-9 * float64(n) },
+	filter:    5e-10, kth: 2e-9, sparseIn: 4e-9,
+}
+
+// Down-scaling: a run on n/M elements per worker with every message counted M times predicts
+// the time, volume and rounds of the full run, exactly for the schedules whose sizes follow k
+// or n, and within a few per cent for the data-dependent Ok-Topk and TopkDSA.
+func TestSimulateScaledMatchesFull(t *testing.T) {
+	const p = 8
+	specs := []string{"spardl:density=0.01", "spardl:density=0.01,teams=2", "topka:density=0.01", "gtopk:density=0.01",
+		"allreduce", "oktopk:density=0.01", "topkdsa:density=0.01"}
+	base := simOptions{model: "test", workers: p, alpha: 20e-6, beta: 1e-9, bandwidthBits: 8e9, iters: 2, warmup: 1,
+		compute: "measure", rates: &fixedRates, mem: 1 << 30}
+	for _, spec := range specs {
+		d := 1.0
+		if strings.Contains(spec, "density") {
+			d = 0.01
+		}
+		scaled, err := simulateHook(base, scalePlan{nSim: 800 * 10, scale: 16}, spec, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		full, err := simulateHook(base, scalePlan{nSim: 800 * 10 * 16, scale: 1}, spec, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tol := 1e-9
+		if strings.HasPrefix(spec, "oktopk") || strings.HasPrefix(spec, "topkdsa") {
+			tol = 0.05
+		}
+		rel := func(a, b float64) float64 { return math.Abs(a-b) / b }
+		if rel(scaled.TimeMS, full.TimeMS) > tol || rel(float64(scaled.BytesReceived), float64(full.BytesReceived)) > tol ||
+			rel(scaled.ComputeMS, full.ComputeMS) > tol || scaled.Rounds != full.Rounds {
+			t.Errorf("%s: scaled %.6f ms (compute %.6f), %d bytes, %d rounds; full %.6f ms (compute %.6f), %d bytes, %d rounds",
+				spec, scaled.TimeMS, scaled.ComputeMS, scaled.BytesReceived, scaled.Rounds, full.TimeMS, full.ComputeMS, full.BytesReceived, full.Rounds)
+		}
+		if full.TimeMS <= full.ComputeMS || full.ComputeMS <= 0 {
+			t.Errorf("%s: time %.6f ms, compute %.6f ms: want both charged", spec, full.TimeMS, full.ComputeMS)
+		}
+	}
+}
+
+// -scale auto shrinks only when P·n does not fit -mem, to a multiple of P/density.
+func TestPlanScale(t *testing.T) {
+	o := simOptions{workers: 1024, nModel: 14_728_266, densities: []float64{0.01, 1}, mem: 2 << 30}
+	plan, err := planScale(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plan.nSim%102400 != 0 || math.Abs(float64(plan.nSim*plan.scale)/14_728_266-1) > 0.005 ||
+		int64(plan.nSim)*1024*simBytesPerElement > o.mem {
+		t.Errorf("plan %+v: want a multiple of 102400 within -mem, M·nSim within 0.5 %% of n", plan)
+	}
+	o.workers, o.nModel = 4, 1000
+	if plan, err := planScale(o); err != nil || plan != (scalePlan{nSim: 1000, scale: 1}) {
+		t.Errorf("small run: %+v, %v; want no scaling", plan, err)
+	}
+	// TopkA at P = 1024 holds P·k entries per worker: 1024 workers do not fit 2 GiB.
+	o = simOptions{workers: 1024, nModel: 14_728_266, specs: []string{"topka:density=0.01"}, densities: []float64{0.01}, mem: 2 << 30}
+	if _, err := planScale(o); err == nil || !strings.Contains(err.Error(), "too small") {
+		t.Errorf("topka at P=1024 in 2 GiB: %v, want -mem too small", err)
+	}
+}
+
+// Same seed, same output, bit for bit (the cost model fixed: measured rates vary run to run).
+func TestSimulateDeterministic(t *testing.T) {
+	o := simOptions{model: "test", workers: 6, alpha: 5e-5, beta: 8e-9, bandwidthBits: 1e9, iters: 2, warmup: 1,
+		compute: "measure", rates: &fixedRates, mem: 1 << 30, seed: 3}
+	for _, spec := range []string{"spardl:density=0.01,teams=3", "oktopk:density=0.01", "topkdsa:density=0.01"} {
+		a, err := simulateHook(o, scalePlan{nSim: 60000, scale: 1}, spec, 0.01)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := simulateHook(o, scalePlan{nSim: 60000, scale: 1}, spec, 0.01)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a != b {
+			t.Errorf("%s: two runs differ:\n%+v\n%+v", spec, a, b)
+		}
+	}
+}
+
+func TestSimulateTable(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := dispatch([]string{"simulate", "-model", "vgg11", "-workers", "4", "-scale", "64", "-hook", "spardl", "-hook", "topka"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	for _, want := range []string{"vgg11: 9", "= 64 ×", "spardl:density=0.01", "topka:density=0.01", "4k(P-1)/P", "2k(P-1)", "comm_ms"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+func TestSimulateErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-workers", "0"}, "-workers 0"},
+		{[]string{"-workers", "4", "-bandwidth", "fast"}, `-bandwidth "fast"`},
+		{[]string{"-workers", "4", "-bandwidth", "0gbit"}, `-bandwidth "0gbit"`},
+		{[]string{"-workers", "4", "-latency", "-1ms"}, "-latency -1ms"},
+		{[]string{"-workers", "4", "-compute", "wall"}, `-compute "wall"`},
+		{[]string{"-workers", "4", "-scale", "0"}, `-scale "0"`},
+		{[]string{"-workers", "4", "-mem", "lots"}, `-mem "lots"`},
+		{[]string{"-workers", "4", "-model", "alexnet"}, `-model "alexnet"`},
+		{[]string{"-workers", "4", "-n", "x"}, `-n "x"`},
+		{[]string{"-workers", "4", "-iters", "0"}, "-iters 0"},
+		{[]string{"-workers", "4", "-density", "0"}, "-density 0"},
+		{[]string{"-workers", "4", "-hook", "nosuch"}, `unknown hook "nosuch"`},
+		{[]string{"-workers", "3", "-n", "3000", "-hook", "gtopk"}, "power-of-two number of workers, have P=3"},
+		{[]string{"-workers", "64", "-n", "1M", "-scale", "1", "-mem", "1MiB"}, "-scale 1: 64 workers"},
+		{[]string{"-workers", "1024", "-n", "1M", "-mem", "1MiB"}, "-mem 1 MiB is too small"},
+		{[]string{"-workers", "1", "-validate"}, "-workers 1: want at least 2"},
+		{[]string{"-workers", "4", "extra"}, `unexpected argument "extra"`},
+	} {
+		var out, errb bytes.Buffer
+		if code := dispatch(append([]string{"simulate"}, tc.args...), &out, &errb); code != 1 || !strings.Contains(errb.String(), tc.want) {
+			t.Errorf("%v: exit %d, stderr %q, want %q", tc.args, code, errb.String(), tc.want)
+		}
+	}
+}
+
+func TestParseBandwidth(t *testing.T) {
+	for s, want := range map[string]float64{"1gbit": 1e9, "10Gbit": 1e10, "100mbit": 1e8, "2.5gbps": 2.5e9, "800kbit": 8e5} {
+		if got, err := parseBandwidth(s); err != nil || got != want {
+			t.Errorf("parseBandwidth(%q) = %v, %v; want %v", s, got, err, want)
+		}
+	}
+	for _, s := range []string{"", "1", "gbit", "-1gbit", "1gb"} {
+		if _, err := parseBandwidth(s); err == nil {
+			t.Errorf("parseBandwidth(%q) accepted", s)
+		}
+	}
+}
+
+// -validate runs over real TCP and prints measured, predicted and the error (the accuracy
+// itself is a measurement: BENCHMARKS.md).
+func TestSimulateValidate(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := dispatch([]string{"simulate", "-validate", "-workers", "2", "-n", "64k", "-iters", "1", "-hook", "topka"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	for _, want := range []string{"fitted α", "measured_ms", "predicted_ms", "topka:density=0.01"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
