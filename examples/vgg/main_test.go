@@ -16,6 +16,7 @@ import (
 
 	"github.com/spargo-dl/spargo/datasets"
 	"github.com/spargo-dl/spargo/dist"
+	"github.com/spargo-dl/spargo/internal/train"
 )
 
 // runAsVGGVar makes this test binary run the vgg program (see TestMain), so that tests can
@@ -49,8 +50,9 @@ func TestRunFewSteps(t *testing.T) {
 	dir := cifarOrSkip(t)
 	metrics := filepath.Join(t.TempDir(), "m.jsonl")
 	var out, errb bytes.Buffer
-	sum, err := run(context.Background(), config{Data: dir, Model: "vgg11", Workers: 2, Hook: "allreduce:algorithm=ring",
-		Batch: 4, Epochs: 1, Steps: 2, LR: 0.01, Momentum: 0.9, WD: 5e-4, EvalLimit: 16, Metrics: metrics}, &out, &errb)
+	c := defaults()
+	c.Data, c.Hook, c.Batch, c.Epochs, c.Steps, c.EvalLimit, c.Metrics, c.Progress = dir, "allreduce:algorithm=ring", 4, 1, 2, 16, metrics, false
+	sum, err := train.RunCIFAR(context.Background(), c, &out, &errb)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,11 +70,21 @@ func TestRunFewSteps(t *testing.T) {
 
 func TestRunRejectsBadFlags(t *testing.T) {
 	var out bytes.Buffer
-	if _, err := run(context.Background(), config{Workers: 0, Batch: 1, Epochs: 1, Hook: "allreduce"}, &out, &out); err == nil {
-		t.Fatal("workers=0 accepted")
-	}
-	if _, err := run(context.Background(), config{Workers: 1, Batch: 1, Epochs: 1, Hook: "nosuch"}, &out, &out); err == nil || !strings.Contains(err.Error(), "unknown hook") {
-		t.Fatalf("bad hook: %v", err)
+	for _, tc := range []struct {
+		change func(*train.CIFARConfig)
+		want   string
+	}{
+		{func(c *train.CIFARConfig) { c.Workers = 0 }, "-workers, -batch and -epochs must be at least 1"},
+		{func(c *train.CIFARConfig) { c.Hook = "nosuch" }, "unknown hook"},
+		{func(c *train.CIFARConfig) { c.Optim = "rmsprop" }, `-optim: optim: unknown optimizer "rmsprop"`},
+		{func(c *train.CIFARConfig) { c.Schedule = "multistep" }, "-schedule: optim: schedule multistep: option milestones: required"},
+		{func(c *train.CIFARConfig) { c.Plot = "run.png" }, "-plot run.png needs -metrics"},
+	} {
+		c := defaults()
+		tc.change(&c)
+		if _, err := train.RunCIFAR(context.Background(), c, &out, &out); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("got %v, want an error containing %q", err, tc.want)
+		}
 	}
 }
 
@@ -190,22 +202,4 @@ func (l *lockedBuffer) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.Write(p)
-}
-
-func TestCheckWorkers(t *testing.T) {
-	env := dist.Env{Source: dist.SourceTorchrun, WorldSize: 4}
-	for _, tc := range []struct {
-		workers int
-		set     bool
-		ok      bool
-	}{{2, false, true}, {1, true, true}, {4, true, true}, {2, true, false}, {8, true, false}} {
-		c := config{Workers: tc.workers}
-		err := checkWorkers(&c, tc.set, env)
-		if tc.ok != (err == nil) || tc.ok && c.Workers != 4 {
-			t.Errorf("-workers %d (set %v): %v, workers now %d", tc.workers, tc.set, err, c.Workers)
-		}
-		if err != nil && !strings.Contains(err.Error(), "-workers 2, but torchrun started 4 processes") && tc.workers == 2 {
-			t.Errorf("error %q", err)
-		}
-	}
 }

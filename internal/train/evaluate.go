@@ -1,5 +1,16 @@
 // Package train holds the pieces of a data-parallel training program that the examples
-// share.
+// share: Loop, the epoch loop (learning-rate schedule, DDP backward and flush, the gradient
+// clipping hook Clip, the optimizer step, per-epoch statistics over the ranks, step records
+// for -metrics with LogEvery, checkpoints and exact resume with Checkpointer); Flags, the
+// training flags every example registers the same way (-optim, -schedule, -warmup, -lr,
+// -momentum, -wd, -metrics, -log-every, -plot); Evaluate, a data-parallel evaluation of a
+// classifier; and the CIFAR-10 program of examples/vgg and examples/resnet (CIFARConfig,
+// CIFARMain, RunCIFAR), of which an example is only its defaults and a model constructor:
+//
+//	func main() {
+//		train.CIFARMain("vgg", train.CIFARConfig{Model: "vgg11", NewModel: newModel, Workers: 2,
+//			Hook: "allreduce", Batch: 32, Epochs: 3, Flags: train.Flags{LR: 0.01, Momentum: 0.9, WD: 5e-4}})
+//	}
 package train
 
 import (

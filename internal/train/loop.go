@@ -19,16 +19,6 @@ import (
 	"github.com/spargo-dl/spargo/optim"
 )
 
-// Optimizer is what the loop needs of an optimizer: optim.SGD has it, and so will Adam.
-// State/LoadState are checkpoint.Optimizer's.
-type Optimizer interface {
-	SetLR(lr float64)
-	LR() float64
-	ZeroGrad()
-	Step()
-	checkpoint.Optimizer
-}
-
 // StepResult is what one training step reports for the epoch's statistics.
 type StepResult struct {
 	Loss    float64 // the batch's mean loss
@@ -45,10 +35,22 @@ type EpochStats struct {
 	TrainSec  float64 // this process's training time in the epoch (since the resume, for a resumed epoch)
 }
 
+// StepRecord is a -metrics step record (see package plot for the schema it follows): the
+// training loss averaged over the ranks and over the steps since the previous record.
+type StepRecord struct {
+	Step          int64   `json:"step"`                // optimizer steps done in the run, counted from its start
+	Loss          float64 `json:"loss"`                // mean training loss since the last record, over all ranks
+	LR            float64 `json:"lr"`                  // the learning rate of the record's last step
+	GradNorm      float64 `json:"grad_norm,omitempty"` // Clip's total norm at the record's last step (with Clip)
+	TotalSec      float64 `json:"total_s"`             // wall seconds since Loop.Start
+	StepsPerEpoch int     `json:"steps_per_epoch"`     // places the record on plot's epochs axis
+}
+
 // Loop is the epoch loop of a data-parallel training program, shared by the examples: per
 // step it sets the learning rate, zeroes the gradients, runs Step (forward and DDP backward
-// on one batch), flushes late results on the epoch's last step, steps the optimizer and
-// updates the statistics; per epoch it all-reduces them, tells DDP (EndEpoch, and the
+// on one batch), flushes late results on the epoch's last step, clips the gradients (Clip),
+// steps the optimizer and updates the statistics (and every LogEvery steps reports a
+// StepRecord); per epoch it all-reduces them, tells DDP (EndEpoch, and the
 // BatchNorm statistics under AverageBuffers), calls EndEpoch (evaluation, metrics) and saves
 // a checkpoint. With a Checkpointer it also saves every Every steps and resumes from the
 // latest checkpoint, mid-epoch included (Batches gets the step to start from).
@@ -58,7 +60,7 @@ type Loop[B any] struct {
 	Group     comm.Group
 	DDP       *ddp.DDP
 	Model     nn.Module
-	Optimizer Optimizer
+	Optimizer optim.Optimizer
 	Schedule  optim.Schedule // nil: the optimizer's learning rate stays
 	Epochs    int
 	// StepsPerEpoch is how many steps an epoch runs (Batches must yield at least that many).
@@ -77,6 +79,21 @@ type Loop[B any] struct {
 	Checkpoints *Checkpointer
 	// Progress, when set (rank 0), shows a progress bar per epoch.
 	Progress io.Writer
+
+	// Clip, when set with MaxNorm > 0, clips the gradients of DDP's parameters to a total
+	// norm of MaxNorm after they are synchronised (and flushed) and before the optimizer
+	// step, and returns their norm before clipping (optim.ClipGradNorm has this shape).
+	// Nil: no clipping.
+	Clip    func(params []*nn.Param, maxNorm float64) float64
+	MaxNorm float64
+
+	// LogEvery > 0 averages the training loss over the ranks every LogEvery optimizer steps
+	// (a collective: every rank takes part) and passes the StepRecord to LogStep (set it on
+	// the rank that writes -metrics; nil elsewhere).
+	LogEvery int
+	LogStep  func(StepRecord) error
+	// Start is when the run started, for StepRecord.TotalSec (zero: when Run was called).
+	Start time.Time
 }
 
 // Checkpointer is a Loop's checkpoint policy (the -checkpoint, -checkpoint-every, -resume
@@ -107,6 +124,9 @@ const (
 
 // tagEpochStats is the all-reduce tag of the epoch's statistics (the examples' tag 100).
 const tagEpochStats = 100
+
+// tagStepStats is the all-reduce tag of a step record's loss (LogEvery).
+const tagStepStats = 103
 
 func (l *Loop[B]) state() checkpoint.State {
 	st := checkpoint.State{Model: l.Model, DDP: l.DDP, Optimizer: l.Optimizer}
@@ -162,16 +182,27 @@ func (l *Loop[B]) Run(ctx context.Context) error {
 		return err
 	}
 	rank, world := l.Group.Rank(), l.Group.Size()
+	if l.LogEvery < 0 {
+		return fmt.Errorf("-log-every %d: want 0 or more", l.LogEvery)
+	}
+	start := l.Start
+	if start.IsZero() {
+		start = time.Now()
+	}
+	// The loss since the last step record, and its steps, on this rank.
+	var recLoss float64
+	var recSteps int
+	recStat := make([]float32, 2)
 	saving := l.Checkpoints != nil && l.Checkpoints.Dir != ""
 	steps := l.StepsPerEpoch
 	iteration := pos.Iteration
 	samples := pos.Samples
 	stat := make([]float32, 3)
 	for epoch := pos.Epoch; epoch < l.Epochs; epoch++ {
-		start := 0
+		first := 0
 		var lossSum, correct, seen float64
 		if epoch == pos.Epoch {
-			start = pos.Step
+			first = pos.Step
 			lossSum, correct, seen = pos.Totals[totalLoss], pos.Totals[totalCorrect], pos.Totals[totalSeen]
 		}
 		var bar *progressbar.ProgressBar
@@ -180,12 +211,12 @@ func (l *Loop[B]) Run(ctx context.Context) error {
 				progressbar.OptionSetDescription(fmt.Sprintf("epoch %d/%d", epoch+1, l.Epochs)),
 				progressbar.OptionShowCount(), progressbar.OptionSetWidth(24), progressbar.OptionThrottle(250*time.Millisecond),
 				progressbar.OptionClearOnFinish())
-			_ = bar.Set(start)
+			_ = bar.Set(first)
 		}
 		nn.SetTraining(l.Model, true)
 		epochStart := time.Now()
-		step := start
-		for b, err := range l.Batches(ctx, epoch, start) {
+		step := first
+		for b, err := range l.Batches(ctx, epoch, first) {
 			if err != nil {
 				return err
 			}
@@ -205,7 +236,13 @@ func (l *Loop[B]) Run(ctx context.Context) error {
 					return fmt.Errorf("rank %d, epoch %d: %w", rank, epoch+1, err)
 				}
 			}
+			var gradNorm float64
+			if l.Clip != nil && l.MaxNorm > 0 { // on the synchronised gradients, as every rank has them
+				gradNorm = l.Clip(l.DDP.Parameters(), l.MaxNorm)
+			}
 			l.Optimizer.Step()
+			recLoss += res.Loss
+			recSteps++
 			lossSum += res.Loss * float64(res.N)
 			correct += res.Correct
 			seen += float64(res.N)
@@ -213,9 +250,23 @@ func (l *Loop[B]) Run(ctx context.Context) error {
 			step++
 			iteration++
 			if bar != nil {
-				ips := (seen - float64(start)) * float64(world) / time.Since(epochStart).Seconds()
+				ips := (seen - float64(first)) * float64(world) / time.Since(epochStart).Seconds()
 				bar.Describe(fmt.Sprintf("epoch %d/%d loss %.3f acc %.1f%% %.0f img/s", epoch+1, l.Epochs, lossSum/seen, 100*correct/seen, ips))
 				_ = bar.Add(1)
+			}
+			if l.LogEvery > 0 && iteration%int64(l.LogEvery) == 0 {
+				recStat[0], recStat[1] = float32(recLoss), float32(recSteps)
+				if err := comm.AllReduce(ctx, l.Group, tagStepStats, recStat, comm.Auto); err != nil {
+					return fmt.Errorf("rank %d, epoch %d, step %d: step record: %w", rank, epoch+1, step, err)
+				}
+				if l.LogStep != nil {
+					rec := StepRecord{Step: iteration, Loss: float64(recStat[0]) / float64(recStat[1]), LR: l.Optimizer.LR(),
+						GradNorm: gradNorm, TotalSec: time.Since(start).Seconds(), StepsPerEpoch: steps}
+					if err := l.LogStep(rec); err != nil {
+						return err
+					}
+				}
+				recLoss, recSteps = 0, 0
 			}
 			if saving && l.Checkpoints.Every > 0 && iteration%int64(l.Checkpoints.Every) == 0 && step < steps {
 				p := checkpoint.Position{Epoch: epoch, Step: step, Samples: samples, Iteration: iteration,

@@ -1,4 +1,4 @@
-package main
+package train
 
 import (
 	"context"
@@ -20,15 +20,15 @@ import (
 const (
 	profileWarmup     = 3
 	profileIterations = 10
-	// tagProfileAgree is this program's tag for agreeing on a saved profile (99-101 are its
-	// other collectives').
+	// tagProfileAgree is the CIFAR program's tag for agreeing on a saved profile (99-101 and
+	// 103 are its other collectives').
 	tagProfileAgree = 102
 )
 
 // profile returns the profile pp needs for model: the one in -profile when every rank could
 // load one measured on this model and world size, otherwise measured now (rank 0 prints it
 // and saves it to -profile). Every rank must call it: measuring is collective.
-func (w *worker) profile(ctx context.Context, model nn.Module, pp ddp.ProfiledPlanner) (*ddp.Profile, error) {
+func (w *cifarWorker) profile(ctx context.Context, model nn.Module, pp ddp.ProfiledPlanner) (*ddp.Profile, error) {
 	c, g := w.cfg, w.group
 	params := nn.Parameters(model)
 	var loaded *ddp.Profile

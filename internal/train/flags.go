@@ -1,0 +1,227 @@
+package train
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/spargo-dl/spargo/ddp"
+	"github.com/spargo-dl/spargo/hooks"
+	"github.com/spargo-dl/spargo/nn"
+	"github.com/spargo-dl/spargo/optim"
+	"github.com/spargo-dl/spargo/plot"
+)
+
+// Flags are the training flags every example shares, registered once by Register with the
+// same names and help everywhere: the optimizer (-optim, with -lr, -momentum, -wd), the
+// learning-rate schedule (-schedule, -warmup) and what the run records (-metrics,
+// -log-every, -plot). An example sets its recipe's values in the struct before Register;
+// they become the flags' defaults:
+//
+//	f := train.Flags{LR: 0.1, Momentum: 0.9, WD: 1e-4, Schedule: "cosine"}
+//	f.Register(flag.CommandLine)
+//	flag.Parse()
+//	if err := f.Check(); err != nil { … }
+//	opt, err := f.NewOptimizer(dp, hook)                         // after ddp.New
+//	sched, err := f.NewSchedule(epochs, stepsPerEpoch, world)
+//	// … train.Loop{Optimizer: opt, Schedule: sched, LogEvery: f.LogEvery, …}.Run(ctx)
+//	err = f.DrawPlot()                                           // rank 0, -metrics closed
+type Flags struct {
+	// LR is the base learning rate (-lr): the optimizer's, and the schedule's base.
+	LR float64 `json:"lr"`
+	// Momentum and WD are -momentum and -wd: SGD's momentum and weight decay when -optim
+	// is sgd and its spec does not set them (other optimizers take theirs from the spec).
+	Momentum float64 `json:"momentum"`
+	WD       float64 `json:"wd"`
+	// Optim is the -optim spec (optim.ParseOptimizer); empty means "sgd".
+	Optim string `json:"optim,omitempty"`
+	// Schedule is the -schedule spec (optim.ParseSchedule); empty means the constant
+	// rate, or with Warmup the legacy warm-up.
+	Schedule string `json:"schedule,omitempty"`
+	// Warmup is -warmup, in epochs. Without -schedule it is the seeds' recipe: the rate rises
+	// linearly per step from LR/workers to LR (Goyal et al.), then stays. With a -schedule
+	// that has a warmup option (cosine, linear, warmupstep) it sets that option.
+	Warmup int `json:"warmup_epochs"`
+	// Metrics is the -metrics JSON-lines file rank 0 writes (empty: none).
+	Metrics string `json:"-"`
+	// LogEvery is -log-every: a step record in -metrics every LogEvery optimizer steps
+	// (0: epoch records only).
+	LogEvery int `json:"log_every,omitempty"`
+	// Plot is -plot: a PNG of -metrics drawn by rank 0 at the end (plot.File).
+	Plot string `json:"-"`
+}
+
+// Register defines the shared flags on fs; the struct's current values are the defaults.
+func (f *Flags) Register(fs *flag.FlagSet) {
+	fs.Float64Var(&f.LR, "lr", f.LR, "base learning rate (of the optimizer and the -schedule)")
+	fs.Float64Var(&f.Momentum, "momentum", f.Momentum, "SGD momentum (for -optim sgd, unless its spec sets momentum=)")
+	fs.Float64Var(&f.WD, "wd", f.WD, "SGD weight decay (for -optim sgd, unless its spec sets wd=; adam and adamw take wd= in their spec)")
+	fs.StringVar(&f.Optim, "optim", orDefault(f.Optim, "sgd"), "optimizer spec NAME[:key=value,…], e.g. sgd:nesterov=true, adamw:wd=0.01,no_decay=true (-optim help lists them); with -hook osp (LGP) only sgd works")
+	fs.StringVar(&f.Schedule, "schedule", f.Schedule, "learning-rate schedule spec NAME[:key=value,…], e.g. cosine:warmup=2, multistep:milestones=150/250 (-schedule help lists them); empty: constant -lr")
+	fs.IntVar(&f.Warmup, "warmup", f.Warmup, "epochs of linear warm-up: without -schedule from lr/workers to lr (the seeds' recipe), with one its warmup= option; 0: none")
+	fs.StringVar(&f.Metrics, "metrics", f.Metrics, "write one JSON line per epoch (with -log-every also per N steps) and a summary to this file")
+	fs.IntVar(&f.LogEvery, "log-every", f.LogEvery, "with -metrics, also write a step record (step, loss, lr, total_s) every N optimizer steps; 0: epoch records only")
+	fs.StringVar(&f.Plot, "plot", f.Plot, "at the end, draw the -metrics file as a PNG at this path (needs -metrics)")
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// ErrHelp is returned by Check when -optim or -schedule is "help": the caller prints
+// HelpText and exits 0.
+var ErrHelp = errors.New("help requested")
+
+// HelpText lists the optimizers and schedules the -optim and -schedule specs accept.
+func HelpText() string {
+	return "-optim NAME[:key=value,…]:\n" + optim.OptimizerHelp() + "\n-schedule NAME[:key=value,…]:\n" + optim.ScheduleHelp()
+}
+
+// Check validates the flags that can be checked before the run's shape is known: the specs'
+// names and options, and the flags that need -metrics. It returns ErrHelp for -optim help
+// or -schedule help.
+func (f *Flags) Check() error {
+	if f.Optim == "help" || f.Schedule == "help" {
+		return ErrHelp
+	}
+	if f.Plot != "" && f.Metrics == "" {
+		return fmt.Errorf("-plot %s needs -metrics FILE.jsonl: the plot is drawn from the metrics file", f.Plot)
+	}
+	if f.LogEvery < 0 {
+		return fmt.Errorf("-log-every %d: want 0 (epoch records only) or a number of steps", f.LogEvery)
+	}
+	if f.LogEvery > 0 && f.Metrics == "" {
+		return fmt.Errorf("-log-every %d needs -metrics FILE.jsonl: step records are written there", f.LogEvery)
+	}
+	if f.Warmup < 0 {
+		return fmt.Errorf("-warmup %d: want 0 or more epochs", f.Warmup)
+	}
+	if !(f.LR >= 0) {
+		return fmt.Errorf("-lr %v: want a non-negative learning rate", f.LR)
+	}
+	// The optimizer over no parameters checks the spec.
+	if _, err := optim.ParseOptimizer(f.optimSpec(), nil, f.LR); err != nil {
+		return fmt.Errorf("-optim: %w", err)
+	}
+	// Schedules that count steps need the run's length; a stand-in one checks the rest.
+	if _, err := f.NewSchedule(1000, 1000, 1); err != nil {
+		return err
+	}
+	return nil
+}
+
+// optimSpec is -optim with -momentum and -wd filled in for sgd where its spec leaves them
+// out. The numbers are written with strconv's shortest exact form, so the optimizer gets
+// exactly -momentum and -wd.
+func (f *Flags) optimSpec() string {
+	spec := strings.TrimSpace(f.Optim)
+	name, rest, _ := strings.Cut(spec, ":")
+	name = strings.TrimSpace(name)
+	if name != "" && name != "sgd" {
+		return spec
+	}
+	set := map[string]bool{}
+	var opts []string
+	if strings.TrimSpace(rest) != "" {
+		for _, kv := range strings.Split(rest, ",") {
+			k, _, _ := strings.Cut(kv, "=")
+			set[strings.TrimSpace(k)] = true
+			opts = append(opts, kv)
+		}
+	}
+	if !set["momentum"] {
+		opts = append(opts, "momentum="+formatFloat(f.Momentum))
+	}
+	if !set["wd"] {
+		opts = append(opts, "wd="+formatFloat(f.WD))
+	}
+	return "sgd:" + strings.Join(opts, ",")
+}
+
+func formatFloat(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
+
+// NewOptimizer builds the -optim optimizer over dp's parameters with -lr and installs it as
+// dp's Corrector when it is one (SGD: LGP for hooks that deliver results late, a no-op
+// otherwise). hook is the run's comm hook: OSP with LGP on (its default) needs an optimizer
+// that predicts its own step, and with any other optimizer NewOptimizer says so.
+func (f *Flags) NewOptimizer(dp *ddp.DDP, hook ddp.CommHook) (optim.Optimizer, error) {
+	opt, err := f.NewOptimizerFor(dp.Parameters())
+	if err != nil {
+		return nil, err
+	}
+	corrector, ok := opt.(ddp.Corrector)
+	if osp, isOSP := hook.(*hooks.OSP); isOSP && osp.LGP && !ok {
+		return nil, fmt.Errorf("-optim %s with -hook %s: OSP's local-gradient prediction (lgp=true, its default) is exact only for SGD, "+
+			"which predicts its own step; use -optim sgd, or -hook osp:lgp=false", f.Optim, hook.Name())
+	}
+	if ok {
+		dp.SetCorrector(corrector)
+	}
+	return opt, nil
+}
+
+// NewOptimizerFor builds the -optim optimizer over params with -lr (no DDP involved).
+func (f *Flags) NewOptimizerFor(params []*nn.Param) (optim.Optimizer, error) {
+	opt, err := optim.ParseOptimizer(f.optimSpec(), params, f.LR)
+	if err != nil {
+		return nil, fmt.Errorf("-optim: %w", err)
+	}
+	return opt, nil
+}
+
+// NewSchedule builds the -schedule (and -warmup) schedule for a run of epochs epochs of
+// stepsPerEpoch steps on world ranks, with -lr as its base. Without either flag it is the
+// constant -lr.
+func (f *Flags) NewSchedule(epochs, stepsPerEpoch, world int) (optim.Schedule, error) {
+	spec := strings.TrimSpace(f.Schedule)
+	if spec == "" && f.Warmup > 0 {
+		// The seeds' recipe: from lr/P, per step, over Warmup epochs.
+		spec = fmt.Sprintf("warmupstep:warmup=%d,from=%s", f.Warmup, formatFloat(f.LR/float64(world)))
+	} else if f.Warmup > 0 {
+		sep := ","
+		if !strings.Contains(spec, ":") {
+			sep = ":"
+		}
+		s, err := optim.ParseSchedule(spec+sep+"warmup="+strconv.Itoa(f.Warmup), f.LR, epochs, stepsPerEpoch)
+		if err != nil {
+			return nil, fmt.Errorf("-warmup %d with -schedule %q: %w (put the warm-up in the -schedule spec, or leave -warmup out)", f.Warmup, f.Schedule, err)
+		}
+		return s, nil
+	}
+	s, err := optim.ParseSchedule(spec, f.LR, epochs, stepsPerEpoch)
+	if err != nil {
+		return nil, fmt.Errorf("-schedule: %w", err)
+	}
+	return s, nil
+}
+
+// MetaConfig returns the flags that change a run's trajectory, for checkpoint.Meta.Config:
+// resuming requires them to be the same. -optim and -schedule appear only when they differ
+// from the defaults (sgd, none), so checkpoints from before these flags still resume.
+func (f *Flags) MetaConfig() map[string]string {
+	m := map[string]string{"lr": formatFloat(f.LR), "momentum": formatFloat(f.Momentum), "wd": formatFloat(f.WD), "warmup": strconv.Itoa(f.Warmup)}
+	if o := strings.TrimSpace(f.Optim); o != "" && o != "sgd" {
+		m["optim"] = o
+	}
+	if s := strings.TrimSpace(f.Schedule); s != "" {
+		m["schedule"] = s
+	}
+	return m
+}
+
+// DrawPlot draws -metrics as the -plot PNG (plot.File); without -plot it does nothing. Call
+// it on rank 0 once the metrics file is complete.
+func (f *Flags) DrawPlot() error {
+	if f.Plot == "" {
+		return nil
+	}
+	if err := plot.File(f.Metrics, f.Plot); err != nil {
+		return fmt.Errorf("-plot: %w", err)
+	}
+	return nil
+}
