@@ -10,6 +10,7 @@
 //	go build -o vgg ./examples/vgg && spargo launch -n 4 -- ./vgg -epochs 3   # 4 processes
 //	go run ./examples/vgg -checkpoint ck -checkpoint-every 100   # save at every epoch end and every 100 steps
 //	go run ./examples/vgg -checkpoint ck -resume -epochs 5       # continue exactly where ck/latest stopped
+//	go run ./examples/vgg -record-grads /tmp/grads -record-every 50 -record-steps 3   # for spargo bench comm -grads
 //
 // -resume needs the flags of the saved run (model, hook, workers, batch, steps, lr, momentum,
 // wd, seed, warmup, bucket-mb, dist-bn; -epochs may grow) and appends to -metrics. With -hook
@@ -48,6 +49,7 @@ import (
 	"github.com/spargo-dl/spargo/datasets"
 	"github.com/spargo-dl/spargo/ddp"
 	"github.com/spargo-dl/spargo/dist"
+	"github.com/spargo-dl/spargo/gradrec"
 	"github.com/spargo-dl/spargo/hooks"
 	"github.com/spargo-dl/spargo/internal/kernels"
 	"github.com/spargo-dl/spargo/internal/train"
@@ -81,6 +83,12 @@ type config struct {
 	CheckpointEvery int    `json:"checkpoint_every,omitempty"`
 	Keep            int    `json:"keep,omitempty"`
 	Resume          bool   `json:"resume,omitempty"`
+	// RecordGrads, when set, records every rank's bucket inputs (local gradients before
+	// communication) at the iterations RecordEvery/RecordSteps select (gradrec.Schedule), for
+	// `spargo bench comm -grads DIR`.
+	RecordGrads string `json:"record_grads,omitempty"`
+	RecordEvery int    `json:"record_every,omitempty"`
+	RecordSteps int    `json:"record_steps,omitempty"`
 
 	// newModel, when set (tests), builds the model instead of models.NewVGG(Model).
 	newModel func(rng *rand.Rand) (nn.Module, error)
@@ -109,6 +117,9 @@ func main() {
 	flag.IntVar(&c.CheckpointEvery, "checkpoint-every", 0, "also save a checkpoint every N steps (0: only at epoch ends)")
 	flag.IntVar(&c.Keep, "keep", 3, "keep the newest N checkpoints (0: all)")
 	flag.BoolVar(&c.Resume, "resume", false, "continue from the latest checkpoint in -checkpoint DIR, exactly where it stopped (the same flags are required; -epochs may grow)")
+	flag.StringVar(&c.RecordGrads, "record-grads", "", "record every rank's local gradients (the comm hook's bucket inputs) as safetensors files in this directory, for spargo bench comm -grads")
+	flag.IntVar(&c.RecordEvery, "record-every", 50, "with -record-grads: start a window of recorded iterations every N iterations (0: only the first window)")
+	flag.IntVar(&c.RecordSteps, "record-steps", 3, "with -record-grads: consecutive iterations per window")
 	flag.BoolVar(&c.Progress, "progress", true, "show a progress bar per epoch (launched: on rank 0, when its stderr is a terminal)")
 	logLevel := flag.String("log-level", "info", "log level of the hooks' messages on stderr: debug|info|warn|error (debug: one line per bucket and call, e.g. SparDL's d, Ok-Topk's thresholds and counts)")
 	logFormat := flag.String("log-format", "text", "text|json")
@@ -299,6 +310,11 @@ func (c *config) check() error {
 	if c.BucketMB < 0 {
 		return fmt.Errorf("-bucket-mb %g: want a positive size in MiB, or 0 for the defaults", c.BucketMB)
 	}
+	if c.RecordGrads != "" {
+		if err := (gradrec.Schedule{Every: c.RecordEvery, Steps: c.RecordSteps}).Check(); err != nil {
+			return err
+		}
+	}
 	_, err := hooks.Parse(c.Hook)
 	return err
 }
@@ -404,6 +420,14 @@ func (w *worker) run(ctx context.Context) error {
 	if c.BucketMB > 0 {
 		capBytes := int(c.BucketMB * (1 << 20))
 		opts = append(opts, ddp.WithBucketCap(capBytes, capBytes))
+	}
+	if c.RecordGrads != "" {
+		rec, err := gradrec.NewRecorder(gradrec.Config{Dir: c.RecordGrads, Schedule: gradrec.Schedule{Every: c.RecordEvery, Steps: c.RecordSteps},
+			Model: c.Model, Hook: c.Hook, Params: nn.Parameters(model)})
+		if err != nil {
+			return err
+		}
+		opts = append(opts, ddp.WithBucketObserver(rec))
 	}
 	if pp, ok := hook.(ddp.ProfiledPlanner); ok { // omgs plans its buckets from a measured profile
 		prof, err := w.profile(ctx, model, pp)

@@ -1,0 +1,42 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/spargo-dl/spargo/gradrec"
+)
+
+// -record-grads writes one file per rank of the scheduled iterations, with the model's
+// parameters and DDP's buckets, readable by spargo bench comm -grads.
+func TestRunRecordsGrads(t *testing.T) {
+	dir := cifarOrSkip(t)
+	rec := filepath.Join(t.TempDir(), "grads")
+	var out, errb bytes.Buffer
+	_, err := run(context.Background(), config{Data: dir, Model: "vgg11", Workers: 2, Hook: "allreduce", Batch: 4, Epochs: 1, Steps: 3,
+		LR: 0.01, EvalLimit: 8, RecordGrads: rec, RecordEvery: 2, RecordSteps: 1}, &out, &errb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := gradrec.Open(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(r.Iterations, []int64{0, 2}) || r.World != 2 || r.Model != "vgg11" || r.Hook != "allreduce" ||
+		len(r.Names) != 34 || r.Names[0] != "features.0.weight" || len(r.Buckets) != 3 || r.Elements() != 9231114 {
+		t.Errorf("recording: iterations %v, P=%d, model %q, hook %q, %d parameters (%v…), %d buckets, %d elements",
+			r.Iterations, r.World, r.Model, r.Hook, len(r.Names), r.Names[0], len(r.Buckets), r.Elements())
+	}
+}
+
+func TestRunRejectsBadRecordFlags(t *testing.T) {
+	var out bytes.Buffer
+	_, err := run(context.Background(), config{Workers: 1, Batch: 1, Epochs: 1, Hook: "allreduce", RecordGrads: t.TempDir(), RecordEvery: 1, RecordSteps: 2}, &out, &out)
+	if err == nil || !strings.Contains(err.Error(), "-record-every 1") {
+		t.Fatalf("-record-every 1 -record-steps 2: %v", err)
+	}
+}
