@@ -31,6 +31,7 @@ type config struct {
 	plan             [][]int
 	profile          *Profile
 	broadcastBuffers bool
+	observer         BucketObserver
 }
 
 // Option configures New.
@@ -57,6 +58,19 @@ func WithProfile(p *Profile) Option { return func(c *config) { c.profile = p } }
 // are broadcast after every synchronised step (default true, like PyTorch's
 // broadcast_buffers), so that every replica's whole state is identical.
 func WithBroadcastBuffers(on bool) Option { return func(c *config) { c.broadcastBuffers = on } }
+
+// BucketObserver sees every bucket's local gradients just before the comm hook gets the
+// bucket (gradient recorders such as gradrec.Recorder). ObserveBucket runs on DDP's
+// communication goroutine, once per bucket per synchronised iteration, in bucket order; it
+// must only read b (copy what it keeps: the hook may use Flat as scratch afterwards), so
+// training computes the same numbers with and without an observer. An error stops the
+// iteration like a hook's error.
+type BucketObserver interface {
+	ObserveBucket(g comm.Group, b Bucket) error
+}
+
+// WithBucketObserver installs o to see each bucket before the comm hook (nil: none).
+func WithBucketObserver(o BucketObserver) Option { return func(c *config) { c.observer = o } }
 
 // New wraps model for data-parallel training on g. Every rank calls it with its own
 // replica. It checks that all ranks have the same parameter names and shapes (the
@@ -103,6 +117,7 @@ func New(ctx context.Context, model nn.Module, g comm.Group, opts ...Option) (*D
 		return nil, err
 	}
 	d.reducer = newReducer(g, cfg.hook, d.params, d.plan)
+	d.reducer.observer = cfg.observer
 	d.late = newLateState(d.params, d.plan)
 	d.late.attach(d.reducer)
 	return d, nil

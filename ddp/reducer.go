@@ -63,12 +63,13 @@ type IterationStats struct {
 // them, launches complete buckets in plan order on a communication goroutine, and
 // writes the hook's results back into the parameters' gradients.
 type Reducer struct {
-	group   comm.Group
-	hook    CommHook
-	buckets []*bucket
-	where   map[*nn.Param][2]int // bucket, position in bucket
-	iter    int64
-	late    *lateState
+	group    comm.Group
+	hook     CommHook
+	observer BucketObserver // nil: none
+	buckets  []*bucket
+	where    map[*nn.Param][2]int // bucket, position in bucket
+	iter     int64
+	late     *lateState
 
 	// per iteration
 	start    time.Time
@@ -121,6 +122,12 @@ func (r *Reducer) communicate(ctx context.Context, launch <-chan *bucket, done c
 	for b := range launch {
 		if firstErr != nil {
 			continue // drain
+		}
+		if r.observer != nil {
+			if err := r.observer.ObserveBucket(r.group, b); err != nil {
+				firstErr = fmt.Errorf("ddp: iteration %d, bucket %d: observer: %w", b.iter, b.index, err)
+				continue
+			}
 		}
 		b.stats.CommStart = time.Since(r.start)
 		fut := r.hook.Run(ctx, r.group, b)

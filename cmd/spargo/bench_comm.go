@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -14,11 +13,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
-	"github.com/spargo-dl/spargo/comm"
-	"github.com/spargo-dl/spargo/ddp"
+	"github.com/spargo-dl/spargo/gradrec"
 	"github.com/spargo-dl/spargo/hooks"
+	"github.com/spargo-dl/spargo/models"
 	"github.com/spargo-dl/spargo/nn"
 )
 
@@ -38,10 +36,28 @@ type commResult struct {
 	Rounds        int64   `json:"rounds"`
 	BytesReceived int64   `json:"bytes_received"`
 	WordsReceived int64   `json:"words_received"`
-	Transport     string  `json:"transport"`
-	Formula       string  `json:"formula"`       // ALGORITHMS.md / SparDL Table I volume
-	FormulaWords  float64 `json:"formula_words"` // its value: words received per worker
+	// Buckets is how many buckets the hook's plan has (one per call of the hook per
+	// iteration); Calls how many timed calls (iterations) the counts are averaged over.
+	Buckets int `json:"buckets"`
+	Calls   int `json:"calls"`
+	// Model is -model's or the recording's model; Grads the recording replayed (-grads).
+	Model string `json:"model,omitempty"`
+	Grads string `json:"grads,omitempty"`
+	// UnionK and Overlap (spardl and oktopk only) measure how much the workers' local
+	// top-k selections agree: the size of their union over k (1 to P) and the mean fraction
+	// of k two workers share (see overlapTracker).
+	UnionK  *float64 `json:"union_k,omitempty"`
+	Overlap *float64 `json:"overlap,omitempty"`
+	// Transport is -transport's; Formula the ALGORITHMS.md / SparDL Table I volume and
+	// FormulaWords its value (words received per worker, whole model as one bucket).
+	Transport    string  `json:"transport"`
+	Formula      string  `json:"formula"`
+	FormulaWords float64 `json:"formula_words"`
 }
+
+// overlapHooks are the hooks whose rows get the top-k union and overlap: their volumes
+// depend on it most visibly.
+var overlapHooks = []string{"spardl", "oktopk"}
 
 // defaultCommHooks are measured when no -hook is given (gtopk only for power-of-two P).
 var defaultCommHooks = []string{"spardl", "topka", "topkdsa", "gtopk", "allreduce"}
@@ -79,17 +95,31 @@ func runBenchComm(args []string, stdout io.Writer) error {
 	fs.SetOutput(stdout)
 	var specs hookList
 	fs.Var(&specs, "hook", "hook spec, as for -hook of the examples (repeat for several; default: "+strings.Join(defaultCommHooks, ", ")+")")
-	workers := fs.Int("workers", 4, "in-process workers P")
-	nFlag := fs.String("n", "1M", "elements in the bucket (k, M, G suffixes: 14.7M is VGG-16's size)")
-	iters := fs.Int("iters", 5, "timed calls per hook (the median time is reported)")
-	warmup := fs.Int("warmup", 2, "untimed calls per hook before timing")
+	workers := fs.Int("workers", 4, "in-process workers P (with -grads: default the recording's P)")
+	nFlag := fs.String("n", "1M", "elements in the single synthetic bucket (k, M, G suffixes: 14.7M is VGG-16's size)")
+	model := fs.String("model", "", "take the parameters' layout from this model ("+strings.Join(models.VGGNames(), ", ")+") instead of -n: each hook gets the buckets DDP would give it")
+	gradsDir := fs.String("grads", "", "replay the gradients recorded in this directory (examples/vgg -record-grads) instead of synthetic ones")
+	iters := fs.Int("iters", 5, "timed calls per hook (the median time is reported); not with -grads, which times every recorded iteration after -warmup")
+	warmup := fs.Int("warmup", 2, "untimed calls per hook before timing (with -grads: the first recorded iterations, replayed untimed)")
 	density := fs.Float64("density", 0.01, "density for hooks that take one and whose spec does not set it")
 	seed := fs.Uint64("seed", 0, "seed of the synthetic gradients")
 	asJSON := fs.Bool("json", false, "print one JSON object per hook instead of a table")
 	transport := fs.String("transport", "local", "local: in-process channels; tcp: TCP on loopback (comm.NewTCPLoopback, all workers in this process)")
 	fs.Usage = func() {
-		fmt.Fprintln(stdout, "usage: spargo bench comm [-hook SPEC]... [-workers P] [-n N] [-iters K] [-density D] [-seed S] [-transport local|tcp] [-json]")
-		fmt.Fprintln(stdout, "\nRuns each hook on P in-process workers, each with its own synthetic heavy-tailed gradient of n\nelements (a shared component plus per-worker noise, seeded), as one bucket. Prints the median\nwall time per call (all workers) and, for the last timed call, the maxima over workers of the\nrounds, bytes received and words (4 bytes) received.")
+		fmt.Fprintln(stdout, "usage: spargo bench comm [-hook SPEC]... [-workers P] [-n N | -model NAME | -grads DIR] [-iters K] [-warmup W] [-density D] [-seed S] [-transport local|tcp] [-json]")
+		fmt.Fprintln(stdout, `
+Runs each hook on P in-process workers and prints the median wall time per call (one call is
+one iteration: every bucket of the hook's plan, one at a time, all workers at once) and the
+rounds, bytes received and words (4 bytes) received: the maxima over workers, averaged over
+the timed calls. For spardl and oktopk it also prints union/k and overlap: how much the
+workers' local top-k selections (with local error feedback) agree.
+
+The gradients: synthetic heavy-tailed ones (a shared component plus per-worker noise,
+seeded), as one bucket of -n elements or in the parameters of -model; or, with -grads, those
+recorded by a training run (examples/vgg -record-grads DIR), replayed iteration by iteration
+so that residuals and the correlation between iterations are real. -workers below the
+recording's P replays its first ranks; a multiple of P reuses each rank (identical gradients
+then overlap fully); anything else is an error.`)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -100,6 +130,31 @@ func runBenchComm(args []string, stdout io.Writer) error {
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("bench comm: unexpected argument %q", fs.Arg(0))
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var rec *gradrec.Recording
+	switch {
+	case *gradsDir != "" && set["iters"]:
+		return fmt.Errorf("bench comm: -iters does not apply with -grads: every recorded iteration after -warmup is timed")
+	case (*gradsDir != "" || *model != "") && set["n"]:
+		return fmt.Errorf("bench comm: -n does not apply with -model or -grads: the model's layout sets the sizes")
+	case *gradsDir != "" && *model != "":
+		return fmt.Errorf("bench comm: -model does not apply with -grads: the recording's layout is used")
+	}
+	if *gradsDir != "" {
+		var err error
+		if rec, err = gradrec.Open(*gradsDir); err != nil {
+			return fmt.Errorf("bench comm: -grads: %w", err)
+		}
+		if !set["workers"] {
+			*workers = rec.World
+		}
+		if *warmup >= len(rec.Iterations) {
+			return fmt.Errorf("bench comm: -warmup %d: the recording in %s has %d iterations %v; leave at least one to time",
+				*warmup, *gradsDir, len(rec.Iterations), rec.Iterations)
+		}
+		*iters = len(rec.Iterations) - *warmup
 	}
 	n, err := parseCount(*nFlag)
 	if err != nil {
@@ -137,46 +192,65 @@ func runBenchComm(args []string, stdout io.Writer) error {
 		}
 	}
 
-	grads := syntheticGradients(*seed, *workers, n)
-	if !*asJSON {
-		fmt.Fprintf(stdout, "P=%d in-process workers (transport %s), n=%d, heavy-tailed gradients (seed %d), %d warm-up + %d timed calls per hook\n",
-			*workers, *transport, n, *seed, *warmup, *iters)
-		fmt.Fprintf(stdout, "%-36s %8s %10s %7s %15s %15s  %s\n", "hook", "density", "time_ms", "rounds", "bytes_received", "words_received", "formula (words)")
+	var src *gradSource
+	var what string
+	switch {
+	case rec != nil:
+		if src, err = recordedSource(rec, *workers); err != nil {
+			return fmt.Errorf("bench comm: %w", err)
+		}
+		what = fmt.Sprintf("gradients recorded in %s (model %s, P=%d, hook %s, iterations %v), replayed in order; the first %d untimed",
+			rec.Dir, rec.Model, rec.World, rec.Hook, rec.Iterations, *warmup)
+		if *workers > rec.World {
+			what += fmt.Sprintf("; each recorded rank replayed by %d workers", *workers/rec.World)
+		}
+	case *model != "":
+		if src, err = modelSource(*model, *seed, *workers); err != nil {
+			return fmt.Errorf("bench comm: %w", err)
+		}
+		what = fmt.Sprintf("heavy-tailed gradients (seed %d) in %s's %d parameters, %d warm-up + %d timed calls", *seed, *model, len(src.params), *warmup, *iters)
+	default:
+		src = singleBucketSource(syntheticGradients(*seed, *workers, n))
+		what = fmt.Sprintf("heavy-tailed gradients (seed %d) in one bucket, %d warm-up + %d timed calls", *seed, *warmup, *iters)
 	}
-	buckets := make([]*benchBucket, *workers) // shared by the hooks: one allocation, warm pages
-	for r := range buckets {
-		buckets[r] = &benchBucket{flat: make([]float32, n)}
+	total := nn.NumParams(src.params)
+	if !*asJSON {
+		fmt.Fprintf(stdout, "P=%d workers in this process (transport %s), n=%d, %s\n", *workers, *transport, total, what)
+		fmt.Fprintf(stdout, "%-36s %8s %7s %10s %7s %15s %15s %8s %8s\n", "hook", "density", "buckets", "time_ms", "rounds", "bytes_received", "words_received", "union/k", "overlap")
 	}
 	for i, spec := range full {
 		runtime.GC() // the previous hook's residuals are garbage: do not bill their collection here
-		var groups []comm.Group
-		if *transport == "tcp" {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			groups, err = comm.NewTCPLoopback(ctx, *workers, nil)
-			cancel()
-		} else {
-			groups, err = comm.NewLocal(*workers)
+		o := benchOptions{workers: *workers, warmup: *warmup, iters: *iters, transport: *transport}
+		if name, _, _ := strings.Cut(spec, ":"); slices.Contains(overlapHooks, name) {
+			o.overlapDensity = dens[i]
 		}
-		if err != nil {
-			return fmt.Errorf("bench comm: -transport %s: %w", *transport, err)
-		}
-		res, err := benchHookOn(groups, spec, grads, buckets, *warmup, *iters)
-		for _, g := range groups {
-			g.Close()
-		}
+		res, err := benchHook(spec, src, o)
 		if err != nil {
 			return fmt.Errorf("bench comm: %s: %w", spec, err)
 		}
 		res.Density, res.Transport = dens[i], *transport
-		h, _ := hooks.Parse(spec)
-		res.Formula, res.FormulaWords = costFormula(h, n, *workers, dens[i])
+		if h, err := hooks.Parse(spec); err == nil {
+			res.Formula, res.FormulaWords = costFormula(h, res.N, *workers, dens[i])
+		}
+		if rec != nil {
+			res.Model, res.Grads = rec.Model, rec.Dir
+		} else {
+			res.Model = *model
+		}
 		if *asJSON {
 			if err := json.NewEncoder(stdout).Encode(res); err != nil {
 				return err
 			}
 			continue
 		}
-		fmt.Fprintf(stdout, "%-36s %8g %10.2f %7d %15d %15d  %s = %.0f\n", res.Hook, res.Density, res.TimeMS, res.Rounds, res.BytesReceived, res.WordsReceived, res.Formula, res.FormulaWords)
+		union, overlap := "-", "-"
+		if res.UnionK != nil {
+			union, overlap = fmt.Sprintf("%.3f", *res.UnionK), fmt.Sprintf("%.3f", *res.Overlap)
+		}
+		fmt.Fprintf(stdout, "%-36s %8g %7d %10.2f %7d %15d %15d %8s %8s\n", res.Hook, res.Density, res.Buckets, res.TimeMS, res.Rounds, res.BytesReceived, res.WordsReceived, union, overlap)
+		if res.Formula != "" {
+			fmt.Fprintf(stdout, "%-36s formula %s = %.0f words\n", "", res.Formula, res.FormulaWords)
+		}
 	}
 	return nil
 }
@@ -255,84 +329,4 @@ func fillSynthetic(dst, common []float32, seed uint64, r int) {
 	for i := range dst {
 		dst[i] = 0.5*common[i] + heavyTailed(rng)
 	}
-}
-
-// benchBucket is the single bucket every worker communicates.
-type benchBucket struct {
-	iter int64
-	flat []float32
-}
-
-func (b *benchBucket) Index() int          { return 0 }
-func (b *benchBucket) Iteration() int64    { return b.iter }
-func (b *benchBucket) IsLast() bool        { return true }
-func (b *benchBucket) Flat() []float32     { return b.flat }
-func (b *benchBucket) Params() []*nn.Param { return nil }
-func (b *benchBucket) Offsets() []int      { return nil }
-func (b *benchBucket) Tag() uint32         { return 1 << 16 }
-
-// benchHook runs warmup+iters calls of spec on len(grads) in-process workers; buckets[r] is
-// worker r's bucket, refilled from grads[r] before every call (untimed).
-func benchHook(spec string, grads [][]float32, buckets []*benchBucket, warmup, iters int) (commResult, error) {
-	groups, err := comm.NewLocal(len(grads))
-	if err != nil {
-		return commResult{}, err
-	}
-	return benchHookOn(groups, spec, grads, buckets, warmup, iters)
-}
-
-// benchHookOn is benchHook on the given groups (groups[r] is worker r's).
-func benchHookOn(groups []comm.Group, spec string, grads [][]float32, buckets []*benchBucket, warmup, iters int) (commResult, error) {
-	p, n := len(grads), len(grads[0])
-	var err error
-	hs := make([]ddp.CommHook, p)
-	for r := range p {
-		if hs[r], err = hooks.Parse(spec); err != nil { // one hook per worker
-			return commResult{}, err
-		}
-	}
-	var times []float64
-	var last []comm.Stats
-	for it := range warmup + iters {
-		var wg sync.WaitGroup
-		for r := range p {
-			wg.Go(func() { copy(buckets[r].flat, grads[r]); buckets[r].iter = int64(it) })
-		}
-		wg.Wait()
-		before := make([]comm.Stats, p)
-		for r := range p {
-			before[r] = groups[r].Counters().Snapshot()
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-		errs := make([]error, p)
-		start := time.Now()
-		for r := range p {
-			wg.Go(func() { _, errs[r] = hs[r].Run(ctx, groups[r], buckets[r]).Wait() })
-		}
-		wg.Wait()
-		took := time.Since(start)
-		cancel()
-		if err := errors.Join(errs...); err != nil {
-			return commResult{}, err
-		}
-		last = make([]comm.Stats, p)
-		for r := range p {
-			last[r] = groups[r].Counters().Snapshot().Sub(before[r])
-		}
-		if it >= warmup {
-			times = append(times, float64(took.Nanoseconds())/1e6)
-		}
-	}
-	slices.Sort(times)
-	med := times[len(times)/2]
-	if len(times)%2 == 0 {
-		med = (times[len(times)/2-1] + times[len(times)/2]) / 2
-	}
-	res := commResult{Hook: spec, Workers: p, N: n, TimeMS: med}
-	for _, s := range last {
-		res.Rounds = max(res.Rounds, s.Rounds)
-		res.BytesReceived = max(res.BytesReceived, s.BytesRecv)
-	}
-	res.WordsReceived = res.BytesReceived / 4
-	return res, nil
 }

@@ -4,8 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"math"
+	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/spargo-dl/spargo/gradrec"
 )
 
 // Small n: every default hook runs, the JSON has the stable keys, and SparDL's counts match
@@ -119,6 +123,114 @@ func TestParseCount(t *testing.T) {
 	for _, s := range []string{"", "1.5", "-3", "3G", "M"} {
 		if _, err := parseCount(s); err == nil {
 			t.Errorf("parseCount(%q) accepted", s)
+		}
+	}
+}
+
+// writeRecording writes a P=2 recording of two iterations of two parameters (100 elements
+// each) in which rank r's 20 largest entries are at 20 positions of its own (disjoint: the
+// first 20 of parameter a for rank 0, the first 20 of b for rank 1) or, with shared, the
+// same 20 on both ranks. Everything else is small.
+func writeRecording(t *testing.T, shared bool) string {
+	t.Helper()
+	dir := t.TempDir()
+	l := &gradrec.Layout{Model: "toy", Hook: "allreduce", World: 2, Names: []string{"a", "b"}, Shapes: [][]int{{10, 10}, {100}}, Buckets: [][]int{{1, 0}}}
+	for _, it := range []int64{7, 8} {
+		for r := range 2 {
+			g := [][]float32{make([]float32, 100), make([]float32, 100)}
+			for i := range 100 {
+				g[0][i], g[1][i] = 1e-4*float32(i%7), 1e-4*float32(i%5)
+			}
+			big := r
+			if shared {
+				big = 0
+			}
+			for i := range 20 {
+				g[big][i] = 1 + float32(i+r)
+			}
+			if err := gradrec.WriteIteration(dir, l, r, it, g); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return dir
+}
+
+// -grads replays the recording: TopkA's volume is exact (2k(P-1) words, k = 20 of the
+// 200-element bucket), and SparDL's union/k and overlap are 2 and 0 for disjoint selections,
+// 1 and 1 for shared ones; with 4 workers each rank is replayed twice.
+func TestBenchCommGrads(t *testing.T) {
+	for _, tc := range []struct {
+		shared           bool
+		workers          string
+		union, overlap   float64
+		topkaWords, wrks float64
+	}{
+		{false, "", 2, 0, 40, 2},
+		{true, "", 1, 1, 40, 2},
+		{false, "4", 2, 1.0 / 3, 120, 4}, // pairs (0,2) and (1,3) of six share all of k
+	} {
+		dir := writeRecording(t, tc.shared)
+		args := []string{"bench", "comm", "-grads", dir, "-warmup", "0", "-json", "-density", "0.1", "-hook", "spardl", "-hook", "topka"}
+		if tc.workers != "" {
+			args = append(args, "-workers", tc.workers)
+		}
+		var out, errb bytes.Buffer
+		if code := dispatch(args, &out, &errb); code != 0 {
+			t.Fatalf("exit %d: %s", code, errb.String())
+		}
+		got := map[string]map[string]any{}
+		for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+			var res map[string]any
+			if err := json.Unmarshal([]byte(line), &res); err != nil {
+				t.Fatalf("%v: %s", err, line)
+			}
+			got[res["hook"].(string)] = res
+		}
+		s, k := got["spardl:density=0.1"], got["topka:density=0.1"]
+		if s == nil || k == nil {
+			t.Fatalf("missing rows:\n%s", out.String())
+		}
+		if s["union_k"] != tc.union || math.Abs(s["overlap"].(float64)-tc.overlap) > 1e-9 || s["calls"] != float64(2) || s["n"] != float64(200) ||
+			s["grads"] != dir || s["model"] != "toy" || s["workers"] != tc.wrks || s["buckets"] != float64(1) {
+			t.Errorf("shared=%v workers=%q: spardl %v, want union_k %v, overlap %v", tc.shared, tc.workers, s, tc.union, tc.overlap)
+		}
+		if k["words_received"] != tc.topkaWords || k["union_k"] != nil {
+			t.Errorf("shared=%v workers=%q: topka %v, want %v words and no overlap columns", tc.shared, tc.workers, k, tc.topkaWords)
+		}
+	}
+}
+
+// -model takes the layout from the model: DDP's three size-capped buckets of VGG-11.
+func TestBenchCommModel(t *testing.T) {
+	var out, errb bytes.Buffer
+	args := []string{"bench", "comm", "-model", "vgg11", "-workers", "1", "-iters", "1", "-warmup", "0", "-hook", "allreduce"}
+	if code := dispatch(args, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	if !strings.Contains(out.String(), "n=9231114") || !regexp.MustCompile(`allreduce\s+1\s+3\s`).MatchString(out.String()) {
+		t.Errorf("want n=9231114 and 3 buckets:\n%s", out.String())
+	}
+}
+
+func TestBenchCommGradsErrors(t *testing.T) {
+	dir := writeRecording(t, false)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-grads", dir, "-iters", "3"}, "-iters does not apply with -grads"},
+		{[]string{"-grads", dir, "-n", "10"}, "-n does not apply"},
+		{[]string{"-grads", dir, "-model", "vgg11"}, "-model does not apply with -grads"},
+		{[]string{"-grads", dir, "-warmup", "2"}, "-warmup 2: the recording in " + dir + " has 2 iterations [7 8]"},
+		{[]string{"-grads", dir, "-warmup", "0", "-workers", "3"}, "-workers 3: the recording in " + dir + " has P=2 ranks"},
+		{[]string{"-grads", t.TempDir()}, "-grads: gradrec:"},
+		{[]string{"-model", "vgg7"}, `-model: models: unknown VGG "vgg7"`},
+	} {
+		var out, errb bytes.Buffer
+		args := append([]string{"bench", "comm", "-hook", "topka"}, tc.args...)
+		if code := dispatch(args, &out, &errb); code != 1 || !strings.Contains(errb.String(), tc.want) {
+			t.Errorf("%v: exit %d, stderr %q, want %q", tc.args, code, errb.String(), tc.want)
 		}
 	}
 }

@@ -524,7 +524,7 @@ func simulateHook(o simOptions, plan scalePlan, spec string, density float64) (s
 		for r := range p {
 			wg.Go(func() {
 				if buckets[r] == nil {
-					buckets[r] = &benchBucket{flat: make([]float32, plan.nSim)}
+					buckets[r] = &benchBucket{flat: make([]float32, plan.nSim), last: true}
 				}
 				b := buckets[r]
 				fillSynthetic(b.flat, common, o.seed, r)

@@ -133,11 +133,7 @@ func runValidate(o simOptions, nGiven bool, stdout io.Writer, asJSON bool) error
 			p, cores, n, alpha*1e6, beta*1e9, formatBandwidth(8/beta))
 		fmt.Fprintf(stdout, "%-28s %12s %13s %8s\n", "hook", "measured_ms", "predicted_ms", "error_%")
 	}
-	grads := syntheticGradients(o.seed, p, n)
-	buckets := make([]*benchBucket, p)
-	for r := range buckets {
-		buckets[r] = &benchBucket{flat: make([]float32, n)}
-	}
+	src := singleBucketSource(syntheticGradients(o.seed, p, n))
 	so := o
 	so.model, so.nModel, so.alpha, so.beta, so.bandwidthBits = fmt.Sprintf("n=%d", n), n, alpha, beta, 8/beta
 	// The kernels are timed on P goroutines at once: the rates then include the sharing of
@@ -145,7 +141,7 @@ func runValidate(o simOptions, nGiven bool, stdout io.Writer, asJSON bool) error
 	so.scale, so.mem, so.compute, so.cores, so.concurrent = 1, math.MaxInt64/4, "measure", 0, p
 	for i, spec := range o.specs {
 		runtime.GC()
-		meas, err := benchHookOn(groups, spec, grads, buckets, o.warmup, o.iters)
+		meas, err := benchHook(spec, src, benchOptions{workers: p, warmup: o.warmup, iters: o.iters, groups: groups})
 		if err != nil {
 			return fmt.Errorf("simulate -validate: %s over TCP: %w", spec, err)
 		}

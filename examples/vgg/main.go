@@ -12,6 +12,7 @@
 //	go run ./examples/vgg -checkpoint ck -resume -epochs 5       # continue exactly where ck/latest stopped
 //	go run ./examples/vgg -optim adamw:wd=0.05 -lr 1e-3 -schedule cosine:warmup=1 \
 //	    -metrics run.jsonl -log-every 10 -plot run.png          # another optimizer and schedule, plotted
+//	go run ./examples/vgg -record-grads /tmp/grads -record-every 50 -record-steps 3   # for spargo bench comm -grads
 //
 // The program is internal/train's CIFAR-10 program (train.CIFARMain), which examples/resnet
 // shares; this one builds VGG models and has the seeds' recipe as defaults (-lr 0.01,

@@ -21,6 +21,7 @@ import (
 	"github.com/spargo-dl/spargo/datasets"
 	"github.com/spargo-dl/spargo/ddp"
 	"github.com/spargo-dl/spargo/dist"
+	"github.com/spargo-dl/spargo/gradrec"
 	"github.com/spargo-dl/spargo/hooks"
 	"github.com/spargo-dl/spargo/internal/kernels"
 	"github.com/spargo-dl/spargo/models"
@@ -53,6 +54,12 @@ type CIFARConfig struct {
 	CheckpointEvery int    `json:"checkpoint_every,omitempty"`
 	Keep            int    `json:"keep,omitempty"`
 	Resume          bool   `json:"resume,omitempty"`
+	// RecordGrads, when set, records every rank's bucket inputs (local gradients before
+	// communication) at the iterations RecordEvery/RecordSteps select (gradrec.Schedule), for
+	// `spargo bench comm -grads DIR`.
+	RecordGrads string `json:"record_grads,omitempty"`
+	RecordEvery int    `json:"record_every,omitempty"`
+	RecordSteps int    `json:"record_steps,omitempty"`
 	// LogLevel and LogFormat are -log-level and -log-format (SetupLogging).
 	LogLevel  string `json:"-"`
 	LogFormat string `json:"-"`
@@ -82,6 +89,9 @@ func (c *CIFARConfig) Register(fs *flag.FlagSet) {
 	fs.IntVar(&c.CheckpointEvery, "checkpoint-every", c.CheckpointEvery, "also save a checkpoint every N steps (0: only at epoch ends)")
 	fs.IntVar(&c.Keep, "keep", c.Keep, "keep the newest N checkpoints (0: all)")
 	fs.BoolVar(&c.Resume, "resume", c.Resume, "continue from the latest checkpoint in -checkpoint DIR, exactly where it stopped (the same flags are required; -epochs may grow)")
+	fs.StringVar(&c.RecordGrads, "record-grads", c.RecordGrads, "record every rank's local gradients (the comm hook's bucket inputs) as safetensors files in this directory, for spargo bench comm -grads")
+	fs.IntVar(&c.RecordEvery, "record-every", orDefaultInt(c.RecordEvery, 50), "with -record-grads: start a window of recorded iterations every N iterations (0: only the first window)")
+	fs.IntVar(&c.RecordSteps, "record-steps", orDefaultInt(c.RecordSteps, 3), "with -record-grads: consecutive iterations per window")
 	fs.BoolVar(&c.Progress, "progress", c.Progress, "show a progress bar per epoch (launched: on rank 0, when its stderr is a terminal)")
 	fs.StringVar(&c.LogLevel, "log-level", orDefault(c.LogLevel, "info"), "log level of the hooks' messages on stderr: debug|info|warn|error (debug: one line per bucket and call, e.g. SparDL's d, Ok-Topk's thresholds and counts)")
 	fs.StringVar(&c.LogFormat, "log-format", orDefault(c.LogFormat, "text"), "text|json")
@@ -295,6 +305,11 @@ func (c *CIFARConfig) check() error {
 	if (c.Resume || c.CheckpointEvery > 0) && c.Checkpoint == "" {
 		return fmt.Errorf("-resume and -checkpoint-every need -checkpoint DIR")
 	}
+	if c.RecordGrads != "" {
+		if err := (gradrec.Schedule{Every: c.RecordEvery, Steps: c.RecordSteps}).Check(); err != nil {
+			return err
+		}
+	}
 	if c.BucketMB < 0 {
 		return fmt.Errorf("-bucket-mb %g: want a positive size in MiB, or 0 for the defaults", c.BucketMB)
 	}
@@ -418,6 +433,14 @@ func (w *cifarWorker) run(ctx context.Context) error {
 		opts = append(opts, ddp.WithProfile(prof))
 		traffic = g.Counters().Snapshot() // the profile's timings are set-up, not training
 	}
+	if c.RecordGrads != "" {
+		rec, err := gradrec.NewRecorder(gradrec.Config{Dir: c.RecordGrads, Schedule: gradrec.Schedule{Every: c.RecordEvery, Steps: c.RecordSteps},
+			Model: c.Model, Hook: c.Hook, Params: nn.Parameters(model)})
+		if err != nil {
+			return err
+		}
+		opts = append(opts, ddp.WithBucketObserver(rec))
+	}
 	dp, err := ddp.New(ctx, model, g, opts...)
 	if err != nil {
 		return err
@@ -515,4 +538,12 @@ func (c CIFARConfig) checkpointMeta(world int) checkpoint.Meta {
 	cfg["bucket_mb"] = formatFloat(c.BucketMB)
 	cfg["dist_bn"] = c.DistBN
 	return checkpoint.Meta{Model: c.Model, Hook: c.Hook, World: world, Config: cfg}
+}
+
+// orDefaultInt is v, or def when v is 0 (a flag default for a zero-valued config field).
+func orDefaultInt(v, def int) int {
+	if v == 0 {
+		return def
+	}
+	return v
 }
