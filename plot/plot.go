@@ -237,7 +237,7 @@ func panel(runs []*Run, labels []string, r row, a Axis) (*gplot.Plot, int, error
 			if err != nil {
 				return nil, 0, fmt.Errorf("plot: %s: %s: %w", run.Path, split.q, err)
 			}
-			line.Color = plotutil.Color(i)
+			line.Color = runColor(i)
 			line.Width = vg.Points(1.5)
 			if split.dashed {
 				line.Dashes = []vg.Length{vg.Points(5), vg.Points(3)}
@@ -249,8 +249,8 @@ func panel(runs []*Run, labels []string, r row, a Axis) (*gplot.Plot, int, error
 				if err != nil {
 					return nil, 0, fmt.Errorf("plot: %s: %s: %w", run.Path, split.q, err)
 				}
-				sc.Color = plotutil.Color(i)
-				sc.Shape = draw.CircleGlyph{}
+				sc.Color = runColor(i)
+				sc.Shape = plotutil.Shape(i / len(runPalette))
 				sc.Radius = vg.Points(2.5)
 				p.Add(sc)
 			}
@@ -360,3 +360,14 @@ func axisNames(axes []Axis) string {
 	}
 	return strings.Join(ns, " or ")
 }
+
+// runPalette tells up to a dozen runs apart (a hook comparison overlays that many);
+// runs beyond it reuse the colours with another marker shape. Tableau 10 plus two.
+var runPalette = []color.RGBA{
+	{0x1f, 0x77, 0xb4, 0xff}, {0xff, 0x7f, 0x0e, 0xff}, {0x2c, 0xa0, 0x2c, 0xff}, {0xd6, 0x27, 0x28, 0xff},
+	{0x94, 0x67, 0xbd, 0xff}, {0x8c, 0x56, 0x4b, 0xff}, {0xe3, 0x77, 0xc2, 0xff}, {0x7f, 0x7f, 0x7f, 0xff},
+	{0xbc, 0xbd, 0x22, 0xff}, {0x17, 0xbe, 0xcf, 0xff}, {0x00, 0x00, 0x00, 0xff}, {0x80, 0x00, 0x80, 0xff},
+}
+
+// runColor is run i's colour.
+func runColor(i int) color.Color { return runPalette[i%len(runPalette)] }

@@ -12,7 +12,6 @@ import (
 	"strings"
 	"testing"
 
-	"gonum.org/v1/plot/plotutil"
 )
 
 // writeVGGRun writes a metrics file as examples/vgg does: one line per epoch, then a
@@ -112,7 +111,7 @@ func TestFileDrawsOneRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	img := decode(t, out, 2*560, 2*380) // steps and time × loss and accuracy
-	if n := colourPixels(img, plotutil.Color(0)); n < 500 {
+	if n := colourPixels(img, runColor(0)); n < 500 {
 		t.Errorf("only %d pixels in the run's colour: the curves are missing", n)
 	}
 	if n := colourPixels(img, color.White); n < img.Bounds().Dx()*img.Bounds().Dy()/2 {
@@ -130,7 +129,7 @@ func TestCompareOverlaysRuns(t *testing.T) {
 	}
 	img := decode(t, out, 700, 900)
 	for i := range files {
-		if n := colourPixels(img, plotutil.Color(i)); n < 200 {
+		if n := colourPixels(img, runColor(i)); n < 200 {
 			t.Errorf("run %d (%s): %d pixels in its colour", i, files[i], n)
 		}
 	}
