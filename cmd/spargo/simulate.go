@@ -243,6 +243,13 @@ func runSimulate(args []string, stdout io.Writer) error {
 	return nil
 }
 
+func abs(x int) int {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
 func isPowerOfTwo(p int) bool { return p > 0 && p&(p-1) == 0 }
 
 var bandwidthRE = regexp.MustCompile(`(?i)^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmgt]?)(bit|bps)\s*$`)
@@ -330,10 +337,21 @@ func planScale(o simOptions) (scalePlan, error) {
 	if jMax < 1 {
 		return scalePlan{}, fmt.Errorf("-mem %d MiB is too small: %d workers need at least %d MiB (vectors of %d elements, P/density)", o.mem>>20, o.workers, need(u)>>20, u)
 	}
-	// The largest vector that fits whose scale makes M·nSim closest to n.
-	j := min(jMax, units)
-	m := max(1, int(math.Round(float64(units)/float64(j))))
-	return scalePlan{nSim: u * j, scale: m}, nil
+	// From the smallest scale M that fits, the one (up to twice that) whose M·round(units/M)
+	// is closest to the real count; a larger M only when it is strictly closer. (Taking the
+	// largest vector that fits and rounding M could leave M·nSim several per cent off n.)
+	m0 := (units + jMax - 1) / jMax
+	bestM, bestJ, bestErr := 0, 0, math.MaxInt
+	for m := m0; m <= 2*m0; m++ {
+		j := int(math.Round(float64(units) / float64(m)))
+		if j < 1 || j > jMax {
+			continue
+		}
+		if e := abs(m*j - units); e < bestErr {
+			bestM, bestJ, bestErr = m, j, e
+		}
+	}
+	return scalePlan{nSim: u * bestJ, scale: bestM}, nil
 }
 
 // costModel is the local computation charged to a worker per call, in seconds, for the real

@@ -97,6 +97,21 @@ func TestPlanScale(t *testing.T) {
 		int64(plan.nSim)*1024*simBytesPerElement > o.mem {
 		t.Errorf("plan %+v: want a multiple of 102400 within -mem, M·nSim within 0.5 %% of n", plan)
 	}
+	// VGG-19 on CIFAR-100 at P = 14 (SparDL's setting): the largest vector that fits is
+	// between n/2 and n, so M = 2; M·nSim must still be within 0.5 % of n (it was +7 %).
+	o = simOptions{workers: 14, nModel: 20_086_692, specs: []string{"topka:density=0.01"}, densities: []float64{0.01}, mem: 2 << 30}
+	plan, err = planScale(o)
+	if err != nil || plan.scale != 2 || plan.nSim%1400 != 0 || math.Abs(float64(plan.nSim*plan.scale)/20_086_692-1) > 0.005 {
+		t.Errorf("vgg19 P=14: plan %+v, %v; want M = 2, a multiple of 1400, M·nSim within 0.5 %% of n", plan, err)
+	}
+	// VGG-16 at P = 256: units of 25,600 elements; M = 22 (the smallest that fits) leaves
+	// 22·26 = 572 of 575 units (−0.6 %), M = 23 gives 23·25 = 575.
+	o = simOptions{workers: 256, nModel: 14_728_266, densities: []float64{0.01}, mem: 2 << 30}
+	plan, err = planScale(o)
+	if err != nil || plan.nSim%25600 != 0 || math.Abs(float64(plan.nSim*plan.scale)/14_728_266-1) > 0.002 ||
+		int64(plan.nSim)*256*simBytesPerElement > o.mem {
+		t.Errorf("vgg16 P=256: plan %+v, %v; want a multiple of 25600 within -mem, M·nSim within 0.2 %% of n", plan, err)
+	}
 	o.workers, o.nModel = 4, 1000
 	if plan, err := planScale(o); err != nil || plan != (scalePlan{nSim: 1000, scale: 1}) {
 		t.Errorf("small run: %+v, %v; want no scaling", plan, err)
