@@ -10,10 +10,14 @@ import (
 // Conv2d is a 2-D convolution over NCHW input with a square kernel, PyTorch's Conv2d
 // semantics (cross-correlation, zero padding). Weight has shape [Out, In, K, K].
 //
-// The whole batch goes through one GEMM per pass with the column matrix
-// [In·K·K, N·OH·OW] kept implicit: the GEMM packs its panels straight from the
-// image (kernels.SgemmIm2col), so the GEMM is wide even for the 2×2 maps at the
-// end of VGG and no column matrix is ever stored. The weight gradient packs
+// The whole batch goes through one GEMM per pass. With AVX-512 and at least 16
+// input channels (kernels.UseConvNHWC), x is copied once into a zero-padded
+// NHWC image and an indirect GEMM reads each output pixel's K·K channel runs
+// in place (kernels.ConvNHWC); the result comes back to NCHW with the bias in
+// one pass. Otherwise the column matrix [In·K·K, N·OH·OW] is kept implicit: the
+// GEMM packs its panels straight from the image (kernels.SgemmIm2col), so the
+// GEMM is wide even for the 2×2 maps at the end of VGG and no column matrix is
+// ever stored. The weight gradient packs
 // im2col(x)ᵀ, from an NHWC copy of x when it has enough channels
 // (kernels.ConvWeightGrad); the input gradient of a stride-1 convolution is a
 // convolution of dy with the flipped kernel, run through the same GEMM.
@@ -78,18 +82,31 @@ func (c *Conv2d) Forward(x *Var) *Var {
 		bias = b.Value.Data
 	}
 	// out[Out, N·plane] is scratch for the backward pass's dyᵀ, and the
-	// forward GEMM's result: W · im2col(x), packed straight from x.
+	// forward GEMM's result: W · im2col(x), packed straight from x, or
+	// (NHWC path) y as [N·plane, Out] from the padded NHWC copy xp of x,
+	// which the weight gradient reads again.
 	out := t.buf(c.Out * cols)
-	if kernels.UseWinograd(g) {
+	var xp []float32
+	switch {
+	case kernels.UseWinograd(g):
 		kernels.WinogradConv3x3(g, xd, w.Value.Data, c.Out, false, bias, y.Value.Data, false)
-	} else {
+	case kernels.UseConvNHWC(g):
+		xp = t.buf(kernels.PaddedLen(g))
+		kernels.PadNHWC(g, xd, xp)
+		kernels.ConvNHWC(g, xp, w.Value.Data, c.Out, false, out)
+		kernels.NHWCToNCHW(y.Value.Data, out, n, plane, c.Out, bias, false)
+	default:
 		kernels.SgemmIm2col(c.Out, 1, w.Value.Data, kdim, g, xd, 0, out, cols)
 		kernels.CNToNC(y.Value.Data, out, c.Out, n, plane, bias, false)
 	}
 	t.record(y, func(dy []float32) {
 		dyT := out // reuse the forward scratch: [Out, N·plane]
 		kernels.NCToCN(dyT, dy, n, c.Out, plane)
-		kernels.ConvWeightGrad(g, xd, dyT, c.Out, cols, w.grad())
+		if xp != nil {
+			kernels.ConvWeightGradNHWC(g, xp, dyT, c.Out, cols, w.grad())
+		} else {
+			kernels.ConvWeightGrad(g, xd, dyT, c.Out, cols, w.grad())
+		}
 		if b != nil {
 			db := b.grad()
 			for o := 0; o < c.Out; o++ {
@@ -119,6 +136,14 @@ func (c *Conv2d) inputGrad(t *Tape, g kernels.ConvGeom, w, dy, dyT, dx []float32
 			return
 		}
 		plane := g.H * g.W
+		if kernels.UseConvNHWC(gt) {
+			dyp := t.buf(kernels.PaddedLen(gt))
+			kernels.PadNHWC(gt, dy, dyp)
+			dxm := t.buf(g.N * plane * c.In) // [N·H·W, In]
+			kernels.ConvNHWC(gt, dyp, w, c.In, true, dxm)
+			kernels.NHWCToNCHW(dx, dxm, g.N, plane, c.In, nil, accumulate)
+			return
+		}
 		dxm := t.buf(c.In * g.N * plane) // [In, N·H·W]
 		kernels.SgemmFlippedKernelIm2col(w, c.Out, c.In, gt, dy, dxm, g.N*plane)
 		kernels.CNToNC(dx, dxm, c.In, g.N, plane, nil, accumulate)

@@ -97,6 +97,9 @@ func TestGradientsFiniteDifferences(t *testing.T) {
 		{"avgpool-3-s1-p1", AvgPool2d{Kernel: 3, Stride: 1, Padding: 1}, []int{1, 2, 4, 5}, false},
 		{"flatten-linear", NewSequential(Flatten{}, NewLinear(12, 3, true, rng)), []int{2, 3, 2, 2}, false},
 		{"conv-bn-relu-pool", NewSequential(NewConv2d(2, 4, 3, 1, 1, true, rng), NewBatchNorm2d(4), ReLU{}, MaxPool2d{Kernel: 2}), []int{3, 2, 4, 4}, false},
+		// Last, so that the cases above keep their random parameters: the NHWC path.
+		{"conv-16to16-nhwc", NewConv2d(16, 16, 3, 1, 1, true, rng), []int{2, 16, 3, 4}, false},
+		{"conv-16to16-s2-nhwc", NewConv2d(16, 16, 3, 2, 1, false, rng), []int{1, 16, 5, 5}, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -33,6 +33,7 @@ func TestGradOverwriteAndAccumulate(t *testing.T) {
 		{"conv-k3-s1-gemm", NewConv2d(3, 4, 3, 1, 1, true, rng).Forward, []int{2, 3, 5, 6}},
 		{"conv-k3-s1-9x10", NewConv2d(3, 4, 3, 1, 1, false, rng).Forward, []int{2, 3, 9, 10}},
 		{"conv-k3-s2-col2im", NewConv2d(3, 2, 3, 2, 1, true, rng).Forward, []int{2, 3, 7, 7}},
+		{"conv-16ch-nhwc", NewConv2d(16, 16, 3, 1, 1, true, rng).Forward, []int{2, 16, 4, 5}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

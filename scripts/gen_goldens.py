@@ -88,6 +88,10 @@ def gen_conv2d():
         ("conv2d_k1_s1_p0_bias", 2, 3, 1, 1, 0, True, 1, 4, 4),
         ("conv2d_k5_s2_p2_bias", 2, 3, 5, 2, 2, True, 2, 7, 7),
         ("conv2d_k3_s1_p1_bias_6x9", 4, 2, 3, 1, 1, True, 2, 6, 9),
+        # >= 16 channels: the NHWC indirect-GEMM path (forward and input gradient)
+        ("conv2d_k3_s1_p1_bias_16to24", 16, 24, 3, 1, 1, True, 2, 5, 6),
+        # strided: NHWC forward and weight gradient, col2im input gradient
+        ("conv2d_k3_s2_p1_nobias_20to17", 20, 17, 3, 2, 1, False, 2, 7, 7),
     ]
     for seed, (name, cin, cout, k, s, p, bias, n, h, w) in enumerate(specs):
         torch.manual_seed(200 + seed)
@@ -294,9 +298,13 @@ FILES = {
 
 
 def main():
+    # gen_goldens.py [OUT_DIR [FILE ...]]: all files, or only the named ones.
     out = sys.argv[1] if len(sys.argv) > 1 else "testdata/goldens"
+    only = set(sys.argv[2:])
     os.makedirs(out, exist_ok=True)
     for fname, gen in FILES.items():
+        if only and fname not in only:
+            continue
         doc = {"torch_version": torch.__version__, "compute_dtype": "float64",
                "generator": "scripts/gen_goldens.py", "cases": gen()}
         path = os.path.join(out, fname + ".json")

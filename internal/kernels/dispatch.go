@@ -19,6 +19,9 @@ type gemmImpl struct {
 	// a holds k groups of mr values (packed A sliver) and b holds k groups of
 	// nr values (packed B sliver). beta == 0 overwrites C. c has row stride ldc.
 	kernel func(k int, a, b, c []float32, ldc int, alpha, beta float32)
+	// indirect is the indirect-GEMM micro-kernel of ConvNHWC (nil: the
+	// convolution layers keep the implicit-im2col GEMM).
+	indirect indirectKernel
 	// vec holds the elementwise / reduction kernels paired with this path.
 	vec *vecOps
 }

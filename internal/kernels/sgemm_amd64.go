@@ -15,8 +15,16 @@ var avx512Impl = &gemmImpl{
 	name: "avx512",
 	mr:   8, nr: 32,
 	mc: 256, kc: 256, nc: 4096,
-	kernel: wrapKernel(sgemmKernelAVX512x8),
-	vec:    avx512Vec,
+	kernel:   wrapKernel(sgemmKernelAVX512x8),
+	indirect: indirectAVX512,
+	vec:      avx512Vec,
+}
+
+// indirectAVX512 adapts sgemmIndirectAVX512x8 to indirectKernel. ConvNHWC
+// guarantees that every row run lies inside x and that c covers the tile.
+func indirectAVX512(_ *gemmImpl, taps, clen int, x []float32, base int, offs []int, b, c []float32, ldc int, beta float32) {
+	_ = offs[taps*8-1]
+	sgemmIndirectAVX512x8(taps, clen, &x[base], &offs[0], &b[0], &c[0], ldc, beta)
 }
 
 var avx2Impl = &gemmImpl{

@@ -5,8 +5,9 @@ var genericImpl = &gemmImpl{
 	name: "generic",
 	mr:   4, nr: 8,
 	mc: 128, kc: 256, nc: 2048,
-	kernel: kernelGeneric4x8,
-	vec:    genericVec,
+	kernel:   kernelGeneric4x8,
+	indirect: indirectGeneric,
+	vec:      genericVec,
 }
 
 // kernelGeneric4x8 computes a 4×8 tile from packed slivers (see gemmImpl.kernel).

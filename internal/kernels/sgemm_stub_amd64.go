@@ -7,6 +7,9 @@ package kernels
 // sgemmKernelAVX512x8 computes a 8×32 tile C = alpha*A*B + beta*C from packed panels (AVX-512F).
 func sgemmKernelAVX512x8(k int, a *float32, b *float32, c *float32, ldc int, alpha float32, beta float32)
 
+// sgemmIndirectAVX512x8 computes an 8×32 tile C = A·B + beta·C where A's rows are read through an offset table (AVX-512F).
+func sgemmIndirectAVX512x8(taps int, clen int, base *float32, offs *int, b *float32, c *float32, ldc int, beta float32)
+
 // sgemmKernelAVX2 computes a 6×16 tile C = alpha*A*B + beta*C from packed panels (AVX2+FMA).
 func sgemmKernelAVX2(k int, a *float32, b *float32, c *float32, ldc int, alpha float32, beta float32)
 

@@ -15,7 +15,7 @@ import "fmt"
 // Smaller channel counts use SgemmIm2colT directly. Parallel; deterministic.
 func ConvWeightGrad(g ConvGeom, x, dy []float32, m, ldd int, dw []float32) {
 	g.checkImage("ConvWeightGrad", len(x))
-	k, n := g.ColCols(), g.ColRows()
+	n := g.ColRows()
 	if len(dw) != m*n {
 		panic(fmt.Sprintf("kernels.ConvWeightGrad: dw has %d elements, want %d×%d", len(dw), m, n))
 	}
@@ -23,20 +23,36 @@ func ConvWeightGrad(g ConvGeom, x, dy []float32, m, ldd int, dw []float32) {
 		SgemmIm2colT(m, 1, dy, ldd, g, x, 1, dw, n)
 		return
 	}
+	xb := getShared(g.N * g.C * (g.H + 2*g.PadH) * (g.W + 2*g.PadW))
+	PadNHWC(g, x, *xb)
+	ConvWeightGradNHWC(g, *xb, dy, m, ldd, dw)
+	putShared(xb)
+}
+
+// ConvWeightGradNHWC is ConvWeightGrad for an input already copied by
+// PadNHWC(g, x, xp) (the forward pass of ConvNHWC keeps that copy): it adds
+// dY · im2col(x)ᵀ to dw [M, C, KH, KW] for any channel count.
+func ConvWeightGradNHWC(g ConvGeom, xp, dy []float32, m, ldd int, dw []float32) {
+	g.checkImage("ConvWeightGradNHWC", g.N*g.C*g.H*g.W)
+	gp := g
+	gp.H, gp.W, gp.PadH, gp.PadW = g.H+2*g.PadH, g.W+2*g.PadW, 0, 0
+	if need := g.N * gp.H * gp.W * g.C; len(xp) != need {
+		panic(fmt.Sprintf("kernels.ConvWeightGradNHWC: padded image has %d elements, geometry %+v needs %d", len(xp), g, need))
+	}
+	k, n := g.ColCols(), g.ColRows()
+	if len(dw) != m*n {
+		panic(fmt.Sprintf("kernels.ConvWeightGradNHWC: dw has %d elements, want %d×%d", len(dw), m, n))
+	}
 	checkMatrix("A", dy, m, k, ldd)
 	if m == 0 || n == 0 || k == 0 {
 		return
 	}
-	gp := g
-	gp.H, gp.W, gp.PadH, gp.PadW = g.H+2*g.PadH, g.W+2*g.PadW, 0, 0
-	xb := getShared(g.N * g.C * gp.H * gp.W)
-	toPaddedNHWC(*xb, x, g)
 	pb := getShared(m * n)
 	perm := *pb
 	j := jobPool.Get().(*gemmJob)
 	*j = gemmJob{
 		p: impl, m: m, n: n, k: k, alpha: 1, beta: 0,
-		a: dy, lda: ldd, c: perm, ldc: n, bsrc: nhwcTB, geom: gp, x: *xb,
+		a: dy, lda: ldd, c: perm, ldc: n, bsrc: nhwcTB, geom: gp, x: xp,
 	}
 	j.execute()
 	// perm[o][(i·KW + jj)·C + c] → dw[o][(c·KH + i)·KW + jj]
@@ -54,40 +70,11 @@ func ConvWeightGrad(g ConvGeom, x, dy []float32, m, ldd int, dw []float32) {
 		}
 	})
 	putShared(pb)
-	putShared(xb)
 }
 
 // minNHWCChannels is the channel count from which ConvWeightGrad's NHWC path
 // pays: below it the contiguous channel runs are too short to beat the gather.
 const minNHWCChannels = 16
-
-// toPaddedNHWC writes x (NCHW, geometry g) into dst as [N, H+2·PadH, W+2·PadW, C]
-// with a zero border. Parallel over images and rows.
-func toPaddedNHWC(dst, x []float32, g ConvGeom) {
-	h2, w2 := g.H+2*g.PadH, g.W+2*g.PadW
-	c, hw := g.C, g.H*g.W
-	parallelFor(g.N*h2, w2*c, func(lo, hi int) {
-		for u := lo; u < hi; u++ {
-			n, y2 := u/h2, u%h2
-			row := dst[u*w2*c : (u+1)*w2*c]
-			y := y2 - g.PadH
-			if y < 0 || y >= g.H {
-				clear(row)
-				continue
-			}
-			clear(row[:g.PadW*c])
-			clear(row[(g.PadW+g.W)*c:])
-			img := x[n*c*hw : (n+1)*c*hw]
-			for xx := range g.W {
-				px := row[(g.PadW+xx)*c : (g.PadW+xx+1)*c]
-				src := img[y*g.W+xx:]
-				for ch := range px {
-					px[ch] = src[ch*hw]
-				}
-			}
-		}
-	})
-}
 
 // packNHWCT packs B[p0:p0+kc, j0:j0+nc] of B = im2col(x)ᵀ with columns in
 // (kh, kw, c) order, where x is a padded NHWC image described by g (no

@@ -37,10 +37,18 @@ func TestConvWeightGrad(t *testing.T) {
 				col := make([]float32, kdim*cols)
 				Im2col(g, x, col)
 				want, tol := naiveSgemm(false, true, m, kdim, cols, 1, dy, ldd, col, cols, 1, dw, kdim)
+				// ConvWeightGradNHWC (any channel count) from a PadNHWC copy.
+				dw2 := append([]float32(nil), dw...)
+				xp := make([]float32, g.N*(g.H+2*g.PadH)*(g.W+2*g.PadW)*g.C)
+				PadNHWC(g, x, xp)
+				ConvWeightGradNHWC(g, xp, dy, m, ldd, dw2)
 				ConvWeightGrad(g, x, dy, m, ldd, dw)
 				for i := range want {
 					if d := math.Abs(float64(dw[i]) - want[i]); !(d <= tol[i]) {
 						t.Fatalf("%s: dw[%d] = %g, want %g (tol %g)", name, i, dw[i], want[i], tol[i])
+					}
+					if d := math.Abs(float64(dw2[i]) - want[i]); !(d <= tol[i]) {
+						t.Fatalf("%s: NHWC dw[%d] = %g, want %g (tol %g)", name, i, dw2[i], want[i], tol[i])
 					}
 				}
 			}

@@ -28,16 +28,18 @@ func WinogradOK(g ConvGeom) bool {
 		g.PadH == g.PadW && g.PadH >= 0 && g.PadH <= 2 && g.OutH() > 0 && g.OutW() > 0
 }
 
-// convAlgo is SPARGO_CONV: "gemm" (default) or "winograd".
+// convAlgo is SPARGO_CONV: "gemm" (default: the indirect NHWC GEMM where
+// UseConvNHWC allows it, else the implicit-im2col GEMM), "im2col" (the
+// implicit-im2col GEMM only) or "winograd".
 var convAlgo = func() string {
 	v := strings.ToLower(strings.TrimSpace(os.Getenv("SPARGO_CONV")))
 	switch v {
 	case "", "gemm":
 		return "gemm"
-	case "winograd":
+	case "winograd", "im2col":
 		return v
 	}
-	fmt.Fprintf(os.Stderr, "spargo/kernels: ignoring unknown SPARGO_CONV=%q (want gemm|winograd)\n", v)
+	fmt.Fprintf(os.Stderr, "spargo/kernels: ignoring unknown SPARGO_CONV=%q (want gemm|im2col|winograd)\n", v)
 	return "gemm"
 }()
 

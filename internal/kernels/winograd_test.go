@@ -7,8 +7,8 @@ import (
 	"testing"
 )
 
-// naiveConv computes y[n,o,h,w] = Σ x[n,c,h-p+i,w-p+j]·k(o,c,i,j) (+ bias) in
-// float64, with a magnitude bound for the tolerance.
+// naiveConv computes y[n,o,h,w] = Σ x[n,c,h·s-p+i,w·s-p+j]·k(o,c,i,j) (+ bias)
+// in float64, with a magnitude bound for the tolerance.
 func naiveConv(g ConvGeom, x []float32, kern func(o, c, i, j int) float32, m int, bias []float32) (want, mag []float64) {
 	oh, ow := g.OutH(), g.OutW()
 	want = make([]float64, g.N*m*oh*ow)
@@ -24,7 +24,7 @@ func naiveConv(g ConvGeom, x []float32, kern func(o, c, i, j int) float32, m int
 					for c := range g.C {
 						for i := range g.KH {
 							for j := range g.KW {
-								h, w := yy-g.PadH+i, xx-g.PadW+j
+								h, w := yy*g.StrideH-g.PadH+i, xx*g.StrideW-g.PadW+j
 								if h < 0 || h >= g.H || w < 0 || w >= g.W {
 									continue
 								}

@@ -34,6 +34,7 @@ func main() {
 	// embedded-broadcast FMAs were 5-15% slower. Other shapes can be
 	// re-measured by emitting them here and using BenchmarkTune.
 	genAVX512(8, false)
+	genIndirectAVX512()
 	genAVX2()
 	genVec()
 	Generate()
@@ -112,36 +113,7 @@ func genAVX512(mr int, bcast bool) {
 		VMULPS(b0, acc[r][0], acc[r][0])
 		VMULPS(b0, acc[r][1], acc[r][1])
 	}
-	// beta == 0 (either sign) overwrites C without reading it.
-	betaBits := GP32()
-	MOVL(paramAddr("beta"), betaBits)
-	ANDL(U32(0x7fffffff), betaBits)
-	JNZ(LabelRef(name + "_beta"))
-	p := GP64()
-	MOVQ(c, p)
-	for r := range mr {
-		VMOVUPS(acc[r][0], Mem{Base: p})
-		VMOVUPS(acc[r][1], Mem{Base: p, Disp: 64})
-		if r < mr-1 {
-			ADDQ(ldc, p)
-		}
-	}
-	VZEROUPPER()
-	RET()
-
-	Label(name + "_beta")
-	VBROADCASTSS(paramAddr("beta"), b1)
-	for r := range mr {
-		VFMADD231PS(Mem{Base: c}, b1, acc[r][0])
-		VFMADD231PS(Mem{Base: c, Disp: 64}, b1, acc[r][1])
-		VMOVUPS(acc[r][0], Mem{Base: c})
-		VMOVUPS(acc[r][1], Mem{Base: c, Disp: 64})
-		if r < mr-1 {
-			ADDQ(ldc, c)
-		}
-	}
-	VZEROUPPER()
-	RET()
+	storeTile(name, acc, c, ldc, b1, 64)
 }
 
 // genAVX2 emits sgemmKernelAVX2: a 6×16 tile with ymm registers (12
@@ -200,6 +172,13 @@ func genAVX2() {
 		VMULPS(b0, acc[r][0], acc[r][0])
 		VMULPS(b0, acc[r][1], acc[r][1])
 	}
+	storeTile(name, acc, c, ldc, b1, 32)
+}
+
+// storeTile emits a kernel's epilogue: C = acc, or C = acc + beta·C when
+// beta != 0, for the rows of acc (two vectors of half bytes each) at c with
+// row stride ldc bytes; bv is a free vector register. Then VZEROUPPER; RET.
+func storeTile(name string, acc [][2]reg.VecVirtual, c, ldc reg.Register, bv reg.VecVirtual, half int) {
 	// beta == 0 (either sign) overwrites C without reading it.
 	betaBits := GP32()
 	MOVL(paramAddr("beta"), betaBits)
@@ -207,10 +186,10 @@ func genAVX2() {
 	JNZ(LabelRef(name + "_beta"))
 	p := GP64()
 	MOVQ(c, p)
-	for r := range mr {
+	for r := range acc {
 		VMOVUPS(acc[r][0], Mem{Base: p})
-		VMOVUPS(acc[r][1], Mem{Base: p, Disp: 32})
-		if r < mr-1 {
+		VMOVUPS(acc[r][1], Mem{Base: p, Disp: half})
+		if r < len(acc)-1 {
 			ADDQ(ldc, p)
 		}
 	}
@@ -218,13 +197,13 @@ func genAVX2() {
 	RET()
 
 	Label(name + "_beta")
-	VBROADCASTSS(paramAddr("beta"), b1)
-	for r := range mr {
-		VFMADD231PS(Mem{Base: c}, b1, acc[r][0])
-		VFMADD231PS(Mem{Base: c, Disp: 32}, b1, acc[r][1])
+	VBROADCASTSS(paramAddr("beta"), bv)
+	for r := range acc {
+		VFMADD231PS(Mem{Base: c}, bv, acc[r][0])
+		VFMADD231PS(Mem{Base: c, Disp: half}, bv, acc[r][1])
 		VMOVUPS(acc[r][0], Mem{Base: c})
-		VMOVUPS(acc[r][1], Mem{Base: c, Disp: 32})
-		if r < mr-1 {
+		VMOVUPS(acc[r][1], Mem{Base: c, Disp: half})
+		if r < len(acc)-1 {
 			ADDQ(ldc, c)
 		}
 	}

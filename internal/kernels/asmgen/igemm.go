@@ -1,0 +1,88 @@
+package main
+
+import (
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	"github.com/mmcloughlin/avo/reg"
+)
+
+// genIndirectAVX512 emits sgemmIndirectAVX512x8, the indirect-GEMM
+// micro-kernel of the NHWC convolution (convnhwc.go): an 8×32 tile
+// C = A·B + beta·C where row r of A is not packed but read in place, as
+// taps runs of clen contiguous floats starting at base + offs[t·8 + r]
+// (element offsets into a padded NHWC image: one output pixel's input
+// window, channel-contiguous per kernel tap). B is packed like the SGEMM
+// kernel's: taps·clen groups of 32 floats.
+func genIndirectAVX512() {
+	const mr, nr = 8, 32
+	name := "sgemmIndirectAVX512x8"
+	TEXT(name, NOSPLIT, "func(taps, clen int, base *float32, offs *int, b, c *float32, ldc int, beta float32)")
+	Doc(name + " computes an 8×32 tile C = A·B + beta·C where A's rows are read through an offset table (AVX-512F).")
+	taps := Load(Param("taps"), GP64())
+	offs := Load(Param("offs"), GP64())
+	b := Load(Param("b"), GP64())
+
+	acc := make([][2]reg.VecVirtual, mr)
+	for r := range acc {
+		acc[r] = [2]reg.VecVirtual{ZMM(), ZMM()}
+		VPXORD(acc[r][0], acc[r][0], acc[r][0])
+		VPXORD(acc[r][1], acc[r][1], acc[r][1])
+	}
+	b0, b1, abc := ZMM(), ZMM(), ZMM()
+	rows := make([]reg.GPVirtual, mr)
+	for r := range rows {
+		rows[r] = GP64()
+	}
+	idx, n := GP64(), GP64()
+
+	TESTQ(taps, taps)
+	JE(LabelRef(name + "_store"))
+	Label(name + "_tap")
+	for r := range rows {
+		MOVQ(Mem{Base: offs, Disp: r * 8}, rows[r])
+		SHLQ(U8(2), rows[r])
+		ADDQ(paramAddr("base"), rows[r])
+	}
+	ADDQ(U8(mr*8), offs)
+	XORQ(idx, idx)
+	Load(Param("clen"), n)
+	step := func(u int) {
+		VMOVUPS(Mem{Base: b, Disp: u * nr * 4}, b0)
+		VMOVUPS(Mem{Base: b, Disp: u*nr*4 + 64}, b1)
+		for r := range mr {
+			VBROADCASTSS(Mem{Base: rows[r], Index: idx, Scale: 1, Disp: u * 4}, abc)
+			VFMADD231PS(abc, b0, acc[r][0])
+			VFMADD231PS(abc, b1, acc[r][1])
+		}
+	}
+	const unroll = 4
+	Label(name + "_loop4")
+	CMPQ(n, U8(unroll))
+	JL(LabelRef(name + "_tail"))
+	for u := range unroll {
+		step(u)
+	}
+	ADDQ(U8(unroll*4), idx)
+	ADDQ(U32(unroll*nr*4), b)
+	SUBQ(U8(unroll), n)
+	JMP(LabelRef(name + "_loop4"))
+
+	Label(name + "_tail")
+	TESTQ(n, n)
+	JE(LabelRef(name + "_next"))
+	step(0)
+	ADDQ(U8(4), idx)
+	ADDQ(U32(nr*4), b)
+	DECQ(n)
+	JMP(LabelRef(name + "_tail"))
+
+	Label(name + "_next")
+	DECQ(taps)
+	JNZ(LabelRef(name + "_tap"))
+
+	Label(name + "_store")
+	c := Load(Param("c"), GP64())
+	ldc := Load(Param("ldc"), GP64())
+	SHLQ(U8(2), ldc)
+	storeTile(name, acc, c, ldc, b1, 64)
+}

@@ -1,0 +1,476 @@
+package kernels
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+)
+
+// Indirect convolution over channel-contiguous (NHWC) images.
+//
+// The implicit-im2col GEMM (convgemm.go) packs every B panel from the NCHW
+// image: for maps narrower than a micro-tile that is a scalar gather of 9×
+// the image per pass, and it costs as much time as the multiply. Here the
+// image is copied once into a zero-padded NHWC layout (PadNHWC), where the
+// K = KH·KW·C values a GEMM row needs are KH·KW contiguous runs of C
+// channels. The micro-kernel reads those runs in place through a table of
+// per-row offsets (an "indirect GEMM", as in XNNPACK), so the image is never
+// packed at all; only the weights are packed, once per call. The result is
+// [N·OH·OW, M] (NHWC); NHWCToNCHW brings it back to NCHW, adding a bias or
+// accumulating in the same pass.
+
+// PadNHWC writes x (NCHW, geometry g) into dst as [N, H+2·PadH, W+2·PadW, C]
+// with a zero border: the image ConvNHWC and ConvWeightGradNHWC read.
+// Parallel over images and rows.
+func PadNHWC(g ConvGeom, x, dst []float32) {
+	g.checkImage("PadNHWC", len(x))
+	if need := g.N * (g.H + 2*g.PadH) * (g.W + 2*g.PadW) * g.C; len(dst) != need {
+		panic(fmt.Sprintf("kernels.PadNHWC: dst has %d elements, geometry %+v needs %d", len(dst), g, need))
+	}
+	h2, w2 := g.H+2*g.PadH, g.W+2*g.PadW
+	c, hw := g.C, g.H*g.W
+	parallelFor(g.N*h2, w2*c, func(lo, hi int) {
+		for u := lo; u < hi; u++ {
+			n, y2 := u/h2, u%h2
+			row := dst[u*w2*c : (u+1)*w2*c]
+			y := y2 - g.PadH
+			if y < 0 || y >= g.H {
+				clear(row)
+				continue
+			}
+			clear(row[:g.PadW*c])
+			clear(row[(g.PadW+g.W)*c:])
+			img := x[n*c*hw : (n+1)*c*hw]
+			px := row[g.PadW*c : (g.PadW+g.W)*c]
+			ch := 0
+			// Eight channels at a time: eight sequential source rows, one
+			// 32-byte write per pixel.
+			for ; ch+8 <= c; ch += 8 {
+				s0 := img[ch*hw+y*g.W : ch*hw+y*g.W+g.W]
+				s1 := img[(ch+1)*hw+y*g.W : (ch+1)*hw+y*g.W+g.W]
+				s2 := img[(ch+2)*hw+y*g.W : (ch+2)*hw+y*g.W+g.W]
+				s3 := img[(ch+3)*hw+y*g.W : (ch+3)*hw+y*g.W+g.W]
+				s4 := img[(ch+4)*hw+y*g.W : (ch+4)*hw+y*g.W+g.W]
+				s5 := img[(ch+5)*hw+y*g.W : (ch+5)*hw+y*g.W+g.W]
+				s6 := img[(ch+6)*hw+y*g.W : (ch+6)*hw+y*g.W+g.W]
+				s7 := img[(ch+7)*hw+y*g.W : (ch+7)*hw+y*g.W+g.W]
+				for xx := range s0 {
+					d := (*[8]float32)(px[xx*c+ch:])
+					d[0], d[1], d[2], d[3] = s0[xx], s1[xx], s2[xx], s3[xx]
+					d[4], d[5], d[6], d[7] = s4[xx], s5[xx], s6[xx], s7[xx]
+				}
+			}
+			for ; ch < c; ch++ {
+				s := img[ch*hw+y*g.W : ch*hw+y*g.W+g.W]
+				for xx, v := range s {
+					px[xx*c+ch] = v
+				}
+			}
+		}
+	})
+}
+
+// NHWCToNCHW writes src, an [n, plane, c] array, into dst as [n, c, plane],
+// adding bias[ch] to channel ch when bias is non-nil and accumulating into
+// dst instead of overwriting it when accumulate is set. Parallel.
+func NHWCToNCHW(dst, src []float32, n, plane, c int, bias []float32, accumulate bool) {
+	layoutCheck("NHWCToNCHW", dst, src, c, n, plane)
+	if bias != nil && len(bias) != c {
+		panic(fmt.Sprintf("kernels.NHWCToNCHW: bias has %d elements, want %d", len(bias), c))
+	}
+	// Units are (image, block of eight channels).
+	cb := ceilDiv(c, 8)
+	parallelFor(n*cb, 8*plane, func(lo, hi int) {
+		for u := lo; u < hi; u++ {
+			img, ch0 := u/cb, (u%cb)*8
+			s := src[img*plane*c : (img+1)*plane*c]
+			d := dst[img*c*plane : (img+1)*c*plane]
+			if ch0+8 > c {
+				for ch := ch0; ch < c; ch++ {
+					var b float32
+					if bias != nil {
+						b = bias[ch]
+					}
+					row := d[ch*plane : (ch+1)*plane]
+					for p := range row {
+						v := s[p*c+ch] + b
+						if accumulate {
+							v += row[p]
+						}
+						row[p] = v
+					}
+				}
+				continue
+			}
+			var b [8]float32
+			if bias != nil {
+				b = *(*[8]float32)(bias[ch0:])
+			}
+			r0, r1 := d[ch0*plane:(ch0+1)*plane], d[(ch0+1)*plane:(ch0+2)*plane]
+			r2, r3 := d[(ch0+2)*plane:(ch0+3)*plane], d[(ch0+3)*plane:(ch0+4)*plane]
+			r4, r5 := d[(ch0+4)*plane:(ch0+5)*plane], d[(ch0+5)*plane:(ch0+6)*plane]
+			r6, r7 := d[(ch0+6)*plane:(ch0+7)*plane], d[(ch0+7)*plane:(ch0+8)*plane]
+			if accumulate {
+				for p := range r0 {
+					v := (*[8]float32)(s[p*c+ch0:])
+					r0[p] += v[0] + b[0]
+					r1[p] += v[1] + b[1]
+					r2[p] += v[2] + b[2]
+					r3[p] += v[3] + b[3]
+					r4[p] += v[4] + b[4]
+					r5[p] += v[5] + b[5]
+					r6[p] += v[6] + b[6]
+					r7[p] += v[7] + b[7]
+				}
+				continue
+			}
+			for p := range r0 {
+				v := (*[8]float32)(s[p*c+ch0:])
+				r0[p] = v[0] + b[0]
+				r1[p] = v[1] + b[1]
+				r2[p] = v[2] + b[2]
+				r3[p] = v[3] + b[3]
+				r4[p] = v[4] + b[4]
+				r5[p] = v[5] + b[5]
+				r6[p] = v[6] + b[6]
+				r7[p] = v[7] + b[7]
+			}
+		}
+	})
+}
+
+// UseConvNHWC reports whether a convolution of geometry g runs through
+// PadNHWC + ConvNHWC + NHWCToNCHW rather than the implicit-im2col GEMM: when
+// the implementation in use has an indirect micro-kernel (AVX-512, and the
+// portable one so that SPARGO_KERNELS=generic tests this path; the AVX2
+// implementation keeps the im2col GEMM, whose micro-kernel it has), g has at
+// least minNHWCChannels channels (with fewer, the per-tap runs are too short;
+// the 3-channel first VGG layer is 2× faster through im2col), and neither
+// SPARGO_CONV=im2col nor SPARGO_CONV=winograd (for g) asks for another path.
+func UseConvNHWC(g ConvGeom) bool {
+	return impl.indirect != nil && g.C >= minNHWCChannels && convAlgo != "im2col" && !UseWinograd(g)
+}
+
+// PaddedLen is the length of PadNHWC's output for geometry g.
+func PaddedLen(g ConvGeom) int { return g.N * (g.H + 2*g.PadH) * (g.W + 2*g.PadW) * g.C }
+
+// ConvNHWC computes the convolution y = x ⊛ w over a padded NHWC image.
+// g is the convolution's NCHW geometry (with its padding) and xp is
+// PadNHWC(g, x). y is [N·OH·OW, m] row-major (NHWC) and is overwritten.
+// Without flip, w is a convolution weight [m, C, KH, KW]; with flip, w is
+// stored as [C, m, KH, KW] and the kernel used is its transpose with every
+// kernel rotated by 180° — the input gradient of a stride-1 convolution
+// whose weight is w is ConvNHWC(flip) of its output gradient, padded by
+// KH-1-PadH. Parallel; deterministic (the summation order of an element
+// does not depend on the split).
+func ConvNHWC(g ConvGeom, xp, w []float32, m int, flip bool, y []float32) {
+	g.checkImage("ConvNHWC", g.N*g.C*g.H*g.W)
+	hp, wp := g.H+2*g.PadH, g.W+2*g.PadW
+	if need := g.N * hp * wp * g.C; len(xp) != need {
+		panic(fmt.Sprintf("kernels.ConvNHWC: padded image has %d elements, geometry %+v needs %d", len(xp), g, need))
+	}
+	taps := g.KH * g.KW
+	if m < 0 || len(w) != m*g.C*taps {
+		panic(fmt.Sprintf("kernels.ConvNHWC: weight has %d elements, want %d×%d×%d", len(w), m, g.C, taps))
+	}
+	pix := g.N * g.OutH() * g.OutW()
+	if len(y) != pix*m {
+		panic(fmt.Sprintf("kernels.ConvNHWC: y has %d elements, want %d×%d", len(y), pix, m))
+	}
+	if pix == 0 || m == 0 {
+		return
+	}
+	if g.C == 0 {
+		clear(y)
+		return
+	}
+	p := impl
+	j := convJobPool.Get().(*convJob)
+	*j = convJob{p: p, g: g, hp: hp, wp: wp, x: xp, w: w, flip: flip, m: m, y: y,
+		taps: taps, pix: pix, oh: g.OutH(), ow: g.OutW()}
+	j.kernel = p.indirect
+	if j.kernel == nil {
+		j.kernel = indirectGeneric
+	}
+	j.execute()
+}
+
+// indirectKernel computes an mr×nr tile C = A·B + beta·C, where row r of A
+// is taps runs of clen floats at x[base+offs[t·mr+r]:] and B is packed as
+// taps·clen groups of nr floats (see sgemmIndirectAVX512x8).
+type indirectKernel func(p *gemmImpl, taps, clen int, x []float32, base int, offs []int, b, c []float32, ldc int, beta float32)
+
+// indirectGeneric is the portable indirect micro-kernel for any tile size.
+func indirectGeneric(p *gemmImpl, taps, clen int, x []float32, base int, offs []int, b, c []float32, ldc int, beta float32) {
+	mr, nr := p.mr, p.nr
+	var acc [8 * 32]float32
+	for r := range mr {
+		a := acc[r*nr : (r+1)*nr]
+		clear(a)
+		for t := range taps {
+			o := base + offs[t*mr+r]
+			row := x[o : o+clen]
+			bt := b[t*clen*nr:]
+			for q, v := range row {
+				bq := bt[q*nr : q*nr+nr]
+				for jj := range a {
+					a[jj] += v * bq[jj]
+				}
+			}
+		}
+	}
+	for r := range mr {
+		row := c[r*ldc : r*ldc+nr]
+		a := acc[r*nr : (r+1)*nr]
+		if beta == 0 {
+			copy(row, a)
+		} else {
+			for jj := range row {
+				row[jj] = a[jj] + beta*row[jj]
+			}
+		}
+	}
+}
+
+// convJob is one ConvNHWC call: first the weights are packed (in parallel),
+// then C is split into units of pixel rows × output-channel slivers.
+type convJob struct {
+	p              *gemmImpl
+	kernel         indirectKernel
+	g              ConvGeom
+	hp, wp         int // padded image height and width
+	x, w, y        []float32
+	flip           bool
+	m, taps, pix   int
+	oh, ow         int
+	tpb            int // taps per K block (C < KC), else 1
+	cchunks, cl    int // channel chunks per tap and their length
+	nblocks        int
+	nPad, slivers  int
+	bp             []float32
+	mChunk, nChunk int // pixel rows and slivers per unit
+	mUnits, units  int
+	packing        bool
+	next           atomic.Int64
+	wg             sync.WaitGroup
+}
+
+var convJobPool = sync.Pool{New: func() any { return new(convJob) }}
+
+// block returns K block bi: taps [t0, t0+nt), channels [c0, c0+cl), and its
+// offset in K (blocks are ordered by tap, then channel chunk).
+func (j *convJob) block(bi int) (t0, nt, c0, cl, koff int) {
+	tg, ch := bi/j.cchunks, bi%j.cchunks
+	t0 = tg * j.tpb
+	nt = min(j.tpb, j.taps-t0)
+	c0 = ch * j.cl
+	cl = min(j.cl, j.g.C-c0)
+	return t0, nt, c0, cl, t0*j.g.C + c0
+}
+
+func (j *convJob) execute() {
+	p, c := j.p, j.g.C
+	if c >= p.kc {
+		j.tpb, j.cchunks = 1, ceilDiv(c, p.kc)
+		j.cl = ceilDiv(c, j.cchunks)
+		j.cchunks = ceilDiv(c, j.cl)
+	} else {
+		j.tpb, j.cchunks, j.cl = min(j.taps, p.kc/c), 1, c
+	}
+	j.nblocks = ceilDiv(j.taps, j.tpb) * j.cchunks
+	j.slivers = ceilDiv(j.m, p.nr)
+	j.nPad = j.slivers * p.nr
+	nw := runtime.GOMAXPROCS(0)
+	if float64(j.pix)*float64(j.m)*float64(j.taps*c) < 1<<18 {
+		nw = 1
+	}
+	bs := getShared(j.nPad * j.taps * c)
+	j.bp = *bs
+	j.packing = true
+	j.units = j.slivers
+	dispatch(j, &j.wg, min(nw, j.units))
+
+	j.mChunk = roundUp(min(j.pix, p.mc), p.mr)
+	j.mUnits = ceilDiv(j.pix, j.mChunk)
+	j.nChunk = j.slivers
+	if target := 4 * nw; nw > 1 && j.mUnits < target {
+		split := min(j.slivers, ceilDiv(target, j.mUnits))
+		j.nChunk = ceilDiv(j.slivers, split)
+	}
+	j.units = j.mUnits * ceilDiv(j.slivers, j.nChunk)
+	j.packing = false
+	j.next.Store(0)
+	dispatch(j, &j.wg, min(nw, j.units))
+	runtime.KeepAlive(j.x)
+	putShared(bs)
+	*j = convJob{}
+	convJobPool.Put(j)
+}
+
+func (j *convJob) done() { j.wg.Done() }
+
+func (j *convJob) run() {
+	if j.packing {
+		for {
+			u := int(j.next.Add(1)) - 1
+			if u >= j.units {
+				return
+			}
+			j.packSliver(u)
+		}
+	}
+	var ws *convWorkspace
+	for {
+		u := int(j.next.Add(1)) - 1
+		if u >= j.units {
+			break
+		}
+		if ws == nil {
+			ws = getConvWorkspace(j.mChunk*j.taps, j.p.mr*j.p.nr)
+		}
+		nu := ceilDiv(j.slivers, j.nChunk)
+		mi, ni := u/nu, u%nu
+		j.compute(ws, mi*j.mChunk, min((mi+1)*j.mChunk, j.pix), ni*j.nChunk, min((ni+1)*j.nChunk, j.slivers))
+	}
+	if ws != nil {
+		putConvWorkspace(ws)
+	}
+}
+
+// packSliver packs output-channel sliver s of the weights into every K
+// block: for each (tap, channel) row, nr consecutive output channels (zero
+// past m). One unit per sliver reads its rows of w once, in order; packing
+// block by block would read each cache line of w once per tap.
+func (j *convJob) packSliver(s int) {
+	nr, c, taps := j.p.nr, j.g.C, j.taps
+	n0 := s * nr
+	cols := min(nr, j.m-n0)
+	for ch := range c {
+		chunk := ch / j.cl
+		for t := range taps {
+			tg := t / j.tpb
+			_, nt, c0, cl, koff := j.block(tg*j.cchunks + chunk)
+			tt := t - tg*j.tpb
+			at := koff*j.nPad + s*nr*nt*cl + (tt*cl+ch-c0)*nr
+			d := j.bp[at : at+nr]
+			if j.flip {
+				// w[ch, n, rot(t)]: consecutive n are taps apart.
+				src := j.w[(ch*j.m+n0)*taps+taps-1-t:]
+				for q := range cols {
+					d[q] = src[q*taps]
+				}
+			} else {
+				// w[n, ch, t]: consecutive n are C·taps apart.
+				src := j.w[(n0*c+ch)*taps+t:]
+				for q := range cols {
+					d[q] = src[q*c*taps]
+				}
+			}
+			clear(d[cols:])
+		}
+	}
+}
+
+// compute runs pixel rows [m0, m1) × slivers [s0, s1) through every K block.
+func (j *convJob) compute(ws *convWorkspace, m0, m1, s0, s1 int) {
+	p := j.p
+	mr, nr, taps, c := p.mr, p.nr, j.taps, j.g.C
+	g := j.g
+	plane := j.oh * j.ow
+	// Offsets of each row's tap windows (channel 0), group by group; rows
+	// past m1 repeat the group's first row (computed, then dropped).
+	offs := ws.offs
+	for r0 := m0; r0 < m1; r0 += mr {
+		grp := (r0 - m0) / mr
+		for r := range mr {
+			px := r0 + r
+			if px >= m1 {
+				px = r0
+			}
+			n, rem := px/plane, px%plane
+			oy, ox := rem/j.ow, rem%j.ow
+			for t := range taps {
+				i, jj := t/g.KW, t%g.KW
+				offs[(grp*taps+t)*mr+r] = ((n*j.hp+oy*g.StrideH+i)*j.wp + ox*g.StrideW + jj) * c
+			}
+		}
+	}
+	for bi := range j.nblocks {
+		t0, nt, c0, cl, koff := j.block(bi)
+		kcl := nt * cl
+		var beta float32
+		if bi > 0 {
+			beta = 1
+		}
+		for s := s0; s < s1; s++ {
+			bsl := j.bp[koff*j.nPad+s*nr*kcl : koff*j.nPad+(s+1)*nr*kcl]
+			cols := min(nr, j.m-s*nr)
+			for r0 := m0; r0 < m1; r0 += mr {
+				grp := (r0 - m0) / mr
+				tab := offs[(grp*taps+t0)*mr : (grp*taps+t0+nt)*mr]
+				rows := min(mr, m1-r0)
+				off := r0*j.m + s*nr
+				if rows == mr && cols == nr {
+					j.kernel(p, nt, cl, j.x, c0, tab, bsl, j.y[off:], j.m, beta)
+					continue
+				}
+				t := ws.tile
+				j.kernel(p, nt, cl, j.x, c0, tab, bsl, t, nr, 0)
+				for r := range rows {
+					row := j.y[off+r*j.m : off+r*j.m+cols]
+					tr := t[r*nr : r*nr+cols]
+					if beta == 0 {
+						copy(row, tr)
+					} else {
+						for q := range row {
+							row[q] += tr[q]
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// convWorkspace is one goroutine's offset table and edge tile.
+type convWorkspace struct {
+	offs []int
+	tile []float32
+}
+
+// convWS keeps idle workspaces across calls and garbage collections.
+var convWS struct {
+	sync.Mutex
+	free []*convWorkspace
+}
+
+func getConvWorkspace(nOffs, nTile int) *convWorkspace {
+	convWS.Lock()
+	var ws *convWorkspace
+	if k := len(convWS.free); k > 0 {
+		ws = convWS.free[k-1]
+		convWS.free = convWS.free[:k-1]
+	}
+	convWS.Unlock()
+	if ws == nil {
+		ws = new(convWorkspace)
+	}
+	if cap(ws.offs) < nOffs {
+		ws.offs = make([]int, nOffs)
+	}
+	ws.offs = ws.offs[:nOffs]
+	if cap(ws.tile) < nTile {
+		ws.tile = alignedFloats(nTile)
+	}
+	ws.tile = ws.tile[:nTile]
+	return ws
+}
+
+func putConvWorkspace(ws *convWorkspace) {
+	convWS.Lock()
+	if len(convWS.free) < 64 {
+		convWS.free = append(convWS.free, ws)
+	}
+	convWS.Unlock()
+}

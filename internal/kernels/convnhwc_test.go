@@ -1,0 +1,211 @@
+package kernels
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"syscall"
+	"testing"
+)
+
+// processCPUSeconds is the CPU time (user + system, all threads) this
+// process has used: on a shared machine, GFLOP per CPU-second is steadier
+// than per wall-clock second.
+func processCPUSeconds() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
+}
+
+// convNHWCCases cover odd sizes and the edges of the driver: pixel counts
+// and output channels that are not multiples of the tile, channel counts
+// above KC (split into chunks), below it (several taps per K block), one
+// channel, strides, padding wider than the kernel, 1×1 and non-square
+// kernels.
+var convNHWCCases = []ConvGeom{
+	{N: 1, C: 1, H: 1, W: 1, KH: 1, KW: 1, StrideH: 1, StrideW: 1},
+	{N: 2, C: 3, H: 5, W: 6, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1},
+	{N: 3, C: 5, H: 7, W: 4, KH: 3, KW: 3, PadH: 0, PadW: 0, StrideH: 1, StrideW: 1},
+	{N: 2, C: 16, H: 8, W: 8, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1},
+	{N: 4, C: 64, H: 4, W: 4, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1},
+	{N: 2, C: 300, H: 2, W: 3, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1},
+	{N: 3, C: 7, H: 9, W: 11, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 2, StrideW: 2},
+	{N: 1, C: 9, H: 6, W: 5, KH: 2, KW: 3, PadH: 2, PadW: 0, StrideH: 1, StrideW: 2},
+	{N: 2, C: 33, H: 10, W: 10, KH: 1, KW: 1, StrideH: 1, StrideW: 1},
+	{N: 1, C: 2, H: 2, W: 2, KH: 3, KW: 3, PadH: 2, PadW: 2, StrideH: 1, StrideW: 1},
+	{N: 2, C: 513, H: 1, W: 2, KH: 1, KW: 2, PadH: 0, PadW: 0, StrideH: 1, StrideW: 1},
+}
+
+// TestConvNHWC checks ConvNHWC (and PadNHWC, NHWCToNCHW with bias and
+// accumulation) against a float64 direct convolution on every
+// implementation, for the forward and the flipped (input-gradient) kernel.
+func TestConvNHWC(t *testing.T) {
+	forEachImpl(t, func(t *testing.T) {
+		r := rand.New(rand.NewPCG(7, 8))
+		for _, g := range convNHWCCases {
+			for _, m := range []int{1, 5, 40, 64} {
+				for _, flip := range []bool{false, true} {
+					name := fmt.Sprintf("%+v m=%d flip=%v", g, m, flip)
+					x := randSlice(r, g.N*g.C*g.H*g.W)
+					w := randSlice(r, m*g.C*g.KH*g.KW)
+					kk := g.KH * g.KW
+					kern := func(o, c, i, j int) float32 { return w[(o*g.C+c)*kk+i*g.KW+j] }
+					if flip { // w is [C, m, KH, KW], rotated
+						kern = func(o, c, i, j int) float32 { return w[(c*m+o)*kk+kk-1-(i*g.KW+j)] }
+					}
+					bias := randSlice(r, m)
+					want, mag := naiveConv(g, x, kern, m, bias)
+					xp := make([]float32, g.N*(g.H+2*g.PadH)*(g.W+2*g.PadW)*g.C)
+					for i := range xp {
+						xp[i] = float32(math.NaN()) // PadNHWC must write every element
+					}
+					PadNHWC(g, x, xp)
+					plane := g.OutH() * g.OutW()
+					y := randSlice(r, g.N*plane*m) // overwritten
+					ConvNHWC(g, xp, w, m, flip, y)
+					out := randSlice(r, len(y))
+					prev := append([]float32(nil), out...)
+					NHWCToNCHW(out, y, g.N, plane, m, bias, true)
+					for i, v := range out {
+						d := float64(v) - float64(prev[i]) - want[i]
+						if math.Abs(d) > 1e-5*(mag[i]+1)+1e-6*math.Abs(float64(prev[i])) {
+							t.Fatalf("%s: element %d = %v, want %v (+%v)", name, i, v, want[i], prev[i])
+						}
+					}
+					NHWCToNCHW(out, y, g.N, plane, m, nil, false)
+					for i, v := range out {
+						b := float64(bias[(i/plane)%m])
+						if math.Abs(float64(v)+b-want[i]) > 1e-5*(mag[i]+1) {
+							t.Fatalf("%s (no bias): element %d = %v, want %v", name, i, v, want[i]-b)
+						}
+					}
+				}
+			}
+		}
+	})
+}
+
+// TestConvNHWCMatchesPortable compares each implementation's indirect
+// micro-kernel with the portable one on the VGG-like shapes, and checks
+// that the result does not depend on the number of goroutines.
+func TestConvNHWCMatchesPortable(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	for _, g := range []ConvGeom{
+		{N: 8, C: 64, H: 8, W: 8, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1},
+		{N: 8, C: 260, H: 2, W: 2, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1},
+		{N: 3, C: 3, H: 13, W: 12, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1},
+	} {
+		const m = 72
+		x := randSlice(r, g.N*g.C*g.H*g.W)
+		w := randSlice(r, m*g.C*9)
+		xp := make([]float32, g.N*(g.H+2)*(g.W+2)*g.C)
+		PadNHWC(g, x, xp)
+		n := g.N * g.OutH() * g.OutW() * m
+		run := func(name string, procs int) []float32 {
+			defer setImpl(name)()
+			y := make([]float32, n)
+			withProcs(procs, func() { ConvNHWC(g, xp, w, m, false, y) })
+			return y
+		}
+		ref := run("generic", 2)
+		for _, name := range availableImpls() {
+			one, two := run(name, 1), run(name, 2)
+			assertBitEqual(t, fmt.Sprintf("%s %+v 1 vs 2 goroutines", name, g), one, two)
+			for i := range ref {
+				if d := math.Abs(float64(one[i] - ref[i])); d > 1e-4*(1+math.Abs(float64(ref[i]))) {
+					t.Fatalf("%s %+v: element %d = %v, portable %v", name, g, i, one[i], ref[i])
+				}
+			}
+		}
+	}
+}
+
+// TestConvNHWCErrors checks that wrong buffer sizes are refused with the geometry named.
+func TestConvNHWCErrors(t *testing.T) {
+	g := ConvGeom{N: 1, C: 2, H: 3, W: 3, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1}
+	xp, w, y := make([]float32, 25*2), make([]float32, 4*2*9), make([]float32, 9*4)
+	for name, f := range map[string]func(){
+		"short image":  func() { ConvNHWC(g, xp[:49], w, 4, false, y) },
+		"short weight": func() { ConvNHWC(g, xp, w[:70], 4, false, y) },
+		"short y":      func() { ConvNHWC(g, xp, w, 4, false, y[:35]) },
+		"pad dst":      func() { PadNHWC(g, make([]float32, 18), xp[:48]) },
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%s: accepted", name)
+				}
+			}()
+			f()
+		}()
+	}
+}
+
+// BenchmarkConvPass compares the implicit-im2col GEMM with the indirect NHWC
+// convolution for the VGG-16 CIFAR layers at batch 32, each with the layout
+// passes a layer needs around it (NCHW in, NCHW out), for the forward pass
+// and the stride-1 input gradient:
+//
+//	go test -run '^$' -bench ConvPass ./internal/kernels/
+func BenchmarkConvPass(b *testing.B) {
+	type layer struct{ c, o, hw int }
+	for _, l := range []layer{{3, 64, 32}, {64, 64, 32}, {128, 128, 16}, {256, 256, 8}, {512, 512, 4}, {512, 512, 2}} {
+		g := ConvGeom{N: 32, C: l.c, H: l.hw, W: l.hw, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1}
+		r := rand.New(rand.NewPCG(1, 1))
+		x := randSlice(r, g.N*g.C*g.H*g.W)
+		w := randSlice(r, l.o*l.c*9)
+		plane := l.hw * l.hw
+		cols := g.N * plane
+		tmp := make([]float32, max(l.o, l.c)*cols)
+		y := make([]float32, l.o*cols)
+		dx := make([]float32, len(x))
+		xp := make([]float32, g.N*(l.hw+2)*(l.hw+2)*max(l.c, l.o))
+		gt := g // input gradient: dy has o channels
+		gt.C = l.o
+		flops := 2 * float64(l.o*l.c*9) * float64(cols)
+		name := fmt.Sprintf("c%d_o%d_hw%d", l.c, l.o, l.hw)
+		report := func(b *testing.B, cpu0 float64) {
+			b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			b.ReportMetric(flops*float64(b.N)/(processCPUSeconds()-cpu0)/1e9, "GFLOP/cpu-s")
+		}
+		b.Run(name+"/fwd/im2col", func(b *testing.B) {
+			cpu0 := processCPUSeconds()
+			for range b.N {
+				SgemmIm2col(l.o, 1, w, l.c*9, g, x, 0, tmp[:l.o*cols], cols)
+				CNToNC(y, tmp[:l.o*cols], l.o, g.N, plane, nil, false)
+			}
+			report(b, cpu0)
+		})
+		b.Run(name+"/fwd/nhwc", func(b *testing.B) {
+			cpu0 := processCPUSeconds()
+			for range b.N {
+				PadNHWC(g, x, xp[:g.N*(l.hw+2)*(l.hw+2)*l.c])
+				ConvNHWC(g, xp[:g.N*(l.hw+2)*(l.hw+2)*l.c], w, l.o, false, tmp[:l.o*cols])
+				NHWCToNCHW(y, tmp[:l.o*cols], g.N, plane, l.o, nil, false)
+			}
+			report(b, cpu0)
+		})
+		if l.c < 16 {
+			continue
+		}
+		b.Run(name+"/dgrad/im2col", func(b *testing.B) {
+			cpu0 := processCPUSeconds()
+			for range b.N {
+				SgemmFlippedKernelIm2col(w, l.o, l.c, gt, y, tmp[:l.c*cols], cols)
+				CNToNC(dx, tmp[:l.c*cols], l.c, g.N, plane, nil, false)
+			}
+			report(b, cpu0)
+		})
+		b.Run(name+"/dgrad/nhwc", func(b *testing.B) {
+			cpu0 := processCPUSeconds()
+			for range b.N {
+				PadNHWC(gt, y, xp[:g.N*(l.hw+2)*(l.hw+2)*l.o])
+				ConvNHWC(gt, xp[:g.N*(l.hw+2)*(l.hw+2)*l.o], w, l.c, true, tmp[:l.c*cols])
+				NHWCToNCHW(dx, tmp[:l.c*cols], g.N, plane, l.c, nil, false)
+			}
+			report(b, cpu0)
+		})
+	}
+}
