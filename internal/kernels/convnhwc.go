@@ -340,34 +340,48 @@ func (j *convJob) run() {
 
 // packSliver packs output-channel sliver s of the weights into every K
 // block: for each (tap, channel) row, nr consecutive output channels (zero
-// past m). One unit per sliver reads its rows of w once, in order; packing
-// block by block would read each cache line of w once per tap.
+// past m). The rows of one tap and channel chunk are one strided gather
+// (gather32 when the sliver is full).
 func (j *convJob) packSliver(s int) {
 	nr, c, taps := j.p.nr, j.g.C, j.taps
 	n0 := s * nr
 	cols := min(nr, j.m-n0)
-	for ch := range c {
-		chunk := ch / j.cl
-		for t := range taps {
-			tg := t / j.tpb
+	// Output channel n0+q of row (t, ch) is at w[src(t, ch) + q·stride],
+	// and consecutive channels are rowStep apart.
+	stride, rowStep := c*taps, taps // w[n, ch, t]
+	if j.flip {
+		stride, rowStep = taps, j.m*taps // w[ch, n, rot(t)]
+	}
+	var idx [32]int32
+	gather := nr == 32 && cols == nr && j.p.vec.gather32 != nil
+	if gather {
+		for q := range idx {
+			idx[q] = int32(q * stride)
+		}
+	}
+	for t := range taps {
+		tg := t / j.tpb
+		tt := t - tg*j.tpb
+		for chunk := range j.cchunks {
 			_, nt, c0, cl, koff := j.block(tg*j.cchunks + chunk)
-			tt := t - tg*j.tpb
-			at := koff*j.nPad + s*nr*nt*cl + (tt*cl+ch-c0)*nr
-			d := j.bp[at : at+nr]
+			at := koff*j.nPad + s*nr*nt*cl + tt*cl*nr
+			d := j.bp[at : at+cl*nr]
+			src0 := (n0*c+c0)*taps + t
 			if j.flip {
-				// w[ch, n, rot(t)]: consecutive n are taps apart.
-				src := j.w[(ch*j.m+n0)*taps+taps-1-t:]
-				for q := range cols {
-					d[q] = src[q*taps]
-				}
-			} else {
-				// w[n, ch, t]: consecutive n are C·taps apart.
-				src := j.w[(n0*c+ch)*taps+t:]
-				for q := range cols {
-					d[q] = src[q*c*taps]
-				}
+				src0 = (c0*j.m+n0)*taps + taps - 1 - t
 			}
-			clear(d[cols:])
+			if gather {
+				j.p.vec.gather32(d, j.w[src0:], cl, rowStep, &idx)
+				continue
+			}
+			for cc := range cl {
+				dd := d[cc*nr : (cc+1)*nr]
+				src := j.w[src0+cc*rowStep:]
+				for q := range cols {
+					dd[q] = src[q*stride]
+				}
+				clear(dd[cols:])
+			}
 		}
 	}
 }

@@ -48,6 +48,9 @@ type vecOps struct {
 	// maxPool2x2Row pools rows r0, r1 (2·len(y) elements each) into y with argmax
 	// indices base + 2j + {0, 1, w, w+1} (pooling.go).
 	maxPool2x2Row func(y []float32, arg []int32, r0, r1 []float32, base, w int32)
+	// gather32 writes dst[32·i+q] = src[i·srcStep+idx[q]] for i < rows
+	// (convnhwc.go's weight packing; nil: a Go loop; idx increasing).
+	gather32 func(dst, src []float32, rows, srcStep int, idx *[32]int32)
 }
 
 var genericVec = &vecOps{

@@ -129,6 +129,12 @@ var avx512Vec = &vecOps{
 			sgdPlainAVX512(&w[0], &g[0], len(w), lr, wd)
 		}
 	},
+	gather32: func(dst, src []float32, rows, srcStep int, idx *[32]int32) {
+		if rows > 0 {
+			_, _ = dst[32*rows-1], src[(rows-1)*srcStep+int(idx[31])]
+			gather32AVX512(&dst[0], &src[0], rows, srcStep, &idx[0])
+		}
+	},
 	maxPool2x2Row: func(y []float32, arg []int32, r0, r1 []float32, base, w int32) {
 		if n := len(y); n > 0 {
 			_, _, _ = arg[n-1], r0[2*n-1], r1[2*n-1]

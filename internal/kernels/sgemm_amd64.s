@@ -549,6 +549,36 @@ sgemmIndirectAVX512x8_beta:
 	VZEROUPPER
 	RET
 
+// func gather32AVX512(dst *float32, src *float32, rows int, srcStep int, idx *int32)
+// Requires: AVX, AVX512F
+TEXT ·gather32AVX512(SB), NOSPLIT, $0-40
+	MOVQ      dst+0(FP), AX
+	MOVQ      src+8(FP), CX
+	MOVQ      rows+16(FP), DX
+	MOVQ      srcStep+24(FP), BX
+	MOVQ      idx+32(FP), SI
+	SHLQ      $0x02, BX
+	VMOVDQU32 (SI), Z0
+	VMOVDQU32 64(SI), Z1
+	TESTQ     DX, DX
+	JE        gather32AVX512_done
+
+gather32AVX512_loop:
+	KXNORW     K1, K1, K1
+	KXNORW     K2, K2, K2
+	VGATHERDPS (CX)(Z0*4), K1, Z2
+	VGATHERDPS (CX)(Z1*4), K2, Z3
+	VMOVUPS    Z2, (AX)
+	VMOVUPS    Z3, 64(AX)
+	ADDQ       $0x80, AX
+	ADDQ       BX, CX
+	DECQ       DX
+	JNZ        gather32AVX512_loop
+
+gather32AVX512_done:
+	VZEROUPPER
+	RET
+
 // func sgemmKernelAVX2(k int, a *float32, b *float32, c *float32, ldc int, alpha float32, beta float32)
 // Requires: AVX, FMA3
 TEXT ·sgemmKernelAVX2(SB), NOSPLIT, $0-48

@@ -10,6 +10,9 @@ func sgemmKernelAVX512x8(k int, a *float32, b *float32, c *float32, ldc int, alp
 // sgemmIndirectAVX512x8 computes an 8×32 tile C = A·B + beta·C where A's rows are read through an offset table (AVX-512F).
 func sgemmIndirectAVX512x8(taps int, clen int, base *float32, offs *int, b *float32, c *float32, ldc int, beta float32)
 
+// gather32AVX512 writes dst[32·i+q] = src[i·srcStep+idx[q]] for i < rows, q < 32 (AVX-512F gathers).
+func gather32AVX512(dst *float32, src *float32, rows int, srcStep int, idx *int32)
+
 // sgemmKernelAVX2 computes a 6×16 tile C = alpha*A*B + beta*C from packed panels (AVX2+FMA).
 func sgemmKernelAVX2(k int, a *float32, b *float32, c *float32, ldc int, alpha float32, beta float32)
 

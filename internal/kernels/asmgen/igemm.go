@@ -86,3 +86,40 @@ func genIndirectAVX512() {
 	SHLQ(U8(2), ldc)
 	storeTile(name, acc, c, ldc, b1, 64)
 }
+
+// genGather32AVX512 emits gather32AVX512, the weight packer of ConvNHWC: for
+// each of rows rows, 32 floats gathered from src (row i starts srcStep
+// floats after row i-1) at the element offsets idx[0..32), written
+// contiguously to dst.
+func genGather32AVX512() {
+	name := "gather32AVX512"
+	TEXT(name, NOSPLIT, "func(dst, src *float32, rows, srcStep int, idx *int32)")
+	Doc(name + " writes dst[32·i+q] = src[i·srcStep+idx[q]] for i < rows, q < 32 (AVX-512F gathers).")
+	dst := Load(Param("dst"), GP64())
+	src := Load(Param("src"), GP64())
+	rows := Load(Param("rows"), GP64())
+	step := Load(Param("srcStep"), GP64())
+	idx := Load(Param("idx"), GP64())
+	SHLQ(U8(2), step)
+	i0, i1 := ZMM(), ZMM()
+	VMOVDQU32(Mem{Base: idx}, i0)
+	VMOVDQU32(Mem{Base: idx, Disp: 64}, i1)
+	TESTQ(rows, rows)
+	JE(LabelRef(name + "_done"))
+	Label(name + "_loop")
+	k0, k1 := K(), K()
+	v0, v1 := ZMM(), ZMM()
+	KXNORW(k0, k0, k0)
+	KXNORW(k1, k1, k1)
+	VGATHERDPS(Mem{Base: src, Index: i0, Scale: 4}, k0, v0)
+	VGATHERDPS(Mem{Base: src, Index: i1, Scale: 4}, k1, v1)
+	VMOVUPS(v0, Mem{Base: dst})
+	VMOVUPS(v1, Mem{Base: dst, Disp: 64})
+	ADDQ(U8(128), dst)
+	ADDQ(step, src)
+	DECQ(rows)
+	JNZ(LabelRef(name + "_loop"))
+	Label(name + "_done")
+	VZEROUPPER()
+	RET()
+}

@@ -35,6 +35,7 @@ func main() {
 	// re-measured by emitting them here and using BenchmarkTune.
 	genAVX512(8, false)
 	genIndirectAVX512()
+	genGather32AVX512()
 	genAVX2()
 	genVec()
 	Generate()
