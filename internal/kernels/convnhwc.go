@@ -2,6 +2,7 @@ package kernels
 
 import (
 	"fmt"
+	"math"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -249,7 +250,8 @@ type convJob struct {
 	nblocks        int
 	nPad, slivers  int
 	bp             []float32
-	mChunk, nChunk int // pixel rows and slivers per unit
+	gatherIdx      [32]int32 // packSliver's gather offsets: q·stride
+	mChunk, nChunk int       // pixel rows and slivers per unit
 	mUnits, units  int
 	packing        bool
 	next           atomic.Int64
@@ -284,6 +286,13 @@ func (j *convJob) execute() {
 	nw := runtime.GOMAXPROCS(0)
 	if float64(j.pix)*float64(j.m)*float64(j.taps*c) < 1<<18 {
 		nw = 1
+	}
+	stride := c * j.taps // consecutive output channels in w: [m, C, taps]
+	if j.flip {
+		stride = j.taps // [C, m, taps]
+	}
+	for q := range j.gatherIdx {
+		j.gatherIdx[q] = int32(q * stride)
 	}
 	bs := getShared(j.nPad * j.taps * c)
 	j.bp = *bs
@@ -352,13 +361,7 @@ func (j *convJob) packSliver(s int) {
 	if j.flip {
 		stride, rowStep = taps, j.m*taps // w[ch, n, rot(t)]
 	}
-	var idx [32]int32
-	gather := nr == 32 && cols == nr && j.p.vec.gather32 != nil
-	if gather {
-		for q := range idx {
-			idx[q] = int32(q * stride)
-		}
-	}
+	gather := nr == 32 && cols == nr && j.p.vec.gather32 != nil && 31*stride <= math.MaxInt32
 	for t := range taps {
 		tg := t / j.tpb
 		tt := t - tg*j.tpb
@@ -371,7 +374,7 @@ func (j *convJob) packSliver(s int) {
 				src0 = (c0*j.m+n0)*taps + taps - 1 - t
 			}
 			if gather {
-				j.p.vec.gather32(d, j.w[src0:], cl, rowStep, &idx)
+				j.p.vec.gather32(d, j.w[src0:], cl, rowStep, &j.gatherIdx)
 				continue
 			}
 			for cc := range cl {

@@ -122,6 +122,29 @@ func TestConvNHWCMatchesPortable(t *testing.T) {
 	}
 }
 
+// ConvNHWC allocates nothing in the steady state (pooled job, workspaces and
+// packing buffer); the layout passes allocate at most their parallelFor closure.
+func TestConvNHWCAllocations(t *testing.T) {
+	g := ConvGeom{N: 8, C: 64, H: 8, W: 8, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1}
+	r := rand.New(rand.NewPCG(1, 2))
+	x, w := randSlice(r, g.N*g.C*g.H*g.W), randSlice(r, 64*64*9)
+	xp, y, out := make([]float32, PaddedLen(g)), make([]float32, g.N*64*64), make([]float32, g.N*64*64)
+	for _, tc := range []struct {
+		name string
+		max  float64
+		f    func()
+	}{
+		{"PadNHWC", 1, func() { PadNHWC(g, x, xp) }},
+		{"ConvNHWC", 0, func() { ConvNHWC(g, xp, w, 64, false, y) }},
+		{"ConvNHWC/flip", 0, func() { ConvNHWC(g, xp, w, 64, true, y) }},
+		{"NHWCToNCHW", 1, func() { NHWCToNCHW(out, y, g.N, 64, 64, nil, false) }},
+	} {
+		if got := testing.AllocsPerRun(10, tc.f); got > tc.max {
+			t.Errorf("%s: %v allocations per call, want at most %v", tc.name, got, tc.max)
+		}
+	}
+}
+
 // TestConvNHWCErrors checks that wrong buffer sizes are refused with the geometry named.
 func TestConvNHWCErrors(t *testing.T) {
 	g := ConvGeom{N: 1, C: 2, H: 3, W: 3, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1}
