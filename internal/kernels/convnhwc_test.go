@@ -36,6 +36,10 @@ var convNHWCCases = []ConvGeom{
 	{N: 2, C: 33, H: 10, W: 10, KH: 1, KW: 1, StrideH: 1, StrideW: 1},
 	{N: 1, C: 2, H: 2, W: 2, KH: 3, KW: 3, PadH: 2, PadW: 2, StrideH: 1, StrideW: 1},
 	{N: 2, C: 513, H: 1, W: 2, KH: 1, KW: 2, PadH: 0, PadW: 0, StrideH: 1, StrideW: 1},
+	// 16-wide rows (PadNHWC's direct tiles), 16×16 tiles across rows with a
+	// scalar tail, and channel counts with a scalar remainder.
+	{N: 2, C: 32, H: 3, W: 16, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1},
+	{N: 1, C: 18, H: 3, W: 20, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1},
 }
 
 // TestConvNHWC checks ConvNHWC (and PadNHWC, NHWCToNCHW with bias and
@@ -74,11 +78,20 @@ func TestConvNHWC(t *testing.T) {
 							t.Fatalf("%s: element %d = %v, want %v (+%v)", name, i, v, want[i], prev[i])
 						}
 					}
-					NHWCToNCHW(out, y, g.N, plane, m, nil, false)
-					for i, v := range out {
-						b := float64(bias[(i/plane)%m])
-						if math.Abs(float64(v)+b-want[i]) > 1e-5*(mag[i]+1) {
-							t.Fatalf("%s (no bias): element %d = %v, want %v", name, i, v, want[i]-b)
+					for _, withBias := range []bool{true, false} {
+						var bs []float32
+						if withBias {
+							bs = bias
+						}
+						NHWCToNCHW(out, y, g.N, plane, m, bs, false)
+						for i, v := range out {
+							var b float64
+							if !withBias {
+								b = float64(bias[(i/plane)%m])
+							}
+							if math.Abs(float64(v)+b-want[i]) > 1e-5*(mag[i]+1) {
+								t.Fatalf("%s (bias %v): element %d = %v, want %v", name, withBias, i, v, want[i]-b)
+							}
 						}
 					}
 				}
@@ -118,6 +131,32 @@ func TestConvNHWCMatchesPortable(t *testing.T) {
 					t.Fatalf("%s %+v: element %d = %v, portable %v", name, g, i, one[i], ref[i])
 				}
 			}
+		}
+	}
+}
+
+// TestTranspose16 checks each implementation's 16×16 tile transpose against
+// its definition, with strides wider than the tiles and several blocks.
+func TestTranspose16(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 3))
+	for _, name := range availableImpls() {
+		tr := implTable[name].vec.transpose16
+		if tr == nil {
+			continue
+		}
+		for _, tc := range []struct{ ldd, lds, blocks int }{{16, 16, 1}, {19, 40, 2}, {16, 64, 4}, {33, 17, 1}} {
+			src := randSlice(r, 15*tc.lds+16*tc.blocks)
+			dst := randSlice(r, (16*tc.blocks-1)*tc.ldd+16)
+			want := append([]float32(nil), dst...)
+			for b := range tc.blocks {
+				for i := range 16 {
+					for j := range 16 {
+						want[(16*b+j)*tc.ldd+i] = src[i*tc.lds+16*b+j]
+					}
+				}
+			}
+			tr(dst, tc.ldd, src, tc.lds, tc.blocks)
+			assertBitEqual(t, fmt.Sprintf("%s %+v", name, tc), dst, want)
 		}
 	}
 }

@@ -51,6 +51,9 @@ type vecOps struct {
 	// gather32 writes dst[32·i+q] = src[i·srcStep+idx[q]] for i < rows
 	// (convnhwc.go's weight packing; nil: a Go loop; idx increasing).
 	gather32 func(dst, src []float32, rows, srcStep int, idx *[32]int32)
+	// transpose16 writes dst[(16b+j)·ldd+i] = src[i·lds+16b+j] for i, j < 16,
+	// b < blocks (nil: callers use scalar loops).
+	transpose16 func(dst []float32, ldd int, src []float32, lds, blocks int)
 }
 
 var genericVec = &vecOps{

@@ -135,6 +135,12 @@ var avx512Vec = &vecOps{
 			gather32AVX512(&dst[0], &src[0], rows, srcStep, &idx[0])
 		}
 	},
+	transpose16: func(dst []float32, ldd int, src []float32, lds, blocks int) {
+		if blocks > 0 {
+			_, _ = dst[(16*blocks-1)*ldd+15], src[15*lds+16*blocks-1]
+			transpose16AVX512(&dst[0], ldd, &src[0], lds, blocks)
+		}
+	},
 	maxPool2x2Row: func(y []float32, arg []int32, r0, r1 []float32, base, w int32) {
 		if n := len(y); n > 0 {
 			_, _, _ = arg[n-1], r0[2*n-1], r1[2*n-1]

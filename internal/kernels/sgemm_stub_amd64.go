@@ -13,6 +13,9 @@ func sgemmIndirectAVX512x8(taps int, clen int, base *float32, offs *int, b *floa
 // gather32AVX512 writes dst[32·i+q] = src[i·srcStep+idx[q]] for i < rows, q < 32 (AVX-512F gathers).
 func gather32AVX512(dst *float32, src *float32, rows int, srcStep int, idx *int32)
 
+// transpose16AVX512 transposes blocks 16×16 tiles: dst[(16b+j)·ldd+i] = src[i·lds+16b+j] (AVX-512F).
+func transpose16AVX512(dst *float32, ldd int, src *float32, lds int, blocks int)
+
 // sgemmKernelAVX2 computes a 6×16 tile C = alpha*A*B + beta*C from packed panels (AVX2+FMA).
 func sgemmKernelAVX2(k int, a *float32, b *float32, c *float32, ldc int, alpha float32, beta float32)
 

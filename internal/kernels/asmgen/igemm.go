@@ -123,3 +123,75 @@ func genGather32AVX512() {
 	VZEROUPPER()
 	RET()
 }
+
+// genTranspose16AVX512 emits transpose16AVX512: blocks 16×16 transposes,
+// dst[(16b+j)·ldd + i] = src[i·lds + 16b + j] for i, j < 16 and b < blocks
+// (strides in floats), in registers: unpack 32-bit, unpack 64-bit, then two
+// rounds of 128-bit lane shuffles. The layout passes of the NHWC
+// convolution (PadNHWC, NHWCToNCHW) and its weight packing use it.
+func genTranspose16AVX512() {
+	name := "transpose16AVX512"
+	TEXT(name, NOSPLIT, "func(dst *float32, ldd int, src *float32, lds, blocks int)")
+	Doc(name + " transposes blocks 16×16 tiles: dst[(16b+j)·ldd+i] = src[i·lds+16b+j] (AVX-512F).")
+	dst := Load(Param("dst"), GP64())
+	ldd := Load(Param("ldd"), GP64())
+	src := Load(Param("src"), GP64())
+	lds := Load(Param("lds"), GP64())
+	blocks := Load(Param("blocks"), GP64())
+	SHLQ(U8(2), ldd)
+	SHLQ(U8(2), lds)
+	r := make([]reg.VecVirtual, 16)
+	t := make([]reg.VecVirtual, 16)
+	for i := range r {
+		r[i], t[i] = ZMM(), ZMM()
+	}
+	p := GP64()
+	TESTQ(blocks, blocks)
+	JE(LabelRef(name + "_done"))
+	Label(name + "_loop")
+	MOVQ(src, p)
+	for i := range 16 {
+		VMOVUPS(Mem{Base: p}, r[i])
+		if i < 15 {
+			ADDQ(lds, p)
+		}
+	}
+	// Go operand order: OP b, a, dst computes dst = op(a, b).
+	for i := 0; i < 16; i += 2 {
+		VUNPCKLPS(r[i+1], r[i], t[i])
+		VUNPCKHPS(r[i+1], r[i], t[i+1])
+	}
+	for i := 0; i < 16; i += 4 {
+		VUNPCKLPD(t[i+2], t[i], r[i])
+		VUNPCKHPD(t[i+2], t[i], r[i+1])
+		VUNPCKLPD(t[i+3], t[i+1], r[i+2])
+		VUNPCKHPD(t[i+3], t[i+1], r[i+3])
+	}
+	for h := 0; h < 16; h += 8 {
+		for i := range 4 {
+			VSHUFF32X4(U8(0x88), r[h+i+4], r[h+i], t[h+i])
+			VSHUFF32X4(U8(0xdd), r[h+i+4], r[h+i], t[h+i+4])
+		}
+	}
+	for i := range 8 {
+		VSHUFF32X4(U8(0x88), t[i+8], t[i], r[i])
+		VSHUFF32X4(U8(0xdd), t[i+8], t[i], r[i+8])
+	}
+	MOVQ(dst, p)
+	for i := range 16 {
+		VMOVUPS(r[i], Mem{Base: p})
+		if i < 15 {
+			ADDQ(ldd, p)
+		}
+	}
+	ADDQ(U8(64), src)
+	// dst advances 16 rows.
+	for range 16 {
+		ADDQ(ldd, dst)
+	}
+	DECQ(blocks)
+	JNZ(LabelRef(name + "_loop"))
+	Label(name + "_done")
+	VZEROUPPER()
+	RET()
+}

@@ -36,6 +36,7 @@ func main() {
 	genAVX512(8, false)
 	genIndirectAVX512()
 	genGather32AVX512()
+	genTranspose16AVX512()
 	genAVX2()
 	genVec()
 	Generate()
