@@ -178,7 +178,10 @@ func TestConvNHWCAllocations(t *testing.T) {
 		{"ConvNHWC/flip", 0, func() { ConvNHWC(g, xp, w, 64, true, y) }},
 		{"NHWCToNCHW", 1, func() { NHWCToNCHW(out, y, g.N, 64, 64, nil, false) }},
 	} {
-		if got := testing.AllocsPerRun(10, tc.f); got > tc.max {
+		for range 3 { // let every pool worker take its workspace once
+			tc.f()
+		}
+		if got := testing.AllocsPerRun(20, tc.f); got > tc.max {
 			t.Errorf("%s: %v allocations per call, want at most %v", tc.name, got, tc.max)
 		}
 	}

@@ -22,6 +22,10 @@ type gemmImpl struct {
 	// indirect is the indirect-GEMM micro-kernel of ConvNHWC (nil: the
 	// convolution layers keep the implicit-im2col GEMM).
 	indirect indirectKernel
+	// bIndirect is the weight-gradient micro-kernel of ConvWeightGradNHWC:
+	// C = A·B + beta·C with A packed and row p of B the nr floats at
+	// x[base+offs[p]:] (nil: B is packed by packNHWCT).
+	bIndirect func(k int, a, x []float32, base int, offs []int, c []float32, ldc int, beta float32)
 	// vec holds the elementwise / reduction kernels paired with this path.
 	vec *vecOps
 }

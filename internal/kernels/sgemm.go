@@ -51,7 +51,7 @@ func (j *gemmJob) execute() {
 	if j.nColChunks > 1 {
 		sa = j.prepackA(nw)
 	}
-	if j.nRowChunks > 1 {
+	if j.nRowChunks > 1 && j.bsrc != nhwcIndirectB {
 		sb = j.prepackB(nw)
 	}
 	dispatch(j, &j.wg, min(nw, j.units))
@@ -326,9 +326,12 @@ func (j *gemmJob) block(ws *workspace, i0, i1, j0, j1 int) {
 				beta = 1
 			}
 			bp := ws.b
-			if j.sharedB != nil {
+			switch {
+			case j.bsrc == nhwcIndirectB:
+				pixelOffsets(j.geom, pc, ws.offs[:kc])
+			case j.sharedB != nil:
 				bp = j.sharedB[pc*j.nPad+jc*kc:]
-			} else {
+			default:
 				j.packB(pc, kc, jc, nc, bp)
 			}
 			for ic := i0; ic < i1; ic += p.mc {
@@ -351,20 +354,37 @@ func (j *gemmJob) macro(ws *workspace, pa, pb []float32, ic, mc, jc, nc, kc int,
 	mr, nr := p.mr, p.nr
 	kern := p.kernel
 	c, ldc, alpha := j.c, j.ldc, j.alpha
+	indirect := j.bsrc == nhwcIndirectB // alpha is 1; columns are (tap, channel)
 	for jr := 0; jr < nc; jr += nr {
 		nrr := min(nr, nc-jr)
-		bp := pb[jr*kc : jr*kc+nr*kc]
+		var bp []float32
+		base := 0
+		if indirect {
+			col := jc + jr
+			t := col / j.geom.C
+			base = ((t/j.geom.KW)*j.geom.W+t%j.geom.KW)*j.geom.C + col%j.geom.C
+		} else {
+			bp = pb[jr*kc : jr*kc+nr*kc]
+		}
 		for ir := 0; ir < mc; ir += mr {
 			mrr := min(mr, mc-ir)
 			ap := pa[ir*kc : ir*kc+mr*kc]
 			off := (ic+ir)*ldc + jc + jr
 			if mrr == mr && nrr == nr {
-				kern(kc, ap, bp, c[off:], ldc, alpha, beta)
+				if indirect {
+					p.bIndirect(kc, ap, j.x, base, ws.offs[:kc], c[off:], ldc, beta)
+				} else {
+					kern(kc, ap, bp, c[off:], ldc, alpha, beta)
+				}
 				continue
 			}
 			// Edge tile: compute into the scratch tile, then merge.
 			t := ws.tile
-			kern(kc, ap, bp, t, nr, alpha, 0)
+			if indirect {
+				p.bIndirect(kc, ap, j.x, base, ws.offs[:kc], t, nr, 0)
+			} else {
+				kern(kc, ap, bp, t, nr, alpha, 0)
+			}
 			for r := range mrr {
 				row := c[off+r*ldc : off+r*ldc+nrr]
 				tr := t[r*nr : r*nr+nrr]
@@ -384,10 +404,11 @@ func (j *gemmJob) macro(ws *workspace, pa, pb []float32, ic, mc, jc, nc, kc int,
 type srcKind uint8
 
 const (
-	denseB   srcKind = iota // b, ldb, transB
-	im2colB                 // B = im2col(x) for geom: ColRows × ColCols
-	im2colTB                // B = im2col(x)ᵀ: ColCols × ColRows
-	nhwcTB                  // B = im2col(x)ᵀ with columns in (kh, kw, c) order, from padded NHWC x
+	denseB        srcKind = iota // b, ldb, transB
+	im2colB                      // B = im2col(x) for geom: ColRows × ColCols
+	im2colTB                     // B = im2col(x)ᵀ: ColCols × ColRows
+	nhwcTB                       // B = im2col(x)ᵀ with columns in (kh, kw, c) order, from padded NHWC x
+	nhwcIndirectB                // nhwcTB read in place by the bIndirect micro-kernel (never packed)
 )
 
 func (j *gemmJob) packA(i0, mc, p0, kc int, dst []float32) {
@@ -495,6 +516,7 @@ type workspace struct {
 	p    *gemmImpl
 	a, b []float32
 	tile []float32
+	offs []int // pixel offsets of a KC block (nhwcIndirectB)
 }
 
 // wsFree keeps idle workspaces per implementation. It survives garbage
@@ -518,6 +540,7 @@ func getWorkspace(p *gemmImpl) *workspace {
 		a:    alignedFloats(roundUp(p.mc, p.mr) * p.kc),
 		b:    alignedFloats(roundUp(p.nc, p.nr) * p.kc),
 		tile: alignedFloats(p.mr * p.nr),
+		offs: make([]int, p.kc),
 	}
 }
 

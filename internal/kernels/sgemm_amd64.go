@@ -17,7 +17,11 @@ var avx512Impl = &gemmImpl{
 	mc: 256, kc: 256, nc: 4096,
 	kernel:   wrapKernel(sgemmKernelAVX512x8),
 	indirect: indirectAVX512,
-	vec:      avx512Vec,
+	bIndirect: func(k int, a, x []float32, base int, offs []int, c []float32, ldc int, beta float32) {
+		_, _ = a[8*k-1], offs[k-1]
+		sgemmBIndirectAVX512x8(k, &a[0], &x[base], &offs[0], &c[0], ldc, beta)
+	},
+	vec: avx512Vec,
 }
 
 // indirectAVX512 adapts sgemmIndirectAVX512x8 to indirectKernel. ConvNHWC

@@ -7,7 +7,10 @@ var genericImpl = &gemmImpl{
 	mc: 128, kc: 256, nc: 2048,
 	kernel:   kernelGeneric4x8,
 	indirect: indirectGeneric,
-	vec:      genericVec,
+	bIndirect: func(k int, a, x []float32, base int, offs []int, c []float32, ldc int, beta float32) {
+		bIndirectGeneric(4, 8, k, a, x, base, offs, c, ldc, beta)
+	},
+	vec: genericVec,
 }
 
 // kernelGeneric4x8 computes a 4×8 tile from packed slivers (see gemmImpl.kernel).

@@ -16,6 +16,9 @@ func gather32AVX512(dst *float32, src *float32, rows int, srcStep int, idx *int3
 // transpose16AVX512 transposes blocks 16×16 tiles: dst[(16b+j)·ldd+i] = src[i·lds+16b+j] (AVX-512F).
 func transpose16AVX512(dst *float32, ldd int, src *float32, lds int, blocks int)
 
+// sgemmBIndirectAVX512x8 computes an 8×32 tile C = A·B + beta·C where B's rows are read through an offset table (AVX-512F).
+func sgemmBIndirectAVX512x8(k int, a *float32, base *float32, offs *int, c *float32, ldc int, beta float32)
+
 // sgemmKernelAVX2 computes a 6×16 tile C = alpha*A*B + beta*C from packed panels (AVX2+FMA).
 func sgemmKernelAVX2(k int, a *float32, b *float32, c *float32, ldc int, alpha float32, beta float32)
 

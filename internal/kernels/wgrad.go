@@ -50,9 +50,14 @@ func ConvWeightGradNHWC(g ConvGeom, xp, dy []float32, m, ldd int, dw []float32) 
 	pb := getShared(m * n)
 	perm := *pb
 	j := jobPool.Get().(*gemmJob)
+	src := nhwcTB
+	if impl.bIndirect != nil && g.C%impl.nr == 0 {
+		// Every NR-column sliver is NR channels of one tap: read in place.
+		src = nhwcIndirectB
+	}
 	*j = gemmJob{
 		p: impl, m: m, n: n, k: k, alpha: 1, beta: 0,
-		a: dy, lda: ldd, c: perm, ldc: n, bsrc: nhwcTB, geom: gp, x: xp,
+		a: dy, lda: ldd, c: perm, ldc: n, bsrc: src, geom: gp, x: xp,
 	}
 	j.execute()
 	// perm[o][(i·KW + jj)·C + c] → dw[o][(c·KH + i)·KW + jj]
@@ -75,6 +80,52 @@ func ConvWeightGradNHWC(g ConvGeom, xp, dy []float32, m, ldd int, dw []float32) 
 // minNHWCChannels is the channel count from which ConvWeightGrad's NHWC path
 // pays: below it the contiguous channel runs are too short to beat the gather.
 const minNHWCChannels = 16
+
+// pixelOffsets writes offs[p] = the offset in the padded NHWC image x (geometry
+// g, no padding left) of output pixel p0+p's receptive field (tap 0,
+// channel 0), for p < len(offs).
+func pixelOffsets(g ConvGeom, p0 int, offs []int) {
+	oh, ow := g.OutH(), g.OutW()
+	plane := oh * ow
+	n, rem := p0/plane, p0%plane
+	y, xo := rem/ow, rem%ow
+	for p := range offs {
+		offs[p] = ((n*g.H+y*g.StrideH)*g.W + xo*g.StrideW) * g.C
+		if xo++; xo == ow {
+			xo = 0
+			if y++; y == oh {
+				y = 0
+				n++
+			}
+		}
+	}
+}
+
+// bIndirectGeneric is the portable B-indirect micro-kernel (see
+// gemmImpl.bIndirect) for an mr×nr tile.
+func bIndirectGeneric(mr, nr, k int, a, x []float32, base int, offs []int, c []float32, ldc int, beta float32) {
+	var acc [8 * 32]float32
+	for p := range k {
+		b := x[base+offs[p] : base+offs[p]+nr]
+		ap := a[p*mr : p*mr+mr]
+		for r, av := range ap {
+			row := acc[r*nr : r*nr+nr]
+			for q, bv := range b {
+				row[q] += av * bv
+			}
+		}
+	}
+	for r := range mr {
+		row := c[r*ldc : r*ldc+nr]
+		if beta == 0 {
+			copy(row, acc[r*nr:r*nr+nr])
+		} else {
+			for q := range row {
+				row[q] = acc[r*nr+q] + beta*row[q]
+			}
+		}
+	}
+}
 
 // packNHWCT packs B[p0:p0+kc, j0:j0+nc] of B = im2col(x)ᵀ with columns in
 // (kh, kw, c) order, where x is a padded NHWC image described by g (no

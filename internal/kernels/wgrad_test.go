@@ -21,6 +21,9 @@ func TestConvWeightGrad(t *testing.T) {
 			{N: 2, C: 64, H: 4, W: 4, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1},
 			{N: 1, C: 17, H: 6, W: 5, KH: 5, KW: 3, PadH: 2, PadW: 0, StrideH: 1, StrideW: 2},
 			{N: 4, C: 48, H: 16, W: 16, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1},
+			// Multiples of 32 channels: the B-indirect micro-kernel (ConvWeightGradNHWC).
+			{N: 3, C: 32, H: 9, W: 7, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 2, StrideW: 2},
+			{N: 2, C: 96, H: 5, W: 6, KH: 2, KW: 3, PadH: 0, PadW: 1, StrideH: 1, StrideW: 1},
 			// Padding wider than the kernel: output pixels far into the padding whose
 			// receptive field is inside the image again (found by nn/gorgonia's oracle test;
 			// packIm2colT sliced x past its end: garbage values, or a panic).

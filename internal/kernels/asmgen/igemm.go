@@ -22,12 +22,7 @@ func genIndirectAVX512() {
 	offs := Load(Param("offs"), GP64())
 	b := Load(Param("b"), GP64())
 
-	acc := make([][2]reg.VecVirtual, mr)
-	for r := range acc {
-		acc[r] = [2]reg.VecVirtual{ZMM(), ZMM()}
-		VPXORD(acc[r][0], acc[r][0], acc[r][0])
-		VPXORD(acc[r][1], acc[r][1], acc[r][1])
-	}
+	acc := zeroAccumulators(mr, ZMM, VPXORD)
 	b0, b1, abc := ZMM(), ZMM(), ZMM()
 	rows := make([]reg.GPVirtual, mr)
 	for r := range rows {
@@ -55,26 +50,10 @@ func genIndirectAVX512() {
 			VFMADD231PS(abc, b1, acc[r][1])
 		}
 	}
-	const unroll = 4
-	Label(name + "_loop4")
-	CMPQ(n, U8(unroll))
-	JL(LabelRef(name + "_tail"))
-	for u := range unroll {
-		step(u)
-	}
-	ADDQ(U8(unroll*4), idx)
-	ADDQ(U32(unroll*nr*4), b)
-	SUBQ(U8(unroll), n)
-	JMP(LabelRef(name + "_loop4"))
-
-	Label(name + "_tail")
-	TESTQ(n, n)
-	JE(LabelRef(name + "_next"))
-	step(0)
-	ADDQ(U8(4), idx)
-	ADDQ(U32(nr*4), b)
-	DECQ(n)
-	JMP(LabelRef(name + "_tail"))
+	kLoop(name, n, "_next", step, func(count int) {
+		ADDQ(U8(count*4), idx)
+		ADDQ(U32(count*nr*4), b)
+	})
 
 	Label(name + "_next")
 	DECQ(taps)
@@ -194,4 +173,43 @@ func genTranspose16AVX512() {
 	Label(name + "_done")
 	VZEROUPPER()
 	RET()
+}
+
+// genBIndirectAVX512 emits sgemmBIndirectAVX512x8, the weight-gradient
+// micro-kernel of the NHWC convolution: an 8×32 tile C = A·B + beta·C with A
+// packed (k groups of 8 floats) and row p of B read in place as the 32
+// floats at base + offs[p] (element offsets into a padded NHWC image: one
+// output pixel's input at one kernel tap, 32 consecutive channels).
+func genBIndirectAVX512() {
+	const mr = 8
+	name := "sgemmBIndirectAVX512x8"
+	TEXT(name, NOSPLIT, "func(k int, a, base *float32, offs *int, c *float32, ldc int, beta float32)")
+	Doc(name + " computes an 8×32 tile C = A·B + beta·C where B's rows are read through an offset table (AVX-512F).")
+	k := Load(Param("k"), GP64())
+	a := Load(Param("a"), GP64())
+	base := Load(Param("base"), GP64())
+	offs := Load(Param("offs"), GP64())
+	acc := zeroAccumulators(mr, ZMM, VPXORD)
+	b0, b1, abc := ZMM(), ZMM(), ZMM()
+	row := GP64()
+	step := func(u int) {
+		MOVQ(Mem{Base: offs, Disp: u * 8}, row)
+		VMOVUPS(Mem{Base: base, Index: row, Scale: 4}, b0)
+		VMOVUPS(Mem{Base: base, Index: row, Scale: 4, Disp: 64}, b1)
+		for r := range mr {
+			VBROADCASTSS(Mem{Base: a, Disp: (u*mr + r) * 4}, abc)
+			VFMADD231PS(abc, b0, acc[r][0])
+			VFMADD231PS(abc, b1, acc[r][1])
+		}
+	}
+	kLoop(name, k, "_store", step, func(count int) {
+		ADDQ(U32(count*mr*4), a)
+		ADDQ(U8(count*8), offs)
+	})
+
+	Label(name + "_store")
+	c := Load(Param("c"), GP64())
+	ldc := Load(Param("ldc"), GP64())
+	SHLQ(U8(2), ldc)
+	storeTile(name, acc, c, ldc, b1, 64)
 }

@@ -37,6 +37,7 @@ func main() {
 	genIndirectAVX512()
 	genGather32AVX512()
 	genTranspose16AVX512()
+	genBIndirectAVX512()
 	genAVX2()
 	genVec()
 	Generate()
@@ -62,12 +63,7 @@ func genAVX512(mr int, bcast bool) {
 	ldc := Load(Param("ldc"), GP64())
 	SHLQ(U8(2), ldc)
 
-	acc := make([][2]reg.VecVirtual, mr)
-	for r := range acc {
-		acc[r] = [2]reg.VecVirtual{ZMM(), ZMM()}
-		VPXORD(acc[r][0], acc[r][0], acc[r][0])
-		VPXORD(acc[r][1], acc[r][1], acc[r][1])
-	}
+	acc := zeroAccumulators(mr, ZMM, VPXORD)
 	b0, b1 := ZMM(), ZMM()
 	var abc reg.VecVirtual
 	if !bcast {
@@ -88,26 +84,10 @@ func genAVX512(mr int, bcast bool) {
 			}
 		}
 	}
-	const unroll = 4
-	Label(name + "_loop4")
-	CMPQ(k, U8(unroll))
-	JL(LabelRef(name + "_tail"))
-	for u := range unroll {
-		step(u)
-	}
-	ADDQ(U32(unroll*mr*4), a)
-	ADDQ(U32(unroll*nr*4), b)
-	SUBQ(U8(unroll), k)
-	JMP(LabelRef(name + "_loop4"))
-
-	Label(name + "_tail")
-	TESTQ(k, k)
-	JE(LabelRef(name + "_store"))
-	step(0)
-	ADDQ(U32(mr*4), a)
-	ADDQ(U32(nr*4), b)
-	DECQ(k)
-	JMP(LabelRef(name + "_tail"))
+	kLoop(name, k, "_store", step, func(count int) {
+		ADDQ(U32(count*mr*4), a)
+		ADDQ(U32(count*nr*4), b)
+	})
 
 	Label(name + "_store")
 	VBROADCASTSS(paramAddr("alpha"), b0)
@@ -131,12 +111,7 @@ func genAVX2() {
 	c := Load(Param("c"), GP64())
 	ldc := Load(Param("ldc"), GP64())
 	SHLQ(U8(2), ldc)
-	acc := make([][2]reg.VecVirtual, mr)
-	for r := range acc {
-		acc[r] = [2]reg.VecVirtual{YMM(), YMM()}
-		VXORPS(acc[r][0], acc[r][0], acc[r][0])
-		VXORPS(acc[r][1], acc[r][1], acc[r][1])
-	}
+	acc := zeroAccumulators(mr, YMM, VXORPS)
 	b0, b1, ab := YMM(), YMM(), YMM()
 	step := func(u int) {
 		VMOVUPS(Mem{Base: b, Disp: u * nr * 4}, b0)
@@ -147,26 +122,10 @@ func genAVX2() {
 			VFMADD231PS(ab, b1, acc[r][1])
 		}
 	}
-	const unroll = 4
-	Label(name + "_loop4")
-	CMPQ(k, U8(unroll))
-	JL(LabelRef(name + "_tail"))
-	for u := range unroll {
-		step(u)
-	}
-	ADDQ(U32(unroll*mr*4), a)
-	ADDQ(U32(unroll*nr*4), b)
-	SUBQ(U8(unroll), k)
-	JMP(LabelRef(name + "_loop4"))
-
-	Label(name + "_tail")
-	TESTQ(k, k)
-	JE(LabelRef(name + "_store"))
-	step(0)
-	ADDQ(U32(mr*4), a)
-	ADDQ(U32(nr*4), b)
-	DECQ(k)
-	JMP(LabelRef(name + "_tail"))
+	kLoop(name, k, "_store", step, func(count int) {
+		ADDQ(U32(count*mr*4), a)
+		ADDQ(U32(count*nr*4), b)
+	})
 
 	Label(name + "_store")
 	VBROADCASTSS(paramAddr("alpha"), b0)
@@ -220,4 +179,40 @@ func paramAddr(name string) Mem {
 		panic(err)
 	}
 	return basic.Addr
+}
+
+// kLoop emits a k loop unrolled 4 times with a one-step tail: step(u) emits
+// step u of a group, advance(count) the pointer updates after count steps;
+// n counts down to zero, then it jumps to name+done.
+func kLoop(name string, n reg.Register, done string, step func(u int), advance func(count int)) {
+	const unroll = 4
+	Label(name + "_loop4")
+	CMPQ(n, U8(unroll))
+	JL(LabelRef(name + "_tail"))
+	for u := range unroll {
+		step(u)
+	}
+	advance(unroll)
+	SUBQ(U8(unroll), n)
+	JMP(LabelRef(name + "_loop4"))
+
+	Label(name + "_tail")
+	TESTQ(n, n)
+	JE(LabelRef(name + done))
+	step(0)
+	advance(1)
+	DECQ(n)
+	JMP(LabelRef(name + "_tail"))
+}
+
+// zeroAccumulators returns mr pairs of zeroed accumulator registers (zero
+// emits the zeroing instruction: VPXORD for zmm, VXORPS for ymm).
+func zeroAccumulators(mr int, alloc func() reg.VecVirtual, zero func(ops ...Op)) [][2]reg.VecVirtual {
+	acc := make([][2]reg.VecVirtual, mr)
+	for r := range acc {
+		acc[r] = [2]reg.VecVirtual{alloc(), alloc()}
+		zero(acc[r][0], acc[r][0], acc[r][0])
+		zero(acc[r][1], acc[r][1], acc[r][1])
+	}
+	return acc
 }
