@@ -274,3 +274,19 @@ func BenchmarkConvPass(b *testing.B) {
 		})
 	}
 }
+
+// A 3×3 convolution with padding 1 through the NHWC path: copy the image into
+// the padded NHWC layout, convolve, and bring the result back to NCHW.
+func ExampleConvNHWC() {
+	g := ConvGeom{N: 1, C: 1, H: 3, W: 3, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1}
+	x := []float32{1, 2, 3, 4, 5, 6, 7, 8, 9}
+	w := []float32{1, 1, 1, 1, 1, 1, 1, 1, 1} // [out 1, in 1, 3, 3]: neighbourhood sums
+	xp := make([]float32, PaddedLen(g))
+	PadNHWC(g, x, xp)
+	yNHWC := make([]float32, 9)
+	ConvNHWC(g, xp, w, 1, false, yNHWC)
+	y := make([]float32, 9)
+	NHWCToNCHW(y, yNHWC, 1, 9, 1, nil, false)
+	fmt.Println(y)
+	// Output: [12 21 16 27 45 33 24 39 28]
+}

@@ -28,6 +28,18 @@
 // units would pack again (A when N is split, B when M is split) are packed
 // once, in parallel, into a shared buffer.
 //
+// With an indirect micro-kernel (AVX-512, and the portable one) and at least 16
+// channels, the convolution layers instead copy the image once into a
+// zero-padded NHWC layout (PadNHWC), where a GEMM row's KH·KW·C values are
+// KH·KW contiguous channel runs. ConvNHWC reads those runs in place through a
+// table of per-pixel offsets (an indirect GEMM, as in XNNPACK): the image is
+// never packed, only the weights are (AVX-512 gathers), and NHWCToNCHW brings
+// the [N·OH·OW, M] result back to NCHW with the bias. ConvWeightGradNHWC reads
+// the same padded copy, its B rows in place through the bIndirect micro-kernel.
+// The 16×16 layout transposes run in registers (transpose16). UseConvNHWC says
+// which path a geometry takes; SPARGO_CONV=im2col forces the implicit-im2col
+// GEMMs.
+//
 // Winograd F(2×2, 3×3) (WinogradConv3x3: 16 GEMMs with 2.25× fewer flops,
 // plus input, kernel and output transforms) is available for stride-1 3×3
 // convolutions with SPARGO_CONV=winograd. It is off by default: with scalar-Go
