@@ -122,8 +122,8 @@ func closeGroup(g comm.Group, err *error) {
 	}
 }
 
-// runRanks runs rank(ctx, g) for every group on its own goroutine and returns their errors
-// joined; the first failure cancels the others' context so that no rank waits for it.
+// runRanks runs rank(ctx, g) for every group on its own goroutine and returns their distinct
+// errors joined; the first failure cancels the others' context so that no rank waits for it.
 func runRanks(ctx context.Context, groups []comm.Group, rank func(ctx context.Context, g comm.Group) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -137,7 +137,16 @@ func runRanks(ctx context.Context, groups []comm.Group, rank func(ctx context.Co
 		})
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	// Ranks that fail alike (a flag every rank checks) report it once.
+	var distinct []error
+	seen := map[string]bool{}
+	for _, err := range errs {
+		if err != nil && !seen[err.Error()] {
+			seen[err.Error()] = true
+			distinct = append(distinct, err)
+		}
+	}
+	return errors.Join(distinct...)
 }
 
 // metricsLog is rank 0's -metrics file: JSON lines of records, then the run's summary. A nil
