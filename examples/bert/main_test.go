@@ -133,7 +133,7 @@ func TestResumeIsExact(t *testing.T) {
 			tmp := t.TempDir()
 			straightDir := filepath.Join(tmp, "straight")
 			c := smallConfig(data)
-			c.Hook, c.Steps, c.EvalEvery, c.EvalLimit, c.Checkpoint, c.CheckpointEvery, c.Keep = hook, 6, 3, 8, straightDir, 2, 0
+			c.Hook, c.Steps, c.EvalEvery, c.EvalLimit, c.Checkpoint, c.CheckpointEvery, c.Keep = hook, 6, 3, 6, straightDir, 2, 0
 			straight, _ := run(t, c)
 			names, err := checkpoint.List(straightDir)
 			if err != nil || len(names) != 4 {

@@ -450,6 +450,14 @@ func maskedPositions(b datasets.MLMBatch) (positions, labels []int) {
 	return positions, labels
 }
 
+// firstRows is b cut to its first n sequences.
+func firstRows(b datasets.MLMBatch, n int) datasets.MLMBatch {
+	L := b.SeqLen
+	b.InputIDs, b.TokenTypeIDs, b.AttentionMask, b.Labels = b.InputIDs[:n*L], b.TokenTypeIDs[:n*L], b.AttentionMask[:n*L], b.Labels[:n*L]
+	b.NextSentence, b.N = b.NextSentence[:n], n
+	return b
+}
+
 // mlmForward runs the model on b through dp and returns the total pre-training loss (MLM +
 // NSP), the MLM cross-entropy and the MLM and NSP logits with their labels.
 func mlmForward(dp *ddp.DDP, model *models.BertForPreTraining, tape *nn.Tape, b datasets.MLMBatch) (loss, mlmLoss, mlm, nsp *nn.Var, labels, nspLabels []int) {
@@ -487,6 +495,9 @@ func (w *mlmWorker) evaluate(ctx context.Context, dp *ddp.DDP, model *models.Ber
 		}
 		if w.cfg.EvalLimit > 0 && seen >= w.cfg.EvalLimit {
 			break
+		}
+		if w.cfg.EvalLimit > 0 && seen+b.N > w.cfg.EvalLimit {
+			b = firstRows(b, w.cfg.EvalLimit-seen)
 		}
 		seen += b.N
 		mine := i%g.Size() == g.Rank()
