@@ -8,7 +8,8 @@ scripts/gen_bert_goldens.py — strictly: every tensor must be a parameter of th
 every parameter must be in the file (the MLM decoder's weight and bias are the tied word
 embeddings and cls.predictions.bias) — and computes, in float64 with dropout off (the module
 has none), the pre-training loss (MLM cross-entropy with ignore_index -100 + NSP
-cross-entropy), the logits and every parameter's gradient, written as a golden file in
+cross-entropy), the logits, every parameter's gradient and the losses of five AdamW steps
+(lr 1e-2, weight decay 0.01 with BERT's no-decay groups) on the batch, written as a golden file in
 scripts/gen_goldens.py's format (case bert_tiny_pretraining; the weights stay in the
 safetensors file).
 
@@ -51,11 +52,28 @@ def main():
     loss = (F.cross_entropy(mlm.view(-1, c["vocab"]), mlm_labels.view(-1), ignore_index=-100)
             + F.cross_entropy(nsp, nsp_labels))
     loss.backward()
+    grads = {k: arr(p.grad) for k, p in model.named_parameters()}
+    # Five AdamW steps on the same batch (lr 1e-2, weight decay 0.01 with BERT's no-decay
+    # groups: biases and LayerNorm weights), the loss before each: the optimizer's parity too.
+    named = list(model.named_parameters())
+    exempt = lambda n: n.split(".")[-1].lower().endswith("bias") or "norm" in n.lower()
+    opt = torch.optim.AdamW([{"params": [p for n, p in named if not exempt(n)], "weight_decay": 0.01},
+                             {"params": [p for n, p in named if exempt(n)], "weight_decay": 0.0}], lr=1e-2)
+    losses = []
+    for _ in range(5):
+        opt.zero_grad()
+        m, n = model(ids, types, mask)
+        step_loss = (F.cross_entropy(m.view(-1, c["vocab"]), mlm_labels.view(-1), ignore_index=-100)
+                     + F.cross_entropy(n, nsp_labels))
+        step_loss.backward()
+        opt.step()
+        losses.append(step_loss.item())
     case = {"name": "bert_tiny_pretraining", "op": "bert_for_pretraining", "config": c,
             "inputs": {"input_ids": arr(ids), "token_type_ids": arr(types), "attention_mask": arr(mask),
                        "mlm_labels": arr(mlm_labels), "nsp_labels": arr(nsp_labels)},
-            "outputs": {"loss": arr(loss), "mlm_logits": arr(mlm.view(-1, c["vocab"])), "nsp_logits": arr(nsp)},
-            "grads": {k: arr(p.grad) for k, p in model.named_parameters()}}
+            "outputs": {"loss": arr(loss), "mlm_logits": arr(mlm.view(-1, c["vocab"])), "nsp_logits": arr(nsp),
+                        "adamw_losses": arr(torch.tensor(losses))},
+            "grads": grads}
     doc = {"torch_version": torch.__version__, "compute_dtype": "float64", "weights": os.path.basename(src), "cases": [case]}
     with open(dst, "w") as f:
         json.dump(doc, f, separators=(",", ":"))

@@ -53,7 +53,7 @@ type MLMConfig struct {
 	Steps  int `json:"steps"`
 	Epochs int `json:"epochs"`
 	// Seq is the length of every sequence ([CLS] A [SEP] B [SEP] and padding);
-	// MaxPredictions caps the masked positions per sequence (0: BERT's 20 per 128 tokens).
+	// MaxPredictions caps the masked positions per sequence (0: round(0.15 × Seq), 19 at 128).
 	Seq            int `json:"seq"`
 	MaxPredictions int `json:"max_predictions"`
 	// Flags are the shared training flags (-lr -optim -schedule -warmup -metrics -log-every
@@ -92,7 +92,7 @@ func (c *MLMConfig) Register(fs *flag.FlagSet) {
 	fs.IntVar(&c.Steps, "steps", c.Steps, "optimizer steps to train (0: -epochs passes over the training sequences)")
 	fs.IntVar(&c.Epochs, "epochs", c.Epochs, "passes over the training sequences, when -steps is 0")
 	fs.IntVar(&c.Seq, "seq", c.Seq, "sequence length in tokens ([CLS] A [SEP] B [SEP] and padding)")
-	fs.IntVar(&c.MaxPredictions, "max-predictions", c.MaxPredictions, "most masked positions per sequence (0: round(0.15 × seq), BERT's 20 at 128)")
+	fs.IntVar(&c.MaxPredictions, "max-predictions", c.MaxPredictions, "most masked positions per sequence (0: round(0.15 × seq), 19 at 128; BERT's recipe has 20)")
 	c.Flags.Register(fs)
 	fs.Uint64Var(&c.Seed, "seed", c.Seed, "seed for initialisation, sequence pairs, masking, shuffling and dropout")
 	fs.IntVar(&c.EvalEvery, "eval-every", c.EvalEvery, "evaluate on the held-out text every N steps (N must divide the run's steps; 0: at the end only)")
@@ -244,7 +244,7 @@ func LoadMLMCorpus(ctx context.Context, c MLMConfig) (*MLMCorpus, error) {
 	return corpus, nil
 }
 
-// maxPredictions is -max-predictions, or BERT's 20 per 128 tokens.
+// maxPredictions is -max-predictions, or round(0.15 × -seq).
 func (c MLMConfig) maxPredictions() int {
 	if c.MaxPredictions > 0 {
 		return c.MaxPredictions
