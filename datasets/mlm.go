@@ -429,10 +429,16 @@ func (l *MLMLoader) NumBatches() int {
 // cancelled the loop yields its error once and stops. Batches share one
 // buffer, valid until the next one is requested.
 func (l *MLMLoader) Epoch(ctx context.Context, epoch int) iter.Seq2[MLMBatch, error] {
+	return l.EpochFrom(ctx, epoch, 0)
+}
+
+// EpochFrom is Epoch from batch start on (the batches before it are skipped, not
+// built): a resumed run continues mid-epoch with the batches it would have had.
+func (l *MLMLoader) EpochFrom(ctx context.Context, epoch, start int) iter.Seq2[MLMBatch, error] {
 	return func(yield func(MLMBatch, error) bool) {
 		idx := l.sampler.Indices(epoch)
 		L := l.buf.SeqLen
-		for b := range l.NumBatches() {
+		for b := max(start, 0); b < l.NumBatches(); b++ {
 			if err := ctx.Err(); err != nil {
 				yield(MLMBatch{}, err)
 				return

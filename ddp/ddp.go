@@ -239,9 +239,20 @@ func (d *DDP) Module() nn.Module { return d.model }
 // forward (the tape records) runs on the LGP-corrected values and an evaluation forward
 // (recording off) on the true values (late.go).
 func (d *DDP) Forward(x *nn.Var) *nn.Var {
-	d.late.forward(x)
+	var t *nn.Tape
+	if x != nil {
+		t = x.Tape()
+	}
+	d.late.forward(t)
 	return d.model.Forward(x)
 }
+
+// BeforeForward prepares the parameters for a forward on tape t that does not go through
+// Forward, for models whose forward takes more than one input (BERT's ids, token types and
+// mask): call it, then run the model on t. It does what Forward does first: with a hook's
+// late results pending, a training forward (t records) runs on the LGP-corrected values
+// and an evaluation forward (recording off) on the true values.
+func (d *DDP) BeforeForward(t *nn.Tape) { d.late.forward(t) }
 
 // Parameters returns the model's parameters in declaration order.
 func (d *DDP) Parameters() []*nn.Param { return d.params }

@@ -418,8 +418,8 @@ func (l *lateState) flush(ctx context.Context, hook string) error {
 
 // forward applies the LGP offsets before a training forward and takes them off before an
 // evaluation forward (recording off), so evaluation sees the true values.
-func (l *lateState) forward(x *nn.Var) {
-	if x != nil && x.Tape() != nil && !x.Tape().GradEnabled() {
+func (l *lateState) forward(t *nn.Tape) {
+	if t != nil && !t.GradEnabled() {
 		l.restore()
 		return
 	}

@@ -171,6 +171,25 @@ func (m *BertForPreTraining) ForwardPreTraining(t *nn.Tape, inputIDs, tokenTypeI
 	return mlm, nsp
 }
 
+// ForwardMaskedLM is ForwardPreTraining with the MLM head run only at positions (flat
+// indices into the n·seq positions, sample-major: the masked ones), as Google's BERT
+// gathers masked_lm_positions before its output layer: mlm has shape [len(positions),
+// VocabSize], one row per position in that order. With the labels of those positions the
+// loss equals ForwardPreTraining's with IgnoreIndex elsewhere, while the decoder (the
+// largest matrix product of a small BERT) costs in proportion to the masked positions.
+func (m *BertForPreTraining) ForwardMaskedLM(t *nn.Tape, inputIDs, tokenTypeIDs, attentionMask []int32, n, seq int, positions []int) (mlm, nsp *nn.Var) {
+	cfg := m.Config
+	seqOut := m.Bert.ForwardIDs(t, inputIDs, tokenTypeIDs, attentionMask, n, seq, &m.positions)
+	if m.Bert.Pooler != nil && m.Cls.SeqRelationship != nil {
+		nsp = m.Cls.SeqRelationship.Forward(m.Bert.Pooler.Forward(seqOut))
+	}
+	if len(positions) == 0 {
+		return t.Fail(fmt.Errorf("models.BertForPreTraining: no masked positions in a batch of %d × %d", n, seq), 1, cfg.VocabSize), nsp
+	}
+	picked := nn.SelectRows(nn.Reshape(seqOut, n*seq, cfg.Hidden), positions)
+	return m.Cls.Predictions.Forward(picked), nsp
+}
+
 // Loss returns BertForPreTraining's total loss: the masked-LM cross-entropy over the
 // positions whose label is not nn.IgnoreIndex (−100) plus, when the model has the NSP
 // head, the next-sentence cross-entropy (labels 0 = is next, 1 = random; −100 skips a

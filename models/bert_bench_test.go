@@ -1,6 +1,7 @@
 package models
 
 import (
+	"syscall"
 	"testing"
 
 	"github.com/spargo-dl/spargo/nn"
@@ -98,4 +99,75 @@ func BenchmarkBertBaseLayerStep(b *testing.B) {
 		step()
 	}
 	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/1000, "ms/step")
+}
+
+// BenchmarkBertTinyMLMStep is examples/bert's step without the optimizer and DDP: BERT-tiny with
+// an 8,000-token vocabulary (examples/bert's default on PTB), batch 16 × 128 tokens, every
+// 7th real position masked (18 per sequence), the MLM head only at the masked positions
+// (ForwardMaskedLM), dropout 0.1 on. The PyTorch side and a profile:
+//
+//	GOMAXPROCS=1 go test ./models/ -run XXX -bench BertTinyMLMStep -benchtime 10x
+//	OPENBLAS_NUM_THREADS=1 /usr/bin/python3 scripts/torch_bert_step.py --only mlm --threads 1
+//	go test ./models/ -run XXX -bench BertTinyMLMStep -benchtime 10x -cpuprofile cpu.out
+//	go tool pprof -top models.test cpu.out
+func BenchmarkBertTinyMLMStep(b *testing.B) {
+	const batch, seq = 16, 128
+	cfg, _ := BertPreset("tiny")
+	cfg.VocabSize = 8000
+	m, err := NewBertForPreTraining(cfg, nn.NewRand(0))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ps := nn.Parameters(m)
+	rng := nn.NewRand(9)
+	n := batch * seq
+	ids, types, mask := make([]int32, n), make([]int32, n), make([]int32, n)
+	var positions, labels []int
+	for i := range n {
+		s, p := i/seq, i%seq
+		ids[i], mask[i] = int32(5+rng.IntN(cfg.VocabSize-5)), 1
+		if p >= seq/2 {
+			types[i] = 1
+		}
+		if s%2 == 1 && p >= seq-16 {
+			ids[i], mask[i], types[i] = 0, 0, 0
+		}
+		if mask[i] == 1 && p > 0 && p%7 == 3 { // 18 of 128
+			positions = append(positions, i)
+			labels = append(labels, rng.IntN(cfg.VocabSize))
+		}
+	}
+	nsp := make([]int, batch)
+	for i := range nsp {
+		nsp[i] = i % 2
+	}
+	tape := nn.NewTape()
+	step := func() {
+		tape.Reset()
+		nn.ZeroGrad(ps)
+		mlm, nspLogits := m.ForwardMaskedLM(tape, ids, types, mask, batch, seq, positions)
+		if err := tape.Backward(m.Loss(mlm, nspLogits, labels, nsp)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	step()
+	b.ResetTimer()
+	cpu0 := cpuSeconds()
+	for range b.N {
+		step()
+	}
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/1000, "ms/step")
+	b.ReportMetric(float64(batch*b.N)/b.Elapsed().Seconds(), "seq/s")
+	// CPU time is what a loaded machine does not distort (wall time there measures the
+	// share the process got): with GOMAXPROCS=1 it is the idle machine's single-core time.
+	b.ReportMetric((cpuSeconds()-cpu0)*1000/float64(b.N), "cpu-ms/step")
+}
+
+// cpuSeconds is the process's user + system CPU time.
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
 }

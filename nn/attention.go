@@ -32,6 +32,7 @@ type MultiHeadSelfAttention struct {
 	// (BERT's attention_probs_dropout_prob, 0.1).
 	Dropout float64
 
+	src      *rand.PCG // rng's source: saved and restored by checkpoints (RandOwner)
 	rng      *rand.Rand
 	training bool
 	offN     int // batch size the cached head offsets are for
@@ -43,6 +44,7 @@ type MultiHeadSelfAttention struct {
 var (
 	_ Container      = (*MultiHeadSelfAttention)(nil)
 	_ TrainingSetter = (*MultiHeadSelfAttention)(nil)
+	_ RandOwner      = (*MultiHeadSelfAttention)(nil)
 )
 
 // NewMultiHeadSelfAttention returns self-attention over hidden features with the given
@@ -60,9 +62,14 @@ func NewMultiHeadSelfAttention(hidden, heads int, outProj bool, dropout float64,
 	if outProj {
 		a.Out = NewLinear(hidden, hidden, true, rng)
 	}
-	a.rng = rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))
+	a.src = rand.NewPCG(rng.Uint64(), rng.Uint64())
+	a.rng = rand.New(a.src)
 	return a
 }
+
+// RandSource returns the generator of the attention-dropout masks (RandOwner), so that
+// checkpoints save it and a resumed run draws the masks an uninterrupted one would.
+func (a *MultiHeadSelfAttention) RandSource() *rand.PCG { return a.src }
 
 // Children returns query, key, value and, if present, out.
 func (a *MultiHeadSelfAttention) Children() []Child {

@@ -17,10 +17,16 @@ func Gelu(x *Var) *Var {
 		return t.fail(x.Value.Shape, nil)
 	}
 	y := t.newVar(t.tensor(x.Value.Shape), false)
-	kernels.GeluForward(y.Value.Data, x.Value.Data)
+	if !t.GradEnabled() {
+		kernels.GeluForward(y.Value.Data, x.Value.Data)
+		return y
+	}
+	// Φ(x) kept for the backward pass: one exponential per element there instead of two.
+	cdf := t.buf(len(x.Value.Data))
+	kernels.GeluForwardCDF(y.Value.Data, cdf, x.Value.Data)
 	t.record(y, func(dy []float32) {
 		dx, fresh := x.gradOverwrite()
-		kernels.GeluBackward(dx, x.Value.Data, dy, !fresh)
+		kernels.GeluBackwardCDF(dx, x.Value.Data, cdf, dy, !fresh)
 	}, x)
 	return y
 }

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-# Generates the PyTorch goldens of spargo's transformer layers and BERT:
+# Generates the PyTorch goldens of spargo's transformer layers:
 #   testdata/goldens/transformer.json  LayerNorm, GELU, softmax, cross-entropy with
 #                                      ignore_index, multi-head self-attention with a
 #                                      padding mask, one whole BERT layer
-#   testdata/goldens/bert.json         a tiny BertForPreTraining: loss and every gradient
+# and holds the plain-torch HF-layout BertForPreTraining that scripts/torch_parity_bert.py
+# (testdata/goldens/bert.json, from weights spargo exports), torch_bert_step.py and
+# torch_bert_mlm.py use.
 #
 # Regenerate with (from the repository root):
 #   OPENBLAS_NUM_THREADS=1 /usr/bin/python3 scripts/gen_bert_goldens.py testdata/goldens
@@ -263,39 +265,10 @@ def gen_transformer():
     return cases
 
 
-def gen_bert():
-    c = {"vocab": 40, "hidden": 16, "layers": 2, "heads": 2, "intermediate": 32,
-         "positions": 12, "types": 2, "eps": 1e-12}
-    torch.manual_seed(2000)
-    m = BertForPreTraining(c)
-    randomise(m, 0.2)
-    n, t = 3, 7
-    ids = torch.randint(1, c["vocab"], (n, t))
-    types = torch.tensor([[0, 0, 0, 0, 1, 1, 1], [0, 0, 0, 1, 1, 0, 0], [0, 0, 1, 1, 1, 1, 1]])
-    mask = torch.tensor([[1] * 7, [1, 1, 1, 1, 1, 0, 0], [1, 1, 1, 0, 0, 0, 0]])
-    ids[mask == 0] = 0  # [PAD]: the padding_idx row gets no lookup gradient
-    mlm_labels = torch.full((n, t), -100)
-    mlm_labels[0, 1], mlm_labels[0, 5], mlm_labels[1, 2], mlm_labels[2, 1], mlm_labels[2, 2] = 7, 3, 39, 1, 0
-    nsp_labels = torch.tensor([0, 1, 1])
-    params = {k: arr(v) for k, v in m.named_parameters()}
-    m = m.double()
-    mlm, nsp = m(ids, types, mask)
-    loss = (F.cross_entropy(mlm.view(-1, c["vocab"]), mlm_labels.view(-1), ignore_index=-100)
-            + F.cross_entropy(nsp, nsp_labels))
-    loss.backward()
-    grads = {k: arr(p.grad) for k, p in m.named_parameters()}
-    return [{"name": "bert_tiny_pretraining", "op": "bert_for_pretraining", "config": c,
-             "inputs": {"input_ids": arr(ids), "token_type_ids": arr(types), "attention_mask": arr(mask),
-                        "mlm_labels": arr(mlm_labels), "nsp_labels": arr(nsp_labels)},
-             "params": params,
-             "outputs": {"loss": arr(loss), "mlm_logits": arr(mlm.view(-1, c["vocab"])), "nsp_logits": arr(nsp)},
-             "grads": grads}]
-
-
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "testdata/goldens"
     os.makedirs(out, exist_ok=True)
-    for fname, gen in [("transformer.json", gen_transformer), ("bert.json", gen_bert)]:
+    for fname, gen in [("transformer.json", gen_transformer)]:
         doc = {"torch_version": torch.__version__, "compute_dtype": "float64", "cases": gen()}
         with open(os.path.join(out, fname), "w") as f:
             json.dump(doc, f, separators=(",", ":"))

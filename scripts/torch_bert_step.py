@@ -2,11 +2,14 @@
 # PyTorch side of spargo's BERT step benchmarks (models/bert_bench_test.go): one training
 # step (forward + backward, gradients zeroed, no optimizer) at batch 8, sequence 128, in
 # training mode (dropout 0.1), of BERT-tiny with its MLM + NSP loss and of one BERT-base
-# layer with a padding mask. Same batch layout as the Go benchmark.
+# layer with a padding mask; and (--only mlm) examples/bert's step, BenchmarkBertTinyMLMStep:
+# BERT-tiny with an 8,000-token vocabulary, batch 16 x 128, every 7th real position masked,
+# the MLM head only there. Same batch layouts as the Go benchmarks.
 #
-#   /usr/bin/python3 scripts/torch_bert_step.py --runs 5 --steps 10 [--threads 2]
+#   /usr/bin/python3 scripts/torch_bert_step.py --runs 5 --steps 10 [--threads 2] [--only tiny|layer|mlm]
 #
-# Prints the median ms/step over runs (each run: mean of --steps steps after a warm-up).
+# Prints the median ms/step over runs (each run: mean of --steps steps after a warm-up) and
+# the median CPU ms/step (process time, which a loaded machine does not distort).
 import argparse
 import os
 import statistics
@@ -66,10 +69,42 @@ def batch(vocab, n=8, t=128):
 
 def timed(step, steps):
     step()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for _ in range(steps):
         step()
-    return (time.perf_counter() - t0) / steps * 1000
+    return (time.perf_counter() - t0) / steps * 1000, (time.process_time() - c0) / steps * 1000
+
+
+def mlm_batch(vocab, n=16, t=128):
+    """BenchmarkBertTinyMLMStep's layout: ids, types, mask, masked positions and labels, NSP."""
+    g = torch.Generator().manual_seed(9)
+    ids = torch.randint(5, vocab, (n, t), generator=g)
+    mask = torch.ones(n, t)
+    mask[1::2, t - 16:] = 0
+    types = torch.zeros(n, t, dtype=torch.long)
+    types[:, t // 2:] = 1
+    types[mask == 0] = 0
+    ids[mask == 0] = 0
+    pos = torch.arange(t)
+    pick = ((pos > 0) & (pos % 7 == 3))[None, :] & (mask == 1)
+    at = pick.view(-1).nonzero().view(-1)
+    labels = torch.randint(0, vocab, (len(at),), generator=g)
+    return ids, types, mask, at, labels, torch.arange(n) % 2
+
+
+def mlm_step(model, ids, types, mask, at, labels, nsp_labels, p=0.1):
+    b = model.bert
+    pos = torch.arange(ids.shape[1])[None, :].expand_as(ids)
+    e = b.embeddings
+    h = F.dropout(e.LayerNorm(e.word_embeddings(ids) + e.position_embeddings(pos) + e.token_type_embeddings(types)), p, True)
+    for layer in b.encoder.layer:
+        h = bert_layer_forward(layer, h, mask, p)
+    pooled = torch.tanh(b.pooler.dense(h[:, 0]))
+    tr = model.cls.predictions.transform
+    hm = h.reshape(-1, h.shape[-1])[at]
+    mlm = model.cls.predictions.decoder(tr.LayerNorm(F.gelu(tr.dense(hm))))
+    nsp = model.cls.seq_relationship(pooled)
+    return F.cross_entropy(mlm, labels) + F.cross_entropy(nsp, nsp_labels)
 
 
 def main():
@@ -77,7 +112,7 @@ def main():
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--only", choices=["tiny", "layer"], default=None)
+    ap.add_argument("--only", choices=["tiny", "layer", "mlm"], default=None)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -100,13 +135,22 @@ def main():
         x.grad = None
         bert_layer_forward(layer, x, mask).backward(up)
 
-    for name, fn in [("tiny", tiny), ("layer", base_layer)]:
+    mlm_cfg = dict(tiny_cfg, vocab=8000)
+    mlm_model = BertForPreTraining(mlm_cfg).train()
+    mb = mlm_batch(8000)
+
+    def mlm():
+        mlm_model.zero_grad(set_to_none=False)
+        mlm_step(mlm_model, *mb).backward()
+
+    labels = {"tiny": "BertTinyStep", "layer": "BertBaseLayerStep", "mlm": "BertTinyMLMStep"}
+    for name, fn in [("tiny", tiny), ("layer", base_layer), ("mlm", mlm)]:
         if args.only and args.only != name:
             continue
-        ms = [timed(fn, args.steps) for _ in range(args.runs)]
-        label = "BertTinyStep" if name == "tiny" else "BertBaseLayerStep"
-        print(f"torch {torch.__version__} threads={args.threads} {label}: median {statistics.median(ms):.1f} ms/step "
-              f"(runs {', '.join(f'{v:.1f}' for v in ms)})")
+        res = [timed(fn, args.steps) for _ in range(args.runs)]
+        ms, cpu = [r[0] for r in res], [r[1] for r in res]
+        print(f"torch {torch.__version__} threads={args.threads} {labels[name]}: median {statistics.median(ms):.1f} ms/step "
+              f"(runs {', '.join(f'{v:.1f}' for v in ms)}), median {statistics.median(cpu):.1f} cpu-ms/step")
 
 
 if __name__ == "__main__":

@@ -272,6 +272,38 @@ func GeluForward(y, x []float32) {
 	})
 }
 
+// GeluForwardCDF is GeluForward that also writes Φ(x) into cdf, for GeluBackwardCDF: the
+// backward pass then needs one exponential per element (φ) instead of two.
+func GeluForwardCDF(y, cdf, x []float32) {
+	checkLen("GeluForwardCDF", len(y), len(x), len(cdf))
+	parallelFor(len(x), 30, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			v := x[i]
+			c := 0.5 * erfc32(-v*math.Sqrt2/2)
+			cdf[i] = c
+			y[i] = v * c
+		}
+	})
+}
+
+// GeluBackwardCDF is GeluBackward with Φ(x) given (GeluForwardCDF's cdf): the same
+// dx = dy·(Φ(x) + x·φ(x)), bit for bit, with one exponential per element.
+func GeluBackwardCDF(dx, x, cdf, dy []float32, accumulate bool) {
+	checkLen("GeluBackwardCDF", len(dx), len(x), len(cdf), len(dy))
+	const invSqrt2Pi = 0.3989422804014327
+	parallelFor(len(x), 20, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			v := x[i]
+			g := dy[i] * (cdf[i] + v*invSqrt2Pi*exp32(-0.5*v*v))
+			if accumulate {
+				dx[i] += g
+			} else {
+				dx[i] = g
+			}
+		}
+	})
+}
+
 // GeluBackward writes (or, with accumulate, adds) dx = dy·(Φ(x) + x·φ(x)), the
 // derivative of the exact GELU at x.
 func GeluBackward(dx, x, dy []float32, accumulate bool) {

@@ -89,3 +89,30 @@ func TestLayerNormForwardStats(t *testing.T) {
 		}
 	}
 }
+
+// The GELU pair that keeps Φ(x) gives GeluForward's output and GeluBackward's gradient bit
+// for bit, written and accumulated, over both tails and the middle.
+func TestGeluCDFMatchesGelu(t *testing.T) {
+	n := 3001
+	x, dy := make([]float32, n), make([]float32, n)
+	for i := range x {
+		x[i] = -12 + 24*float32(i)/float32(n-1)
+		dy[i] = float32(math.Sin(float64(i)))
+	}
+	y1, y2, cdf := make([]float32, n), make([]float32, n), make([]float32, n)
+	GeluForward(y1, x)
+	GeluForwardCDF(y2, cdf, x)
+	for _, acc := range []bool{false, true} {
+		d1, d2 := make([]float32, n), make([]float32, n)
+		for i := range d1 {
+			d1[i], d2[i] = 0.25, 0.25
+		}
+		GeluBackward(d1, x, dy, acc)
+		GeluBackwardCDF(d2, x, cdf, dy, acc)
+		for i := range x {
+			if math.Float32bits(y1[i]) != math.Float32bits(y2[i]) || math.Float32bits(d1[i]) != math.Float32bits(d2[i]) {
+				t.Fatalf("x = %v (accumulate %v): y %v vs %v, dx %v vs %v", x[i], acc, y1[i], y2[i], d1[i], d2[i])
+			}
+		}
+	}
+}

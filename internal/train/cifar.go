@@ -2,18 +2,15 @@ package train
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
-	"os"
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/spargo-dl/spargo/checkpoint"
@@ -105,60 +102,15 @@ func (c *CIFARConfig) Register(fs *flag.FlagSet) {
 // between steps.
 func CIFARMain(name string, c CIFARConfig) {
 	c.Register(flag.CommandLine)
-	flag.Parse()
-	if err := c.Flags.Check(); errors.Is(err, ErrHelp) {
-		fmt.Print(HelpText())
-		os.Exit(0)
-	} else if err != nil {
-		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
-		os.Exit(2)
-	}
-	if err := SetupLogging(c.LogLevel, c.LogFormat, os.Stderr); err != nil {
-		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
-		os.Exit(2)
-	}
-	env, err := dist.DetectEnv(dist.Overrides{})
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
-		os.Exit(2)
-	}
-	trainFn := RunCIFAR
-	if env.WorldSize > 1 {
-		// One rank per process.
-		name = fmt.Sprintf("%s: rank %d", name, env.Rank)
-		workersSet := false
-		flag.Visit(func(f *flag.Flag) { workersSet = workersSet || f.Name == "workers" })
-		if err := c.checkWorkers(workersSet, env); err != nil {
-			fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
-			os.Exit(2)
-		}
-		trainFn = func(ctx context.Context, c CIFARConfig, stdout, stderr io.Writer) (*CIFARSummary, error) {
-			return RunCIFARProcess(ctx, c, env, stdout, stderr)
-		}
-	}
-	ctx, stop := dist.NotifyContext(context.Background(), name, nil)
-	defer stop()
-	if _, err := trainFn(ctx, c, os.Stdout, os.Stderr); err != nil {
-		var sig *dist.SignalError
-		if errors.As(context.Cause(ctx), &sig) {
-			fmt.Fprintf(os.Stderr, "%s: stopped: %v\n", name, sig)
-		} else {
-			fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
-		}
-		stop()
-		os.Exit(1)
-	}
-}
-
-// checkWorkers reconciles -workers with a launcher's world size: left out, 1 (one worker per
-// process) or equal to it are fine, and c.Workers becomes the world size.
-func (c *CIFARConfig) checkWorkers(workersSet bool, env dist.Env) error {
-	if workersSet && c.Workers != 1 && c.Workers != env.WorldSize {
-		return fmt.Errorf("-workers %d, but %s started %d processes: one worker per process; leave -workers out or give 1 or %d",
-			c.Workers, env.Source, env.WorldSize, env.WorldSize)
-	}
-	c.Workers = env.WorldSize
-	return nil
+	Main(Program{Name: name, Flags: &c.Flags, LogLevel: &c.LogLevel, LogFormat: &c.LogFormat, Workers: &c.Workers,
+		InProcess: func(ctx context.Context, stdout, stderr io.Writer) error {
+			_, err := RunCIFAR(ctx, c, stdout, stderr)
+			return err
+		},
+		Process: func(ctx context.Context, env dist.Env, stdout, stderr io.Writer) error {
+			_, err := RunCIFARProcess(ctx, c, env, stdout, stderr)
+			return err
+		}})
 }
 
 // SetupLogging installs the default slog handler the hooks log through (-log-level,
@@ -238,24 +190,13 @@ func RunCIFARProcess(ctx context.Context, c CIFARConfig, env dist.Env, stdout, s
 	if err := c.check(); err != nil {
 		return nil, err
 	}
-	g, _, err := dist.Init(ctx, dist.Options{})
+	g, stdout, progress, err := joinJob(ctx, c.Workers, stdout, stderr, c.Progress)
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		if cerr := g.Close(); err == nil && cerr != nil {
-			err = fmt.Errorf("close the group: %w", cerr)
-		}
-	}()
-	if g.Size() != c.Workers {
-		return nil, fmt.Errorf("joined a group of %d ranks, expected %d", g.Size(), c.Workers)
-	}
+	defer closeGroup(g, &err)
+	c.Progress = progress
 	rank := g.Rank()
-	if rank != 0 {
-		stdout = io.Discard
-	} else if fi, err := os.Stderr.Stat(); stderr == os.Stderr && (err != nil || fi.Mode()&os.ModeCharDevice == 0) {
-		c.Progress = false // a launcher's pipe: the bar's carriage returns would garble its log
-	}
 	// The first rank on each host finds (or downloads) the data, the others look once it has:
 	// one download per host. If it fails, its goodbye ends the others' wait.
 	var dir string
@@ -339,32 +280,22 @@ func loadCIFAR(dir string, stdout io.Writer) (trainSet, test *datasets.Images, e
 // complete, the others' have no epochs.
 func trainCIFARRanks(ctx context.Context, c CIFARConfig, groups []comm.Group, trainSet, test *datasets.Images, stdout, stderr io.Writer, launcher dist.Source) (*CIFARSummary, error) {
 	hasRank0 := groups[0].Rank() == 0
-	var metrics *json.Encoder
-	var metricsFile *os.File
-	if c.Metrics != "" && hasRank0 {
-		f, err := OpenMetrics(c.Metrics, c.Resume) // appended to on -resume
+	var metrics *metricsLog
+	if hasRank0 {
+		m, err := openMetricsLog(c.Metrics, c.Resume) // appended to on -resume
 		if err != nil {
 			return nil, err
 		}
-		defer f.Close()
-		metrics, metricsFile = json.NewEncoder(f), f
+		defer m.close()
+		metrics = m
 	}
 	sum := &CIFARSummary{Config: c, Dataset: trainSet.Summary, Kernels: kernels.Impl(), Summary: true, Launcher: launcher}
 	start := time.Now()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	errs := make([]error, len(groups))
-	var wg sync.WaitGroup
-	for i, g := range groups {
-		wg.Go(func() {
-			w := &cifarWorker{cfg: c, group: g, train: trainSet, test: test, stdout: stdout, stderr: stderr, metrics: metrics, sum: sum, start: start}
-			if errs[i] = w.run(ctx); errs[i] != nil {
-				cancel() // unblock the other ranks
-			}
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	err := runRanks(ctx, groups, func(ctx context.Context, g comm.Group) error {
+		w := &cifarWorker{cfg: c, group: g, train: trainSet, test: test, stdout: stdout, stderr: stderr, metrics: metrics, sum: sum, start: start}
+		return w.run(ctx)
+	})
+	if err != nil {
 		return nil, err
 	}
 	if !hasRank0 {
@@ -379,19 +310,8 @@ func trainCIFARRanks(ctx context.Context, c CIFARConfig, groups []comm.Group, tr
 	sum.FinalAcc = last.TestAcc
 	fmt.Fprintf(stdout, "done: %s %s, %d workers × batch %d, %d epochs: test acc %.2f%%, train loss %.4f, %.1f img/s, %.0fs total\n",
 		c.Model, c.Hook, c.Workers, c.Batch, c.Epochs, 100*last.TestAcc, last.TrainLoss, last.ImgPerSec, sum.TotalSec)
-	if metrics != nil {
-		if err := metrics.Encode(sum); err != nil {
-			return nil, err
-		}
-		if err := metricsFile.Close(); err != nil {
-			return nil, fmt.Errorf("-metrics: %w", err)
-		}
-		if err := c.DrawPlot(); err != nil {
-			return nil, err
-		}
-		if c.Plot != "" {
-			fmt.Fprintf(stdout, "plot: %s\n", c.Plot)
-		}
+	if err := metrics.finish(sum, &c.Flags, stdout); err != nil {
+		return nil, err
 	}
 	return sum, nil
 }
@@ -403,7 +323,7 @@ type cifarWorker struct {
 	train, test *datasets.Images
 	stdout      io.Writer
 	stderr      io.Writer
-	metrics     *json.Encoder // rank 0's, with -metrics
+	metrics     *metricsLog // rank 0's, with -metrics
 	sum         *CIFARSummary
 	start       time.Time
 }
@@ -502,28 +422,17 @@ func (w *cifarWorker) run(ctx context.Context) error {
 			w.sum.CommStats = g.Counters().Snapshot().Sub(traffic)
 			fmt.Fprintf(w.stdout, "epoch %d train_loss %.4f train_acc %.4f test_loss %.4f test_acc %.4f img_s %.1f train_s %.1f total_s %.1f\n",
 				res.Epoch, res.TrainLoss, res.TrainAcc, res.TestLoss, res.TestAcc, res.ImgPerSec, res.TrainSec, res.TotalSec)
-			if w.metrics != nil {
-				return w.metrics.Encode(res)
-			}
-			return nil
+			return w.metrics.Write(res)
 		},
 		LogEvery: c.LogEvery,
 		Start:    w.start,
 	}
-	if rank == 0 && w.metrics != nil {
-		loop.LogStep = func(rec StepRecord) error { return w.metrics.Encode(rec) }
-	}
-	if rank == 0 && c.Progress {
-		loop.Progress = w.stderr
-	}
 	if c.Checkpoint != "" {
 		loop.Checkpoints = &Checkpointer{Dir: c.Checkpoint, Every: c.CheckpointEvery, Keep: c.Keep, Resume: c.Resume, Meta: c.checkpointMeta(world)}
-		if rank == 0 {
-			loop.Checkpoints.Saved = func(path string, pos checkpoint.Position) {
-				fmt.Fprintf(w.stdout, "checkpoint %s (epoch %d, step %d, iteration %d)\n", path, pos.Epoch+1, pos.Step, pos.Iteration)
-			}
-		}
 	}
+	loop.report(rank, w.metrics, c.Progress, w.stdout, w.stderr, func(pos checkpoint.Position) string {
+		return fmt.Sprintf("epoch %d, step %d, iteration %d", pos.Epoch+1, pos.Step, pos.Iteration)
+	})
 	return loop.Run(ctx)
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"iter"
 
@@ -26,40 +27,11 @@ const (
 )
 
 // profile returns the profile pp needs for model: the one in -profile when every rank could
-// load one measured on this model and world size, otherwise measured now (rank 0 prints it
-// and saves it to -profile). Every rank must call it: measuring is collective.
+// load one measured on this model and world size, otherwise measured now on CIFAR batches
+// (rank 0 prints it and saves it to -profile). Every rank must call it: measuring is
+// collective.
 func (w *cifarWorker) profile(ctx context.Context, model nn.Module, pp ddp.ProfiledPlanner) (*ddp.Profile, error) {
 	c, g := w.cfg, w.group
-	params := nn.Parameters(model)
-	var loaded *ddp.Profile
-	if c.Profile != "" {
-		prof, err := ddp.LoadProfile(c.Profile)
-		switch {
-		case err == nil && prof.P == g.Size() && prof.Check(params) == nil:
-			loaded = prof
-		case err == nil:
-			if g.Rank() == 0 {
-				fmt.Fprintf(w.stdout, "profile %s was measured on another model or number of workers: measuring again\n", c.Profile)
-			}
-		case !errors.Is(err, fs.ErrNotExist):
-			return nil, fmt.Errorf("-profile: %w", err)
-		}
-	}
-	// Use the saved profile only if every rank loaded one, so that all measure or none does.
-	ok := []float32{0}
-	if loaded != nil {
-		ok[0] = 1
-	}
-	if err := comm.AllReduce(ctx, g, tagProfileAgree, ok, comm.Auto); err != nil {
-		return nil, fmt.Errorf("agreeing on -profile: %w", err)
-	}
-	if int(ok[0]) == g.Size() {
-		if g.Rank() == 0 {
-			fmt.Fprintf(w.stdout, "using the profile in %s\n%v\n", c.Profile, loaded)
-		}
-		return loaded, nil
-	}
-
 	loader, err := datasets.NewLoader(w.train, datasets.LoaderOptions{Batch: c.Batch, Rank: g.Rank(), World: g.Size(),
 		Seed: c.Seed, Shuffle: true, Augment: true, DropLast: true, Mean: datasets.CIFAR10Mean, Std: datasets.CIFAR10Std})
 	if err != nil {
@@ -91,6 +63,46 @@ func (w *cifarWorker) profile(ctx context.Context, model nn.Module, pp ddp.Profi
 		tape.Reset()
 		return backward(nn.CrossEntropy(model.Forward(tape.Const(x)), b.Y))
 	}
+	return loadOrMeasureProfile(ctx, g, model, pp, c.Profile, w.stdout, step)
+}
+
+// loadOrMeasureProfile returns the profile pp needs for model: the one saved at path when
+// every rank could load one measured on this model and world size, otherwise one measured
+// now with step (ddp.MeasureProfile's: one forward and backward on a training batch); rank 0
+// prints it and saves it to path. path may be empty (measure, save nothing). Every rank
+// must call it: measuring is collective.
+func loadOrMeasureProfile(ctx context.Context, g comm.Group, model nn.Module, pp ddp.ProfiledPlanner, path string, stdout io.Writer,
+	step func(backward func(*nn.Var) error) error) (*ddp.Profile, error) {
+	params := nn.Parameters(model)
+	var loaded *ddp.Profile
+	if path != "" {
+		prof, err := ddp.LoadProfile(path)
+		switch {
+		case err == nil && prof.P == g.Size() && prof.Check(params) == nil:
+			loaded = prof
+		case err == nil:
+			if g.Rank() == 0 {
+				fmt.Fprintf(stdout, "profile %s was measured on another model or number of workers: measuring again\n", path)
+			}
+		case !errors.Is(err, fs.ErrNotExist):
+			return nil, fmt.Errorf("-profile: %w", err)
+		}
+	}
+	// Use the saved profile only if every rank loaded one, so that all measure or none does.
+	ok := []float32{0}
+	if loaded != nil {
+		ok[0] = 1
+	}
+	if err := comm.AllReduce(ctx, g, tagProfileAgree, ok, comm.Auto); err != nil {
+		return nil, fmt.Errorf("agreeing on -profile: %w", err)
+	}
+	if int(ok[0]) == g.Size() {
+		if g.Rank() == 0 {
+			fmt.Fprintf(stdout, "using the profile in %s\n%v\n", path, loaded)
+		}
+		return loaded, nil
+	}
+
 	opts := pp.ProfileOptions()
 	opts.Warmup, opts.Iterations = profileWarmup, profileIterations
 	prof, err := ddp.MeasureProfile(ctx, model, g, step, opts)
@@ -98,12 +110,12 @@ func (w *cifarWorker) profile(ctx context.Context, model nn.Module, pp ddp.Profi
 		return nil, err
 	}
 	if g.Rank() == 0 {
-		fmt.Fprintf(w.stdout, "%v\n", prof)
-		if c.Profile != "" {
-			if err := prof.Save(c.Profile); err != nil {
+		fmt.Fprintf(stdout, "%v\n", prof)
+		if path != "" {
+			if err := prof.Save(path); err != nil {
 				return nil, err
 			}
-			fmt.Fprintf(w.stdout, "saved the profile to %s\n", c.Profile)
+			fmt.Fprintf(stdout, "saved the profile to %s\n", path)
 		}
 	}
 	return prof, nil

@@ -103,7 +103,7 @@ func TestCIFARCheckWorkers(t *testing.T) {
 		ok      bool
 	}{{2, false, true}, {1, true, true}, {4, true, true}, {2, true, false}, {8, true, false}} {
 		c := CIFARConfig{Workers: tc.workers}
-		err := c.checkWorkers(tc.set, env)
+		err := checkWorkers(&c.Workers, tc.set, env)
 		if tc.ok != (err == nil) || tc.ok && c.Workers != 4 {
 			t.Errorf("-workers %d (set %v): %v, workers now %d", tc.workers, tc.set, err, c.Workers)
 		}

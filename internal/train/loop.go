@@ -79,6 +79,8 @@ type Loop[B any] struct {
 	Checkpoints *Checkpointer
 	// Progress, when set (rank 0), shows a progress bar per epoch.
 	Progress io.Writer
+	// Unit names a sample in the progress bar's rate ("img" when empty: img/s).
+	Unit string
 
 	// Clip, when set with MaxNorm > 0, clips the gradients of DDP's parameters to a total
 	// norm of MaxNorm after they are synchronised (and flushed) and before the optimizer
@@ -251,7 +253,7 @@ func (l *Loop[B]) Run(ctx context.Context) error {
 			iteration++
 			if bar != nil {
 				ips := (seen - float64(first)) * float64(world) / time.Since(epochStart).Seconds()
-				bar.Describe(fmt.Sprintf("epoch %d/%d loss %.3f acc %.1f%% %.0f img/s", epoch+1, l.Epochs, lossSum/seen, 100*correct/seen, ips))
+				bar.Describe(fmt.Sprintf("epoch %d/%d loss %.3f acc %.1f%% %.0f %s/s", epoch+1, l.Epochs, lossSum/seen, 100*correct/seen, ips, orDefault(l.Unit, "img")))
 				_ = bar.Add(1)
 			}
 			if l.LogEvery > 0 && iteration%int64(l.LogEvery) == 0 {
