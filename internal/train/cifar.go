@@ -105,60 +105,20 @@ func (c *CIFARConfig) Register(fs *flag.FlagSet) {
 // between steps.
 func CIFARMain(name string, c CIFARConfig) {
 	c.Register(flag.CommandLine)
-	flag.Parse()
-	if err := c.Flags.Check(); errors.Is(err, ErrHelp) {
-		fmt.Print(HelpText())
-		os.Exit(0)
-	} else if err != nil {
-		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
-		os.Exit(2)
-	}
-	if err := SetupLogging(c.LogLevel, c.LogFormat, os.Stderr); err != nil {
-		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
-		os.Exit(2)
-	}
-	env, err := dist.DetectEnv(dist.Overrides{})
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
-		os.Exit(2)
-	}
-	trainFn := RunCIFAR
-	if env.WorldSize > 1 {
-		// One rank per process.
-		name = fmt.Sprintf("%s: rank %d", name, env.Rank)
-		workersSet := false
-		flag.Visit(func(f *flag.Flag) { workersSet = workersSet || f.Name == "workers" })
-		if err := c.checkWorkers(workersSet, env); err != nil {
-			fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
-			os.Exit(2)
-		}
-		trainFn = func(ctx context.Context, c CIFARConfig, stdout, stderr io.Writer) (*CIFARSummary, error) {
-			return RunCIFARProcess(ctx, c, env, stdout, stderr)
-		}
-	}
-	ctx, stop := dist.NotifyContext(context.Background(), name, nil)
-	defer stop()
-	if _, err := trainFn(ctx, c, os.Stdout, os.Stderr); err != nil {
-		var sig *dist.SignalError
-		if errors.As(context.Cause(ctx), &sig) {
-			fmt.Fprintf(os.Stderr, "%s: stopped: %v\n", name, sig)
-		} else {
-			fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
-		}
-		stop()
-		os.Exit(1)
-	}
+	runMain(program{name: name, flags: &c.Flags, logLevel: &c.LogLevel, logFormat: &c.LogFormat, workers: &c.Workers,
+		inProcess: func(ctx context.Context, stdout, stderr io.Writer) error {
+			_, err := RunCIFAR(ctx, c, stdout, stderr)
+			return err
+		},
+		launched: func(ctx context.Context, env dist.Env, stdout, stderr io.Writer) error {
+			_, err := RunCIFARProcess(ctx, c, env, stdout, stderr)
+			return err
+		}})
 }
 
-// checkWorkers reconciles -workers with a launcher's world size: left out, 1 (one worker per
-// process) or equal to it are fine, and c.Workers becomes the world size.
+// checkWorkers reconciles -workers with a launcher's world size (see the function).
 func (c *CIFARConfig) checkWorkers(workersSet bool, env dist.Env) error {
-	if workersSet && c.Workers != 1 && c.Workers != env.WorldSize {
-		return fmt.Errorf("-workers %d, but %s started %d processes: one worker per process; leave -workers out or give 1 or %d",
-			c.Workers, env.Source, env.WorldSize, env.WorldSize)
-	}
-	c.Workers = env.WorldSize
-	return nil
+	return checkWorkers(&c.Workers, workersSet, env)
 }
 
 // SetupLogging installs the default slog handler the hooks log through (-log-level,
