@@ -39,6 +39,7 @@ func defaults() train.LMConfig {
 	return train.LMConfig{
 		Model: "small", Workers: 2, Hook: "allreduce", Batch: 20, Bptt: 35, Epochs: 2,
 		Flags:     train.Flags{LR: 20, Optim: "sgd", Schedule: "ptb"},
+		Dropout:   -1,
 		Clip:      0.25,
 		EvalBatch: 10,
 		Keep:      3,

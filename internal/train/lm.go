@@ -46,6 +46,8 @@ type LMConfig struct {
 	// Flags are the shared training flags (-lr -momentum -wd -optim -schedule -warmup
 	// -metrics -log-every -plot).
 	Flags
+	// Dropout overrides the model's dropout probability when ≥ 0.
+	Dropout float64 `json:"dropout"`
 	// Clip is the maximum total gradient norm (0: no clipping).
 	Clip float64 `json:"clip"`
 	// EvalBatch is the number of columns of the validation and test streams per rank.
@@ -73,6 +75,7 @@ func (c *LMConfig) Register(fs *flag.FlagSet) {
 	fs.IntVar(&c.Epochs, "epochs", c.Epochs, "epochs")
 	fs.IntVar(&c.Steps, "steps", c.Steps, "stop each epoch after this many steps (0: whole epoch)")
 	c.Flags.Register(fs)
+	fs.Float64Var(&c.Dropout, "dropout", c.Dropout, "dropout probability on the embeddings, between the LSTM layers and on its output; negative: the -model's (small 0, medium 0.5, ptb 0.65)")
 	fs.Float64Var(&c.Clip, "clip", c.Clip, "clip the total gradient norm to this after synchronisation (0: no clipping)")
 	fs.IntVar(&c.EvalBatch, "eval-batch", c.EvalBatch, "columns per rank of the validation and test streams")
 	fs.Uint64Var(&c.Seed, "seed", c.Seed, "seed for initialisation and dropout")
@@ -160,6 +163,9 @@ func (c *LMConfig) check() error {
 	}
 	if (c.Resume || c.CheckpointEvery > 0) && c.Checkpoint == "" {
 		return fmt.Errorf("-resume and -checkpoint-every need -checkpoint DIR")
+	}
+	if !(c.Dropout < 1) {
+		return fmt.Errorf("-dropout %v: want a probability below 1 (negative: the model's)", c.Dropout)
 	}
 	if _, err := LMModelConfig(c.Model, 1); err != nil {
 		return err
@@ -324,6 +330,9 @@ func (w *lmWorker) run(ctx context.Context) error {
 	mcfg, err := LMModelConfig(c.Model, w.corpus.Vocab.Size())
 	if err != nil {
 		return err
+	}
+	if c.Dropout >= 0 {
+		mcfg.Dropout = c.Dropout
 	}
 	model, err := models.NewLSTMLM(mcfg, nn.NewRand(c.Seed))
 	if err != nil {
@@ -525,6 +534,7 @@ func (c LMConfig) checkpointMeta(world int) checkpoint.Meta {
 	cfg["steps"] = strconv.Itoa(c.Steps)
 	cfg["seed"] = strconv.FormatUint(c.Seed, 10)
 	cfg["clip"] = formatFloat(c.Clip)
+	cfg["dropout"] = formatFloat(c.Dropout)
 	cfg["bucket_mb"] = formatFloat(c.BucketMB)
 	return checkpoint.Meta{Model: c.Model, Hook: c.Hook, World: world, Config: cfg}
 }
