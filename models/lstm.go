@@ -144,6 +144,11 @@ type LSTMClassifier struct {
 	Embedding *nn.Embedding
 	RNN       *nn.LSTM
 	FC        *nn.Linear
+
+	// Lengths, when not nil, are the real lengths of the N sequences of the next Forward's
+	// input (the rest is padding after them; 0 counts as 1): each is classified from its
+	// output at its last real token. Nil: from the last step.
+	Lengths []int
 }
 
 var _ nn.Container = (*LSTMClassifier)(nil)
@@ -167,48 +172,44 @@ func (m *LSTMClassifier) Children() []nn.Child {
 	return []nn.Child{{Name: "embedding", Module: m.Embedding}, {Name: "rnn", Module: m.RNN}, {Name: "fc", Module: m.FC}}
 }
 
-// Forward takes ids as float32 values [T, N] (every sequence T tokens long) and returns
-// the logits [N, Classes] from the output at the last step.
+// Forward takes ids as float32 values [T, N] (sequence first) and returns the logits
+// [N, Classes] from each sequence's output at its last real token (m.Lengths) or, with
+// Lengths nil, at the last step.
 func (m *LSTMClassifier) Forward(x *nn.Var) *nn.Var {
+	t := x.Tape()
 	s := x.Shape()
 	if len(s) != 2 {
-		return x.Tape().Fail(fmt.Errorf("models.LSTMClassifier: input shape %v, want [T N] word ids", s), 1, m.Config.Classes)
+		return t.Fail(fmt.Errorf("models.LSTMClassifier: input shape %v, want [T N] word ids", s), 1, m.Config.Classes)
 	}
-	lengths := make([]int32, s[1])
-	for i := range lengths {
-		lengths[i] = int32(s[0])
-	}
-	return m.classify(m.Embedding.Forward(x), lengths)
-}
-
-// Classify runs n sequences of ids laid out [n, maxLen] row-major (datasets.TextBatch's
-// X; padding after the real tokens) whose real lengths are lengths (0 counts as 1), and
-// returns the logits [n, Classes] from each sequence's output at its last real token.
-func (m *LSTMClassifier) Classify(t *nn.Tape, ids []int32, lengths []int32, n, maxLen int) *nn.Var {
-	if len(ids) != n*maxLen || len(lengths) != n {
-		return t.Fail(fmt.Errorf("models.LSTMClassifier: %d ids and %d lengths for %d sequences of %d", len(ids), len(lengths), n, maxLen), n, m.Config.Classes)
-	}
-	// Sequence first for the LSTM: [maxLen, n].
-	tr := t.Alloc(maxLen * n)
-	for i := 0; i < n; i++ {
-		for s := 0; s < maxLen; s++ {
-			tr.Data[s*n+i] = float32(ids[i*maxLen+s])
-		}
-	}
-	tr.Shape = []int{maxLen, n}
-	return m.classify(m.Embedding.Forward(t.Const(tr)), lengths)
-}
-
-func (m *LSTMClassifier) classify(emb *nn.Var, lengths []int32) *nn.Var {
-	s := emb.Shape()
 	steps, n := s[0], s[1]
-	out := m.RNN.Forward(emb)
+	if m.Lengths != nil && len(m.Lengths) != n {
+		return t.Fail(fmt.Errorf("models.LSTMClassifier: %d lengths for %d sequences", len(m.Lengths), n), n, m.Config.Classes)
+	}
+	out := m.RNN.Forward(m.Embedding.Forward(x))
 	rows := make([]int, n)
-	for i, l := range lengths {
-		last := min(max(int(l), 1), steps) - 1
-		rows[i] = last*n + i
+	for i := range rows {
+		last := steps
+		if m.Lengths != nil {
+			last = min(max(m.Lengths[i], 1), steps)
+		}
+		rows[i] = (last-1)*n + i
 	}
 	return m.FC.Forward(nn.SelectRows(nn.Reshape(out, steps*n, m.Config.Hidden), rows))
+}
+
+// SequenceFirst lays n sequences of ids stored [n, maxLen] row-major (datasets.TextBatch's
+// X) out as the [maxLen, n] float32 input Forward takes, in a tensor from t's pool.
+func SequenceFirst(t *nn.Tape, ids []int32, n, maxLen int) (*nn.Tensor, error) {
+	if len(ids) != n*maxLen {
+		return nil, fmt.Errorf("models.SequenceFirst: %d ids for %d sequences of %d", len(ids), n, maxLen)
+	}
+	x := t.Alloc(maxLen, n)
+	for i := 0; i < n; i++ {
+		for s := 0; s < maxLen; s++ {
+			x.Data[s*n+i] = float32(ids[i*maxLen+s])
+		}
+	}
+	return x, nil
 }
 
 // lstmEntries are the LSTM language models ("lstm-ptb", "lstm-ptb-small",

@@ -105,18 +105,28 @@ func TestLSTMClassifier(t *testing.T) {
 	// unpadded 3 tokens alone.
 	ids := []int32{5, 6, 7, 0, 0, 0, 1, 2, 3, 4, 5, 6}
 	tape := nn.NewTape()
-	logits := m.Classify(tape, ids, []int32{3, 6}, 2, 6)
+	x, err := SequenceFirst(tape, ids, 2, 6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Lengths = []int{3, 6}
+	logits := m.Forward(tape.Const(x))
 	if err := tape.Backward(nn.CrossEntropy(logits, []int{1, 0})); err != nil {
 		t.Fatal(err)
 	}
+	m.Lengths = nil
 	alone := m.Forward(nn.NewTape().Const(&nn.Tensor{Data: []float32{5, 6, 7}, Shape: []int{3, 1}}))
 	for j := 0; j < 2; j++ {
 		if d := logits.Value.Data[j] - alone.Value.Data[j]; d > 1e-6 || d < -1e-6 {
 			t.Fatalf("padded review logits %v, alone %v", logits.Value.Data[:2], alone.Value.Data)
 		}
 	}
+	if _, err := SequenceFirst(tape, ids[:5], 2, 6); err == nil {
+		t.Fatal("short ids accepted")
+	}
 	tape = nn.NewTape()
-	m.Classify(tape, ids[:5], []int32{3, 6}, 2, 6)
+	m.Lengths = []int{3}
+	m.Forward(tape.Const(x))
 	if tape.Err() == nil {
 		t.Fatal("short ids accepted")
 	}

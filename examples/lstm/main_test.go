@@ -120,3 +120,48 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		}
 	}
 }
+
+// writeIMDB writes a small aclImdb layout whose positive reviews use other words than the
+// negative ones.
+func writeIMDB(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	pos := []string{"good", "great", "fine", "superb"}
+	neg := []string{"bad", "awful", "poor", "dull"}
+	for _, split := range []string{"train", "test"} {
+		for label, words := range map[string][]string{"pos": pos, "neg": neg} {
+			d := filepath.Join(dir, split, label)
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			rating := 9
+			if label == "neg" {
+				rating = 2
+			}
+			for i := 0; i < 24; i++ {
+				text := fmt.Sprintf("the movie was %s and %s , it felt %s", words[i%4], words[(i+1)%4], words[(i+2)%4])
+				if err := os.WriteFile(filepath.Join(d, fmt.Sprintf("%d_%d.txt", i, rating)), []byte(text), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	return dir
+}
+
+// -task imdb: the LSTM-IMDB classifier learns a separable generated set with 2 workers.
+func TestIMDBTask(t *testing.T) {
+	c := defaults()
+	c.Task, c.Data, c.Epochs, c.MaxLen, c.Progress = "imdb", writeIMDB(t), 3, 12, false
+	c.Model, c.Optim, c.Clip, c.Schedule = "lstm-imdb", "adam", 0, ""
+	c.LR, c.Batch = 0.02, 8
+	var out bytes.Buffer
+	sum, err := train.RunLM(context.Background(), c, &out, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := sum.Epochs[len(sum.Epochs)-1]
+	if last.TestAcc < 0.9 || !strings.Contains(out.String(), "test_acc") {
+		t.Fatalf("test accuracy %.3f after %d epochs:\n%s", last.TestAcc, c.Epochs, out.String())
+	}
+}

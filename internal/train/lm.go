@@ -34,6 +34,9 @@ import (
 // gradients clipped to -clip after synchronisation, validation perplexity every epoch. It is
 // the "config" of the -metrics summary.
 type LMConfig struct {
+	// Task is "lm" (PTB language model) or "imdb" (the LSTM-IMDB classifier on the aclImdb
+	// folders: see imdb.go).
+	Task    string `json:"task"`
 	Data    string `json:"data"`
 	Model   string `json:"model"`
 	Workers int    `json:"workers"`
@@ -51,7 +54,9 @@ type LMConfig struct {
 	// Clip is the maximum total gradient norm (0: no clipping).
 	Clip float64 `json:"clip"`
 	// EvalBatch is the number of columns of the validation and test streams per rank.
-	EvalBatch int     `json:"eval_batch"`
+	EvalBatch int `json:"eval_batch"`
+	// MaxLen is the -task imdb review length (longer reviews cut, shorter padded).
+	MaxLen    int     `json:"max_len,omitempty"`
 	Seed      uint64  `json:"seed"`
 	BucketMB  float64 `json:"bucket_mb"`
 	Progress  bool    `json:"-"`
@@ -66,6 +71,8 @@ type LMConfig struct {
 
 // Register defines the run's flags on fs; the struct's current values are the defaults.
 func (c *LMConfig) Register(fs *flag.FlagSet) {
+	fs.StringVar(&c.Task, "task", orDefault(c.Task, "lm"), "lm: the PTB language model; imdb: the seeds' LSTM-IMDB classifier on -data DIR in the aclImdb layout (its defaults: -model lstm-imdb -optim adam -lr 0.001 -batch 32 -clip 0 -schedule constant, unless given)")
+	fs.IntVar(&c.MaxLen, "max-len", c.MaxLen, "-task imdb: tokens per review (longer cut, shorter padded; 0: 500)")
 	fs.StringVar(&c.Data, "data", c.Data, "PTB directory with ptb.train.txt, ptb.valid.txt, ptb.test.txt (default: $SPARGO_DATA/ptb, ../shared/data/ptb)")
 	fs.StringVar(&c.Model, "model", c.Model, "small|medium|ptb: Zaremba et al.'s 200- and 650-unit 2-layer LSTMs, or the seeds' 1500-unit one (catalogue names lstm-ptb-small… work too)")
 	fs.IntVar(&c.Workers, "workers", c.Workers, "data-parallel workers (in-process ranks); under a launcher leave it out, or give 1 or the world size")
@@ -96,6 +103,7 @@ func (c *LMConfig) Register(fs *flag.FlagSet) {
 func LMMain(name string, c LMConfig) {
 	c.Register(flag.CommandLine)
 	runMain(program{name: name, flags: &c.Flags, logLevel: &c.LogLevel, logFormat: &c.LogFormat, workers: &c.Workers,
+		afterParse: func(set func(flag string) bool) { c.imdbDefaults(set) },
 		inProcess: func(ctx context.Context, stdout, stderr io.Writer) error {
 			_, err := RunLM(ctx, c, stdout, stderr)
 			return err
@@ -115,6 +123,9 @@ type LMEpoch struct {
 	ValLoss   float64 `json:"val_loss"`
 	ValPPL    float64 `json:"val_ppl"`
 	TestPPL   float64 `json:"test_ppl,omitempty"` // after the last epoch
+	// -task imdb: accuracies (train_loss and val_loss are then the train and test losses).
+	TrainAcc float64 `json:"train_acc,omitempty"`
+	TestAcc  float64 `json:"test_acc,omitempty"`
 	WordsSec  float64 `json:"words_s"`            // training words per second, all ranks
 	TrainSec  float64 `json:"train_s"`
 	TotalSec  float64 `json:"total_s"`
@@ -128,7 +139,8 @@ type LMSummary struct {
 	Kernels   string      `json:"kernels"`
 	Params    int         `json:"params"`
 	Epochs    []LMEpoch   `json:"epochs"`
-	FinalPPL  float64     `json:"final_val_ppl"`
+	FinalPPL  float64     `json:"final_val_ppl,omitempty"`
+	FinalAcc  float64     `json:"final_test_acc,omitempty"`
 	TestPPL   float64     `json:"test_ppl"`
 	TotalSec  float64     `json:"total_s"`
 	Summary   bool        `json:"summary"`
@@ -167,8 +179,21 @@ func (c *LMConfig) check() error {
 	if !(c.Dropout < 1) {
 		return fmt.Errorf("-dropout %v: want a probability below 1 (negative: the model's)", c.Dropout)
 	}
-	if _, err := LMModelConfig(c.Model, 1); err != nil {
-		return err
+	switch c.Task {
+	case "", "lm":
+		c.Task = "lm"
+		if _, err := LMModelConfig(c.Model, 1); err != nil {
+			return err
+		}
+	case "imdb":
+		if c.Data == "" {
+			return fmt.Errorf("-task imdb needs -data DIR (the aclImdb folders)")
+		}
+		if c.Model != "lstm-imdb" && c.Model != "imdb" {
+			return fmt.Errorf("-task imdb: -model %q: want lstm-imdb", c.Model)
+		}
+	default:
+		return fmt.Errorf("-task %q: want lm or imdb", c.Task)
 	}
 	if err := c.Flags.Check(); err != nil {
 		return err
@@ -196,7 +221,7 @@ func RunLM(ctx context.Context, c LMConfig, stdout, stderr io.Writer) (*LMSummar
 	if err := c.check(); err != nil {
 		return nil, err
 	}
-	corpus, err := c.loadPTB(stdout)
+	data, err := c.load(ctx, stdout)
 	if err != nil {
 		return nil, err
 	}
@@ -204,7 +229,33 @@ func RunLM(ctx context.Context, c LMConfig, stdout, stderr io.Writer) (*LMSummar
 	if err != nil {
 		return nil, err
 	}
-	return trainLMRanks(ctx, c, groups, corpus, stdout, stderr, "")
+	return trainLMRanks(ctx, c, groups, data, stdout, stderr, "")
+}
+
+// lmData is a run's data: the PTB corpus (-task lm) or IMDB (-task imdb).
+type lmData struct {
+	ptb  *datasets.PTB
+	imdb *datasets.IMDB
+}
+
+func (d lmData) summary() string {
+	if d.imdb != nil {
+		return fmt.Sprintf("%s (%d reviews), %s (%d reviews), vocabulary %d", d.imdb.Train.Name, d.imdb.Train.N, d.imdb.Test.Name, d.imdb.Test.N, d.imdb.Vocab.Size())
+	}
+	return d.ptb.Summary()
+}
+
+func (c *LMConfig) load(ctx context.Context, stdout io.Writer) (lmData, error) {
+	if c.Task == "imdb" {
+		d, err := datasets.LoadIMDB(ctx, c.Data, datasets.IMDBOptions{MaxLen: c.MaxLen})
+		if err != nil {
+			return lmData{}, err
+		}
+		fmt.Fprintf(stdout, "data: %s: %s\n", c.Data, lmData{imdb: d}.summary())
+		return lmData{imdb: d}, nil
+	}
+	p, err := c.loadPTB(stdout)
+	return lmData{ptb: p}, err
 }
 
 // RunLMProcess trains this process's rank of a multi-process job (env from dist.DetectEnv,
@@ -230,14 +281,14 @@ func RunLMProcess(ctx context.Context, c LMConfig, env dist.Env, stdout, stderr 
 	} else if fi, err := os.Stderr.Stat(); stderr == os.Stderr && (err != nil || fi.Mode()&os.ModeCharDevice == 0) {
 		c.Progress = false
 	}
-	corpus, err := c.loadPTB(stdout)
+	data, err := c.load(ctx, stdout)
 	if err != nil {
 		return nil, fmt.Errorf("rank %d: %w", g.Rank(), err)
 	}
-	return trainLMRanks(ctx, c, []comm.Group{g}, corpus, stdout, stderr, env.Source)
+	return trainLMRanks(ctx, c, []comm.Group{g}, data, stdout, stderr, env.Source)
 }
 
-func trainLMRanks(ctx context.Context, c LMConfig, groups []comm.Group, corpus *datasets.PTB, stdout, stderr io.Writer, launcher dist.Source) (*LMSummary, error) {
+func trainLMRanks(ctx context.Context, c LMConfig, groups []comm.Group, data lmData, stdout, stderr io.Writer, launcher dist.Source) (*LMSummary, error) {
 	hasRank0 := groups[0].Rank() == 0
 	var metrics *json.Encoder
 	var metricsFile *os.File
@@ -249,7 +300,7 @@ func trainLMRanks(ctx context.Context, c LMConfig, groups []comm.Group, corpus *
 		defer f.Close()
 		metrics, metricsFile = json.NewEncoder(f), f
 	}
-	sum := &LMSummary{Config: c, Dataset: corpus.Summary(), Kernels: kernels.Impl(), Summary: true, Launcher: launcher}
+	sum := &LMSummary{Config: c, Dataset: data.summary(), Kernels: kernels.Impl(), Summary: true, Launcher: launcher}
 	start := time.Now()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -257,8 +308,14 @@ func trainLMRanks(ctx context.Context, c LMConfig, groups []comm.Group, corpus *
 	var wg sync.WaitGroup
 	for i, g := range groups {
 		wg.Go(func() {
-			w := &lmWorker{cfg: c, group: g, corpus: corpus, stdout: stdout, stderr: stderr, metrics: metrics, sum: sum, start: start}
-			if errs[i] = w.run(ctx); errs[i] != nil {
+			w := &lmWorker{cfg: c, group: g, corpus: data.ptb, stdout: stdout, stderr: stderr, metrics: metrics, sum: sum, start: start}
+			var err error
+			if data.imdb != nil {
+				err = (&imdbWorker{lmWorker: w, data: data.imdb}).run(ctx)
+			} else {
+				err = w.run(ctx)
+			}
+			if errs[i] = err; err != nil {
 				cancel()
 			}
 		})
@@ -276,9 +333,14 @@ func trainLMRanks(ctx context.Context, c LMConfig, groups []comm.Group, corpus *
 		return sum, nil
 	}
 	last := sum.Epochs[len(sum.Epochs)-1]
-	sum.FinalPPL = last.ValPPL
-	fmt.Fprintf(stdout, "done: %s %s, %d workers × batch %d × bptt %d, %d epochs: valid ppl %.2f, test ppl %.2f, %.0f words/s, %.0fs total\n",
-		c.Model, c.Hook, c.Workers, c.Batch, c.Bptt, c.Epochs, last.ValPPL, sum.TestPPL, last.WordsSec, sum.TotalSec)
+	sum.FinalPPL, sum.FinalAcc = last.ValPPL, last.TestAcc
+	if data.imdb != nil {
+		fmt.Fprintf(stdout, "done: %s %s, %d workers × batch %d, %d epochs: test acc %.2f%%, train loss %.4f, %.0f words/s, %.0fs total\n",
+			c.Model, c.Hook, c.Workers, c.Batch, c.Epochs, 100*last.TestAcc, last.TrainLoss, last.WordsSec, sum.TotalSec)
+	} else {
+		fmt.Fprintf(stdout, "done: %s %s, %d workers × batch %d × bptt %d, %d epochs: valid ppl %.2f, test ppl %.2f, %.0f words/s, %.0fs total\n",
+			c.Model, c.Hook, c.Workers, c.Batch, c.Bptt, c.Epochs, last.ValPPL, sum.TestPPL, last.WordsSec, sum.TotalSec)
+	}
 	if metrics != nil {
 		if err := metrics.Encode(sum); err != nil {
 			return nil, err
@@ -519,10 +581,15 @@ func (w *lmWorker) evaluate(ctx context.Context, tokens []int32) (float64, error
 		words += n
 	}
 	sums[0], sums[1] = float32(lossSum), float32(words)
-	if err := comm.AllReduce(ctx, g, tagLMEval, sums, comm.Auto); err != nil {
+	if err := allReduceSums(ctx, g, sums); err != nil {
 		return 0, err
 	}
 	return float64(sums[0]) / float64(sums[1]), nil
+}
+
+// allReduceSums sums an evaluation's statistics over the ranks.
+func allReduceSums(ctx context.Context, g comm.Group, sums []float32) error {
+	return comm.AllReduce(ctx, g, tagLMEval, sums, comm.Auto)
 }
 
 // checkpointMeta describes the run for checkpoints: resuming requires the same model, hook,
@@ -535,6 +602,9 @@ func (c LMConfig) checkpointMeta(world int) checkpoint.Meta {
 	cfg["seed"] = strconv.FormatUint(c.Seed, 10)
 	cfg["clip"] = formatFloat(c.Clip)
 	cfg["dropout"] = formatFloat(c.Dropout)
+	if c.Task == "imdb" {
+		cfg["task"], cfg["max_len"] = c.Task, strconv.Itoa(c.MaxLen)
+	}
 	cfg["bucket_mb"] = formatFloat(c.BucketMB)
 	return checkpoint.Meta{Model: c.Model, Hook: c.Hook, World: world, Config: cfg}
 }

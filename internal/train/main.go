@@ -19,6 +19,8 @@ type program struct {
 	flags               *Flags
 	logLevel, logFormat *string
 	workers             *int
+	// afterParse, when set, runs after flag parsing with a test of which flags were given.
+	afterParse func(set func(flag string) bool)
 	inProcess           func(ctx context.Context, stdout, stderr io.Writer) error
 	launched            func(ctx context.Context, env dist.Env, stdout, stderr io.Writer) error
 }
@@ -29,6 +31,11 @@ type program struct {
 // training between steps.
 func runMain(p program) {
 	flag.Parse()
+	if p.afterParse != nil {
+		given := map[string]bool{}
+		flag.Visit(func(f *flag.Flag) { given[f.Name] = true })
+		p.afterParse(func(name string) bool { return given[name] })
+	}
 	name := p.name
 	if err := p.flags.Check(); errors.Is(err, ErrHelp) {
 		fmt.Print(HelpText())
