@@ -56,10 +56,10 @@ type LMConfig struct {
 	// EvalBatch is the number of columns of the validation and test streams per rank.
 	EvalBatch int `json:"eval_batch"`
 	// MaxLen is the -task imdb review length (longer reviews cut, shorter padded).
-	MaxLen    int     `json:"max_len,omitempty"`
-	Seed      uint64  `json:"seed"`
-	BucketMB  float64 `json:"bucket_mb"`
-	Progress  bool    `json:"-"`
+	MaxLen   int     `json:"max_len,omitempty"`
+	Seed     uint64  `json:"seed"`
+	BucketMB float64 `json:"bucket_mb"`
+	Progress bool    `json:"-"`
 	// Checkpoint, CheckpointEvery, Keep and Resume are as in CIFARConfig.
 	Checkpoint      string `json:"checkpoint,omitempty"`
 	CheckpointEvery int    `json:"checkpoint_every,omitempty"`
@@ -126,10 +126,10 @@ type LMEpoch struct {
 	// -task imdb: accuracies (train_loss and val_loss are then the train and test losses).
 	TrainAcc float64 `json:"train_acc,omitempty"`
 	TestAcc  float64 `json:"test_acc,omitempty"`
-	WordsSec  float64 `json:"words_s"`            // training words per second, all ranks
-	TrainSec  float64 `json:"train_s"`
-	TotalSec  float64 `json:"total_s"`
-	LR        float64 `json:"lr"`
+	WordsSec float64 `json:"words_s"` // training words per second, all ranks
+	TrainSec float64 `json:"train_s"`
+	TotalSec float64 `json:"total_s"`
+	LR       float64 `json:"lr"`
 }
 
 // LMSummary is a run's result, and the last line of -metrics.

@@ -21,8 +21,8 @@ type program struct {
 	workers             *int
 	// afterParse, when set, runs after flag parsing with a test of which flags were given.
 	afterParse func(set func(flag string) bool)
-	inProcess           func(ctx context.Context, stdout, stderr io.Writer) error
-	launched            func(ctx context.Context, env dist.Env, stdout, stderr io.Writer) error
+	inProcess  func(ctx context.Context, stdout, stderr io.Writer) error
+	launched   func(ctx context.Context, env dist.Env, stdout, stderr io.Writer) error
 }
 
 // runMain parses the command line and trains, in-process with -workers ranks or, under a
