@@ -55,6 +55,8 @@ type LMConfig struct {
 	Clip float64 `json:"clip"`
 	// EvalBatch is the number of columns of the validation and test streams per rank.
 	EvalBatch int `json:"eval_batch"`
+	// NoEval skips the per-epoch validation and the final test (throughput runs).
+	NoEval bool `json:"no_eval,omitempty"`
 	// MaxLen is the -task imdb review length (longer reviews cut, shorter padded).
 	MaxLen   int     `json:"max_len,omitempty"`
 	Seed     uint64  `json:"seed"`
@@ -85,6 +87,7 @@ func (c *LMConfig) Register(fs *flag.FlagSet) {
 	fs.Float64Var(&c.Dropout, "dropout", c.Dropout, "dropout probability on the embeddings, between the LSTM layers and on its output; negative: the -model's (small 0, medium 0.5, ptb 0.65)")
 	fs.Float64Var(&c.Clip, "clip", c.Clip, "clip the total gradient norm to this after synchronisation (0: no clipping)")
 	fs.IntVar(&c.EvalBatch, "eval-batch", c.EvalBatch, "columns per rank of the validation and test streams")
+	fs.BoolVar(&c.NoEval, "no-eval", c.NoEval, "-task lm: skip the validation and test perplexities (throughput runs)")
 	fs.Uint64Var(&c.Seed, "seed", c.Seed, "seed for initialisation and dropout")
 	fs.Float64Var(&c.BucketMB, "bucket-mb", c.BucketMB, "DDP bucket cap in MiB (0: ddp's defaults)")
 	fs.StringVar(&c.Checkpoint, "checkpoint", c.Checkpoint, "save checkpoints into this directory at the end of every epoch (and every -checkpoint-every steps)")
@@ -472,13 +475,16 @@ func (w *lmWorker) run(ctx context.Context) error {
 			return StepResult{Loss: float64(loss.Item()), N: b.steps * c.Batch}, nil
 		},
 		EndEpoch: func(ctx context.Context, es EpochStats) error {
-			valLoss, err := w.evaluate(ctx, w.corpus.Valid)
-			if err != nil {
-				return fmt.Errorf("validation: %w", err)
-			}
-			res := LMEpoch{Epoch: es.Epoch, Steps: es.Steps, TrainLoss: es.Loss, TrainPPL: math.Exp(es.Loss), ValLoss: valLoss, ValPPL: math.Exp(valLoss),
+			res := LMEpoch{Epoch: es.Epoch, Steps: es.Steps, TrainLoss: es.Loss, TrainPPL: math.Exp(es.Loss),
 				WordsSec: es.Samples / es.TrainSec, TrainSec: es.TrainSec, LR: opt.LR()}
-			if es.Epoch == c.Epochs {
+			if !c.NoEval {
+				valLoss, err := w.evaluate(ctx, w.corpus.Valid)
+				if err != nil {
+					return fmt.Errorf("validation: %w", err)
+				}
+				res.ValLoss, res.ValPPL = valLoss, math.Exp(valLoss)
+			}
+			if es.Epoch == c.Epochs && !c.NoEval {
 				testLoss, err := w.evaluate(ctx, w.corpus.Test)
 				if err != nil {
 					return fmt.Errorf("test: %w", err)
