@@ -498,7 +498,10 @@ func (w *lmWorker) run(ctx context.Context) error {
 			w.sum.Epochs = append(w.sum.Epochs, res)
 			w.sum.TestPPL = res.TestPPL
 			w.sum.CommStats = g.Counters().Snapshot().Sub(traffic)
-			fmt.Fprintf(w.stdout, "epoch %d train_loss %.4f train_ppl %.2f val_loss %.4f val_ppl %.2f", res.Epoch, res.TrainLoss, res.TrainPPL, res.ValLoss, res.ValPPL)
+			fmt.Fprintf(w.stdout, "epoch %d train_loss %.4f train_ppl %.2f", res.Epoch, res.TrainLoss, res.TrainPPL)
+			if !c.NoEval {
+				fmt.Fprintf(w.stdout, " val_loss %.4f val_ppl %.2f", res.ValLoss, res.ValPPL)
+			}
 			if res.TestPPL > 0 {
 				fmt.Fprintf(w.stdout, " test_ppl %.2f", res.TestPPL)
 			}
