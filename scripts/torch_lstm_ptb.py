@@ -26,13 +26,15 @@
 #   * evaluation: the validation (and after the last epoch the test) stream cut into
 #     --workers contiguous parts, each in --eval-batch columns, bptt windows from the zero
 #     state; perplexity = exp(total loss / total words).
-# Initial weights differ from spargo's (different generators); the comparison is of the
-# recipe, as for scripts/torch_vgg_cifar.py. Prints one line per epoch.
+# Initial weights differ from spargo's (different generators) unless --init loads the file
+# spargo's -save-init wrote; then the two runs start from the same model. Prints one line
+# per epoch.
 import argparse
 import collections
 import json
 import math
 import os
+import sys
 import time
 
 import torch
@@ -130,6 +132,7 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--metrics", default="")
+    ap.add_argument("--init", default="", help="start from these weights (a safetensors file, e.g. spargo's -save-init)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -137,6 +140,10 @@ def main():
     vocab, train, valid, test = load_ptb(args.data)
     emb, hid, layers, dropout = PRESETS[args.model]
     model = RNNModel(len(vocab), emb, hid, layers, dropout)
+    if args.init:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from read_safetensors import load
+        model.load_state_dict(load(args.init)[0])
     params = list(model.parameters())
     print(f"data: vocabulary {len(vocab)}, tokens train {len(train)}, valid {len(valid)}, test {len(test)}; "
           f"model {args.model}: {sum(p.numel() for p in params)} parameters; torch {torch.__version__}, "

@@ -26,6 +26,7 @@ import (
 	"github.com/spargo-dl/spargo/models"
 	"github.com/spargo-dl/spargo/nn"
 	"github.com/spargo-dl/spargo/optim"
+	"github.com/spargo-dl/spargo/safetensors"
 )
 
 // LMConfig is a word-level language-model run on PTB (examples/lstm): the LSTM language
@@ -55,6 +56,9 @@ type LMConfig struct {
 	Clip float64 `json:"clip"`
 	// EvalBatch is the number of columns of the validation and test streams per rank.
 	EvalBatch int `json:"eval_batch"`
+	// SaveInit, when set, is a safetensors file rank 0 writes the initial weights to
+	// (PyTorch's names), so that scripts/torch_lstm_ptb.py --init starts from the same model.
+	SaveInit string `json:"save_init,omitempty"`
 	// NoEval skips the per-epoch validation and the final test (throughput runs).
 	NoEval bool `json:"no_eval,omitempty"`
 	// MaxLen is the -task imdb review length (longer reviews cut, shorter padded).
@@ -87,6 +91,7 @@ func (c *LMConfig) Register(fs *flag.FlagSet) {
 	fs.Float64Var(&c.Dropout, "dropout", c.Dropout, "dropout probability on the embeddings, between the LSTM layers and on its output; negative: the -model's (small 0, medium 0.5, ptb 0.65)")
 	fs.Float64Var(&c.Clip, "clip", c.Clip, "clip the total gradient norm to this after synchronisation (0: no clipping)")
 	fs.IntVar(&c.EvalBatch, "eval-batch", c.EvalBatch, "columns per rank of the validation and test streams")
+	fs.StringVar(&c.SaveInit, "save-init", c.SaveInit, "-task lm: write the initial weights to this safetensors file (PyTorch names; scripts/torch_lstm_ptb.py --init starts from them)")
 	fs.BoolVar(&c.NoEval, "no-eval", c.NoEval, "-task lm: skip the validation and test perplexities (throughput runs)")
 	fs.Uint64Var(&c.Seed, "seed", c.Seed, "seed for initialisation and dropout")
 	fs.Float64Var(&c.BucketMB, "bucket-mb", c.BucketMB, "DDP bucket cap in MiB (0: ddp's defaults)")
@@ -435,6 +440,16 @@ func (w *lmWorker) run(ctx context.Context) error {
 	sched, err := c.NewSchedule(c.Epochs, steps, world)
 	if err != nil {
 		return err
+	}
+	if c.SaveInit != "" && rank == 0 {
+		f := safetensors.New()
+		f.Metadata["format"] = "pt"
+		for _, p := range dp.Parameters() {
+			f.Tensors[p.Name] = safetensors.FromFloat32(p.Value.Data, p.Value.Shape...)
+		}
+		if err := f.WriteFile(c.SaveInit); err != nil {
+			return fmt.Errorf("-save-init: %w", err)
+		}
 	}
 	w.model, w.dp, w.tape = model, dp, nn.NewTape()
 	w.xs, w.ys = make([]float32, c.Bptt*max(c.Batch, c.EvalBatch)), make([]int, c.Bptt*max(c.Batch, c.EvalBatch))
