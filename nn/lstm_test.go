@@ -197,3 +197,24 @@ func TestLSTMPooledSteadyState(t *testing.T) {
 		t.Fatalf("%.0f allocations per step, want a few per op (closures, shapes), none per time step", a)
 	}
 }
+
+// ExampleLSTM trains over consecutive bptt windows, carrying the hidden state from one to the
+// next without gradient (truncated back-propagation through time).
+func ExampleLSTM() {
+	rng := NewRand(0)
+	lstm, _ := NewLSTM(8, 16, 2, 0.2, rng) // input 8, hidden 16, 2 layers, dropout between them
+	state := lstm.NewLSTMState(4)          // batch of 4 columns
+	tape := NewTape()
+	for window := 0; window < 3; window++ {
+		tape.Reset()
+		y := lstm.Run(tape.Const(NewTensor(5, 4, 8)), state) // [T=5, N=4, 8] → [5, 4, 16]
+		if err := tape.BackwardFrom(y, y.Value.Data); err != nil {
+			fmt.Println(err)
+		}
+	}
+	for _, p := range Parameters(lstm)[:4] {
+		fmt.Print(p.Name, p.Value.Shape, " ")
+	}
+	fmt.Println(len(state.H))
+	// Output: weight_ih_l0[64 8] weight_hh_l0[64 16] bias_ih_l0[64] bias_hh_l0[64] 128
+}
