@@ -5,12 +5,66 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/spargo-dl/spargo/dist"
 	"github.com/spargo-dl/spargo/internal/train"
 )
+
+// runAsLSTMVar makes this test binary run the lstm program (see TestMain), so that a test
+// can start it as processes under dist.Launch.
+const runAsLSTMVar = "SPARGO_TEST_RUN_AS_LSTM"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(runAsLSTMVar) == "1" {
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// Two processes under the launcher, one rank each, print on rank 0 the perplexities that 2
+// in-process workers print with the same flags.
+func TestMultiProcessMatchesInProcess(t *testing.T) {
+	flags := []string{"-data", writeCorpus(t), "-batch", "4", "-bptt", "6", "-eval-batch", "2", "-epochs", "1", "-steps", "4",
+		"-hook", "topka:density=0.05", "-progress=false"}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "SPARGO_") {
+			env = append(env, kv)
+		}
+	}
+	env = append(env, runAsLSTMVar+"=1")
+	ref := exec.CommandContext(ctx, os.Args[0], append(flags, "-workers", "2")...)
+	ref.Env = env
+	refOut, err := ref.CombinedOutput()
+	if err != nil {
+		t.Fatalf("in-process run: %v\n%s", err, refOut)
+	}
+	var out, errb bytes.Buffer // Launch serialises the ranks' writes
+	if err := dist.Launch(ctx, dist.LaunchConfig{NProc: 2, Program: os.Args[0], Args: flags, Env: env, Stdout: &out, Stderr: &errb, Grace: 5 * time.Second}); err != nil {
+		t.Fatalf("2 processes: %v\n%s\n%s", err, out.String(), errb.String())
+	}
+	timing := regexp.MustCompile(` (words_s|train_s|total_s) [0-9.]+|, [0-9.]+ words/s, [0-9]+s total`)
+	epochLine := func(s string) string {
+		for _, l := range strings.Split(s, "\n") {
+			if l = strings.TrimPrefix(l, "[rank 0] "); strings.HasPrefix(l, "epoch 1 ") {
+				return timing.ReplaceAllString(l, "")
+			}
+		}
+		return ""
+	}
+	if want, got := epochLine(string(refOut)), epochLine(out.String()); want == "" || got != want {
+		t.Fatalf("rank 0 of 2 processes: %q\n2 in-process workers: %q\n%s", got, want, out.String())
+	}
+}
 
 // writeCorpus writes a small PTB-layout corpus: lines of a repeating word pattern (so a
 // model can learn it), with a few rarer words.
