@@ -30,6 +30,11 @@
 //     [TokenizeIMDB], a train-only vocabulary of the 50,000 most frequent
 //     words (id 0 = padding and unknown), reviews as MaxLen int32 ids;
 //     [DownloadIMDB] fetches the official tarball.
+//   - [LoadPTB], [PTBVocab], [Batchify], [LMBatches], [ShardTokens]
+//     (ptb.go): the Penn Treebank word-level corpus as the seeds read it
+//     (<eos> per line, vocabulary by decreasing count), laid out in N
+//     columns and cut into bptt windows with targets shifted by one; each
+//     data-parallel rank takes a contiguous slice of the stream.
 //   - [BasicTokenizer], [WordPieceTokenizer], [Vocab], [TrainWordPiece]
 //     (wordpiece.go): BERT's tokenizer, vocab.txt files, and WordPiece
 //     vocabulary training.

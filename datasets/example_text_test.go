@@ -175,3 +175,27 @@ func ExampleNewImageFolder() {
 	// [cat dog] 2 images
 	// 2 images, 6144 floats (2×3×32×32)
 }
+
+// ExampleLoadPTB reads a corpus in the Penn Treebank layout, gives rank 1 of 2 its half of
+// the training stream, lays it out in 2 columns and cuts windows of 3 words with their
+// next-word targets.
+func ExampleLoadPTB() {
+	dir := writeFiles(map[string]string{
+		"ptb.train.txt": " the cat sat \n the dog ran \n a cat ran \n",
+		"ptb.valid.txt": " the cat \n",
+		"ptb.test.txt":  " a dog \n",
+	})
+	defer os.RemoveAll(dir)
+	p, err := datasets.LoadPTB(dir)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(p.Vocab.Words)
+	shard, _ := datasets.ShardTokens(p.Train, 1, 2)
+	b, _ := datasets.Batchify(shard, 2)
+	x, y, steps := b.Window(0, 3)
+	fmt.Println(len(p.Train), b.Rows, b.Windows(3), steps, x, y)
+	// Output:
+	// [<eos> cat ran the a dog sat]
+	// 12 3 1 2 [2 1 0 2] [0 2 4 0]
+}

@@ -24,7 +24,7 @@ type Entry struct {
 // returning its entries, called here.
 func catalogue() []Entry {
 	var es []Entry
-	for _, fam := range [][]Entry{vggEntries(), bertEntries()} {
+	for _, fam := range [][]Entry{vggEntries(), bertEntries(), lstmEntries()} {
 		es = append(es, fam...)
 	}
 	sort.SliceStable(es, func(i, j int) bool { return es[i].Name < es[j].Name })

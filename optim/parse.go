@@ -189,6 +189,20 @@ var schedules = []scheduleSpec{
 			}
 			return nil, v.errorf("per", "%q is neither step nor epoch", v.m["per"])
 		}},
+	{name: "ptb", summary: "Zaremba et al.'s PTB decay: the base rate for `after` epochs, then ×decay every epoch",
+		options: []scheduleOption{{"after", "4", "epochs at the base rate (the small model's 4; medium 6, large 14)"},
+			{"decay", "0.5", "factor per epoch after that (small 0.5; medium 0.8, large 1/1.15)"}},
+		build: func(v *specValues) (Schedule, error) {
+			after, err := v.int("after", 0)
+			if err != nil {
+				return nil, err
+			}
+			decay, err := v.nonNegFloat("decay")
+			if err == nil && decay > 1 {
+				err = v.errorf("decay", "%v is above 1 (the rate would grow)", decay)
+			}
+			return PTBDecay{Base: v.base, Decay: decay, After: after}, err
+		}},
 	{name: "linear", summary: "BERT's: linear warm-up from 0, then linear decay to 0 at the end of the run",
 		options: []scheduleOption{{"warmup", "0", "warm-up epochs (fractions allowed)"}, {"warmup_steps", "", "warm-up in steps instead"},
 			{"total_steps", "", "length in steps (default epochs × steps per epoch)"}},

@@ -125,6 +125,20 @@ func (s LinearWarmupDecay) LR(epoch, step, stepsPerEpoch int) float64 {
 	return s.Base * float64(s.TotalSteps-t) / float64(s.TotalSteps-s.WarmupSteps)
 }
 
+// PTBDecay is Zaremba et al.'s PTB schedule (TensorFlow's ptb_word_lm): Base for the first
+// After epochs, then multiplied by Decay once per epoch: Base·Decay^max(epoch+1−After, 0)
+// for the 0-based epoch. Their small model uses After 4, Decay 0.5; medium 6 and 0.8
+// (1/1.25); large 14 and 1/1.15.
+type PTBDecay struct {
+	Base, Decay float64
+	After       int
+}
+
+// LR returns the scheduled rate.
+func (s PTBDecay) LR(epoch, _, _ int) float64 {
+	return s.Base * math.Pow(s.Decay, float64(max(epoch+1-s.After, 0)))
+}
+
 // EpochWise holds a schedule's rate for a whole epoch: it evaluates S at the epoch's first
 // step as if every epoch were one step (S.LR(epoch, 0, 1)), so a step-counted schedule such as Cosine counts
 // epochs instead, as PyTorch schedulers stepped once per epoch do.

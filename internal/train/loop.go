@@ -81,6 +81,10 @@ type Loop[B any] struct {
 	Progress io.Writer
 	// Unit names a sample in the progress bar's rate ("img" when empty: img/s).
 	Unit string
+	// Describe, when set, gives the progress bar's text after each step from the epoch's
+	// running mean loss and accuracy and the samples per second over all ranks; nil: loss,
+	// accuracy and img/s.
+	Describe func(epoch int, loss, acc, perSec float64) string
 
 	// Clip, when set with MaxNorm > 0, clips the gradients of DDP's parameters to a total
 	// norm of MaxNorm after they are synchronised (and flushed) and before the optimizer
@@ -253,7 +257,11 @@ func (l *Loop[B]) Run(ctx context.Context) error {
 			iteration++
 			if bar != nil {
 				ips := (seen - float64(first)) * float64(world) / time.Since(epochStart).Seconds()
-				bar.Describe(fmt.Sprintf("epoch %d/%d loss %.3f acc %.1f%% %.0f %s/s", epoch+1, l.Epochs, lossSum/seen, 100*correct/seen, ips, orDefault(l.Unit, "img")))
+				if l.Describe != nil {
+					bar.Describe(l.Describe(epoch, lossSum/seen, correct/seen, ips))
+				} else {
+					bar.Describe(fmt.Sprintf("epoch %d/%d loss %.3f acc %.1f%% %.0f %s/s", epoch+1, l.Epochs, lossSum/seen, 100*correct/seen, ips, orDefault(l.Unit, "img")))
+				}
 				_ = bar.Add(1)
 			}
 			if l.LogEvery > 0 && iteration%int64(l.LogEvery) == 0 {

@@ -26,6 +26,9 @@ type Program struct {
 	LogLevel, LogFormat *string
 	// Workers is -workers, reconciled with a launcher's world size.
 	Workers *int
+	// AfterParse, when set, runs after flag parsing with a test of which flags were given
+	// (a program whose defaults depend on another flag fills them in here).
+	AfterParse func(set func(flag string) bool)
 	// InProcess trains with *Workers ranks in this process.
 	InProcess func(ctx context.Context, stdout, stderr io.Writer) error
 	// Process trains this process's rank of a job that a launcher started (env.WorldSize > 1).
@@ -40,6 +43,11 @@ type Program struct {
 func Main(p Program) {
 	name := p.Name
 	flag.Parse()
+	if p.AfterParse != nil {
+		given := map[string]bool{}
+		flag.Visit(func(f *flag.Flag) { given[f.Name] = true })
+		p.AfterParse(func(name string) bool { return given[name] })
+	}
 	if err := p.Flags.Check(); errors.Is(err, ErrHelp) {
 		fmt.Print(HelpText())
 		os.Exit(0)

@@ -1,0 +1,221 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spargo-dl/spargo/dist"
+	"github.com/spargo-dl/spargo/internal/train"
+)
+
+// runAsLSTMVar makes this test binary run the lstm program (see TestMain), so that a test
+// can start it as processes under dist.Launch.
+const runAsLSTMVar = "SPARGO_TEST_RUN_AS_LSTM"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(runAsLSTMVar) == "1" {
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// Two processes under the launcher, one rank each, print on rank 0 the perplexities that 2
+// in-process workers print with the same flags.
+func TestMultiProcessMatchesInProcess(t *testing.T) {
+	flags := []string{"-data", writeCorpus(t), "-batch", "4", "-bptt", "6", "-eval-batch", "2", "-epochs", "1", "-steps", "4",
+		"-hook", "topka:density=0.05", "-progress=false"}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "SPARGO_") {
+			env = append(env, kv)
+		}
+	}
+	env = append(env, runAsLSTMVar+"=1")
+	ref := exec.CommandContext(ctx, os.Args[0], append(flags, "-workers", "2")...)
+	ref.Env = env
+	refOut, err := ref.CombinedOutput()
+	if err != nil {
+		t.Fatalf("in-process run: %v\n%s", err, refOut)
+	}
+	var out, errb bytes.Buffer // Launch serialises the ranks' writes
+	if err := dist.Launch(ctx, dist.LaunchConfig{NProc: 2, Program: os.Args[0], Args: flags, Env: env, Stdout: &out, Stderr: &errb, Grace: 5 * time.Second}); err != nil {
+		t.Fatalf("2 processes: %v\n%s\n%s", err, out.String(), errb.String())
+	}
+	timing := regexp.MustCompile(` (words_s|train_s|total_s) [0-9.]+|, [0-9.]+ words/s, [0-9]+s total`)
+	epochLine := func(s string) string {
+		for _, l := range strings.Split(s, "\n") {
+			if l = strings.TrimPrefix(l, "[rank 0] "); strings.HasPrefix(l, "epoch 1 ") {
+				return timing.ReplaceAllString(l, "")
+			}
+		}
+		return ""
+	}
+	if want, got := epochLine(string(refOut)), epochLine(out.String()); want == "" || got != want {
+		t.Fatalf("rank 0 of 2 processes: %q\n2 in-process workers: %q\n%s", got, want, out.String())
+	}
+}
+
+// writeCorpus writes a small PTB-layout corpus: lines of a repeating word pattern (so a
+// model can learn it), with a few rarer words.
+func writeCorpus(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	words := []string{"the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "far"}
+	line := func(i int) string {
+		var b strings.Builder
+		for k := 0; k < 6+i%3; k++ {
+			fmt.Fprintf(&b, " %s", words[(i+k)%len(words)])
+		}
+		return b.String() + " \n"
+	}
+	for f, lines := range map[string]int{"ptb.train.txt": 300, "ptb.valid.txt": 60, "ptb.test.txt": 60} {
+		var b strings.Builder
+		for i := 0; i < lines; i++ {
+			b.WriteString(line(i))
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), []byte(b.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func smallConfig(dir string) train.LMConfig {
+	c := defaults()
+	c.Data, c.Batch, c.Bptt, c.EvalBatch, c.Epochs, c.Progress = dir, 4, 6, 2, 2, false
+	c.LR, c.Clip = 10, 0.5
+	return c
+}
+
+// Two epochs of the real program on a generated corpus with 2 in-process workers, dense and
+// sparse: the validation perplexity falls, metrics and the summary are written.
+func TestRunHooks(t *testing.T) {
+	dir := writeCorpus(t)
+	for _, hook := range []string{"allreduce", "topka:density=0.05"} {
+		t.Run(hook, func(t *testing.T) {
+			c := smallConfig(dir)
+			c.Hook, c.Steps, c.Metrics, c.LogEvery = hook, 8, filepath.Join(t.TempDir(), "m.jsonl"), 4
+			var out, errb bytes.Buffer
+			sum, err := train.RunLM(context.Background(), c, &out, &errb)
+			if err != nil {
+				t.Fatalf("%v\n%s", err, errb.String())
+			}
+			if len(sum.Epochs) != 2 || sum.Epochs[0].Steps != 8 {
+				t.Fatalf("summary %+v", sum)
+			}
+			e1, e2 := sum.Epochs[0], sum.Epochs[1]
+			if !(e2.ValPPL < e1.ValPPL) || !(e2.ValPPL < 11) || sum.TestPPL <= 1 {
+				t.Fatalf("validation perplexity %.3f then %.3f (vocabulary 11), test %.3f:\n%s", e1.ValPPL, e2.ValPPL, sum.TestPPL, out.String())
+			}
+			if !strings.Contains(out.String(), "epoch 2 train_loss") || !strings.Contains(out.String(), "done: small "+hook) {
+				t.Fatalf("output:\n%s", out.String())
+			}
+			b, err := os.ReadFile(c.Metrics)
+			if err != nil || strings.Count(string(b), "\n") != 7 || strings.Count(string(b), "\n{\"epoch\":") != 2 || strings.Count(string(b), "{\"step\":") != 4 || !strings.Contains(string(b), "\"summary\":true") {
+				t.Fatalf("metrics file: %v\n%s", err, b)
+			}
+		})
+	}
+}
+
+// A run stopped at an epoch end and resumed gives the perplexities of an uninterrupted run
+// exactly (model, optimizer and dropout generator states are in the checkpoint).
+func TestResumeAtEpochEndIsExact(t *testing.T) {
+	dir := writeCorpus(t)
+	c := smallConfig(dir)
+	c.Dropout, c.Steps = 0.3, 3 // the dropout generators must be restored too
+	whole, err := train.RunLM(context.Background(), c, &bytes.Buffer{}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Checkpoint, c.Epochs = t.TempDir(), 1
+	if _, err := train.RunLM(context.Background(), c, &bytes.Buffer{}, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	c.Epochs, c.Resume = 2, true
+	resumed, err := train.RunLM(context.Background(), c, &bytes.Buffer{}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resumed.Epochs) != 1 || resumed.Epochs[0].ValPPL != whole.Epochs[1].ValPPL || resumed.TestPPL != whole.TestPPL {
+		t.Fatalf("resumed epoch 2: %+v, uninterrupted: %+v", resumed.Epochs, whole.Epochs[1])
+	}
+}
+
+func TestRunRejectsBadFlags(t *testing.T) {
+	dir := writeCorpus(t)
+	for _, tc := range []struct {
+		change func(*train.LMConfig)
+		want   string
+	}{
+		{func(c *train.LMConfig) { c.Bptt = 0 }, "-bptt"},
+		{func(c *train.LMConfig) { c.Model = "huge" }, `-model "huge"`},
+		{func(c *train.LMConfig) { c.Clip = -1 }, "-clip -1"},
+		{func(c *train.LMConfig) { c.Hook = "nosuch" }, "unknown hook"},
+		{func(c *train.LMConfig) { c.Data = t.TempDir() }, "no ptb.train.txt"},
+		{func(c *train.LMConfig) { c.Batch = 1000 }, "need at least 2"},
+	} {
+		c := smallConfig(dir)
+		tc.change(&c)
+		_, err := train.RunLM(context.Background(), c, &bytes.Buffer{}, &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("error %v, want it to mention %q", err, tc.want)
+		}
+	}
+}
+
+// writeIMDB writes a small aclImdb layout whose positive reviews use other words than the
+// negative ones.
+func writeIMDB(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	pos := []string{"good", "great", "fine", "superb"}
+	neg := []string{"bad", "awful", "poor", "dull"}
+	for _, split := range []string{"train", "test"} {
+		for label, words := range map[string][]string{"pos": pos, "neg": neg} {
+			d := filepath.Join(dir, split, label)
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			rating := 9
+			if label == "neg" {
+				rating = 2
+			}
+			for i := 0; i < 24; i++ {
+				text := fmt.Sprintf("the movie was %s and %s , it felt %s", words[i%4], words[(i+1)%4], words[(i+2)%4])
+				if err := os.WriteFile(filepath.Join(d, fmt.Sprintf("%d_%d.txt", i, rating)), []byte(text), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	return dir
+}
+
+// -task imdb: the LSTM-IMDB classifier learns a separable generated set with 2 workers.
+func TestIMDBTask(t *testing.T) {
+	c := defaults()
+	c.Task, c.Data, c.Epochs, c.MaxLen, c.Progress = "imdb", writeIMDB(t), 3, 12, false
+	c.Model, c.Optim, c.Clip, c.Schedule = "lstm-imdb", "adam", 0, ""
+	c.LR, c.Batch = 0.02, 8
+	var out bytes.Buffer
+	sum, err := train.RunLM(context.Background(), c, &out, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := sum.Epochs[len(sum.Epochs)-1]
+	if last.TestAcc < 0.9 || !strings.Contains(out.String(), "test_acc") {
+		t.Fatalf("test accuracy %.3f after %d epochs:\n%s", last.TestAcc, c.Epochs, out.String())
+	}
+}
