@@ -60,8 +60,7 @@ func (w *cifarWorker) profile(ctx context.Context, model nn.Module, pp ddp.Profi
 		return loaded, nil
 	}
 
-	loader, err := datasets.NewLoader(w.train, datasets.LoaderOptions{Batch: c.Batch, Rank: g.Rank(), World: g.Size(),
-		Seed: c.Seed, Shuffle: true, Augment: true, DropLast: true, Mean: datasets.CIFAR10Mean, Std: datasets.CIFAR10Std})
+	loader, err := datasets.NewLoader(w.train, CIFARTrainLoader(c.Batch, g.Rank(), g.Size(), c.Seed))
 	if err != nil {
 		return nil, err
 	}
