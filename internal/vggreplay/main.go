@@ -30,6 +30,7 @@ import (
 	"github.com/spargo-dl/spargo/comm"
 	"github.com/spargo-dl/spargo/datasets"
 	"github.com/spargo-dl/spargo/ddp"
+	"github.com/spargo-dl/spargo/hooks"
 	"github.com/spargo-dl/spargo/internal/train"
 	"github.com/spargo-dl/spargo/models"
 	"github.com/spargo-dl/spargo/nn"
@@ -250,7 +251,11 @@ func replay(ctx context.Context, c config, g comm.Group, s *stream, w *safetenso
 	if err := loadWeights(model, w, c.init); err != nil {
 		return err
 	}
-	dp, err := ddp.New(ctx, model, g)
+	hook, err := hooks.Parse("allreduce")
+	if err != nil {
+		return err
+	}
+	dp, err := ddp.New(ctx, model, g, ddp.WithCommHook(hook)) // rank 0's buffers after every step, as examples/vgg
 	if err != nil {
 		return err
 	}
