@@ -44,3 +44,28 @@ func Example() {
 	// 39 batches per epoch on each of 2 ranks
 	// 393216 floats, 128 labels, 128 images
 }
+
+// A rank's epoch as a list of draws (image index, crop corner, flip), without preparing
+// pixels: what a program writes to replay the exact data stream elsewhere.
+func ExampleLoader_Plan() {
+	ds := &datasets.Images{Name: "tiny", N: 10, C: 3, H: 32, W: 32,
+		Pixels: make([]uint8, 10*3*32*32), Labels: make([]int32, 10),
+		Mean: datasets.CIFAR10Mean, Std: datasets.CIFAR10Std}
+	ld, err := datasets.NewLoader(ds, datasets.LoaderOptions{Batch: 2, Rank: 1, World: 2, Seed: 3, Shuffle: true, DropLast: true})
+	if err != nil {
+		log.Fatal(err)
+	}
+	draws, err := ld.Plan(0)
+	if err != nil {
+		log.Fatal(err)
+	}
+	seen := 0
+	for _, d := range draws {
+		if d.Index >= 0 && d.Index < ds.N && d.Top == datasets.CropPad && d.Left == datasets.CropPad && !d.Flip {
+			seen++ // without Augment every window is the uncropped image
+		}
+	}
+	fmt.Println(len(draws), "draws:", ld.NumBatches(), "batches of 2;", seen, "uncropped, unflipped")
+	// Output:
+	// 4 draws: 2 batches of 2; 4 uncropped, unflipped
+}

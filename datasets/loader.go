@@ -262,3 +262,36 @@ func (l *Loader) augmentDraws() (top, left int, flip bool) {
 	flip = l.rng.Uint64()&1 == 1
 	return top, left, flip
 }
+
+// Draw is one image of an epoch as a Loader prepares it: its dataset index and, with
+// Augment, the crop window's top-left corner in padded coordinates (0..2*CropPad) and
+// the flip; without Augment, Top and Left are CropPad and Flip is false.
+type Draw struct {
+	Index     int
+	Top, Left int
+	Flip      bool
+}
+
+// Plan returns what Epoch(ctx, epoch) yields on this rank, image by image in batch order
+// (NumBatches()·Batch draws with DropLast, every sampled image otherwise), without
+// preparing any pixels: the same (Seed, Rank, epoch) gives the same draws as the
+// batches. Other programs use it to replay a run's exact data stream (the PyTorch
+// cross-check scripts/torch_vgg_replay.py reads one). It must not run while an epoch of
+// this loader is running.
+func (l *Loader) Plan(epoch int) ([]Draw, error) {
+	if !l.running.CompareAndSwap(false, true) {
+		return nil, errors.New("datasets: Loader.Plan: an epoch of this loader is running")
+	}
+	defer l.running.Store(false)
+	l.indices = l.sampler.AppendIndices(l.indices[:0], l.scratch, epoch)
+	l.pcg.Seed(l.opt.Seed, augmentStream(l.opt.Rank, epoch))
+	n := min(l.NumBatches()*l.opt.Batch, len(l.indices))
+	draws := make([]Draw, n)
+	for k, i := range l.indices[:n] {
+		draws[k] = Draw{Index: i, Top: CropPad, Left: CropPad}
+		if l.opt.Augment {
+			draws[k].Top, draws[k].Left, draws[k].Flip = l.augmentDraws()
+		}
+	}
+	return draws, nil
+}

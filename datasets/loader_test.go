@@ -236,3 +236,57 @@ func TestLoaderEpochFromResumes(t *testing.T) {
 		}
 	}
 }
+
+// Plan lists exactly the images and augmentations Epoch prepares: rebuilding every batch
+// from the draws gives Epoch's batches, with and without augmentation and DropLast.
+func TestLoaderPlanMatchesEpoch(t *testing.T) {
+	ds := syntheticImages(50)
+	for _, aug := range []bool{true, false} {
+		for _, drop := range []bool{true, false} {
+			l, err := NewLoader(ds, LoaderOptions{Batch: 4, Rank: 1, World: 3, Seed: 7, Shuffle: true, Augment: aug, DropLast: drop})
+			if err != nil {
+				t.Fatal(err)
+			}
+			norm, err := NewNormalizer(ds.Mean, ds.Std)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, epoch := range []int{0, 2} {
+				draws, err := l.Plan(epoch)
+				if err != nil {
+					t.Fatal(err)
+				}
+				xs, ys := collect(t, l, epoch)
+				var want int
+				for _, y := range ys {
+					want += len(y)
+				}
+				if len(draws) != want {
+					t.Fatalf("augment %v, drop_last %v, epoch %d: %d draws, Epoch yields %d images", aug, drop, epoch, len(draws), want)
+				}
+				flips, moved := 0, 0
+				img := make([]float32, cifarPixels)
+				k := 0
+				for b := range xs {
+					for j := range ys[b] {
+						d := draws[k]
+						norm.CropFlip(img, ds.Image(d.Index), 32, 32, d.Top, d.Left, d.Flip)
+						if !slices.Equal(img, xs[b][j*cifarPixels:(j+1)*cifarPixels]) || ys[b][j] != int(ds.Labels[d.Index]) {
+							t.Fatalf("augment %v, drop_last %v, epoch %d: batch %d image %d differs from draw %+v", aug, drop, epoch, b, j, d)
+						}
+						if d.Flip {
+							flips++
+						}
+						if d.Top != CropPad || d.Left != CropPad {
+							moved++
+						}
+						k++
+					}
+				}
+				if aug != (flips > 0 && moved > 0) {
+					t.Fatalf("augment %v: %d of %d draws flipped, %d cropped off-centre", aug, flips, len(draws), moved)
+				}
+			}
+		}
+	}
+}

@@ -369,8 +369,7 @@ func (w *cifarWorker) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	loader, err := datasets.NewLoader(w.train, datasets.LoaderOptions{Batch: c.Batch, Rank: rank, World: world,
-		Seed: c.Seed, Shuffle: true, Augment: true, DropLast: true, Mean: datasets.CIFAR10Mean, Std: datasets.CIFAR10Std})
+	loader, err := datasets.NewLoader(w.train, CIFARTrainLoader(c.Batch, rank, world, c.Seed))
 	if err != nil {
 		return err
 	}
@@ -397,17 +396,7 @@ func (w *cifarWorker) run(ctx context.Context) error {
 		Group: g, DDP: dp, Model: model, Optimizer: opt, Schedule: sched, Epochs: c.Epochs, StepsPerEpoch: steps,
 		AverageBuffers: c.DistBN == "reduce",
 		Batches:        loader.EpochFrom,
-		Step: func(ctx context.Context, b datasets.Batch) (StepResult, error) {
-			x, _ := nn.FromSlice(b.X, b.N, 3, 32, 32)
-			tape.Reset()
-			tape.SetGradEnabled(true)
-			logits := dp.Forward(tape.Const(x))
-			loss := nn.CrossEntropy(logits, b.Y)
-			if err := dp.Backward(ctx, loss); err != nil {
-				return StepResult{}, err
-			}
-			return StepResult{Loss: float64(loss.Item()), Correct: float64(nn.Accuracy(logits.Value, b.Y)), N: b.N}, nil
-		},
+		Step:           ClassifierStep(dp, tape, 3, 32, 32),
 		EndEpoch: func(ctx context.Context, es EpochStats) error {
 			testLoss, testAcc, err := Evaluate(ctx, g, dp, model, tape, evalLoader, c.EvalLimit, 3, 32, 32)
 			if err != nil {
@@ -434,6 +423,36 @@ func (w *cifarWorker) run(ctx context.Context) error {
 		return fmt.Sprintf("epoch %d, step %d, iteration %d", pos.Epoch+1, pos.Step, pos.Iteration)
 	})
 	return loop.Run(ctx)
+}
+
+// CIFARTrainLoader is the training loader's options of the CIFAR program on rank of world:
+// batch images per rank, reshuffled every epoch from seed, random crop and flip, the last
+// short batch dropped, CIFAR-10's normalisation.
+func CIFARTrainLoader(batch, rank, world int, seed uint64) datasets.LoaderOptions {
+	return datasets.LoaderOptions{Batch: batch, Rank: rank, World: world, Seed: seed, Shuffle: true, Augment: true,
+		DropLast: true, Mean: datasets.CIFAR10Mean, Std: datasets.CIFAR10Std}
+}
+
+// ClassifierStep is a Loop's Step for a classifier trained with cross-entropy: it runs the
+// batch (inputs of shape sample, e.g. 3, 32, 32) forward through dp on tape and backward
+// with dp.Backward, and reports the loss and the correct predictions.
+func ClassifierStep(dp *ddp.DDP, tape *nn.Tape, sample ...int) func(context.Context, datasets.Batch) (StepResult, error) {
+	shape := append([]int{0}, sample...)
+	return func(ctx context.Context, b datasets.Batch) (StepResult, error) {
+		shape[0] = b.N
+		x, err := nn.FromSlice(b.X, shape...)
+		if err != nil {
+			return StepResult{}, err
+		}
+		tape.Reset()
+		tape.SetGradEnabled(true)
+		logits := dp.Forward(tape.Const(x))
+		loss := nn.CrossEntropy(logits, b.Y)
+		if err := dp.Backward(ctx, loss); err != nil {
+			return StepResult{}, err
+		}
+		return StepResult{Loss: float64(loss.Item()), Correct: float64(nn.Accuracy(logits.Value, b.Y)), N: b.N}, nil
+	}
 }
 
 // checkpointMeta describes the run for checkpoints: resuming requires the same model, hook,

@@ -32,8 +32,7 @@ const (
 // collective.
 func (w *cifarWorker) profile(ctx context.Context, model nn.Module, pp ddp.ProfiledPlanner) (*ddp.Profile, error) {
 	c, g := w.cfg, w.group
-	loader, err := datasets.NewLoader(w.train, datasets.LoaderOptions{Batch: c.Batch, Rank: g.Rank(), World: g.Size(),
-		Seed: c.Seed, Shuffle: true, Augment: true, DropLast: true, Mean: datasets.CIFAR10Mean, Std: datasets.CIFAR10Std})
+	loader, err := datasets.NewLoader(w.train, CIFARTrainLoader(c.Batch, g.Rank(), g.Size(), c.Seed))
 	if err != nil {
 		return nil, err
 	}
