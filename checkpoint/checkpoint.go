@@ -12,7 +12,8 @@
 //	    optimizer.safetensors  the optimizer's State() (momentum buffers, …)
 //	    rank-0.safetensors   per-rank state: the comm hook's (residuals, thresholds, counters),
 //	    rank-1.safetensors   DDP's (iteration, pending late results), the random generators',
-//	    …                    and whatever model or optimizer entries differ from rank 0's
+//	    …                    the loop's own arrays (State.Arrays: an LSTM's carried hidden
+//	                         state) and whatever model or optimizer entries differ from rank 0's
 //	latest                   "ckpt-0000001234\n"
 //
 // With DDP every rank calls Saver.Save at the same step (it is a collective over the DDP's
@@ -111,6 +112,26 @@ type State struct {
 	// RNG are named generators of the training loop (the layers' own generators, such as
 	// Dropout's, are found in Model and saved under "model/<path>").
 	RNG map[string]RandState
+	// Arrays are the training loop's own per-rank arrays by name, such as the hidden state a
+	// language model carries from one bptt window to the next: Save writes each rank's into
+	// its rank file with its shape, Load copies them back in place and refuses an entry whose
+	// shape differs, one missing from the checkpoint and one the run does not have.
+	Arrays map[string]Array
+}
+
+// Array is a float32 array of State.Arrays: Data holds the values of Shape, row-major; Axes,
+// when set, names Shape's axes in errors ("layers", "batch", "hidden").
+type Array struct {
+	Data  []float32
+	Shape []int
+	Axes  []string
+}
+
+func (a Array) describe(shape []int) string {
+	if len(a.Axes) == 0 {
+		return fmt.Sprint(shape)
+	}
+	return fmt.Sprintf("%v (%s)", shape, strings.Join(a.Axes, ", "))
 }
 
 func (st State) group() comm.Group {
@@ -165,6 +186,7 @@ const (
 	pfxHook  = "hook/"
 	pfxDDP   = "ddp/"
 	pfxRNG   = "rng/"
+	pfxArray = "array/"
 	// dropped lists, in the rank file's metadata, the shared entries this rank does not have.
 	mdDropModel = "spargo.drop.model"
 	mdDropOptim = "spargo.drop.optim"
@@ -254,6 +276,12 @@ func (s Saver) Save(ctx context.Context, st State, meta Meta, pos Position) (str
 	}
 	if err := putRNG(own, st); err != nil {
 		return "", err
+	}
+	for name, a := range st.Arrays {
+		if n := (safetensors.Tensor{Shape: a.Shape}).Elements(); n != len(a.Data) {
+			return "", fmt.Errorf("checkpoint: Save: array %q has %d values, its shape %s has %d", name, len(a.Data), a.describe(a.Shape), n)
+		}
+		own.Tensors[pfxArray+name] = shaped(a.Data, a.Shape)
 	}
 	if len(pos.Totals) > 0 {
 		b, err := json.Marshal(pos.Totals) // float64 text that parses back to the same bits
@@ -578,6 +606,9 @@ func Load(path string, st State, meta Meta) (Position, error) {
 	if err := loadRNG(own, rf, st); err != nil {
 		return Position{}, err
 	}
+	if err := loadArrays(own, rf, st); err != nil {
+		return Position{}, err
+	}
 	pos.Totals = nil
 	if t, ok := own.Metadata[mdTotals]; ok {
 		if err := json.Unmarshal([]byte(t), &pos.Totals); err != nil {
@@ -631,17 +662,17 @@ func loadModel(path string, m nn.Module, override map[string][]float32, drop []s
 }
 
 // split sorts a rank file's entries by prefix into float sections (model/, optim/, hook/,
-// ddp/); rng/ entries stay in the file. An unknown prefix is an error.
+// ddp/); rng/ and array/ entries stay in the file. An unknown prefix is an error.
 func split(f *safetensors.File, path string) (map[string]map[string][]float32, error) {
 	secs := map[string]map[string][]float32{pfxModel: {}, pfxOptim: {}, pfxHook: {}, pfxDDP: {}}
 	for _, name := range f.Names() {
-		if strings.HasPrefix(name, pfxRNG) {
+		if strings.HasPrefix(name, pfxRNG) || strings.HasPrefix(name, pfxArray) {
 			continue
 		}
 		pfx, _, _ := strings.Cut(name, "/")
 		sec, ok := secs[pfx+"/"]
 		if !ok {
-			return nil, fmt.Errorf("checkpoint: %s: tensor %q: unknown section (want model/, optim/, hook/, ddp/ or rng/)", path, name)
+			return nil, fmt.Errorf("checkpoint: %s: tensor %q: unknown section (want model/, optim/, hook/, ddp/, rng/ or array/)", path, name)
 		}
 		v, err := f.Tensors[name].Float32()
 		if err != nil {
@@ -717,6 +748,37 @@ func loadRNG(f *safetensors.File, path string, st State) error {
 		if err != nil {
 			return fmt.Errorf("checkpoint: %s: random generator %q: %w", path, strings.TrimPrefix(key, pfxRNG), err)
 		}
+	}
+	return nil
+}
+
+// loadArrays copies the rank file's array/ entries into st.Arrays: the same names, each
+// with the run's shape.
+func loadArrays(f *safetensors.File, path string, st State) error {
+	for _, name := range f.Names() {
+		if k, ok := strings.CutPrefix(name, pfxArray); ok {
+			if _, want := st.Arrays[k]; !want {
+				return fmt.Errorf("checkpoint: %s: array %q (shape %v) has no counterpart in this run", path, k, f.Tensors[name].Shape)
+			}
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(st.Arrays)) {
+		a := st.Arrays[k]
+		t, ok := f.Tensors[pfxArray+k]
+		if !ok {
+			return fmt.Errorf("checkpoint: %s: no array %q: the run has one of shape %s (a checkpoint saved without it?)", path, k, a.describe(a.Shape))
+		}
+		if !slices.Equal(t.Shape, a.Shape) {
+			return fmt.Errorf("checkpoint: %s: array %q has shape %s, this run's is %s", path, k, a.describe(t.Shape), a.describe(a.Shape))
+		}
+		v, err := t.Float32()
+		if err == nil && len(v) != len(a.Data) {
+			err = fmt.Errorf("%d values, this run's array has %d", len(v), len(a.Data))
+		}
+		if err != nil {
+			return fmt.Errorf("checkpoint: %s: array %q: %w", path, k, err)
+		}
+		copy(a.Data, v)
 	}
 	return nil
 }

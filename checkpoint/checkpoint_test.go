@@ -182,3 +182,42 @@ func truncate(t *testing.T, path string) {
 		t.Fatal(err)
 	}
 }
+
+// State.Arrays are saved per rank with their shape and restored in place; another shape, a
+// missing array or one the run lacks is refused with an error naming it.
+func TestArrays(t *testing.T) {
+	m, opt := filled(t, 4)
+	arr := func(v []float32, shape ...int) map[string]Array {
+		return map[string]Array{"state.h": {Data: v, Shape: shape, Axes: []string{"layers", "batch", "hidden"}}}
+	}
+	meta := Meta{Model: "net"}
+	saved := []float32{1, -2, 3.5, 4, 5, 6}
+	path, err := Saver{Dir: t.TempDir()}.Save(t.Context(), State{Model: m, Optimizer: opt, Arrays: arr(saved, 1, 2, 3)}, meta, Position{Iteration: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	load := func(a map[string]Array) error {
+		o2, _ := optim.NewSGD(nn.Parameters(net(2, 3)), optim.SGDConfig{})
+		_, err := Load(path, State{Model: net(2, 3), Optimizer: o2, Arrays: a}, meta)
+		return err
+	}
+	got := make([]float32, 6)
+	if err := load(arr(got, 1, 2, 3)); err != nil || !slices.Equal(got, saved) {
+		t.Fatalf("restored %v (%v), saved %v", got, err, saved)
+	}
+	for _, tc := range []struct {
+		arrays map[string]Array
+		want   string
+	}{
+		{arr(make([]float32, 6), 1, 3, 2), `array "state.h" has shape [1 2 3] (layers, batch, hidden), this run's is [1 3 2] (layers, batch, hidden)`},
+		{nil, `array "state.h" (shape [1 2 3]) has no counterpart`},
+		{map[string]Array{"state.h": {Data: got, Shape: []int{1, 2, 3}}, "state.c": {Data: got, Shape: []int{1, 2, 3}}}, `no array "state.c"`},
+	} {
+		if err := load(tc.arrays); err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "rank-0.safetensors") {
+			t.Errorf("got %v, want %q", err, tc.want)
+		}
+	}
+	if _, err := (Saver{Dir: t.TempDir()}).Save(t.Context(), State{Model: m, Arrays: arr(saved, 2, 2)}, meta, Position{}); err == nil || !strings.Contains(err.Error(), "6 values, its shape [2 2] (layers, batch, hidden) has 4") {
+		t.Errorf("saving a misshapen array: %v", err)
+	}
+}

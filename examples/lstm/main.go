@@ -34,9 +34,10 @@
 //
 // The shared training flags (-optim, -schedule, -warmup, -lr, -momentum, -wd, -metrics,
 // -log-every, -plot) are train.Flags; -optim help and -schedule help list the specs.
-// Checkpoints (-checkpoint DIR, -checkpoint-every N, -resume) resume exactly from an epoch
-// end; a resume from a mid-epoch checkpoint restarts the hidden state from zeros at the
-// window where it stopped.
+// Checkpoints (-checkpoint DIR, -checkpoint-every N, -resume) resume exactly, mid-epoch
+// included: besides the model, optimizer, hook, DDP and dropout-generator state, every
+// rank's carried hidden state (h, c) is saved in its rank file, and a checkpoint whose state
+// has another shape (layers, batch, hidden size) or world size is refused.
 package main
 
 import "github.com/spargo-dl/spargo/internal/train"

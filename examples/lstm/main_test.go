@@ -4,16 +4,19 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/spargo-dl/spargo/dist"
 	"github.com/spargo-dl/spargo/internal/train"
+	"github.com/spargo-dl/spargo/safetensors"
 )
 
 // runAsLSTMVar makes this test binary run the lstm program (see TestMain), so that a test
@@ -129,27 +132,118 @@ func TestRunHooks(t *testing.T) {
 	}
 }
 
-// A run stopped at an epoch end and resumed gives the perplexities of an uninterrupted run
-// exactly (model, optimizer and dropout generator states are in the checkpoint).
-func TestResumeAtEpochEndIsExact(t *testing.T) {
+// A run stopped and resumed, at an epoch end or mid-epoch, ends with bit for bit the state of
+// an uninterrupted run: parameters, optimizer, the hook's residuals, the dropout generators
+// and each rank's carried LSTM hidden state are in the checkpoint (2 workers, topka, dropout).
+func TestResumeIsExact(t *testing.T) {
 	dir := writeCorpus(t)
 	c := smallConfig(dir)
-	c.Dropout, c.Steps = 0.3, 3 // the dropout generators must be restored too
-	whole, err := train.RunLM(context.Background(), c, &bytes.Buffer{}, &bytes.Buffer{})
+	c.Hook, c.Dropout, c.Steps, c.Keep = "topka:density=0.05", 0.3, 5, 0
+	c.Checkpoint = t.TempDir()
+	whole, err := train.RunLM(t.Context(), c, &bytes.Buffer{}, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.Checkpoint, c.Epochs = t.TempDir(), 1
-	if _, err := train.RunLM(context.Background(), c, &bytes.Buffer{}, &bytes.Buffer{}); err != nil {
+	wholeEnd := latest(t, c.Checkpoint)
+
+	// Epoch 1 with a checkpoint after step 3 (mid-epoch, the hidden state not zero) and at its
+	// end (step 5); each is resumed in a directory of its own.
+	c.Checkpoint, c.Epochs, c.CheckpointEvery = t.TempDir(), 1, 3
+	if _, err := train.RunLM(t.Context(), c, &bytes.Buffer{}, &bytes.Buffer{}); err != nil {
 		t.Fatal(err)
 	}
-	c.Epochs, c.Resume = 2, true
-	resumed, err := train.RunLM(context.Background(), c, &bytes.Buffer{}, &bytes.Buffer{})
+	for _, tc := range []struct{ name, ckpt string }{{"epoch end", "ckpt-0000000005"}, {"mid-epoch", "ckpt-0000000003"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			rc := c
+			rc.Checkpoint, rc.Epochs, rc.Resume = t.TempDir(), 2, true
+			if err := os.CopyFS(filepath.Join(rc.Checkpoint, tc.ckpt), os.DirFS(filepath.Join(c.Checkpoint, tc.ckpt))); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(rc.Checkpoint, "latest"), []byte(tc.ckpt+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			resumed, err := train.RunLM(t.Context(), rc, &bytes.Buffer{}, &bytes.Buffer{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			sameCheckpoint(t, wholeEnd, latest(t, rc.Checkpoint))
+			last := resumed.Epochs[len(resumed.Epochs)-1]
+			if last.ValPPL != whole.Epochs[1].ValPPL || resumed.TestPPL != whole.TestPPL {
+				t.Fatalf("resumed: %+v, uninterrupted: %+v", resumed.Epochs, whole.Epochs)
+			}
+			if tc.name == "mid-epoch" && resumed.Epochs[0].TrainLoss != whole.Epochs[0].TrainLoss {
+				t.Fatalf("resumed epoch 1 train loss %v, uninterrupted %v", resumed.Epochs[0].TrainLoss, whole.Epochs[0].TrainLoss)
+			}
+		})
+	}
+
+	// A checkpoint of another batch size or world size is refused, naming what differs.
+	for _, tc := range []struct {
+		change func(*train.LMConfig)
+		want   string
+	}{
+		{func(c *train.LMConfig) { c.Batch = 3 }, `batch "4", this run "3"`},
+		{func(c *train.LMConfig) { c.Workers = 1 }, "world size 2, this run 1"},
+	} {
+		rc := c
+		rc.Resume = true
+		tc.change(&rc)
+		if _, err := train.RunLM(t.Context(), rc, &bytes.Buffer{}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("resume: %v, want an error mentioning %q", err, tc.want)
+		}
+	}
+}
+
+func latest(t *testing.T, dir string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "latest"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(resumed.Epochs) != 1 || resumed.Epochs[0].ValPPL != whole.Epochs[1].ValPPL || resumed.TestPPL != whole.TestPPL {
-		t.Fatalf("resumed epoch 2: %+v, uninterrupted: %+v", resumed.Epochs, whole.Epochs[1])
+	return filepath.Join(dir, strings.TrimSpace(string(b)))
+}
+
+// sameCheckpoint compares two checkpoints tensor by tensor, bit for bit: the model (every
+// parameter), the optimizer and every rank's file (hook residuals, DDP, generators, hidden
+// state, totals).
+func sameCheckpoint(t *testing.T, want, got string) {
+	t.Helper()
+	ents, err := os.ReadDir(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var files []string
+	for _, e := range ents {
+		if strings.HasSuffix(e.Name(), ".safetensors") {
+			files = append(files, e.Name())
+		}
+	}
+	if !slices.Contains(files, "rank-1.safetensors") || !slices.Contains(files, "model.safetensors") {
+		t.Fatalf("%s holds %v", want, files)
+	}
+	for _, name := range files {
+		a, err := safetensors.ReadFile(filepath.Join(want, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := safetensors.ReadFile(filepath.Join(got, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(a.Names(), b.Names()) {
+			t.Fatalf("%s: tensors %v, uninterrupted %v", name, b.Names(), a.Names())
+		}
+		if name == "rank-0.safetensors" && !slices.ContainsFunc(a.Names(), func(n string) bool { return strings.HasPrefix(n, "array/lstm_state.") }) {
+			t.Fatalf("%s has no hidden state: %v", name, a.Names())
+		}
+		for _, k := range a.Names() {
+			if !bytes.Equal(a.Tensors[k].Data, b.Tensors[k].Data) {
+				t.Errorf("%s: %s differs from the uninterrupted run's", name, k)
+			}
+		}
+		if !maps.Equal(a.Metadata, b.Metadata) {
+			t.Errorf("%s: metadata %v, uninterrupted %v", name, b.Metadata, a.Metadata)
+		}
 	}
 }
 

@@ -96,7 +96,7 @@ func (c *LMConfig) Register(fs *flag.FlagSet) {
 	fs.Uint64Var(&c.Seed, "seed", c.Seed, "seed for initialisation and dropout")
 	fs.Float64Var(&c.BucketMB, "bucket-mb", c.BucketMB, "DDP bucket cap in MiB (0: ddp's defaults)")
 	fs.StringVar(&c.Checkpoint, "checkpoint", c.Checkpoint, "save checkpoints into this directory at the end of every epoch (and every -checkpoint-every steps)")
-	fs.IntVar(&c.CheckpointEvery, "checkpoint-every", c.CheckpointEvery, "also save a checkpoint every N steps (0: only at epoch ends; a resume from such a checkpoint restarts the hidden state from zeros)")
+	fs.IntVar(&c.CheckpointEvery, "checkpoint-every", c.CheckpointEvery, "also save a checkpoint every N steps (0: only at epoch ends); each rank's carried hidden state is saved with it, so a resume mid-epoch is exact")
 	fs.IntVar(&c.Keep, "keep", c.Keep, "keep the newest N checkpoints (0: all)")
 	fs.BoolVar(&c.Resume, "resume", c.Resume, "continue from the latest checkpoint in -checkpoint DIR (the same flags are required; -epochs may grow)")
 	fs.BoolVar(&c.Progress, "progress", c.Progress, "show a progress bar per epoch (launched: on rank 0, when its stderr is a terminal)")
@@ -463,9 +463,11 @@ func (w *lmWorker) run(ctx context.Context) error {
 		Group: g, DDP: dp, Model: model, Optimizer: opt, Schedule: sched, Epochs: c.Epochs, StepsPerEpoch: steps,
 		Batches: func(ctx context.Context, epoch, first int) iter.Seq2[lmWindow, error] {
 			return func(yield func(lmWindow, error) bool) {
-				// Each epoch starts from the zero state (as does a resumed epoch: the state
-				// of the interrupted run is not in the checkpoint).
-				trainState.Zero()
+				// Each epoch starts from the zero state; a mid-epoch resume continues from
+				// the state the checkpoint holds (restored into trainState by Resume).
+				if first == 0 {
+					trainState.Zero()
+				}
 				for i := first; i < data.Windows(c.Bptt); i++ {
 					if err := ctx.Err(); err != nil {
 						yield(lmWindow{}, err)
@@ -541,7 +543,8 @@ func (w *lmWorker) run(ctx context.Context) error {
 		loop.Progress = w.stderr
 	}
 	if c.Checkpoint != "" {
-		loop.Checkpoints = &Checkpointer{Dir: c.Checkpoint, Every: c.CheckpointEvery, Keep: c.Keep, Resume: c.Resume, Meta: c.checkpointMeta(world)}
+		loop.Checkpoints = &Checkpointer{Dir: c.Checkpoint, Every: c.CheckpointEvery, Keep: c.Keep, Resume: c.Resume, Meta: c.checkpointMeta(world),
+			Arrays: lmStateArrays(trainState)}
 		if rank == 0 {
 			loop.Checkpoints.Saved = func(path string, pos checkpoint.Position) {
 				fmt.Fprintf(w.stdout, "checkpoint %s (epoch %d, step %d, iteration %d)\n", path, pos.Epoch+1, pos.Step, pos.Iteration)
@@ -549,6 +552,16 @@ func (w *lmWorker) run(ctx context.Context) error {
 		}
 	}
 	return loop.Run(ctx)
+}
+
+// lmStateArrays names the carried training state for checkpoints: each rank saves its own
+// (h, c), so that a resume mid-epoch continues from the state the interrupted run had.
+func lmStateArrays(s *nn.LSTMState) map[string]checkpoint.Array {
+	shape, axes := []int{s.Layers, s.Batch, s.Hidden}, []string{"layers", "batch", "hidden"}
+	return map[string]checkpoint.Array{
+		"lstm_state.h": {Data: s.H, Shape: shape, Axes: axes},
+		"lstm_state.c": {Data: s.C, Shape: shape, Axes: axes},
+	}
 }
 
 // forward runs one window of cols columns through DDP (recording for backward when train)

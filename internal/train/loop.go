@@ -117,6 +117,9 @@ type Checkpointer struct {
 	Meta checkpoint.Meta
 	// RNG are the training loop's own generators (the layers' are saved with the model).
 	RNG map[string]checkpoint.RandState
+	// Arrays are the training loop's own per-rank arrays (the LSTM language model's carried
+	// hidden state), saved with each rank's state and restored in place on resume.
+	Arrays map[string]checkpoint.Array
 	// Saved, when set, is called on every rank after each save with the checkpoint's path.
 	Saved func(path string, pos checkpoint.Position)
 }
@@ -137,7 +140,7 @@ const tagStepStats = 103
 func (l *Loop[B]) state() checkpoint.State {
 	st := checkpoint.State{Model: l.Model, DDP: l.DDP, Optimizer: l.Optimizer}
 	if l.Checkpoints != nil {
-		st.RNG = l.Checkpoints.RNG
+		st.RNG, st.Arrays = l.Checkpoints.RNG, l.Checkpoints.Arrays
 	}
 	return st
 }
