@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
 )
 
 // writeVGGRun writes a metrics file as examples/vgg does: one line per epoch, then a
