@@ -18,7 +18,9 @@ the model's largest gradient element: see FLOOR). Also printed: the whole gradie
 |g_spargo - g_torch| / |g_torch|. PyTorch computes in float64 from the
 float32 weights and batch (--dtype float32 for torch's own float32 result). The exit status is
 1 when a criterion fails. --golden writes a compact golden that the Go test
-internal/parity/parity_test.go checks a fresh spargo run against (no Python in CI).
+internal/parity/parity_test.go checks a fresh spargo run against (no Python in CI). A case
+exported with -steps K also compares the parameters and buffers after K SGD steps on the
+batch (relative to how far the parameters moved).
 
 Families: FAMILIES maps a family to (build the torch model, compute the loss from the batch).
 Add one per model family (the LSTM and BERT families join the same way).
@@ -134,6 +136,39 @@ def main(argv):
     report["grad_norm_rel"] = ((flat_s - flat_t).norm() / flat_t.norm()).item()
     ok = report["loss_rel"] <= LOSS_RTOL and report["grad_max_rel"] <= GRAD_RTOL and report["buffer_max_rel"] <= GRAD_RTOL
 
+    if case.get("steps"):
+        # The trajectory: the same SGD steps on the same batch from the same weights.
+        # Parameters compare relative to their change over the steps
+        # (max|p_spargo - p_torch| / max|p_torch - p_0| per tensor), buffers as above.
+        def trajectory(dt):
+            t = make_model(case)
+            t.load_state_dict(weights, strict=True)
+            t = t.to(dt).train()
+            opt = torch.optim.SGD(t.parameters(), lr=case["lr"], momentum=case.get("momentum", 0),
+                                  weight_decay=case.get("wd", 0))
+            for _ in range(case["steps"]):
+                opt.zero_grad(set_to_none=True)
+                loss_fn(t, {k: (v.to(dt) if v.is_floating_point() else v) for k, v in batch.items()}).backward()
+                opt.step()
+            return t
+
+        traj = trajectory(dtype)
+        steps_rows = []
+        for name, p in traj.named_parameters():
+            p0 = weights[name].double()
+            moved = p.detach().double() - p0
+            steps_rows.append(("param/" + name, rel(spargo["param/" + name].double() - p0, moved)))
+        for name, b in traj.named_buffers():
+            steps_rows.append(("buffer_steps/" + name, rel(spargo["buffer_steps/" + name].double(), b.double())))
+        report["steps_param_max_rel"] = max(r for n, r in steps_rows if n.startswith("param/"))
+        report["steps_buffer_max_rel"] = max((r for n, r in steps_rows if n.startswith("buffer_steps/")), default=0.0)
+        if a.dtype == "float64":
+            t32 = dict(trajectory(torch.float32).named_parameters())
+            report["torch_float32_steps_param_max_rel"] = max(
+                rel(t32[n].detach().double() - weights[n].double(), p.detach().double() - weights[n].double())
+                for n, p in traj.named_parameters())
+        ok = ok and report["steps_param_max_rel"] <= GRAD_RTOL and report["steps_buffer_max_rel"] <= GRAD_RTOL
+
     x = case.get("size") or case["dataset"]["Size"]
     print(f"{a.family}/{a.model}: {report['params']} parameters, batch {case['batch']}"
           f" at {x}x{x}, seed {case['seed']}, torch {torch.__version__} in {a.dtype}")
@@ -147,6 +182,15 @@ def main(argv):
               f"{report['torch_float32_grad_max_rel']:.2e}")
     for name, r in sorted(rows, key=lambda r: -r[1])[:a.top]:
         print(f"  {r:.2e}  {name}")
+    if case.get("steps"):
+        print(f"after {case['steps']} SGD steps (lr {case['lr']}, momentum {case.get('momentum', 0)}, "
+              f"wd {case.get('wd', 0)}): parameters' change max relative {report['steps_param_max_rel']:.2e}, "
+              f"buffers {report['steps_buffer_max_rel']:.2e} (criterion {GRAD_RTOL:g})")
+        if "torch_float32_steps_param_max_rel" in report:
+            print(f"noise floor: torch's own float32 trajectory against float64, max relative "
+                  f"{report['torch_float32_steps_param_max_rel']:.2e}")
+        for name, r in sorted(steps_rows, key=lambda r: -r[1])[:a.top]:
+            print(f"  {r:.2e}  {name}")
     print("PASS" if ok else "FAIL")
 
     if a.golden:
@@ -166,7 +210,7 @@ def main(argv):
             tensors["buffer/" + name]["shape"] = list(b.shape)
         doc = {"generator": "scripts/torch_parity.py", "torch_version": torch.__version__,
                "compute_dtype": a.dtype, "family": a.family,
-               "case": {k: case[k] for k in ("model", "batch", "size", "seed") if k in case},
+               "case": {k: case[k] for k in ("model", "batch", "size", "seed") if k in case},  # gradient only
                "loss": loss.item(), "tensors": tensors, "report": report}
         os.makedirs(os.path.dirname(os.path.abspath(a.golden)), exist_ok=True)
         with open(a.golden, "w") as f:

@@ -40,6 +40,7 @@ import (
 
 	"github.com/spargo-dl/spargo/models"
 	"github.com/spargo-dl/spargo/nn"
+	"github.com/spargo-dl/spargo/optim"
 	"github.com/spargo-dl/spargo/safetensors"
 )
 
@@ -63,6 +64,14 @@ type Case struct {
 	// to keep the check quick.
 	Size int    `json:"size,omitempty"`
 	Seed uint64 `json:"seed"`
+	// Steps > 0 also takes that many SGD steps on the same batch (the first with the
+	// checked gradients) with LR, Momentum and WD, and exports the parameters and buffers
+	// after them ("param/<name>", "buffer_steps/<name>"): the optimizer and BatchNorm's
+	// running statistics over a short trajectory.
+	Steps    int     `json:"steps,omitempty"`
+	LR       float64 `json:"lr,omitempty"`
+	Momentum float64 `json:"momentum,omitempty"`
+	WD       float64 `json:"wd,omitempty"`
 }
 
 // Family feeds a model family's models in a parity check.
@@ -135,6 +144,10 @@ type Result struct {
 	Batch   map[string]safetensors.Tensor
 	Weights *safetensors.File // parameters and buffers before the step
 	Loss    float32
+	// Grads and Buffers are the gradients and buffers after the first forward and
+	// backward, by name; After holds "param/<name>" and "buffer_steps/<name>" after
+	// Case.Steps SGD steps (empty without).
+	Grads, Buffers, After map[string]*nn.Tensor
 }
 
 // Run builds c's model and batch and runs one training-mode forward and backward: the
@@ -176,7 +189,41 @@ func Run(c Case) (*Result, error) {
 	if err := tape.Backward(loss); err != nil {
 		return nil, fmt.Errorf("parity: %s: %w", c.Model, err)
 	}
-	return &Result{Entry: e, Model: m, Batch: batch, Weights: weights, Loss: loss.Item()}, nil
+	r := &Result{Entry: e, Model: m, Batch: batch, Weights: weights, Loss: loss.Item(),
+		Grads: map[string]*nn.Tensor{}, Buffers: map[string]*nn.Tensor{}, After: map[string]*nn.Tensor{}}
+	params := nn.Parameters(m)
+	for _, p := range params {
+		r.Grads[p.Name] = p.Grad.Clone()
+	}
+	for _, b := range nn.Buffers(m) {
+		r.Buffers[b.Name] = b.Value.Clone()
+	}
+	if c.Steps > 0 {
+		opt, err := optim.NewSGD(params, optim.SGDConfig{LR: c.LR, Momentum: c.Momentum, WeightDecay: c.WD})
+		if err != nil {
+			return nil, err
+		}
+		opt.Step()
+		for s := 1; s < c.Steps; s++ {
+			tape.Reset()
+			opt.ZeroGrad()
+			loss, err := fam.Loss(tape, m, batch)
+			if err == nil {
+				err = tape.Backward(loss)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("parity: %s: step %d: %w", c.Model, s+1, err)
+			}
+			opt.Step()
+		}
+		for _, p := range params {
+			r.After["param/"+p.Name] = p.Value.Clone()
+		}
+		for _, b := range nn.Buffers(m) {
+			r.After["buffer_steps/"+b.Name] = b.Value.Clone()
+		}
+	}
+	return r, nil
 }
 
 // Export runs c and writes the directory scripts/torch_parity.py reads (see the package
@@ -207,11 +254,10 @@ func Export(dir string, c Case) (*Result, error) {
 	loss := safetensors.FromFloat32([]float32{r.Loss})
 	loss.Shape = []int{} // a scalar, like PyTorch's loss
 	out.Tensors["loss"] = loss
-	for _, p := range nn.Parameters(r.Model) {
-		out.Tensors["grad/"+p.Name] = safetensors.FromFloat32(p.Grad.Data, p.Grad.Shape...)
-	}
-	for _, b := range nn.Buffers(r.Model) {
-		out.Tensors["buffer/"+b.Name] = safetensors.FromFloat32(b.Value.Data, b.Value.Shape...)
+	for prefix, ts := range map[string]map[string]*nn.Tensor{"grad/": r.Grads, "buffer/": r.Buffers, "": r.After} {
+		for name, t := range ts {
+			out.Tensors[prefix+name] = safetensors.FromFloat32(t.Data, t.Shape...)
+		}
 	}
 	for name, f := range map[string]*safetensors.File{"weights": r.Weights, "batch": batch, "spargo": out} {
 		f.Metadata["generator"] = "internal/parity.Export"
@@ -295,11 +341,11 @@ func Check(g *Golden) (lossRel float64, diffs []Diff, err error) {
 			have["input/"+name], _ = t.Float32()
 		}
 	}
-	for _, p := range nn.Parameters(r.Model) {
-		have["grad/"+p.Name] = p.Grad.Data
+	for name, t := range r.Grads {
+		have["grad/"+name] = t.Data
 	}
-	for _, b := range nn.Buffers(r.Model) {
-		have["buffer/"+b.Name] = b.Value.Data
+	for name, t := range r.Buffers {
+		have["buffer/"+name] = t.Data
 	}
 	gmax := 0.0
 	for name, want := range g.Tensors {
