@@ -177,20 +177,18 @@ def main(argv):
     print(f"gradients: max relative {report['grad_max_rel']:.2e} over {len(grads)} tensors; "
           f"buffers: {report['buffer_max_rel']:.2e} over {len(bufs)} (criterion {GRAD_RTOL:g}); "
           f"whole gradient |g_s - g_t| / |g_t| {report['grad_norm_rel']:.2e}")
-    if "torch_float32_grad_max_rel" in report:
-        print(f"noise floor: torch's own float32 gradients against float64, max relative "
-              f"{report['torch_float32_grad_max_rel']:.2e}")
-    for name, r in sorted(rows, key=lambda r: -r[1])[:a.top]:
-        print(f"  {r:.2e}  {name}")
+    def floor_and_worst(key, what, table):
+        if key in report:
+            print(f"noise floor: torch's own float32 {what} against float64, max relative {report[key]:.2e}")
+        for name, r in sorted(table, key=lambda r: -r[1])[:a.top]:
+            print(f"  {r:.2e}  {name}")
+
+    floor_and_worst("torch_float32_grad_max_rel", "gradients", rows)
     if case.get("steps"):
         print(f"after {case['steps']} SGD steps (lr {case['lr']}, momentum {case.get('momentum', 0)}, "
               f"wd {case.get('wd', 0)}): parameters' change max relative {report['steps_param_max_rel']:.2e}, "
               f"buffers {report['steps_buffer_max_rel']:.2e} (criterion {GRAD_RTOL:g})")
-        if "torch_float32_steps_param_max_rel" in report:
-            print(f"noise floor: torch's own float32 trajectory against float64, max relative "
-                  f"{report['torch_float32_steps_param_max_rel']:.2e}")
-        for name, r in sorted(steps_rows, key=lambda r: -r[1])[:a.top]:
-            print(f"  {r:.2e}  {name}")
+        floor_and_worst("torch_float32_steps_param_max_rel", "trajectory", steps_rows)
     print("PASS" if ok else "FAIL")
 
     if a.golden:
