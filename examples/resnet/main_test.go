@@ -1,12 +1,114 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
+	"image/png"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/spargo-dl/spargo/datasets"
 	"github.com/spargo-dl/spargo/models"
 	"github.com/spargo-dl/spargo/nn"
 )
+
+// runAsResNetVar makes this test binary run the resnet program (see TestMain), so that the
+// tests run it with real command lines.
+const runAsResNetVar = "SPARGO_TEST_RUN_AS_RESNET"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(runAsResNetVar) == "1" {
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// program runs the resnet program with args and returns its output and error.
+func program(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), runAsResNetVar+"=1")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	return out.String(), err
+}
+
+// Two steps of the program from a clean clone (CIFAR-10 from ../shared/data, found by the
+// search path): 2 workers, the default cosine schedule, step records every step and the
+// -plot PNG, with the default model, ResNet-20.
+func TestRunTwoSteps(t *testing.T) {
+	if _, err := datasets.FindCIFAR10(""); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("CI has ../shared/data beside the clone: %v", err)
+		}
+		t.Skipf("no CIFAR-10 copy on this machine: %v", err)
+	}
+	tmp := t.TempDir()
+	metrics, img := filepath.Join(tmp, "run.jsonl"), filepath.Join(tmp, "run.png")
+	out, err := program(t, "-model", "resnet20", "-batch", "4", "-epochs", "1", "-steps", "2", "-eval-limit", "16",
+		"-progress=false", "-metrics", metrics, "-log-every", "1", "-plot", img)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if !strings.Contains(out, "epoch 1 train_loss") || !strings.Contains(out, "done: resnet20 allreduce, 2 workers × batch 4") {
+		t.Fatalf("output:\n%s", out)
+	}
+	b, err := os.ReadFile(metrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) != 4 {
+		t.Fatalf("metrics: %d lines, want 2 step records, an epoch and the summary:\n%s", len(lines), b)
+	}
+	var steps []map[string]any
+	for _, l := range lines[:2] {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatal(err)
+		}
+		steps = append(steps, m)
+	}
+	// cosine over 2 steps from lr 0.1: 0.1 at step 1, 0.05 at step 2.
+	if steps[0]["step"] != 1.0 || steps[1]["step"] != 2.0 || steps[0]["lr"] != 0.1 || math.Abs(steps[1]["lr"].(float64)-0.05) > 1e-12 || steps[0]["loss"] == nil {
+		t.Errorf("step records %v", steps)
+	}
+	var sum struct {
+		Config map[string]any `json:"config"`
+	}
+	if err := json.Unmarshal([]byte(lines[3]), &sum); err != nil || sum.Config["schedule"] != "cosine" || sum.Config["lr"] != 0.1 || sum.Config["wd"] != 1e-4 {
+		t.Errorf("summary config %v (%v)", sum.Config, err)
+	}
+	f, err := os.Open(img)
+	if err != nil {
+		t.Fatalf("-plot: %v", err)
+	}
+	defer f.Close()
+	if _, err := png.DecodeConfig(f); err != nil {
+		t.Errorf("-plot wrote no PNG: %v", err)
+	}
+}
+
+// Flag errors name the flag and exit 2; -optim help lists the optimizers and schedules.
+func TestFlagErrors(t *testing.T) {
+	out, err := program(t, "-plot", "x.png")
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(out, "resnet: -plot x.png needs -metrics") {
+		t.Errorf("-plot without -metrics: %v\n%s", err, out)
+	}
+	out, err = program(t, "-optim", "help")
+	if err != nil || !strings.Contains(out, "adamw") || !strings.Contains(out, "multistep") {
+		t.Errorf("-optim help: %v\n%s", err, out)
+	}
+	if _, err := newModel("nosuch", models.CIFAR10, nn.NewRand(0)); err == nil || !strings.Contains(err.Error(), `unknown model "nosuch"`) {
+		t.Errorf("unknown model: %v", err)
+	}
+}
 
 // The program builds its models through the catalogue: every CIFAR ResNet (and the VGGs)
 // for CIFAR-10, the CIFAR-100 variant for CIFAR-100, and a clear error for ImageNet models.
