@@ -2,6 +2,11 @@
 //
 //	model, err := models.NewVGG("vgg16", models.CIFAR10, nn.NewRand(seed))
 //	fmt.Print(nn.Summary(model)) // features.0.weight … classifier.bias, 14,728,266 parameters
+//	r20, err := models.NewResNet("resnet20", models.CIFAR10, nn.NewRand(seed)) // 269,722
+//	r50, err := models.New("resnet50", nn.NewRand(seed)) // torchvision's, 25,557,032
+//
+// The catalogue (Catalog, Lookup, LookupImage, New) lists every model by name; spargo models
+// prints it.
 package models
 
 import (

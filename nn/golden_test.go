@@ -69,7 +69,7 @@ func runGolden(t *testing.T, c *golden.Case, m Module) {
 
 func TestGoldenLayers(t *testing.T) {
 	rng := NewRand(0)
-	for _, file := range []string{"linear", "conv2d", "batchnorm2d", "pool", "activation"} {
+	for _, file := range []string{"linear", "conv2d", "batchnorm2d", "pool", "resnet_ops", "activation"} {
 		f := golden.MustLoad(t, file)
 		for i := range f.Cases {
 			c := &f.Cases[i]
@@ -92,6 +92,10 @@ func TestGoldenLayers(t *testing.T) {
 						t.Fatalf("%s: only count_include_pad=True is implemented", c.Name)
 					}
 					m = AvgPool2d{Kernel: c.Int("kernel"), Stride: c.Int("stride"), Padding: c.Int("padding")}
+				case "adaptiveavgpool2d":
+					m = AdaptiveAvgPool2d{OutH: c.Int("out_h"), OutW: c.Int("out_w")}
+				case "subsample_pad":
+					m = SubsamplePad{Stride: c.Int("stride"), Before: c.Int("before"), After: c.Int("after")}
 				case "relu":
 					m = ReLU{}
 				case "flatten":

@@ -30,3 +30,10 @@ func Normal(x []float32, std float64, rng *rand.Rand) {
 		x[i] = float32(rng.NormFloat64() * std)
 	}
 }
+
+// KaimingNormal fills a weight as PyTorch's kaiming_normal_ with a = 0 and the ReLU gain
+// does: N(0, 2/fan), where fan is fan_in (mode='fan_in', the default) or fan_out
+// (mode='fan_out', torchvision's ResNet convolutions) as the caller chooses.
+func KaimingNormal(w []float32, fan int, rng *rand.Rand) {
+	Normal(w, math.Sqrt(2/float64(fan)), rng)
+}

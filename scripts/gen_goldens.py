@@ -152,6 +152,40 @@ def gen_pool():
     return cases
 
 
+# ---------------------------------------------------------------- resnet ops
+class SubsamplePad(nn.Module):
+    """The option-A shortcut of the CIFAR ResNets: x[:, :, ::s, ::s], zero channels around."""
+
+    def __init__(self, stride, before, after):
+        super().__init__()
+        self.stride, self.before, self.after = stride, before, after
+
+    def forward(self, x):
+        s = self.stride
+        return F.pad(x[:, :, ::s, ::s], (0, 0, 0, 0, self.before, self.after))
+
+
+def gen_resnet_ops():
+    cases = []
+    specs = [  # name, op, config, N, C, H, W
+        ("adaptiveavgpool2d_1x1", "adaptiveavgpool2d", {"out_h": 1, "out_w": 1}, 2, 3, 5, 7),
+        ("adaptiveavgpool2d_2x3_overlap", "adaptiveavgpool2d", {"out_h": 2, "out_w": 3}, 2, 2, 5, 7),
+        ("adaptiveavgpool2d_4x4_from_3x3", "adaptiveavgpool2d", {"out_h": 4, "out_w": 4}, 1, 2, 3, 3),
+        ("subsample_pad_s2_4_4", "subsample_pad", {"stride": 2, "before": 4, "after": 4}, 2, 8, 6, 6),
+        ("subsample_pad_s2_odd", "subsample_pad", {"stride": 2, "before": 1, "after": 2}, 2, 3, 5, 7),
+        ("subsample_pad_s1", "subsample_pad", {"stride": 1, "before": 0, "after": 3}, 1, 2, 3, 4),
+    ]
+    for seed, (name, op, cfg, n, c, h, w) in enumerate(specs):
+        torch.manual_seed(450 + seed)
+        if op == "adaptiveavgpool2d":
+            m = nn.AdaptiveAvgPool2d((cfg["out_h"], cfg["out_w"]))
+        else:
+            m = SubsamplePad(cfg["stride"], cfg["before"], cfg["after"])
+        x = torch.randn(n, c, h, w)
+        cases.append(layer_case(name, op, cfg, m, x))
+    return cases
+
+
 # ---------------------------------------------------------------- activation
 def gen_activation():
     cases = []
@@ -290,6 +324,7 @@ FILES = {
     "conv2d": gen_conv2d,
     "batchnorm2d": gen_batchnorm2d,
     "pool": gen_pool,
+    "resnet_ops": gen_resnet_ops,
     "activation": gen_activation,
     "loss": gen_loss,
     "model": gen_model,

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # PyTorch comparison for BENCHMARKS.md: training images/s (forward + backward + SGD step)
-# of the CIFAR-variant VGG-BN models on random 3x32x32 inputs at a fixed batch size.
+# of the catalogue's models (scripts/torch_models.py: VGG-BN, ResNets) on random 3x32x32 inputs at a fixed batch size.
 #
 #   OPENBLAS_NUM_THREADS=1 /usr/bin/python3 scripts/torch_throughput.py --model vgg11 --batch 32 --steps 20
 #
@@ -12,34 +12,18 @@ import json
 import sys
 import time
 
+import os
+
 import torch
 import torch.nn as nn
 
-CFG = {
-    "vgg11": [64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M"],
-    "vgg13": [64, 64, "M", 128, 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M"],
-    "vgg16": [64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M",
-              512, 512, 512, "M"],
-    "vgg19": [64, 64, "M", 128, 128, "M", 256, 256, 256, 256, "M", 512, 512, 512, 512, "M",
-              512, 512, 512, 512, "M"],
-}
-
-
-def vgg(name, classes=10):
-    """VGG with BatchNorm, CIFAR variant: conv stack, Flatten, Linear(512, classes)."""
-    layers, c = [], 3
-    for v in CFG[name]:
-        if v == "M":
-            layers.append(nn.MaxPool2d(2))
-        else:
-            layers += [nn.Conv2d(c, v, 3, padding=1), nn.BatchNorm2d(v), nn.ReLU(inplace=True)]
-            c = v
-    return nn.Sequential(*layers, nn.Flatten(), nn.Linear(512, classes))
-
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_models import build  # noqa: E402
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--model", default="vgg11", choices=sorted(CFG))
+    ap.add_argument("--model", default="vgg11", help="a name of spargo's catalogue (scripts/torch_models.py)")
+    ap.add_argument("--size", type=int, default=32, help="input height = width")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--steps", type=int, default=20, help="timed steps (median is reported)")
     ap.add_argument("--warmup", type=int, default=2, help="untimed steps first")
@@ -51,11 +35,11 @@ def main():
 
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
-    m = vgg(a.model).train()
+    m = build(a.model).train()
     nparams = sum(p.numel() for p in m.parameters())
     opt = torch.optim.SGD(m.parameters(), lr=a.lr, momentum=0.9, weight_decay=5e-4)
     lossf = nn.CrossEntropyLoss()
-    x = torch.randn(a.batch, 3, 32, 32)
+    x = torch.randn(a.batch, 3, a.size, a.size)
     y = torch.randint(0, 10, (a.batch,))
 
     def step():

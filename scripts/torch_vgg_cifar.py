@@ -37,10 +37,15 @@
 # Example (the hooks' convergence check, SparDL at density 0.01):
 #   OPENBLAS_NUM_THREADS=1 /usr/bin/python3 scripts/torch_vgg_cifar.py --data DATA \
 #       --model vgg11 --epochs 3 --workers 4 --batch 16 --hook spardl --density 0.01
+# --model resnet20 (32, 44, 56, 110) trains He et al.'s CIFAR ResNet (scripts/torch_models.py,
+# akamaster/pytorch_resnet_cifar10's definition and init), spargo's examples/resnet recipe:
+#   OPENBLAS_NUM_THREADS=1 /usr/bin/python3 scripts/torch_vgg_cifar.py --data DATA \
+#       --model resnet20 --epochs 3 --workers 2 --batch 128 --lr 0.1 --wd 1e-4 --schedule cosine
 # Prints one line per epoch: "epoch E train_loss L test_acc A img_s S" (+ timings).
 import argparse
 import glob
 import json
+import math
 import os
 import sys
 import time
@@ -50,28 +55,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-CFG = {
-    "vgg11": [64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M"],
-    "vgg13": [64, 64, "M", 128, 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M"],
-    "vgg16": [64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M",
-              512, 512, 512, "M"],
-    "vgg19": [64, 64, "M", 128, 128, "M", 256, 256, 256, 256, "M", 512, 512, 512, 512, "M",
-              512, 512, 512, 512, "M"],
-}
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_models import CIFAR_DEPTHS, VGG_CFG, build  # noqa: E402
+
 MEAN = np.array([0.4914, 0.4822, 0.4465], np.float32).reshape(1, 3, 1, 1)
 STD = np.array([0.2470, 0.2435, 0.2616], np.float32).reshape(1, 3, 1, 1)
-
-
-def vgg(name, classes=10):
-    """VGG with BatchNorm, CIFAR variant: conv stack, Flatten, Linear(512, classes)."""
-    layers, c = [], 3
-    for v in CFG[name]:
-        if v == "M":
-            layers.append(nn.MaxPool2d(2))
-        else:
-            layers += [nn.Conv2d(c, v, 3, padding=1), nn.BatchNorm2d(v), nn.ReLU(inplace=True)]
-            c = v
-    return nn.Sequential(*layers, nn.Flatten(), nn.Linear(512, classes))
 
 
 def load_bin(paths):
@@ -253,7 +241,10 @@ def spardl(grads, resid, density):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", required=True, help="directory with the CIFAR-10 .bin files")
-    ap.add_argument("--model", default="vgg11", choices=sorted(CFG))
+    ap.add_argument("--model", default="vgg11",
+                    choices=sorted(VGG_CFG) + [f"resnet{d}" for d in CIFAR_DEPTHS])
+    ap.add_argument("--schedule", default="constant", choices=["constant", "cosine"],
+                    help="cosine: per step from --lr to 0 over the run (spargo's -schedule cosine)")
     ap.add_argument("--epochs", type=int, default=10)
     ap.add_argument("--batch", type=int, default=64, help="per-worker batch size")
     ap.add_argument("--lr", type=float, default=0.01)
@@ -284,7 +275,7 @@ def main():
     if lt:
         xte, yte = xte[:lt], yte[:lt]
 
-    m = vgg(a.model)
+    m = build(a.model)
     nparams = sum(p.numel() for p in m.parameters())
     opt = torch.optim.SGD(m.parameters(), lr=a.lr, momentum=a.momentum, weight_decay=a.wd)
     W, B = a.workers, a.batch
@@ -300,12 +291,18 @@ def main():
     resid = [torch.zeros(nparams) for _ in range(W)]
     covap = Covap(params, a.interval) if a.hook == "covap" else None
     history = []
+    steps_per_epoch = len(xtr) // gb
+    total_steps = a.epochs * steps_per_epoch
     t0 = time.time()
     for ep in range(1, a.epochs + 1):
         m.train()
         perm = rng.permutation(len(xtr))
         tl, nb, ts = 0.0, 0, time.time()
         for i in range(0, len(perm) - gb + 1, gb):
+            if a.schedule == "cosine":  # optim.Cosine: t = steps taken so far
+                t = (ep - 1) * steps_per_epoch + i // gb
+                for grp in opt.param_groups:
+                    grp["lr"] = 0.5 * a.lr * (1 + math.cos(math.pi * t / total_steps))
             idx = perm[i:i + gb]
             x = torch.from_numpy(augment(xtr[idx], rng))
             y = torch.from_numpy(ytr[idx])

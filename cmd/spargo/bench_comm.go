@@ -16,7 +16,6 @@ import (
 
 	"github.com/spargo-dl/spargo/gradrec"
 	"github.com/spargo-dl/spargo/hooks"
-	"github.com/spargo-dl/spargo/models"
 	"github.com/spargo-dl/spargo/nn"
 )
 
@@ -97,7 +96,7 @@ func runBenchComm(args []string, stdout io.Writer) error {
 	fs.Var(&specs, "hook", "hook spec, as for -hook of the examples (repeat for several; default: "+strings.Join(defaultCommHooks, ", ")+")")
 	workers := fs.Int("workers", 4, "in-process workers P (with -grads: default the recording's P)")
 	nFlag := fs.String("n", "1M", "elements in the single synthetic bucket (k, M, G suffixes: 14.7M is VGG-16's size)")
-	model := fs.String("model", "", "take the parameters' layout from this model ("+strings.Join(models.VGGNames(), ", ")+") instead of -n: each hook gets the buckets DDP would give it")
+	model := fs.String("model", "", "take the parameters' layout from this model (a name of spargo models: vgg16, resnet20, resnet50, ...) instead of -n: each hook gets the buckets DDP would give it")
 	gradsDir := fs.String("grads", "", "replay the gradients recorded in this directory (examples/vgg -record-grads) instead of synthetic ones")
 	iters := fs.Int("iters", 5, "timed calls per hook (the median time is reported); not with -grads, which times every recorded iteration after -warmup")
 	warmup := fs.Int("warmup", 2, "untimed calls per hook before timing (with -grads: the first recorded iterations, replayed untimed)")

@@ -42,7 +42,7 @@ func singleBucketSource(grads [][]float32) *gradSource {
 // modelSource is the synthetic source of -model: the model's parameters, each worker's
 // synthetic gradient cut into them in declaration order.
 func modelSource(name string, seed uint64, workers int) (*gradSource, error) {
-	m, err := models.NewVGG(name, models.CIFAR10, nn.NewRand(0))
+	m, err := models.New(name, nn.NewRand(0))
 	if err != nil {
 		return nil, fmt.Errorf("-model: %w", err)
 	}

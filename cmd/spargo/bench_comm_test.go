@@ -213,6 +213,18 @@ func TestBenchCommModel(t *testing.T) {
 	}
 }
 
+// Any catalogue model: ResNet-20's 269,722 parameters fit DDP's 1 MiB first bucket and one more.
+func TestBenchCommResNet(t *testing.T) {
+	var out, errb bytes.Buffer
+	args := []string{"bench", "comm", "-model", "resnet20", "-workers", "2", "-iters", "1", "-warmup", "0", "-hook", "allreduce"}
+	if code := dispatch(args, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	if !strings.Contains(out.String(), "n=269722") || !regexp.MustCompile(`allreduce\s+1\s+2\s`).MatchString(out.String()) {
+		t.Errorf("want n=269722 and 2 buckets:\n%s", out.String())
+	}
+}
+
 func TestBenchCommGradsErrors(t *testing.T) {
 	dir := writeRecording(t, false)
 	for _, tc := range []struct {
@@ -225,7 +237,7 @@ func TestBenchCommGradsErrors(t *testing.T) {
 		{[]string{"-grads", dir, "-warmup", "2"}, "-warmup 2: the recording in " + dir + " has 2 iterations [7 8]"},
 		{[]string{"-grads", dir, "-warmup", "0", "-workers", "3"}, "-workers 3: the recording in " + dir + " has P=2 ranks"},
 		{[]string{"-grads", t.TempDir()}, "-grads: gradrec:"},
-		{[]string{"-model", "vgg7"}, `-model: models: unknown VGG "vgg7"`},
+		{[]string{"-model", "vgg7"}, `-model: models: unknown model "vgg7"`},
 	} {
 		var out, errb bytes.Buffer
 		args := append([]string{"bench", "comm", "-hook", "topka"}, tc.args...)

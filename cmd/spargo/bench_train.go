@@ -38,15 +38,16 @@ type trainResult struct {
 func runBenchTrain(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("spargo bench train", flag.ContinueOnError)
 	fs.SetOutput(stdout)
-	model := fs.String("model", "vgg16", "model: "+fmt.Sprint(models.VGGNames()))
+	model := fs.String("model", "vgg16", "an image classifier of spargo models (vgg11 … vgg19, resnet20 … resnet110, resnet18 … resnet152)")
 	batch := fs.Int("batch", 32, "images per step")
 	steps := fs.Int("steps", 20, "timed steps (the median is reported)")
 	warmup := fs.Int("warmup", 3, "untimed steps before timing")
-	dataset := fs.String("dataset", "cifar10", "input shape and classes: cifar10 or cifar100")
+	dataset := fs.String("dataset", "", "input shape and classes: cifar10 or cifar100 (the model's CIFAR variant); empty: the model's own (cifar10, imagenet for resnet18 … resnet152)")
+	size := fs.Int("size", 0, "input height = width instead of the data set's (ImageNet ResNets take any size from 32; 0: the data set's)")
 	seed := fs.Uint64("seed", 0, "seed for the weights and the random batch")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of text")
 	fs.Usage = func() {
-		fmt.Fprintln(stdout, "usage: spargo bench train [-model NAME] [-batch N] [-steps K] [-warmup W] [-json]")
+		fmt.Fprintln(stdout, "usage: spargo bench train [-model NAME] [-dataset cifar10|cifar100] [-size S] [-batch N] [-steps K] [-warmup W] [-json]")
 		fmt.Fprintln(stdout, "\nTimes single-process training steps (forward, cross-entropy, backward, SGD with momentum 0.9\nand weight decay 5e-4) on one random batch and prints the median images/s over the timed steps.\nThreads: GOMAXPROCS (set the environment variable to change it).")
 		fs.PrintDefaults()
 	}
@@ -68,16 +69,34 @@ func runBenchTrain(args []string, stdout io.Writer) error {
 	if *warmup < 0 {
 		return fmt.Errorf("bench train: -warmup %d: want 0 or more", *warmup)
 	}
-	var ds models.Dataset
+	entry, err := models.Lookup(*model)
+	if err != nil {
+		return fmt.Errorf("bench train: -model: %w", err)
+	}
 	switch *dataset {
-	case "cifar10":
-		ds = models.CIFAR10
-	case "cifar100":
-		ds = models.CIFAR100
+	case "":
+	case "cifar10", "cifar100":
+		ds := models.CIFAR10
+		if *dataset == "cifar100" {
+			ds = models.CIFAR100
+		}
+		if entry, err = models.LookupImage(*model, ds); err != nil {
+			return fmt.Errorf("bench train: -model with -dataset: %w", err)
+		}
 	default:
 		return fmt.Errorf("bench train: -dataset %q: want cifar10 or cifar100", *dataset)
 	}
-	m, err := models.NewVGG(*model, ds, nn.NewRand(*seed))
+	ds := entry.Input
+	if ds.Size == 0 {
+		return fmt.Errorf("bench train: -model %s: not an image classifier (family %s); bench train feeds images", entry.Name, entry.Family)
+	}
+	if *size < 0 {
+		return fmt.Errorf("bench train: -size %d: want 0 or more", *size)
+	}
+	if *size > 0 {
+		ds.Size = *size
+	}
+	m, err := entry.Build(nn.NewRand(*seed))
 	if err != nil {
 		return fmt.Errorf("bench train: -model: %w", err)
 	}
@@ -100,7 +119,7 @@ func runBenchTrain(args []string, stdout io.Writer) error {
 		tape.Reset()
 		opt.ZeroGrad()
 		if err := tape.Backward(nn.CrossEntropy(m.Forward(tape.Const(x)), y)); err != nil {
-			return err
+			return fmt.Errorf("bench train: %s on %d×%d×%d input: %w", entry.Name, ds.Channels, ds.Size, ds.Size, err)
 		}
 		opt.Step()
 		return nil

@@ -1,7 +1,7 @@
 // Command spargo is spargo's command-line tool.
 //
 //	spargo hooks          list every registered comm hook with its options and defaults
-//	spargo models         list the built-in models with their parameter counts
+//	spargo models         list the model catalogue with parameter counts (-json; names or families select)
 //	spargo bench train    single-process training images/s (-model, -batch, -steps, -json)
 //	spargo bench comm     comm hook cost on in-process workers (-hook, -workers, -n, -transport, -json)
 //	spargo simulate       comm hook cost on a simulated α-β network of up to thousands of workers
@@ -20,8 +20,6 @@ import (
 	"slices"
 
 	"github.com/spargo-dl/spargo/hooks"
-	"github.com/spargo-dl/spargo/models"
-	"github.com/spargo-dl/spargo/nn"
 )
 
 type command struct {
@@ -70,22 +68,5 @@ func runHooks(args []string, stdout io.Writer) error {
 	fmt.Fprintln(stdout, "comm hooks (select with -hook NAME[:key=value,...]):")
 	fmt.Fprintln(stdout)
 	fmt.Fprint(stdout, hooks.Help())
-	return nil
-}
-
-func runModels(args []string, stdout io.Writer) error {
-	if len(args) > 0 {
-		return fmt.Errorf("models takes no arguments")
-	}
-	for _, ds := range []models.Dataset{models.CIFAR10, models.CIFAR100} {
-		for _, name := range models.VGGNames() {
-			m, err := models.NewVGG(name, ds, nn.NewRand(0))
-			if err != nil {
-				return err
-			}
-			ps := nn.Parameters(m)
-			fmt.Fprintf(stdout, "%-6s %-9s %12d parameters %3d tensors\n", name, ds.Name, nn.NumParams(ps), len(ps))
-		}
-	}
 	return nil
 }

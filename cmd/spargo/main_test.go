@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/spargo-dl/spargo/models"
 )
 
 func TestHooksCommand(t *testing.T) {
@@ -21,11 +23,56 @@ func TestHooksCommand(t *testing.T) {
 
 func TestModelsCommand(t *testing.T) {
 	var out, errb bytes.Buffer
-	if code := dispatch([]string{"models"}, &out, &errb); code != 0 {
+	if code := dispatch([]string{"models", "vgg16", "resnet20"}, &out, &errb); code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
-	if !strings.Contains(out.String(), "vgg16  cifar10       14728266") {
-		t.Errorf("models output:\n%s", out.String())
+	for _, want := range []string{"vgg16                vgg         14728266      54", "resnet20             resnet        269722      59"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("models output lacks %q:\n%s", want, out.String())
+		}
+	}
+	if code := dispatch([]string{"models", "resnet7"}, &out, &errb); code != 1 || !strings.Contains(errb.String(), `"resnet7" is neither a model nor a family`) {
+		t.Errorf("unknown model: exit %d, stderr %q", code, errb.String())
+	}
+}
+
+// -json prints an array of objects with name and params. Arguments select by name or family;
+// none selects the whole catalogue (checked through selectModels: building every model
+// takes tens of seconds).
+func TestModelsJSON(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := dispatch([]string{"models", "-json", "resnet20", "resnet20-cifar100", "resnet18", "vgg11"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	var got []map[string]any
+	if err := json.Unmarshal(out.Bytes(), &got); err != nil {
+		t.Fatalf("not a JSON array: %v\n%s", err, out.String())
+	}
+	params := map[string]float64{}
+	for _, m := range got {
+		name, _ := m["name"].(string)
+		p, ok := m["params"].(float64)
+		if name == "" || !ok {
+			t.Fatalf("object without name or params: %v", m)
+		}
+		params[name] = p
+	}
+	want := map[string]float64{"vgg11": 9231114, "resnet20": 269722, "resnet20-cifar100": 275572, "resnet18": 11689512}
+	for name, p := range want {
+		if params[name] != p {
+			t.Errorf("%s: params %v, want %v", name, params[name], p)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("%d models listed: %v", len(got), params)
+	}
+	all, err := selectModels(nil)
+	if err != nil || len(all) != len(models.Names()) {
+		t.Errorf("no arguments select %d of %d models (%v)", len(all), len(models.Names()), err)
+	}
+	fam, err := selectModels([]string{"resnet", "vgg11"})
+	if n := 2*len(models.CIFARResNetNames()) + len(models.ImageNetResNetNames()) + 1; err != nil || len(fam) != n {
+		t.Errorf("resnet vgg11 select %d models, want %d (%v)", len(fam), n, err)
 	}
 }
 
@@ -56,6 +103,24 @@ func TestBenchTrainJSON(t *testing.T) {
 	}
 }
 
+// Catalogue models other than VGG: a CIFAR-100 ResNet-20, and ResNet-18 at a small -size.
+func TestBenchTrainResNet(t *testing.T) {
+	for _, args := range [][]string{{"-model", "resnet20", "-dataset", "cifar100"}, {"-model", "resnet18", "-size", "32"}} {
+		var out, errb bytes.Buffer
+		code := dispatch(append([]string{"bench", "train", "-batch", "2", "-steps", "1", "-warmup", "0", "-json"}, args...), &out, &errb)
+		if code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, errb.String())
+		}
+		var res map[string]any
+		if err := json.Unmarshal(out.Bytes(), &res); err != nil || !(res["images_per_s"].(float64) > 0) {
+			t.Errorf("%v: %v %s", args, err, out.String())
+		}
+		if want := args[1]; res["model"] != want && res["model"] != want+"-cifar100" {
+			t.Errorf("%v: model %v", args, res["model"])
+		}
+	}
+}
+
 func TestBenchTrainErrors(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
@@ -64,6 +129,9 @@ func TestBenchTrainErrors(t *testing.T) {
 		{[]string{"bench", "train", "-model", "vgg7"}, "vgg7"},
 		{[]string{"bench", "train", "-batch", "0"}, "-batch 0"},
 		{[]string{"bench", "train", "-dataset", "mnist"}, `-dataset "mnist"`},
+		{[]string{"bench", "train", "-model", "bert-tiny"}, "not an image classifier"},
+		{[]string{"bench", "train", "-model", "resnet18", "-dataset", "cifar10"}, "built for imagenet"},
+		{[]string{"bench", "train", "-model", "vgg11", "-size", "64", "-steps", "1", "-warmup", "0", "-batch", "1"}, "nn.Linear"},
 		{[]string{"bench", "nosuch"}, `unknown measurement "nosuch"`},
 	} {
 		var out, errb bytes.Buffer

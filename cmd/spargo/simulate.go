@@ -119,7 +119,7 @@ func runSimulate(args []string, stdout io.Writer) error {
 	fs.SetOutput(stdout)
 	var specs hookList
 	fs.Var(&specs, "hook", "hook spec (repeat for several; default: spardl, oktopk, topka, gtopk (power-of-two P), allreduce)")
-	model := fs.String("model", "vgg16", "model whose parameter count is the bucket: "+strings.Join(models.VGGNames(), ", ")+" (CIFAR-10)")
+	model := fs.String("model", "vgg16", "model whose parameter count is the bucket: a name of spargo models (vgg16, resnet20, resnet50, bert-base, ...)")
 	nFlag := fs.String("n", "", "elements in the bucket instead of -model (k, M, G suffixes)")
 	workers := fs.Int("workers", 0, "simulated workers P (required)")
 	bandwidth := fs.String("bandwidth", "1gbit", "NIC bandwidth per worker and direction (bit, kbit, mbit, gbit, tbit; e.g. 10gbit)")
@@ -186,10 +186,7 @@ func runSimulate(args []string, stdout io.Writer) error {
 		}
 		o.model = "n=" + *nFlag
 	} else {
-		if !slices.Contains(models.VGGNames(), *model) {
-			return fmt.Errorf("simulate: -model %q: want one of %s (or -n N)", *model, strings.Join(models.VGGNames(), ", "))
-		}
-		m, err := models.NewVGG(*model, models.CIFAR10, nn.NewRand(0))
+		m, err := models.New(*model, nn.NewRand(0))
 		if err != nil {
 			return fmt.Errorf("simulate: -model %q: %w", *model, err)
 		}

@@ -154,6 +154,17 @@ func TestSimulateTable(t *testing.T) {
 	}
 }
 
+// -model takes any catalogue name.
+func TestSimulateResNet(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := dispatch([]string{"simulate", "-model", "resnet20", "-workers", "4", "-hook", "allreduce", "-iters", "1", "-warmup", "0"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	if !strings.Contains(out.String(), "resnet20: 269722") {
+		t.Errorf("output lacks the ResNet-20 size:\n%s", out.String())
+	}
+}
+
 func TestSimulateErrors(t *testing.T) {
 	for _, tc := range []struct {
 		args []string

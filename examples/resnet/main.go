@@ -18,9 +18,7 @@
 package main
 
 import (
-	"fmt"
 	"math/rand/v2"
-	"strings"
 
 	"github.com/spargo-dl/spargo/internal/train"
 	"github.com/spargo-dl/spargo/models"
@@ -31,7 +29,7 @@ import (
 // package doc for the schedule).
 func defaults() train.CIFARConfig {
 	return train.CIFARConfig{
-		Model: "resnet20", ModelHelp: "resnet20|resnet32|resnet44|resnet56|resnet110 (and vgg11|vgg13|vgg16|vgg19)", NewModel: newModel,
+		Model: "resnet20", ModelHelp: "resnet20|resnet32|resnet44|resnet56|resnet110, or any 32×32 model of spargo models (vgg11 … vgg19)", NewModel: newModel,
 		Workers: 2, Hook: "allreduce", Batch: 128, Epochs: 3,
 		Flags:    train.Flags{LR: 0.1, Momentum: 0.9, WD: 1e-4, Optim: "sgd", Schedule: "cosine"},
 		DistBN:   "broadcast",
@@ -40,12 +38,14 @@ func defaults() train.CIFARConfig {
 	}
 }
 
-// newModel builds the model named name for ds, with models.New's signature.
+// newModel builds the catalogue's image classifier called name for ds (models.LookupImage):
+// the CIFAR ResNets, and the VGGs as examples/vgg builds them.
 func newModel(name string, ds models.Dataset, rng *rand.Rand) (nn.Module, error) {
-	if strings.HasPrefix(name, "vgg") {
-		return models.NewVGG(name, ds, rng)
+	e, err := models.LookupImage(name, ds)
+	if err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("-model %q: unknown model (this build knows vgg11, vgg13, vgg16 and vgg19; the CIFAR ResNets come with models.New)", name)
+	return e.Build(rng)
 }
 
 func main() {

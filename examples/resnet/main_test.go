@@ -41,7 +41,7 @@ func program(t *testing.T, args ...string) (string, error) {
 
 // Two steps of the program from a clean clone (CIFAR-10 from ../shared/data, found by the
 // search path): 2 workers, the default cosine schedule, step records every step and the
-// -plot PNG. The model is a VGG until the CIFAR ResNets are registered with models.New.
+// -plot PNG, with the default model, ResNet-20.
 func TestRunTwoSteps(t *testing.T) {
 	if _, err := datasets.FindCIFAR10(""); err != nil {
 		if os.Getenv("CI") != "" {
@@ -51,12 +51,12 @@ func TestRunTwoSteps(t *testing.T) {
 	}
 	tmp := t.TempDir()
 	metrics, img := filepath.Join(tmp, "run.jsonl"), filepath.Join(tmp, "run.png")
-	out, err := program(t, "-model", "vgg11", "-batch", "4", "-epochs", "1", "-steps", "2", "-eval-limit", "16",
+	out, err := program(t, "-model", "resnet20", "-batch", "4", "-epochs", "1", "-steps", "2", "-eval-limit", "16",
 		"-progress=false", "-metrics", metrics, "-log-every", "1", "-plot", img)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	if !strings.Contains(out, "epoch 1 train_loss") || !strings.Contains(out, "done: vgg11 allreduce, 2 workers × batch 4") {
+	if !strings.Contains(out, "epoch 1 train_loss") || !strings.Contains(out, "done: resnet20 allreduce, 2 workers × batch 4") {
 		t.Fatalf("output:\n%s", out)
 	}
 	b, err := os.ReadFile(metrics)
@@ -105,7 +105,32 @@ func TestFlagErrors(t *testing.T) {
 	if err != nil || !strings.Contains(out, "adamw") || !strings.Contains(out, "multistep") {
 		t.Errorf("-optim help: %v\n%s", err, out)
 	}
-	if _, err := newModel("nosuch", models.CIFAR10, nn.NewRand(0)); err == nil || !strings.Contains(err.Error(), `"nosuch": unknown model`) {
+	if _, err := newModel("nosuch", models.CIFAR10, nn.NewRand(0)); err == nil || !strings.Contains(err.Error(), `unknown model "nosuch"`) {
 		t.Errorf("unknown model: %v", err)
+	}
+}
+
+// The program builds its models through the catalogue: every CIFAR ResNet (and the VGGs)
+// for CIFAR-10, the CIFAR-100 variant for CIFAR-100, and a clear error for ImageNet models.
+func TestNewModelFromCatalogue(t *testing.T) {
+	for _, name := range append(models.CIFARResNetNames()[:2], "vgg11") {
+		m, err := newModel(name, models.CIFAR10, nn.NewRand(0))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		want, _ := models.New(name, nn.NewRand(0))
+		if got, w := nn.NumParams(nn.Parameters(m)), nn.NumParams(nn.Parameters(want)); got != w {
+			t.Errorf("%s: %d parameters, the catalogue's has %d", name, got, w)
+		}
+	}
+	m, err := newModel("resnet20", models.CIFAR100, nn.NewRand(0))
+	if err != nil || nn.NumParams(nn.Parameters(m)) != 275572 {
+		t.Errorf("resnet20 for CIFAR-100: %v", err)
+	}
+	if _, err := newModel("resnet18", models.CIFAR10, nn.NewRand(0)); err == nil || !strings.Contains(err.Error(), "imagenet") {
+		t.Errorf("resnet18 on CIFAR-10: %v", err)
+	}
+	if d := defaults(); d.Model != "resnet20" || d.NewModel == nil {
+		t.Errorf("defaults: %+v", d)
 	}
 }
