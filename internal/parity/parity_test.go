@@ -7,7 +7,11 @@ package parity
 //	OPENBLAS_NUM_THREADS=1 /usr/bin/python3 scripts/torch_parity.py --family resnet \
 //	    --model resnet20 /tmp/parity/resnet20 --golden testdata/parity/resnet20.json
 //
-// with vgg11 (-batch 4) and resnet18 (-batch 2 -size 64) the same way. ResNet-50 has no
+// with vgg11 (-batch 4) and resnet18 (-batch 2 -size 64 -seed 2) the same way. ResNet-18's
+// golden uses seed 2: on seed 1's case one pre-activation sits within float32 rounding of a
+// ReLU's kink, so whether it passes depends on the summation order of the convolution path
+// (SPARGO_CONV=im2col passes, the NHWC path flips it and layer3.0.conv1's gradient moves by
+// 14 %); seeds 2 and 3 agree with PyTorch's float64 to its own float32 floor on every path. ResNet-50 has no
 // golden: on such small random cases its gradients are ill-conditioned in float32 —
 // PyTorch's own float32 gradients differ from its float64 ones by up to 15 % of a tensor's
 // largest element (batch 2 at 64×64; 11 % at batch 8) — so no float32 implementation meets
