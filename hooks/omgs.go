@@ -35,9 +35,8 @@ import (
 // it; the group's top-k (k = density × its other elements) and all-gather cover the rest. At
 // density 0.01 top-k per tensor gives a BatchNorm γ or β, or a bias, 1 to 5 entries per step,
 // whose residuals then land as large, rare jumps: LAGS diverges on VGG-11 (BENCHMARKS.md).
-// Deep Gradient Compression (Lin et al. 2018) sends such tensors densely ("we do not compress
-// the gradients of BN layers and biases"; its code compresses only tensors of two or more
-// dimensions); the OMGS authors merge tensors below 8,192 elements (their MGS threshold, the
+// Deep Gradient Compression (Lin et al. 2018) sends such tensors densely (its code compresses
+// only tensors of two or more dimensions); the OMGS authors merge tensors below 8,192 elements (their MGS threshold, the
 // default here) because a layer-wise all-gather of tiny tensors costs start-up time for
 // nothing. The dense part keeps no residual (the conservation test holds with it), costs
 // 2n(P-1)/P words, and the planner's cost model counts it (omgs_plan.go). dense_below=0 is
