@@ -42,6 +42,10 @@ type Profile struct {
 	TopK       TopKCost `json:"topk"`
 	// AllGather is the cost of the all-gather the sparse hooks use (comm.AllGatherBytesSized).
 	AllGather AllGatherCost `json:"allgather"`
+	// AllReduce is the cost of the dense all-reduce (comm.AllReduce, comm.Auto) that the
+	// layer-wise hooks use for small tensors (hooks' dense_below); Size in its samples is
+	// bytes per rank. A profile saved before it was measured has none (no samples).
+	AllReduce AllReduceCost `json:"allreduce,omitzero"`
 }
 
 // TopKCost is the top-k model of the OMGS paper (its Eq. 10): selecting the
@@ -77,6 +81,10 @@ type AllGatherCost struct {
 
 // Seconds is the modelled time of an all-gather of b bytes per rank.
 func (c AllGatherCost) Seconds(b float64) float64 { return c.Alpha + c.Beta*b }
+
+// AllReduceCost is the same model for a dense all-reduce of b bytes per rank: Alpha + Beta·b
+// seconds, fitted the same way.
+type AllReduceCost = AllGatherCost
 
 // CostSample is one timed size.
 type CostSample struct {
@@ -148,6 +156,10 @@ func (p *Profile) Format(f fmt.State, verb rune) {
 		p.TopK.Density, p.TopK.Gamma*1e9, 100*p.TopK.MaxRelErr, samples(p.TopK.Samples, "n"))
 	fmt.Fprintf(f, "  all-gather: α = %v, β = %.4g ns/byte per rank (max fit error %.0f%%; %s)",
 		seconds(p.AllGather.Alpha), p.AllGather.Beta*1e9, 100*p.AllGather.MaxRelErr, samples(p.AllGather.Samples, "B"))
+	if len(p.AllReduce.Samples) > 0 {
+		fmt.Fprintf(f, "\n  all-reduce: α = %v, β = %.4g ns/byte per rank (max fit error %.0f%%; %s)",
+			seconds(p.AllReduce.Alpha), p.AllReduce.Beta*1e9, 100*p.AllReduce.MaxRelErr, samples(p.AllReduce.Samples, "B"))
+	}
 	if len(p.Unused) > 0 {
 		fmt.Fprintf(f, "\n  unused by the forward: %s", strings.Join(p.Unused, ", "))
 	}
@@ -206,6 +218,8 @@ func (p *Profile) validate() error {
 		return fmt.Errorf("ddp: profile: top-k cost γ = %v at density %v", p.TopK.Gamma, p.TopK.Density)
 	case !(p.AllGather.Alpha >= 0) || !(p.AllGather.Beta >= 0):
 		return fmt.Errorf("ddp: profile: all-gather cost α = %v, β = %v", p.AllGather.Alpha, p.AllGather.Beta)
+	case !(p.AllReduce.Alpha >= 0) || !(p.AllReduce.Beta >= 0):
+		return fmt.Errorf("ddp: profile: all-reduce cost α = %v, β = %v", p.AllReduce.Alpha, p.AllReduce.Beta)
 	}
 	for i, d := range p.ParamBackward {
 		if d < 0 {

@@ -30,7 +30,10 @@ import (
 //   - the all-gather cost α + β·bytes: the all-gather the sparse hooks use
 //     (comm.AllGatherBytesSized) is timed on the real group at several sizes per rank, each
 //     the median of Repeats runs that start together after a barrier; α and β are fitted by
-//     least squares on the relative error.
+//     least squares on the relative error;
+//   - the all-reduce cost α + β·bytes of the dense all-reduce (comm.AllReduce, comm.Auto)
+//     that the layer-wise hooks use for small tensors, timed and fitted the same way at
+//     small sizes (64 bytes to 64 KiB by default).
 //
 // Every rank measures, and every rank returns rank 0's profile (broadcast as JSON), so all
 // ranks plan identically. Before the collectives the ranks exchange their status, so a rank
@@ -79,6 +82,9 @@ type ProfileOptions struct {
 	// bytes — one COO pair — ×4 up to the pairs of a top-k of the whole model, 64 bytes at
 	// least).
 	AllGatherBytes []int
+	// AllReduceBytes are the per-rank buffer sizes (multiples of 4) the dense all-reduce is
+	// timed at (default: 64 bytes ×4 up to 64 KiB).
+	AllReduceBytes []int
 	// Repeats is how many timings of each size make its median.
 	Repeats int
 	// TopK is the selection to time (default kernels.TopKAbs and the gather of the values);
@@ -95,6 +101,7 @@ const (
 	tagProfileStatus  uint32 = 16
 	tagProfileBarrier uint32 = 17
 	tagProfileGather  uint32 = 18
+	tagProfileReduce  uint32 = 20
 	tagProfileResult  uint32 = 19
 )
 
@@ -129,6 +136,21 @@ func (o ProfileOptions) withDefaults(elements int) (ProfileOptions, error) {
 			o.AllGatherBytes = append(o.AllGatherBytes, b)
 		}
 		o.AllGatherBytes = append(o.AllGatherBytes, top)
+	}
+	if o.AllReduceBytes == nil {
+		for b := 64; b <= 64<<10; b *= 4 {
+			o.AllReduceBytes = append(o.AllReduceBytes, b)
+		}
+	}
+	distinctReduce := map[int]bool{}
+	for _, b := range o.AllReduceBytes {
+		if b < 0 || b%4 != 0 {
+			return o, fmt.Errorf("ddp: profile: all-reduce size %d bytes, want a multiple of 4 (float32 elements)", b)
+		}
+		distinctReduce[b] = true
+	}
+	if len(distinctReduce) < 2 {
+		return o, fmt.Errorf("ddp: profile: all-reduce sizes %v: want two different sizes at least, to fit α and β", o.AllReduceBytes)
 	}
 	for _, n := range o.TopKSizes {
 		if n < 2 || n > math.MaxInt32 {
@@ -196,6 +218,9 @@ func MeasureProfile(ctx context.Context, model nn.Module, g comm.Group, step Pro
 	runtime.GC()
 	if err := measureAllGather(ctx, g, prof, o); err != nil {
 		return nil, fmt.Errorf("ddp: profile: timing the all-gather: %w", err)
+	}
+	if err := measureAllReduce(ctx, g, prof, o); err != nil {
+		return nil, fmt.Errorf("ddp: profile: timing the all-reduce: %w", err)
 	}
 	return broadcastProfile(ctx, g, prof)
 }
@@ -358,31 +383,52 @@ func agreeStatus(ctx context.Context, g comm.Group, local error) error {
 // in measureTopK), each run starting after a barrier, and fits α and β.
 func measureAllGather(ctx context.Context, g comm.Group, prof *Profile, o ProfileOptions) error {
 	p := g.Size()
-	times := make([][]float64, len(o.AllGatherBytes))
-	for r := -1; r < o.Repeats; r++ { // r = -1: untimed
-		for s, b := range o.AllGatherBytes {
-			msg := make([]byte, b)
-			sizes := make([]int, p)
-			for i := range sizes {
-				sizes[i] = b
-			}
+	var err error
+	prof.AllGather, err = timeCollective(ctx, g, o.AllGatherBytes, o.Repeats, func(b int) error {
+		sizes := make([]int, p)
+		for i := range sizes {
+			sizes[i] = b
+		}
+		_, err := comm.AllGatherBytesSized(ctx, g, tagProfileGather, make([]byte, b), sizes)
+		return err
+	})
+	return err
+}
+
+// measureAllReduce times the dense all-reduce the same way.
+func measureAllReduce(ctx context.Context, g comm.Group, prof *Profile, o ProfileOptions) error {
+	var err error
+	prof.AllReduce, err = timeCollective(ctx, g, o.AllReduceBytes, o.Repeats, func(b int) error {
+		return comm.AllReduce(ctx, g, tagProfileReduce, make([]float32, b/4), comm.Auto)
+	})
+	return err
+}
+
+// timeCollective times run(b) for every size b (the repeats going round the sizes, as in
+// measureTopK, after one untimed round), each run starting after a barrier, and fits α and β
+// to the medians.
+func timeCollective(ctx context.Context, g comm.Group, sizes []int, repeats int, run func(b int) error) (AllGatherCost, error) {
+	times := make([][]float64, len(sizes))
+	for r := -1; r < repeats; r++ { // r = -1: untimed
+		for s, b := range sizes {
 			if err := comm.Barrier(ctx, g, tagProfileBarrier); err != nil {
-				return err
+				return AllGatherCost{}, err
 			}
 			t0 := time.Now()
-			if _, err := comm.AllGatherBytesSized(ctx, g, tagProfileGather, msg, sizes); err != nil {
-				return err
+			if err := run(b); err != nil {
+				return AllGatherCost{}, err
 			}
 			if r >= 0 {
 				times[s] = append(times[s], time.Since(t0).Seconds())
 			}
 		}
 	}
-	for s, b := range o.AllGatherBytes {
-		prof.AllGather.Samples = append(prof.AllGather.Samples, CostSample{Size: b, Seconds: median(times[s])})
+	var c AllGatherCost
+	for s, b := range sizes {
+		c.Samples = append(c.Samples, CostSample{Size: b, Seconds: median(times[s])})
 	}
-	prof.AllGather.Alpha, prof.AllGather.Beta, prof.AllGather.MaxRelErr = fitAlphaBeta(prof.AllGather.Samples)
-	return nil
+	c.Alpha, c.Beta, c.MaxRelErr = fitAlphaBeta(c.Samples)
+	return c, nil
 }
 
 // broadcastProfile sends rank 0's profile to every rank (its JSON length, then the JSON).

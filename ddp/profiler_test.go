@@ -163,8 +163,14 @@ func TestProfileAllGatherFitRecoversImposedNetwork(t *testing.T) {
 		profs := measureAll(t, groups, func(r int, g comm.Group) (*Profile, error) {
 			m := newMLP(1, 2, 8, false)
 			return MeasureProfile(context.Background(), m, g, mlpStep(m, uint64(r)), ProfileOptions{
-				Warmup: 1, Iterations: 1, Repeats: 3, TopKSizes: []int{256, 1024}, AllGatherBytes: []int{2048, 8192, 32768}})
+				Warmup: 1, Iterations: 1, Repeats: 3, TopKSizes: []int{256, 1024}, AllGatherBytes: []int{2048, 8192, 32768},
+				AllReduceBytes: []int{64, 4096}})
 		})
+		// The all-reduce is timed too: every algorithm takes one round at least, so α0 bounds
+		// its α from below.
+		if ar := profs[0].AllReduce; len(ar.Samples) != 2 || ar.Alpha+ar.Beta*64 < alpha0.Seconds() {
+			t.Errorf("P=%d: all-reduce %+v, want 2 samples and at least α0 = %v at 64 bytes", p, ar, alpha0)
+		}
 		ag := profs[0].AllGather
 		wantA, wantB := float64(bits.Len(uint(p-1)))*alpha0.Seconds(), float64(p-1)*delta.Seconds()
 		t.Logf("P=%d: α = %.3g s (imposed %.3g), β = %.3g s/byte (imposed %.3g), max fit error %.1f%%; %v", p, ag.Alpha, wantA, ag.Beta, wantB, 100*ag.MaxRelErr, ag.Samples)
@@ -395,7 +401,8 @@ func testProfile() *Profile {
 		ParamBackward: []time.Duration{3 * time.Millisecond, 2 * time.Millisecond, 1 * time.Millisecond},
 		Forward:       4 * time.Millisecond, Backward: 3500 * time.Microsecond, Warmup: 5, Iterations: 50,
 		TopK:      TopKCost{Gamma: 1.5e-9, Density: 0.01, Samples: []CostSample{{256, 2e-6}, {1024, 1e-5}}, MaxRelErr: 0.1},
-		AllGather: AllGatherCost{Alpha: 3e-5, Beta: 1e-9, Samples: []CostSample{{8, 3e-5}, {800, 3.1e-5}}, MaxRelErr: 0.05}}
+		AllGather: AllGatherCost{Alpha: 3e-5, Beta: 1e-9, Samples: []CostSample{{8, 3e-5}, {800, 3.1e-5}}, MaxRelErr: 0.05},
+		AllReduce: AllReduceCost{Alpha: 2e-5, Beta: 2e-9, Samples: []CostSample{{64, 2e-5}, {4096, 2.8e-5}}, MaxRelErr: 0.02}}
 }
 
 // A profile survives Save and LoadProfile exactly, prints a summary with %v and one line per
@@ -414,7 +421,7 @@ func TestProfileSaveLoadAndFormat(t *testing.T) {
 		t.Fatalf("loaded %+v, saved %+v", q, p)
 	}
 	short, long := fmt.Sprint(p), fmt.Sprintf("%+v", p)
-	for _, want := range []string{"3 parameters (3620 elements), P=4", "1.5 ns · n·log2 n", "α = 30µs", "β = 1 ns/byte"} {
+	for _, want := range []string{"3 parameters (3620 elements), P=4", "1.5 ns · n·log2 n", "α = 30µs", "β = 1 ns/byte", "all-reduce: α = 20µs, β = 2 ns/byte"} {
 		if !strings.Contains(short, want) {
 			t.Errorf("%%v lacks %q:\n%s", want, short)
 		}

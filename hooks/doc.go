@@ -38,7 +38,11 @@
 //     exact optimum over all 2^(L-1) plans by default, or the paper's Algorithm 1
 //     (planner=paper), which misses it on some models; timeline=ddp|paper chooses whether the
 //     cost model puts the selection on DDP's communication goroutine or, as the paper does, on
-//     the backward stream. Costs per group as topka's. Rank 0 logs the plan and its predicted
+//     the backward stream. Tensors under dense_below elements (default 8192: biases,
+//     BatchNorm, small layers) are all-reduced densely inside their group, not sparsified,
+//     as Deep Gradient Compression does; dense_below=0 sparsifies every tensor (the paper's
+//     algorithm). Costs per group as topka's on its sparse part, plus a dense all-reduce of
+//     its small tensors. Rank 0 logs the plan and its predicted
 //     iteration time next to TopK-SGD's and LAGS's; Trace places each group's phases (ready,
 //     selected, all-gathered, done) on DDP's timeline.
 //   - topkdsa: SparCML's TopkDSA — rotated sparse reduce-scatter over P regions, then a sparse

@@ -23,20 +23,26 @@ type testBucket struct {
 	iter int64
 	last bool
 	flat []float32
+	// params and offsets, when set, describe the tensors in flat (world.params).
+	params  []*nn.Param
+	offsets []int
 }
 
 func (b *testBucket) Index() int          { return b.idx }
 func (b *testBucket) Iteration() int64    { return b.iter }
 func (b *testBucket) IsLast() bool        { return b.last }
 func (b *testBucket) Flat() []float32     { return b.flat }
-func (b *testBucket) Params() []*nn.Param { return nil }
-func (b *testBucket) Offsets() []int      { return nil }
+func (b *testBucket) Params() []*nn.Param { return b.params }
+func (b *testBucket) Offsets() []int      { return b.offsets }
 func (b *testBucket) Tag() uint32         { return 1<<16 + uint32(b.idx)*ddp.TagsPerBucket }
 
 // world is P in-process ranks, each with its own hook instance.
 type world struct {
 	groups []comm.Group
 	hooks  []ddp.CommHook
+	// params, when set, are the tensors every bucket is made of (in flat order); buckets
+	// list no parameters otherwise.
+	params []*nn.Param
 }
 
 func newWorld(t testing.TB, p int, spec string) *world {
@@ -97,7 +103,11 @@ func (w *world) call(t testing.TB, idx int, grads [][]float32) ([][]float32, []c
 func (w *world) try(idx int, grads [][]float32) ([][]float32, []comm.Stats, error) {
 	outs := make([][]float32, len(w.groups))
 	stats, err := onEveryRank(w.groups, 60*time.Second, func(ctx context.Context, r int) error {
-		b := &testBucket{idx: idx, last: true, flat: slices.Clone(grads[r])}
+		b := &testBucket{idx: idx, last: true, flat: slices.Clone(grads[r]), params: w.params}
+		for off, p := 0, 0; p < len(w.params); p++ {
+			b.offsets = append(b.offsets, off)
+			off += w.params[p].Len()
+		}
 		res, err := w.hooks[r].Run(ctx, w.groups[r], b).Wait()
 		if err != nil {
 			return err

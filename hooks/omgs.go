@@ -12,6 +12,7 @@ import (
 
 	"github.com/spargo-dl/spargo/comm"
 	"github.com/spargo-dl/spargo/ddp"
+	"github.com/spargo-dl/spargo/internal/kernels"
 	"github.com/spargo-dl/spargo/nn"
 )
 
@@ -29,6 +30,19 @@ import (
 //     spargo's DDP, where a group is selected on the communication goroutine while backward
 //     goes on; timeline=paper the paper's, where selection holds up backward.
 //
+// Small tensors go dense (DenseBelow, option dense_below, default DefaultDenseBelow): a tensor
+// of fewer elements is not sparsified but all-reduced densely, in whatever group the plan puts
+// it; the group's top-k (k = density × its other elements) and all-gather cover the rest. At
+// density 0.01 top-k per tensor gives a BatchNorm γ or β, or a bias, 1 to 5 entries per step,
+// whose residuals then land as large, rare jumps: LAGS diverges on VGG-11 (BENCHMARKS.md).
+// Deep Gradient Compression (Lin et al. 2018) sends such tensors densely (its code compresses
+// only tensors of two or more dimensions); the OMGS authors merge tensors below 8,192 elements (their MGS threshold, the
+// default here) because a layer-wise all-gather of tiny tensors costs start-up time for
+// nothing. The dense part keeps no residual (the conservation test holds with it), costs
+// 2n(P-1)/P words, and the planner's cost model counts it (omgs_plan.go). dense_below=0 is
+// the paper's algorithm: every tensor sparsified. A bucket that does not list its parameters
+// (ddp.Bucket.Params nil) is sparsified whole.
+//
 // Backward order is the profile's measured order of grad-ready events when DDP is given a
 // profile (ddp.WithProfile), reverse declaration order otherwise. On its first call on rank 0
 // the hook logs its plan (slog, info) and, with a profile, the predicted iteration time next to
@@ -38,6 +52,8 @@ type MergedTopK struct {
 	sparseHook
 	// Threshold is mgs's merge size in elements.
 	Threshold int
+	// DenseBelow: tensors of fewer elements are all-reduced densely; 0 sparsifies all.
+	DenseBelow int
 	// Planner ("exact" or "paper") is omgs's; Timeline is the cost model's (omgs plans on it;
 	// lags and mgs report their predicted times on it: DDPTimeline).
 	Planner  string
@@ -66,26 +82,36 @@ var (
 // DefaultMGSThreshold is the reference implementation's merge threshold in elements.
 const DefaultMGSThreshold = 8192
 
-// NewLAGS returns the lags hook.
-func NewLAGS(density float64, denseWarmup int) (*MergedTopK, error) {
-	h, err := newSparseHook("lags", density, denseWarmup)
-	return &MergedTopK{sparseHook: h}, err
+// DefaultDenseBelow is the default of lags, mgs and omgs's dense_below: tensors under 8,192
+// elements (the OMGS authors' merge threshold) are all-reduced densely. It covers every
+// one-dimensional tensor (bias, BatchNorm, LayerNorm) of VGG and ResNet-18/50 (at most 2,048)
+// and of the LSTMs (4·1,500), which Deep Gradient Compression sends densely, and the first
+// convolution and the classifier of the CIFAR models; for VGG-11 that is 15,114 of 9,231,114
+// elements (0.16 %). See BENCHMARKS.md for the measurements.
+const DefaultDenseBelow = 8192
+
+// NewLAGS returns the lags hook; denseBelow is its dense_below (DefaultDenseBelow, or 0 for
+// every tensor sparsified).
+func NewLAGS(density float64, denseWarmup, denseBelow int) (*MergedTopK, error) {
+	h := &MergedTopK{}
+	return h, h.init("lags", density, denseWarmup, denseBelow)
 }
 
 // NewMGS returns the mgs hook.
-func NewMGS(density float64, denseWarmup, threshold int) (*MergedTopK, error) {
-	h, err := newSparseHook("mgs", density, denseWarmup)
+func NewMGS(density float64, denseWarmup, denseBelow, threshold int) (*MergedTopK, error) {
+	h := &MergedTopK{Threshold: threshold}
+	err := h.init("mgs", density, denseWarmup, denseBelow)
 	if err == nil && threshold < 1 {
 		err = fmt.Errorf("hooks: mgs: option threshold=%d, want >= 1 element", threshold)
 	}
-	return &MergedTopK{sparseHook: h, Threshold: threshold}, err
+	return h, err
 }
 
 // NewOMGS returns the omgs hook; planner is "exact" or "paper" (Algorithm 1, which needs the
 // paper's timeline).
-func NewOMGS(density float64, denseWarmup int, planner string, tl Timeline) (*OMGS, error) {
-	h, err := newSparseHook("omgs", density, denseWarmup)
-	if err != nil {
+func NewOMGS(density float64, denseWarmup, denseBelow int, planner string, tl Timeline) (*OMGS, error) {
+	h := &OMGS{MergedTopK{Planner: planner, Timeline: tl}}
+	if err := h.init("omgs", density, denseWarmup, denseBelow); err != nil {
 		return nil, err
 	}
 	switch {
@@ -96,7 +122,25 @@ func NewOMGS(density float64, denseWarmup int, planner string, tl Timeline) (*OM
 	case planner == "paper" && tl != PaperTimeline:
 		return nil, fmt.Errorf("hooks: omgs: planner=paper (the paper's Algorithm 1) needs timeline=paper, have timeline=%v", tl)
 	}
-	return &OMGS{MergedTopK{sparseHook: h, Planner: planner, Timeline: tl}}, nil
+	return h, nil
+}
+
+// init sets the options every merging hook has and checks them.
+func (h *MergedTopK) init(name string, density float64, denseWarmup, denseBelow int) error {
+	var err error
+	h.sparseHook, err = newSparseHook(name, density, denseWarmup)
+	h.DenseBelow = denseBelow
+	if err != nil {
+		return err
+	}
+	return h.checkDenseBelow()
+}
+
+func (h *MergedTopK) checkDenseBelow() error {
+	if h.DenseBelow < 0 {
+		return fmt.Errorf("hooks: %s: option dense_below=%d, want >= 0 elements", h.name, h.DenseBelow)
+	}
+	return nil
 }
 
 // ProfileOptions are the options omgs needs its profile measured with (ddp.ProfiledPlanner).
@@ -130,6 +174,9 @@ func (h *MergedTopK) Plan(params []*nn.Param, prof *ddp.Profile) ([][]int, error
 	if err := h.check(); err != nil {
 		return nil, err
 	}
+	if err := h.checkDenseBelow(); err != nil {
+		return nil, err
+	}
 	if len(params) == 0 {
 		return nil, fmt.Errorf("hooks: %s: no parameters to plan", h.name)
 	}
@@ -151,6 +198,11 @@ func (h *MergedTopK) Plan(params []*nn.Param, prof *ddp.Profile) ([][]int, error
 	var model MergeModel
 	if prof != nil {
 		model = NewMergeModel(prof, order, h.Density, h.Timeline)
+		model.DenseBelow = h.DenseBelow
+		if h.name == "omgs" && len(prof.AllReduce.Samples) == 0 && slices.ContainsFunc(sizes, func(n int) bool { return n < h.DenseBelow }) {
+			return nil, fmt.Errorf("hooks: %s: dense_below=%d sends small tensors densely, and the profile has no all-reduce timings "+
+				"(it was saved before spargo measured them): measure the profile again, or give dense_below=0", h.name, h.DenseBelow)
+		}
 	}
 	switch h.name {
 	case "lags":
@@ -219,10 +271,13 @@ const varPlan = "plan"
 // GroupPhases is one group's last call, its phases measured from the moment DDP called the
 // hook: selection done (Selected), all-gather done (Gathered), result ready (Done).
 type GroupPhases struct {
-	Bucket                   int
-	Elements                 int
+	Bucket   int
+	Elements int
+	// DenseElements are the bucket's elements in small tensors (all-reduced densely), K the
+	// entries each rank selects from the others.
+	DenseElements            int
 	K                        int
-	Dense                    bool // a dense_warmup call: no phases
+	Dense                    bool // a dense call (dense_warmup, or only small tensors): no phases
 	Selected, Gathered, Done time.Duration
 }
 
@@ -248,11 +303,15 @@ func (h *MergedTopK) Run(ctx context.Context, g comm.Group, b ddp.Bucket) ddp.Fu
 	}
 	var marks stepMarks
 	n := len(b.Flat())
-	k := h.k(n)
+	dense, nd := h.denseSegments(b)
+	k := 0
+	if nd < n {
+		k = h.k(n - nd)
+	}
 	fut := h.run(ctx, g, b, func(ctx context.Context, g comm.Group, tag uint32, flat []float32, st *BucketState) error {
-		return topkaStep(ctx, g, tag, flat, st, k, &marks)
+		return mergedStep(ctx, g, tag, flat, st, dense, nd, k, &marks)
 	})
-	tr := GroupPhases{Bucket: b.Index(), Elements: n, K: k, Done: time.Since(start), Dense: marks.selected.IsZero()}
+	tr := GroupPhases{Bucket: b.Index(), Elements: n, DenseElements: nd, K: k, Done: time.Since(start), Dense: marks.selected.IsZero()}
 	if !tr.Dense {
 		tr.Selected, tr.Gathered = marks.selected.Sub(start), marks.gathered.Sub(start)
 	}
@@ -263,6 +322,65 @@ func (h *MergedTopK) Run(ctx context.Context, g comm.Group, b ddp.Bucket) ddp.Fu
 	h.phases[b.Index()] = tr
 	h.mu.Unlock()
 	return fut
+}
+
+// segment is a range [lo, hi) of a bucket's flat gradient.
+type segment struct{ lo, hi int }
+
+// denseSegments returns the ranges of b's tensors under DenseBelow elements (consecutive
+// ones joined) and their total length.
+func (h *MergedTopK) denseSegments(b ddp.Bucket) ([]segment, int) {
+	var segs []segment
+	total := 0
+	offs := b.Offsets()
+	for i, p := range b.Params() {
+		n := p.Len()
+		if h.DenseBelow <= 0 || n >= h.DenseBelow || n == 0 {
+			continue
+		}
+		lo := offs[i]
+		if len(segs) > 0 && segs[len(segs)-1].hi == lo {
+			segs[len(segs)-1].hi += n
+		} else {
+			segs = append(segs, segment{lo, lo + n})
+		}
+		total += n
+	}
+	return segs, total
+}
+
+// mergedStep is one call of lags, mgs or omgs on a bucket whose dense segments hold nd of its
+// elements: the dense part (g + ξ there) is all-reduced and its residual emptied; the rest
+// takes TopkA's step with k entries per rank. The dense part is zeroed before the step, so the
+// selection never takes it (at worst it takes zeros there, which send nothing and leave no
+// residual); then the averaged dense values are written back.
+func mergedStep(ctx context.Context, g comm.Group, tag uint32, flat []float32, st *BucketState, dense []segment, nd, k int, marks *stepMarks) error {
+	if nd == len(flat) {
+		_, err := denseAverage(ctx, g, tag+tagDense, flat, st.Residual)
+		return err
+	}
+	if nd == 0 {
+		return topkaStep(ctx, g, tag, flat, st, k, marks)
+	}
+	xi := st.Residual
+	part := make([]float32, 0, nd)
+	for _, s := range dense {
+		kernels.Add(flat[s.lo:s.hi], flat[s.lo:s.hi], xi[s.lo:s.hi])
+		part = append(part, flat[s.lo:s.hi]...)
+		clear(flat[s.lo:s.hi])
+		clear(xi[s.lo:s.hi])
+	}
+	if err := comm.AllReduce(ctx, g, tag+tagDense, part, comm.Auto); err != nil {
+		return fmt.Errorf("all-reduce of the small tensors: %w", err)
+	}
+	if err := topkaStep(ctx, g, tag, flat, st, k, marks); err != nil {
+		return err
+	}
+	kernels.Scale(1/float32(g.Size()), part)
+	for _, s := range dense {
+		part = part[copy(flat[s.lo:s.hi], part):]
+	}
+	return nil
 }
 
 // checkPlan ties the bucket's state to the plan: restored state saved under another plan is
@@ -334,26 +452,44 @@ func (h *MergedTopK) Trace(st ddp.IterationStats) []GroupTrace {
 	return out
 }
 
+// mergedOptions are the options of lags, mgs and omgs: the baselines' and dense_below, then
+// extra.
+func mergedOptions(extra ...Option) []Option {
+	return append(append(slices.Clone(baselineOptions),
+		Option{Name: "dense_below", Default: fmt.Sprint(DefaultDenseBelow),
+			Help: "tensors with fewer elements are all-reduced densely, not sparsified (biases, BatchNorm); 0: sparsify every tensor"}),
+		extra...)
+}
+
+// parseMerged reads the baselines' options and dense_below.
+func parseMerged(o Values) (density float64, denseWarmup, denseBelow int, err error) {
+	if density, denseWarmup, err = parseBaseline(o); err != nil {
+		return 0, 0, 0, err
+	}
+	denseBelow, err = o.Int("dense_below")
+	return density, denseWarmup, denseBelow, err
+}
+
 func init() {
 	Register(Spec{
 		Name:    "lags",
 		Summary: "LAGS-SGD: TopkA per parameter tensor, each sent as soon as its gradient is ready; residual per tensor",
-		Options: baselineOptions,
+		Options: mergedOptions(),
 		New: func(o Values) (ddp.CommHook, error) {
-			density, warm, err := parseBaseline(o)
+			density, warm, below, err := parseMerged(o)
 			if err != nil {
 				return nil, err
 			}
-			return NewLAGS(density, warm)
+			return NewLAGS(density, warm, below)
 		},
 	})
 	Register(Spec{
 		Name:    "mgs",
 		Summary: "MGS-SGD: TopkA on consecutive tensors (backward order) merged until a group has threshold elements",
-		Options: append(slices.Clone(baselineOptions),
+		Options: mergedOptions(
 			Option{Name: "threshold", Default: fmt.Sprint(DefaultMGSThreshold), Help: "merge tensors until a group has this many elements"}),
 		New: func(o Values) (ddp.CommHook, error) {
-			density, warm, err := parseBaseline(o)
+			density, warm, below, err := parseMerged(o)
 			if err != nil {
 				return nil, err
 			}
@@ -361,17 +497,17 @@ func init() {
 			if err != nil {
 				return nil, err
 			}
-			return NewMGS(density, warm, th)
+			return NewMGS(density, warm, below, th)
 		},
 	})
 	Register(Spec{
 		Name:    "omgs",
 		Summary: "OMGS-SGD: TopkA on the merge plan of least predicted iteration time; needs a measured profile (ddp.MeasureProfile, ddp.WithProfile)",
-		Options: append(slices.Clone(baselineOptions),
+		Options: mergedOptions(
 			Option{Name: "planner", Default: "exact", Help: "exact (optimum over all merge plans) | paper (the paper's Algorithm 1, not always optimal; needs timeline=paper)"},
 			Option{Name: "timeline", Default: "ddp", Help: "ddp (selection on DDP's communication goroutine) | paper (selection holds up backward, the paper's model)"}),
 		New: func(o Values) (ddp.CommHook, error) {
-			density, warm, err := parseBaseline(o)
+			density, warm, below, err := parseMerged(o)
 			if err != nil {
 				return nil, err
 			}
@@ -387,7 +523,7 @@ func init() {
 			if tls == "paper" {
 				tl = PaperTimeline
 			}
-			return NewOMGS(density, warm, planner, tl)
+			return NewOMGS(density, warm, below, planner, tl)
 		},
 	})
 }

@@ -17,6 +17,13 @@ import (
 // ready), into consecutive groups; each group is sparsified (top-k of its concatenated
 // gradient) and all-gathered as one message. A plan is written as group lengths in tensors,
 // in backward order: [2, 1, 3] groups tensors 0-1, 2, 3-5. There are 2^(L-1) plans.
+//
+// Small tensors (fewer than MergeModel.DenseBelow elements: biases, BatchNorm's γ and β) are
+// not sparsified: wherever the plan puts them, their group all-reduces them densely beside the
+// all-gather of its sparse part (hooks' dense_below). A group's cost is then the selection of
+// its sparse elements, the all-gather of their pairs and the all-reduce of its dense elements
+// (each zero when its part is empty). It still depends on the group alone, so the exact
+// planners and the brute force below stay exact under it.
 
 // Timeline says where the sparsification of a group runs, which decides when things start.
 type Timeline int
@@ -56,16 +63,21 @@ type MergeModel struct {
 	// (Alpha + Beta·bytes per rank).
 	TopK      ddp.TopKCost
 	AllGather ddp.AllGatherCost
-	// Density is k/n: a group of n elements sends Density·n COO pairs of 8 bytes per rank
-	// (continuous, as in the paper's linear model).
+	// Density is k/n: a group of n sparse elements sends Density·n COO pairs of 8 bytes per
+	// rank (continuous, as in the paper's linear model).
 	Density  float64
 	Timeline Timeline
+	// DenseBelow: tensors with fewer elements are all-reduced densely (4 bytes per element
+	// per rank, AllReduce's cost) and cost no selection; 0 sparsifies every tensor.
+	DenseBelow int
+	AllReduce  ddp.AllReduceCost
 }
 
 // NewMergeModel builds the model of a measured profile for the tensors in order (indices into
 // the profile's parameters, backward order: prof.Order()).
 func NewMergeModel(prof *ddp.Profile, order []int, density float64, tl Timeline) MergeModel {
-	m := MergeModel{Forward: prof.Forward.Seconds(), TopK: prof.TopK, AllGather: prof.AllGather, Density: density, Timeline: tl}
+	m := MergeModel{Forward: prof.Forward.Seconds(), TopK: prof.TopK, AllGather: prof.AllGather, AllReduce: prof.AllReduce,
+		Density: density, Timeline: tl}
 	for j, d := range prof.LayerBackward(order) {
 		m.Backward = append(m.Backward, d.Seconds())
 		m.Sizes = append(m.Sizes, prof.Sizes[order[j]])
@@ -76,6 +88,31 @@ func NewMergeModel(prof *ddp.Profile, order []int, density float64, tl Timeline)
 // topk is the paper's TKPM: the selection time of a group of n elements (0 for a merged
 // layer, n = 0).
 func (m *MergeModel) topk(n float64) float64 { return m.TopK.Seconds(n) }
+
+// dense reports whether tensor j is all-reduced densely.
+func (m *MergeModel) dense(j int) bool { return m.DenseBelow > 0 && m.Sizes[j] < m.DenseBelow }
+
+// allreduce is the dense all-reduce of n elements (0 for n = 0).
+func (m *MergeModel) allreduce(n float64) float64 {
+	if n <= 0 {
+		return 0
+	}
+	return m.AllReduce.Seconds(4 * n)
+}
+
+// comm is a group's communication: the all-gather of its sparse part (sparse elements) and
+// the all-reduce of its dense part.
+func (m *MergeModel) comm(sparse, dense float64) float64 {
+	return m.allgather(sparse) + m.allreduce(dense)
+}
+
+// split returns tensor j's sparse and dense elements (one of them 0).
+func (m *MergeModel) split(j int) (sparse, dense float64) {
+	if m.dense(j) {
+		return 0, float64(m.Sizes[j])
+	}
+	return float64(m.Sizes[j]), 0
+}
 
 // allgather is the paper's AGPM: 0 for a merged layer (n = 0).
 func (m *MergeModel) allgather(n float64) float64 {
@@ -90,6 +127,7 @@ func (m *MergeModel) allgather(n float64) float64 {
 type GroupTimes struct {
 	Tensors  int     // tensors in the group
 	Elements int     // their elements
+	Dense    int     // of which all-reduced densely
 	Ready    float64 // its last gradient computed
 	Selected float64 // its top-k done
 	Start    float64 // its all-gather starts
@@ -107,19 +145,22 @@ func (m *MergeModel) Schedule(plan []int) []GroupTimes {
 		for ; n > 0; n-- {
 			clock += m.Backward[j]
 			g.Elements += m.Sizes[j]
+			if m.dense(j) {
+				g.Dense += m.Sizes[j]
+			}
 			j++
 		}
 		g.Ready = clock
-		d := float64(g.Elements)
+		sparse, dense := float64(g.Elements-g.Dense), float64(g.Dense)
 		if m.Timeline == PaperTimeline {
-			clock += m.topk(d)
+			clock += m.topk(sparse)
 			g.Selected = clock
 			g.Start = max(commEnd, clock)
 		} else {
-			g.Selected = max(commEnd, clock) + m.topk(d)
+			g.Selected = max(commEnd, clock) + m.topk(sparse)
 			g.Start = g.Selected
 		}
-		g.Done = g.Start + m.allgather(d)
+		g.Done = g.Start + m.comm(sparse, dense)
 		commEnd = g.Done
 		out = append(out, g)
 	}
@@ -190,6 +231,12 @@ func PlanThreshold(sizes []int, threshold int) []int {
 // could start plus the α saved) both hold; a merge updates the sizes and times (procedure
 // Merge) and recomputes the timestamps (CalculateCompStart from l down, CalculateCommStart).
 // It returns the plan and the iteration time its own timestamps predict, τ_c[1] + t_c[1].
+//
+// With dense tensors (DenseBelow) a layer's size splits into a sparse and a dense part: the
+// selection costs TKPM of the sparse part, the communication the all-gather of the sparse
+// part plus the all-reduce of the dense part, and Q5's α (what merging saves in start-up)
+// becomes what merging saves in communication, t_c[l] + t_c[l-1] − t_c(merged), which is α
+// when every tensor is sparse: the algorithm is the paper's on the paper's model.
 func FindMergedLayers(m MergeModel) (plan []int, predicted float64, err error) {
 	if err := m.check(); err != nil {
 		return nil, 0, err
@@ -199,12 +246,14 @@ func FindMergedLayers(m MergeModel) (plan []int, predicted float64, err error) {
 	}
 	L := len(m.Sizes)
 	tb := make([]float64, L+1) // 1-based, as in the paper
-	d := make([]float64, L+1)
+	d := make([]float64, L+1)  // sparse elements
+	dd := make([]float64, L+1) // dense elements
 	for l := 1; l <= L; l++ {
 		tb[l] = m.Backward[L-l]
-		d[l] = float64(m.Sizes[L-l])
+		d[l], dd[l] = m.split(L - l)
 	}
-	tkpm, agpm := m.topk, m.allgather
+	tkpm := m.topk
+	agpm := func(l int) float64 { return m.comm(d[l], dd[l]) }
 	// CalculateCompStart (CCPS) over layers 1..l, layer l's backward starting at tau.
 	ccps := func(tb, d []float64, l int, tau float64) (taub, taus, ts []float64) {
 		taub, taus, ts = make([]float64, l+1), make([]float64, l+1), make([]float64, l+1)
@@ -220,10 +269,10 @@ func FindMergedLayers(m MergeModel) (plan []int, predicted float64, err error) {
 		return taub, taus, ts
 	}
 	// CalculateCommStart (CCMS).
-	ccms := func(ts, taus, d []float64) (tauc, tc []float64) {
+	ccms := func(ts, taus []float64) (tauc, tc []float64) {
 		tauc, tc = make([]float64, L+1), make([]float64, L+1)
 		for i := L; i >= 1; i-- {
-			tc[i] = agpm(d[i])
+			tc[i] = agpm(i)
 		}
 		tauc[L] = taus[L] + ts[L]
 		for i := L - 1; i >= 1; i-- {
@@ -233,23 +282,26 @@ func FindMergedLayers(m MergeModel) (plan []int, predicted float64, err error) {
 	}
 	merged := make([]bool, L+1)
 	taub, taus, ts := ccps(tb, d, L, m.Forward)
-	tauc, tc := ccms(ts, taus, d)
+	tauc, tc := ccms(ts, taus)
 	for l := L; l >= 2; l-- {
 		mu := taub[l] + tb[l] + tb[l-1]
-		q3 := mu+tkpm(d[l])+tkpm(d[l-1]) < tauc[l]+agpm(d[l])
-		q5 := tauc[l]+m.AllGather.Alpha > mu+tkpm(d[l]+d[l-1])
+		saved := agpm(l) + agpm(l-1) - m.comm(d[l]+d[l-1], dd[l]+dd[l-1]) // α when all sparse
+		q3 := mu+tkpm(d[l])+tkpm(d[l-1]) < tauc[l]+agpm(l)
+		q5 := tauc[l]+saved > mu+tkpm(d[l]+d[l-1])
 		if q3 && q5 {
 			// Merge(tb, ts, tc, d, l).
 			tb[l-1] += tb[l]
 			tb[l] = 0
 			d[l-1] += d[l]
 			d[l] = 0
-			tc[l-1], tc[l] = agpm(d[l-1]), 0
+			dd[l-1] += dd[l]
+			dd[l] = 0
+			tc[l-1], tc[l] = agpm(l-1), 0
 			ts[l-1], ts[l] = tkpm(d[l-1]), 0
 			taub2, taus2, _ := ccps(tb[:l+1], d[:l+1], l, taub[l]+tb[l])
 			copy(taub[1:l+1], taub2[1:])
 			copy(taus[1:l+1], taus2[1:])
-			tauc, tc = ccms(ts, taus, d)
+			tauc, tc = ccms(ts, taus)
 			merged[l] = true
 		}
 	}
@@ -288,7 +340,7 @@ func OptimalMerge(m MergeModel) ([]int, error) {
 		return paretoMerge(m), nil
 	}
 	L := len(m.Sizes)
-	tbSum, nSum := m.prefixSums()
+	tbSum, nSum, dSum := m.prefixSums()
 	best := make([]float64, L+1) // earliest end of the last hook with a group ending at j
 	from := make([]int, L+1)
 	best[0] = m.Forward
@@ -296,8 +348,8 @@ func OptimalMerge(m MergeModel) ([]int, error) {
 		ready := m.Forward + tbSum[j]
 		best[j] = math.Inf(1)
 		for i := 0; i < j; i++ {
-			n := nSum[j] - nSum[i]
-			if e := max(best[i], ready) + m.topk(n) + m.allgather(n); e < best[j] {
+			n, nd := nSum[j]-nSum[i], dSum[j]-dSum[i]
+			if e := max(best[i], ready) + m.topk(n) + m.comm(n, nd); e < best[j] {
 				best[j], from[j] = e, i
 			}
 		}
@@ -305,14 +357,18 @@ func OptimalMerge(m MergeModel) ([]int, error) {
 	return planFrom(L, func(j int) int { return from[j] }), nil
 }
 
-func (m *MergeModel) prefixSums() (tbSum, nSum []float64) {
+// prefixSums returns the prefix sums of the backward times, the sparse elements and the
+// dense elements.
+func (m *MergeModel) prefixSums() (tbSum, nSum, dSum []float64) {
 	L := len(m.Sizes)
-	tbSum, nSum = make([]float64, L+1), make([]float64, L+1)
+	tbSum, nSum, dSum = make([]float64, L+1), make([]float64, L+1), make([]float64, L+1)
 	for j := range L {
+		sparse, dense := m.split(j)
 		tbSum[j+1] = tbSum[j] + m.Backward[j]
-		nSum[j+1] = nSum[j] + float64(m.Sizes[j])
+		nSum[j+1] = nSum[j] + sparse
+		dSum[j+1] = dSum[j] + dense
 	}
-	return tbSum, nSum
+	return tbSum, nSum, dSum
 }
 
 // planFrom turns back-pointers (the start of the group that ends at j) into group lengths.
@@ -328,22 +384,25 @@ func planFrom(L int, from func(j int) int) []int {
 // paretoMerge is OptimalMerge on the paper's timeline (see there).
 func paretoMerge(m MergeModel) []int {
 	L := len(m.Sizes)
-	tbSum, nSum := m.prefixSums()
-	// Lower bounds of what the tensors j.. still add.
+	tbSum, nSum, dSum := m.prefixSums()
+	// Lower bounds of what the tensors j.. still add: their selections one by one, the last
+	// tensor's communication (its group's is no less), and the communication of all of them
+	// in one all-gather and one all-reduce (α + β·b is subadditive).
 	remSelect := make([]float64, L+1)
 	for j := L - 1; j >= 0; j-- {
-		remSelect[j] = remSelect[j+1] + m.topk(float64(m.Sizes[j]))
+		sparse, _ := m.split(j)
+		remSelect[j] = remSelect[j+1] + m.topk(sparse)
 	}
-	lastComm := m.allgather(float64(m.Sizes[L-1]))
+	lastComm := m.comm(m.split(L - 1))
 	bound := func(j int, comp, comm float64) float64 {
 		if j == L {
 			return comm
 		}
-		return max(comp+tbSum[L]-tbSum[j]+remSelect[j]+lastComm, comm+m.allgather(nSum[L]-nSum[j]))
+		return max(comp+tbSum[L]-tbSum[j]+remSelect[j]+lastComm, comm+m.comm(nSum[L]-nSum[j], dSum[L]-dSum[j]))
 	}
 	// An upper bound: the best of a few plans.
 	upper := math.Inf(1)
-	for _, p := range [][]int{PlanLAGS(L), PlanSingle(L), greedyParetoPlan(m, tbSum, nSum)} {
+	for _, p := range [][]int{PlanLAGS(L), PlanSingle(L), greedyParetoPlan(m, tbSum, nSum, dSum)} {
 		upper = min(upper, m.Predict(p))
 	}
 	if p, _, err := FindMergedLayers(m); err == nil {
@@ -362,7 +421,7 @@ func paretoMerge(m MergeModel) []int {
 		cand = cand[:0]
 		for i := 0; i < j; i++ {
 			n := nSum[j] - nSum[i]
-			sel, ag := m.topk(n), m.allgather(n)
+			sel, ag := m.topk(n), m.comm(n, dSum[j]-dSum[i])
 			for s, st := range fronts[i] {
 				comp := st.comp + tbSum[j] - tbSum[i] + sel
 				comm := max(st.comm, comp) + ag
@@ -391,7 +450,7 @@ func paretoMerge(m MergeModel) []int {
 
 // greedyParetoPlan keeps one state per group end on the paper's timeline, the one whose
 // all-gathers end first: a good plan, not always the best (an upper bound for paretoMerge).
-func greedyParetoPlan(m MergeModel, tbSum, nSum []float64) []int {
+func greedyParetoPlan(m MergeModel, tbSum, nSum, dSum []float64) []int {
 	L := len(m.Sizes)
 	comp, comm := make([]float64, L+1), make([]float64, L+1)
 	from := make([]int, L+1)
@@ -401,7 +460,7 @@ func greedyParetoPlan(m MergeModel, tbSum, nSum []float64) []int {
 		for i := 0; i < j; i++ {
 			n := nSum[j] - nSum[i]
 			c := comp[i] + tbSum[j] - tbSum[i] + m.topk(n)
-			e := max(comm[i], c) + m.allgather(n)
+			e := max(comm[i], c) + m.comm(n, dSum[j]-dSum[i])
 			if e < comm[j] || (e == comm[j] && c < comp[j]) {
 				comp[j], comm[j], from[j] = c, e, i
 			}

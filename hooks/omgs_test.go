@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -25,6 +26,70 @@ func TestMergedTopKConservationAndConsistency(t *testing.T) {
 				runConserving(t, specWith(hook, fmt.Sprintf("density=%g", density)), p, 37*p+3)
 			}
 		}
+	}
+}
+
+// Small tensors go dense (dense_below): in a bucket that mixes small and large tensors, the
+// small ones come out as the exact average of g + ξ and keep no residual, the others take
+// TopkA's step with k = density × their elements; the conservation test holds and the
+// outputs are bit-identical, for P = 2..16 and several densities. A bucket of small tensors
+// only is one dense all-reduce (a dense call in the phases).
+func TestMergedTopKDenseBelow(t *testing.T) {
+	sizes := []int{3, 40, 200, 7, 1, 64, 90} // dense_below=50: 3+40 and 7+1 dense, 51 elements
+	const nDense = 51
+	n := 0
+	for _, s := range sizes {
+		n += s
+	}
+	denseAt := func(i int) bool { return i < 43 || (i >= 243 && i < 251) }
+	for _, hook := range []string{"lags", "mgs", "omgs"} {
+		for p := 2; p <= 16; p++ {
+			for _, density := range []float64{0.01, 0.1, 0.5} {
+				spec := fmt.Sprintf("%s:density=%g,dense_below=50", hook, density)
+				w := newWorld(t, p, spec)
+				w.params = namedParams(sizes...)
+				for it := range 3 {
+					gs := grads(uint64(17*p+it), p, n)
+					before := w.residuals(n)
+					name := fmt.Sprintf("%s/P=%d/call %d", spec, p, it)
+					outs := w.callConserving(t, name, name, gs)
+					after := w.residuals(n)
+					for i := range n {
+						if !denseAt(i) {
+							continue
+						}
+						want := 0.0
+						for r := range p {
+							want += float64(gs[r][i]) + float64(before[r][i])
+							if after[r][i] != 0 {
+								t.Fatalf("%s: rank %d keeps residual %g at dense position %d", name, r, after[r][i], i)
+							}
+						}
+						want /= float64(p)
+						if got := float64(outs[0][i]); math.Abs(got-want) > 1e-5*(1+math.Abs(want)) {
+							t.Fatalf("%s: dense position %d = %g, want the average %g", name, i, got, want)
+						}
+					}
+				}
+				ph := merged(w.hooks[0]).Phases()
+				if k := max(1, int(float64(n-nDense)*density)); len(ph) != 1 || ph[0].DenseElements != nDense || ph[0].K != k || ph[0].Dense {
+					t.Fatalf("%s P=%d: phases %+v, want %d dense elements and k = %d", spec, p, ph, nDense, k)
+				}
+			}
+		}
+	}
+	w := newWorld(t, 3, "lags:density=0.01,dense_below=50")
+	w.params = namedParams(3, 40, 7)
+	gs := grads(5, 3, 50)
+	outs := w.callConserving(t, "all small", "all small", gs)
+	for i := range 50 {
+		want := (float64(gs[0][i]) + float64(gs[1][i]) + float64(gs[2][i])) / 3
+		if math.Abs(float64(outs[0][i])-want) > 1e-5*(1+math.Abs(want)) {
+			t.Fatalf("all small: position %d = %g, want %g", i, outs[0][i], want)
+		}
+	}
+	if ph := merged(w.hooks[0]).Phases(); !ph[0].Dense || ph[0].K != 0 || ph[0].DenseElements != 50 {
+		t.Fatalf("all small: phases %+v, want one dense call", ph)
 	}
 }
 
@@ -59,9 +124,10 @@ func TestMergedTopKReplicaConsistencyUnderDDP(t *testing.T) {
 		spec    string
 		profile bool
 	}{
-		{"lags:density=0.05", false}, {"lags:density=0.05,dense_warmup=1", true},
-		{"mgs:density=0.05,threshold=300", false},
-		{"omgs:density=0.05", true}, {"omgs:density=0.05,planner=paper,timeline=paper", true},
+		{"lags:density=0.05,dense_below=0", false}, {"lags:density=0.05,dense_below=100,dense_warmup=1", true},
+		{"mgs:density=0.05,threshold=300,dense_below=100", false},
+		{"omgs:density=0.05,dense_below=100", true}, {"omgs:density=0.05,planner=paper,timeline=paper,dense_below=100", true},
+		{"omgs:density=0.05,dense_below=0", true},
 	}
 	for _, c := range cases {
 		for _, p := range []int{2, 3, 4, 5, 8} {
@@ -89,7 +155,8 @@ func namedParams(sizes ...int) []*nn.Param {
 
 func profileOf(ps []*nn.Param, ready ...time.Duration) *ddp.Profile {
 	p := &ddp.Profile{P: 2, ParamBackward: ready, Forward: time.Millisecond, Backward: slices.Max(ready),
-		TopK: ddp.TopKCost{Gamma: 1e-9, Density: 0.01}, AllGather: ddp.AllGatherCost{Alpha: 1e-4, Beta: 1e-9}}
+		TopK: ddp.TopKCost{Gamma: 1e-9, Density: 0.01}, AllGather: ddp.AllGatherCost{Alpha: 1e-4, Beta: 1e-9},
+		AllReduce: ddp.AllReduceCost{Alpha: 5e-5, Beta: 2e-9, Samples: []ddp.CostSample{{Size: 64, Seconds: 5e-5}, {Size: 4096, Seconds: 6e-5}}}}
 	for _, q := range ps {
 		p.Params = append(p.Params, q.Name)
 		p.Sizes = append(p.Sizes, q.Len())
@@ -165,7 +232,7 @@ func TestMergedTopKPlans(t *testing.T) {
 		"lags:density=2":                    "density=2",
 		"lags:threshold=3":                  "has no option",
 		"mgs:dense_warmup=-1":               "dense_warmup=-1",
-		"omgs:density=0.01,x=1":             "options: density, dense_warmup, planner, timeline",
+		"omgs:density=0.01,x=1":             "options: density, dense_warmup, dense_below, planner, timeline",
 		"mgs:threshold=lots":                "not an integer",
 		"omgs:planner=paper,timeline=paper": "",
 	} {

@@ -28,7 +28,9 @@
 #           written plainly from the specification, as an independent check of the Go hook's
 #           accuracy (not of its communication).
 #   lags    layer-wise TopkA (LAGS): local top-k of every parameter tensor, error feedback per
-#           tensor.
+#           tensor. --dense-below N sends the tensors of fewer than N elements densely (summed
+#           exactly, no residual), as spargo's lags/mgs/omgs option dense_below does (its
+#           default there is 8192; here 0, every tensor sparsified, the paper's algorithm).
 #   covap   COVAP with the paper's scheduled error feedback (ALGORITHMS.md §6, hooks/covap.go):
 #           DDP's buckets (reverse parameter order, 1 MiB first bucket, then 25 MiB), split into
 #           shards by the median rule, shard i sent at step s iff (i + s) mod I == 0 (--interval),
@@ -112,19 +114,24 @@ def topka(grads, resid, density):
     return total
 
 
-def lags(grads, resid, density, sizes):
+def lags(grads, resid, density, sizes, dense_below=0):
     """Layer-wise TopkA: local top-k of every tensor (k = max(1, int(size*density))) with
-    local error feedback per tensor; returns the summed sparse gradient."""
+    local error feedback per tensor; tensors of fewer than dense_below elements are summed
+    densely and keep no residual. Returns the summed gradient."""
     n = grads[0].numel()
     total = torch.zeros(n)
     for r, g in enumerate(grads):
         acc = g + resid[r]
         off = 0
         for size in sizes:
-            seg = acc[off:off + size]
-            idx = topk_abs(seg, max(1, int(size * density))) + off
-            total[idx] += acc[idx]
-            acc[idx] = 0
+            if size < dense_below:
+                total[off:off + size] += acc[off:off + size]
+                acc[off:off + size] = 0
+            else:
+                seg = acc[off:off + size]
+                idx = topk_abs(seg, max(1, int(size * density))) + off
+                total[idx] += acc[idx]
+                acc[idx] = 0
             off += size
         resid[r] = acc
     return total
@@ -263,6 +270,8 @@ def main():
     ap.add_argument("--hook", default="dense", choices=["dense", "topka", "spardl", "lags", "covap"])
     ap.add_argument("--interval", type=int, default=2, help="COVAP's interval I (--hook covap)")
     ap.add_argument("--density", type=float, default=0.01)
+    ap.add_argument("--dense-below", type=int, default=0,
+                    help="--hook lags: tensors of fewer elements are summed densely (spargo's dense_below)")
     a = ap.parse_args()
 
     torch.set_num_threads(a.threads)
@@ -329,7 +338,7 @@ def main():
                         b.num_batches_tracked.copy_(nt)
             if a.hook != "dense":
                 if a.hook == "lags":
-                    total = lags(grads, resid, a.density, [p.numel() for p in params]) / W
+                    total = lags(grads, resid, a.density, [p.numel() for p in params], a.dense_below) / W
                 elif a.hook == "covap":
                     total = covap(grads, resid) / W
                 else:
