@@ -175,6 +175,28 @@ func profileRun(t *testing.T, groups []comm.Group, spec string, sizes []int, rea
 // clocks count that waiting as communication, the aligned timelines do not, and the slow rank's
 // backward is the computation window.
 func TestCovapProfilerFollowsCommCost(t *testing.T) {
+	// The delays are real sleeps: on a machine loaded far beyond its cores a sleep or a
+	// goroutine wake-up can overshoot by tens of milliseconds and push a measurement out of
+	// its band. Such an attempt is repeated (up to three in all); a profiler that measures
+	// the wrong thing fails every attempt.
+	const attempts = 3
+	for a := 1; ; a++ {
+		var errs []string
+		covapProfilerFollowsCommCost(t, func(format string, args ...any) { errs = append(errs, fmt.Sprintf(format, args...)) })
+		if len(errs) == 0 {
+			return
+		}
+		if a == attempts {
+			for _, e := range errs {
+				t.Error(e)
+			}
+			return
+		}
+		t.Logf("attempt %d of %d out of its bands (retrying): %s", a, attempts, strings.Join(errs, "; "))
+	}
+}
+
+func covapProfilerFollowsCommCost(t *testing.T, errorf func(format string, args ...any)) {
 	const p = 3
 	sizes := []int{6000, 12000, 6000}
 	n := sum(sizes)
@@ -197,17 +219,17 @@ func TestCovapProfilerFollowsCommCost(t *testing.T) {
 	}{{base, 400 * time.Nanosecond, 1}, {double, 800 * time.Nanosecond, 2}} {
 		want := imposed(c.perByte)
 		if c.prof.Comm < want || c.prof.Comm > want*150/100 {
-			t.Errorf("%v/B: measured communication %v, imposed %v", c.perByte, c.prof.Comm, want)
+			errorf("%v/B: measured communication %v, imposed %v", c.perByte, c.prof.Comm, want)
 		}
 		if c.prof.Comp < compute[2] || c.prof.Comp > compute[2]*120/100 {
-			t.Errorf("%v/B: measured computation %v, simulated %v", c.perByte, c.prof.Comp, compute[2])
+			errorf("%v/B: measured computation %v, simulated %v", c.perByte, c.prof.Comp, compute[2])
 		}
 		if c.prof.Interval != c.want || c.prof.Interval != max(1, int(math.Ceil(c.prof.CCR))) {
-			t.Errorf("%v/B: CCR %.3f gave I=%d, want %d (imposed CCR %.3f)", c.perByte, c.prof.CCR, c.prof.Interval, c.want, float64(want)/float64(compute[2]))
+			errorf("%v/B: CCR %.3f gave I=%d, want %d (imposed CCR %.3f)", c.perByte, c.prof.CCR, c.prof.Interval, c.want, float64(want)/float64(compute[2]))
 		}
 	}
 	if ratio := double.CCR / base.CCR; ratio < 1.6 || ratio > 2.4 {
-		t.Errorf("doubling the per-byte cost multiplied the CCR by %.2f", ratio)
+		errorf("doubling the per-byte cost multiplied the CCR by %.2f", ratio)
 	}
 
 	// Rank 1 computes three times slower.
@@ -221,16 +243,16 @@ func TestCovapProfilerFollowsCommCost(t *testing.T) {
 	t.Logf("400 ns/B, rank 1 3× slower: %+v", *slow)
 	want := imposed(400 * time.Nanosecond)
 	if slow.Comm < want || slow.Comm > want*150/100 {
-		t.Errorf("slow rank: aligned communication %v, imposed %v: waiting for the slow rank was counted", slow.Comm, want)
+		errorf("slow rank: aligned communication %v, imposed %v: waiting for the slow rank was counted", slow.Comm, want)
 	}
 	// The fast ranks wait for the slow one in every all-reduce, about 2·85 ms minus the time the
 	// slow rank spends in its own all-reduces, per iteration; on their own clocks that is
 	// communication.
 	if slow.CommUnaligned < slow.Comm+60*time.Millisecond {
-		t.Errorf("slow rank: the ranks' own clocks say %v of communication, aligned %v: expected the waiting to show there", slow.CommUnaligned, slow.Comm)
+		errorf("slow rank: the ranks' own clocks say %v of communication, aligned %v: expected the waiting to show there", slow.CommUnaligned, slow.Comm)
 	}
 	if slow.Comp < 3*compute[2] || slow.Comp > 3*compute[2]*120/100 {
-		t.Errorf("slow rank: computation %v, want the slow rank's %v", slow.Comp, 3*compute[2])
+		errorf("slow rank: computation %v, want the slow rank's %v", slow.Comp, 3*compute[2])
 	}
 }
 
