@@ -49,7 +49,7 @@ import (
 // tokens, 2000 steps, AdamW 1e-3 with BERT's warm-up and linear decay.
 func defaults() train.MLMConfig {
 	return train.MLMConfig{
-		Model: "tiny", Workers: 2, Hook: "allreduce", Batch: 16, Steps: 2000, Epochs: 1, Seq: 128,
+		Model: "tiny", Workers: 2, Hook: "allreduce", Batch: 16, Steps: 2000, Epochs: 1, Seq: 128, Dropout: 0.1,
 		HoldOut: 0.05, VocabSize: 8000,
 		Flags:    train.Flags{LR: 1e-3, Optim: "adamw:wd=0.01,no_decay=true", Schedule: "linear"},
 		Keep:     3,

@@ -4,17 +4,22 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/spargo-dl/spargo/checkpoint"
 	"github.com/spargo-dl/spargo/datasets"
 	"github.com/spargo-dl/spargo/internal/train"
+	"github.com/spargo-dl/spargo/models"
+	"github.com/spargo-dl/spargo/nn"
+	"github.com/spargo-dl/spargo/safetensors"
 )
 
 // writeCorpus writes a small corpus directory in PTB's layout (train.txt and valid.txt,
@@ -199,6 +204,8 @@ func TestFlagErrors(t *testing.T) {
 		{func(c *train.MLMConfig) { c.Seq = 3 }, "-seq 3"},
 		{func(c *train.MLMConfig) { c.Vocab = filepath.Join(data, "missing.txt") }, "-vocab"},
 		{func(c *train.MLMConfig) { c.Batch = 1000 }, "only"},
+		{func(c *train.MLMConfig) { c.Dropout = 1 }, "-dropout 1"},
+		{func(c *train.MLMConfig) { c.DumpSteps = 5 }, "-dump-steps 5"},
 	} {
 		c := smallConfig(data)
 		tc.change(&c)
@@ -206,5 +213,82 @@ func TestFlagErrors(t *testing.T) {
 		if _, err := train.RunMLM(context.Background(), c, &out, &out); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("got %v, want an error containing %q", err, tc.want)
 		}
+	}
+}
+
+// -dump-batches writes the initial parameters (those of a fresh model from the seed) and
+// each rank's first -dump-steps batches, exactly the loader's, for
+// scripts/torch_bert_lockstep.py; -dropout reaches the model (0 and 0.1 train differently).
+func TestDumpBatches(t *testing.T) {
+	data := writeCorpus(t)
+	dir := t.TempDir()
+	c := smallConfig(data)
+	c.Steps, c.Dropout, c.DumpBatches, c.DumpSteps, c.Seed = 4, 0, dir, 3, 7
+	sum, _ := run(t, c)
+
+	st, err := safetensors.ReadFile(filepath.Join(dir, "init.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	corpus, err := train.LoadMLMCorpus(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, _ := models.BertPreset(c.Model)
+	cfg.VocabSize = corpus.Tokenizer.Vocab().Size()
+	fresh, err := models.NewBertForPreTraining(cfg, nn.NewRand(c.Seed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	params := nn.Parameters(fresh)
+	if len(st.Tensors) != len(params) || st.Metadata["batch"] != "4" || st.Metadata["seq"] != "24" {
+		t.Fatalf("init.safetensors: %d tensors (model %d), metadata %v", len(st.Tensors), len(params), st.Metadata)
+	}
+	for _, p := range params {
+		v, err := st.Float32(p.Name)
+		if err != nil || !slices.Equal(v, p.Value.Data) {
+			t.Fatalf("init.safetensors: %s differs from a fresh model of seed %d (%v)", p.Name, c.Seed, err)
+		}
+	}
+
+	L, B := c.Seq, c.Batch
+	for rank := range c.Workers {
+		raw, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("rank%d.bin", rank)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		per := 4 * (4*B*L + B)
+		if len(raw) != c.DumpSteps*per {
+			t.Fatalf("rank %d: %d bytes, want %d steps of %d", rank, len(raw), c.DumpSteps, per)
+		}
+		ld, err := datasets.NewMLMLoader(corpus.Train, datasets.MLMLoaderOptions{Batch: B, Rank: rank, World: c.Workers, Shuffle: true, DropLast: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		step := 0
+		for b, err := range ld.Epoch(context.Background(), 0) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if step == c.DumpSteps {
+				break
+			}
+			var want []byte
+			for _, a := range [][]int32{b.InputIDs, b.TokenTypeIDs, b.AttentionMask, b.Labels, b.NextSentence} {
+				for _, v := range a {
+					want = binary.LittleEndian.AppendUint32(want, uint32(v))
+				}
+			}
+			if !bytes.Equal(raw[step*per:(step+1)*per], want) {
+				t.Fatalf("rank %d, step %d: the dumped batch is not the loader's", rank, step)
+			}
+			step++
+		}
+	}
+
+	c.DumpBatches, c.DumpSteps, c.Dropout = "", 0, 0.1
+	again, _ := run(t, c)
+	if again.Rounds[0].TrainLoss == sum.Rounds[0].TrainLoss {
+		t.Errorf("-dropout 0 and 0.1 trained to the same loss %v: the flag does not reach the model", sum.Rounds[0].TrainLoss)
 	}
 }

@@ -1,7 +1,9 @@
 package train
 
 import (
+	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"flag"
 	"fmt"
@@ -25,6 +27,7 @@ import (
 	"github.com/spargo-dl/spargo/internal/kernels"
 	"github.com/spargo-dl/spargo/models"
 	"github.com/spargo-dl/spargo/nn"
+	"github.com/spargo-dl/spargo/safetensors"
 )
 
 // MLMConfig is a BERT masked-LM pre-training run: the flags of examples/bert. It is the
@@ -56,6 +59,8 @@ type MLMConfig struct {
 	// MaxPredictions caps the masked positions per sequence (0: round(0.15 × Seq), 19 at 128).
 	Seq            int `json:"seq"`
 	MaxPredictions int `json:"max_predictions"`
+	// Dropout is the model's hidden and attention-probability dropout (BERT's 0.1).
+	Dropout float64 `json:"dropout"`
 	// Flags are the shared training flags (-lr -optim -schedule -warmup -metrics -log-every
 	// -plot; -momentum and -wd for -optim sgd).
 	Flags
@@ -75,6 +80,13 @@ type MLMConfig struct {
 	Resume          bool   `json:"resume,omitempty"`
 	LogLevel        string `json:"-"`
 	LogFormat       string `json:"-"`
+	// DumpBatches, when set, is a directory where rank 0 writes the initial parameters
+	// (init.safetensors) and every rank r its first DumpSteps training batches (rank<r>.bin),
+	// so that scripts/torch_bert_lockstep.py can train PyTorch on exactly the same inputs
+	// from the same weights. A batch is little-endian int32s: input ids, token type ids,
+	// attention mask and MLM labels (Batch × Seq each), then the Batch NSP labels.
+	DumpBatches string `json:"dump_batches,omitempty"`
+	DumpSteps   int    `json:"dump_steps,omitempty"`
 }
 
 // Register defines the run's flags on fs; the struct's current values are the defaults.
@@ -93,6 +105,7 @@ func (c *MLMConfig) Register(fs *flag.FlagSet) {
 	fs.IntVar(&c.Epochs, "epochs", c.Epochs, "passes over the training sequences, when -steps is 0")
 	fs.IntVar(&c.Seq, "seq", c.Seq, "sequence length in tokens ([CLS] A [SEP] B [SEP] and padding)")
 	fs.IntVar(&c.MaxPredictions, "max-predictions", c.MaxPredictions, "most masked positions per sequence (0: round(0.15 × seq), 19 at 128; BERT's recipe has 20)")
+	fs.Float64Var(&c.Dropout, "dropout", c.Dropout, "hidden and attention-probability dropout of the model (BERT's 0.1)")
 	c.Flags.Register(fs)
 	fs.Uint64Var(&c.Seed, "seed", c.Seed, "seed for initialisation, sequence pairs, masking, shuffling and dropout")
 	fs.IntVar(&c.EvalEvery, "eval-every", c.EvalEvery, "evaluate on the held-out text every N steps (N must divide the run's steps; 0: at the end only)")
@@ -106,6 +119,9 @@ func (c *MLMConfig) Register(fs *flag.FlagSet) {
 	fs.BoolVar(&c.Progress, "progress", c.Progress, "show a progress bar (launched: on rank 0, when its stderr is a terminal)")
 	fs.StringVar(&c.LogLevel, "log-level", orDefault(c.LogLevel, "info"), "log level of the hooks' messages on stderr: debug|info|warn|error")
 	fs.StringVar(&c.LogFormat, "log-format", orDefault(c.LogFormat, "text"), "text|json")
+	fs.StringVar(&c.DumpBatches, "dump-batches", c.DumpBatches, "write the initial parameters and the first -dump-steps training batches of every rank into this directory "+
+		"(for scripts/torch_bert_lockstep.py)")
+	fs.IntVar(&c.DumpSteps, "dump-steps", c.DumpSteps, "steps whose batches -dump-batches writes")
 }
 
 // MLMMain is the main function of examples/bert (see Main): it registers c's flags (c holds
@@ -143,6 +159,10 @@ func (c *MLMConfig) check() error {
 		return errors.New("-resume and -checkpoint-every need -checkpoint DIR")
 	case c.BucketMB < 0:
 		return fmt.Errorf("-bucket-mb %g: want a positive size in MiB, or 0 for the defaults", c.BucketMB)
+	case !(c.Dropout >= 0 && c.Dropout < 1):
+		return fmt.Errorf("-dropout %v: want a probability in [0, 1)", c.Dropout)
+	case c.DumpSteps < 0 || c.DumpSteps > 0 && c.DumpBatches == "":
+		return fmt.Errorf("-dump-steps %d: want 0 or more, with -dump-batches DIR", c.DumpSteps)
 	}
 	if _, err := models.BertPreset(c.Model); err != nil {
 		return fmt.Errorf("-model: %w", err)
@@ -568,6 +588,7 @@ func (w *mlmWorker) run(ctx context.Context) error {
 		return err
 	}
 	bcfg.VocabSize = vocab.Size()
+	bcfg.HiddenDropout, bcfg.AttentionDropout = c.Dropout, c.Dropout
 	if pad, ok := vocab.ID(datasets.PadToken); ok {
 		bcfg.PadTokenID = int(pad)
 	}
@@ -575,6 +596,11 @@ func (w *mlmWorker) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	dump, err := w.openDump(model)
+	if err != nil {
+		return err
+	}
+	defer dump.Close()
 	hook, err := hooks.Parse(c.Hook)
 	if err != nil {
 		return err
@@ -666,6 +692,9 @@ func (w *mlmWorker) run(ctx context.Context) error {
 			return batches(ctx, r*round+start)
 		},
 		Step: func(ctx context.Context, b datasets.MLMBatch) (StepResult, error) {
+			if err := dump.write(b); err != nil {
+				return StepResult{}, err
+			}
 			tape.SetGradEnabled(true)
 			loss, mlmLoss, mlm, _, labels, _ := mlmForward(dp, model, tape, b)
 			if err := dp.Backward(ctx, loss); err != nil {
@@ -703,12 +732,85 @@ func (w *mlmWorker) run(ctx context.Context) error {
 	return loop.Run(ctx)
 }
 
+// batchDump writes a rank's first training batches for -dump-batches (nil: nothing to do).
+type batchDump struct {
+	f      *os.File
+	w      *bufio.Writer
+	left   int
+	path   string
+	closed bool
+}
+
+// openDump writes init.safetensors (rank 0) and opens this rank's batch file, for
+// -dump-batches; it returns nil without that flag.
+func (w *mlmWorker) openDump(model *models.BertForPreTraining) (*batchDump, error) {
+	c, rank := w.cfg, w.group.Rank()
+	if c.DumpBatches == "" {
+		return nil, nil
+	}
+	if err := os.MkdirAll(c.DumpBatches, 0o755); err != nil {
+		return nil, fmt.Errorf("-dump-batches: %w", err)
+	}
+	if rank == 0 {
+		st := safetensors.New()
+		for _, p := range nn.Parameters(model) {
+			st.Tensors[p.Name] = safetensors.FromFloat32(slices.Clone(p.Value.Data), p.Value.Shape...)
+		}
+		for k, v := range map[string]string{"workers": strconv.Itoa(w.group.Size()), "batch": strconv.Itoa(c.Batch), "seq": strconv.Itoa(c.Seq),
+			"steps": strconv.Itoa(c.Steps), "dump_steps": strconv.Itoa(c.DumpSteps), "seed": strconv.FormatUint(c.Seed, 10), "model": c.Model} {
+			st.Metadata[k] = v
+		}
+		if err := st.WriteFile(filepath.Join(c.DumpBatches, "init.safetensors")); err != nil {
+			return nil, fmt.Errorf("-dump-batches: %w", err)
+		}
+	}
+	path := filepath.Join(c.DumpBatches, fmt.Sprintf("rank%d.bin", rank))
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("-dump-batches: %w", err)
+	}
+	return &batchDump{f: f, w: bufio.NewWriter(f), left: c.DumpSteps, path: path}, nil
+}
+
+// write appends b while steps are left to dump.
+func (d *batchDump) write(b datasets.MLMBatch) error {
+	if d == nil || d.left == 0 {
+		return nil
+	}
+	d.left--
+	for _, a := range [][]int32{b.InputIDs, b.TokenTypeIDs, b.AttentionMask, b.Labels, b.NextSentence} {
+		if err := binary.Write(d.w, binary.LittleEndian, a); err != nil {
+			return fmt.Errorf("-dump-batches: %s: %w", d.path, err)
+		}
+	}
+	if d.left == 0 {
+		return d.Close()
+	}
+	return nil
+}
+
+// Close flushes and closes the file (once).
+func (d *batchDump) Close() error {
+	if d == nil || d.closed {
+		return nil
+	}
+	d.closed = true
+	err := d.w.Flush()
+	if cerr := d.f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("-dump-batches: %s: %w", d.path, err)
+	}
+	return nil
+}
+
 // checkpointMeta describes the run for checkpoints: resuming requires the same model, hook,
 // world size, vocabulary size, round length and the flags that change the trajectory.
 func (c MLMConfig) checkpointMeta(world, vocab, round int) checkpoint.Meta {
 	cfg := c.Flags.MetaConfig()
 	for k, v := range map[string]string{"batch": strconv.Itoa(c.Batch), "steps": strconv.Itoa(c.Steps), "epochs": strconv.Itoa(c.Epochs),
-		"seq": strconv.Itoa(c.Seq), "max_predictions": strconv.Itoa(c.MaxPredictions), "seed": strconv.FormatUint(c.Seed, 10),
+		"seq": strconv.Itoa(c.Seq), "dropout": formatFloat(c.Dropout), "max_predictions": strconv.Itoa(c.MaxPredictions), "seed": strconv.FormatUint(c.Seed, 10),
 		"bucket_mb": formatFloat(c.BucketMB), "vocab": strconv.Itoa(vocab), "round": strconv.Itoa(round), "hold_out": formatFloat(c.HoldOut)} {
 		cfg[k] = v
 	}
