@@ -276,7 +276,7 @@ type Draw struct {
 // (NumBatches()·Batch draws with DropLast, every sampled image otherwise), without
 // preparing any pixels: the same (Seed, Rank, epoch) gives the same draws as the
 // batches. Other programs use it to replay a run's exact data stream (the PyTorch
-// cross-check scripts/torch_vgg_replay.py reads one). It must not run while an epoch of
+// cross-check scripts/torch_replay.py reads one). It must not run while an epoch of
 // this loader is running.
 func (l *Loader) Plan(epoch int) ([]Draw, error) {
 	if !l.running.CompareAndSwap(false, true) {

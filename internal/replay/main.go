@@ -1,19 +1,25 @@
-// Command vggreplay trains examples/vgg's dense recipe on a given data stream from given
-// initial weights, and writes spargo's own stream and weights, so that spargo and PyTorch
-// (scripts/torch_vgg_replay.py) can each train on the other's exact batches. It separates
-// what the data order, augmentation and initial draw do to a run from what the framework
-// does (BENCHMARKS.md, "Dense all-reduce against PyTorch").
+// Command replay trains the CIFAR program's dense recipe (examples/vgg, examples/resnet) on
+// a given data stream from given initial weights, and writes spargo's own stream and weights,
+// so that spargo and PyTorch (scripts/torch_replay.py) can each train on the other's exact
+// batches. It separates what the data order, augmentation and initial draw do to a run from
+// what the framework does (BENCHMARKS.md, "Dense all-reduce against PyTorch" for VGG-11,
+// "ResNets (issue 10)" for ResNet-20).
 //
-//	go run ./internal/vggreplay -write-stream s0.bin -write-init s0.safetensors -seed 0   # examples/vgg's, seed 0
-//	go run ./internal/vggreplay -stream torch_s0.bin -init torch_s0.safetensors           # train on PyTorch's
+//	go run ./internal/replay -write-stream s0.bin -write-init s0.safetensors -seed 0   # examples/vgg's, seed 0
+//	go run ./internal/replay -stream torch_s0.bin -init torch_s0.safetensors           # train on PyTorch's
+//	go run ./internal/replay -model resnet20 -workers 2 -batch 128 -lr 0.1 -wd 1e-4 -schedule cosine \
+//	    -stream torch_s0.bin -init torch_s0.safetensors                                # examples/resnet's recipe
 //
 // A stream file is little-endian int32: a header (epochs, steps per epoch, workers, batch
 // per worker), then for every epoch, step, worker and image of its batch four numbers: the
 // training-set index, the crop's top and left corner in the 4-pixel padded image, and the
 // flip (0 or 1). Weights are safetensors with spargo's parameter and buffer names.
-// Training is examples/vgg's: -workers in-process ranks, DDP with the allreduce hook, SGD
-// with -lr, -momentum and -wd at a constant rate, rank 0's BatchNorm statistics; it prints
-// the train loss and the test accuracy after each epoch.
+// -model is any 32×32 model of spargo's catalogue (models.LookupImage), built from -seed as
+// the CIFAR program builds it. Training is the CIFAR program's: -workers in-process ranks,
+// DDP with the allreduce hook, SGD with -lr, -momentum and -wd, at a constant rate or on
+// -schedule (train.Flags' spec, over the replayed epochs and steps), rank 0's BatchNorm
+// statistics; it prints the train loss and the test accuracy after each epoch, and with
+// -log-steps N the mean loss of the first N steps.
 package main
 
 import (
@@ -34,7 +40,6 @@ import (
 	"github.com/spargo-dl/spargo/internal/train"
 	"github.com/spargo-dl/spargo/models"
 	"github.com/spargo-dl/spargo/nn"
-	"github.com/spargo-dl/spargo/optim"
 	"github.com/spargo-dl/spargo/safetensors"
 )
 
@@ -44,6 +49,8 @@ type config struct {
 	steps, evalLimit       int
 	seed                   uint64
 	lr, momentum, wd       float64
+	schedule               string
+	logSteps               int
 	writeStream, writeInit string
 	stream, init           string
 }
@@ -51,7 +58,7 @@ type config struct {
 func main() {
 	var c config
 	flag.StringVar(&c.data, "data", "../shared/data/cifar10/approx", "CIFAR-10 directory")
-	flag.StringVar(&c.model, "model", "vgg11", "vgg11|vgg13|vgg16|vgg19")
+	flag.StringVar(&c.model, "model", "vgg11", "a 32×32 model of spargo's catalogue: vgg11 … vgg19, resnet20 … resnet110")
 	flag.IntVar(&c.workers, "workers", 4, "data-parallel workers")
 	flag.IntVar(&c.batch, "batch", 16, "batch per worker")
 	flag.IntVar(&c.epochs, "epochs", 3, "epochs to write (-write-stream)")
@@ -61,13 +68,15 @@ func main() {
 	flag.Float64Var(&c.lr, "lr", 0.01, "learning rate")
 	flag.Float64Var(&c.momentum, "momentum", 0.9, "SGD momentum")
 	flag.Float64Var(&c.wd, "wd", 5e-4, "weight decay")
+	flag.StringVar(&c.schedule, "schedule", "", "learning-rate schedule spec (examples/resnet's: cosine); empty: constant -lr")
+	flag.IntVar(&c.logSteps, "log-steps", 0, "print the mean loss over the workers of each of the first N steps")
 	flag.StringVar(&c.writeStream, "write-stream", "", "write examples/vgg's data stream for -seed to this file")
 	flag.StringVar(&c.writeInit, "write-init", "", "write examples/vgg's initial weights for -seed to this file")
 	flag.StringVar(&c.stream, "stream", "", "train on this data stream")
 	flag.StringVar(&c.init, "init", "", "train from these initial weights (with -stream)")
 	flag.Parse()
 	if err := run(context.Background(), c); err != nil {
-		fmt.Fprintf(os.Stderr, "vggreplay: %v\n", err)
+		fmt.Fprintf(os.Stderr, "replay: %v\n", err)
 		os.Exit(1)
 	}
 }
@@ -81,7 +90,7 @@ func run(ctx context.Context, c config) error {
 		return err
 	}
 	if c.writeInit != "" {
-		m, err := models.NewVGG(c.model, models.CIFAR10, nn.NewRand(c.seed))
+		m, err := newModel(c.model, c.seed)
 		if err != nil {
 			return err
 		}
@@ -101,10 +110,18 @@ func run(ctx context.Context, c config) error {
 	if err != nil {
 		return err
 	}
+	if err := s.check(c.stream, trainSet.N); err != nil {
+		return err
+	}
 	w, err := safetensors.ReadFile(c.init)
 	if err != nil {
 		return err
 	}
+	return replayAll(ctx, c, s, w, trainSet, test)
+}
+
+// replayAll trains c.workers in-process ranks on s from w.
+func replayAll(ctx context.Context, c config, s *stream, w *safetensors.File, trainSet, test *datasets.Images) error {
 	groups, err := comm.NewLocal(c.workers)
 	if err != nil {
 		return err
@@ -122,6 +139,25 @@ func run(ctx context.Context, c config) error {
 type stream struct {
 	epochs, steps int
 	draws         [][][][]datasets.Draw
+}
+
+// check refuses a stream with an image outside a training set of n images or a crop outside
+// the 4-pixel padding, before any rank starts (a rank that failed mid-step would leave the
+// others waiting in the all-reduce).
+func (s *stream) check(path string, n int) error {
+	for e, ep := range s.draws {
+		for st, ranks := range ep {
+			for r, draws := range ranks {
+				for j, d := range draws {
+					if d.Index < 0 || d.Index >= n || d.Top < 0 || d.Top > 8 || d.Left < 0 || d.Left > 8 {
+						return fmt.Errorf("%s: epoch %d step %d rank %d image %d: index %d, crop (%d, %d) is outside the training set's %d images or the 4-pixel padding",
+							path, e, st, r, j, d.Index, d.Top, d.Left, n)
+					}
+				}
+			}
+		}
+	}
+	return nil
 }
 
 func writeStream(ds *datasets.Images, c config) error {
@@ -242,9 +278,19 @@ func loadWeights(m nn.Module, f *safetensors.File, path string) error {
 	return nil
 }
 
+// newModel builds the catalogue's CIFAR-10 model called name from seed, as the CIFAR
+// program (train.CIFARMain) does.
+func newModel(name string, seed uint64) (nn.Module, error) {
+	e, err := models.LookupImage(name, models.CIFAR10)
+	if err != nil {
+		return nil, err
+	}
+	return e.Build(nn.NewRand(seed))
+}
+
 // replay trains rank g.Rank() on its share of s.
 func replay(ctx context.Context, c config, g comm.Group, s *stream, w *safetensors.File, trainSet, test *datasets.Images) error {
-	model, err := models.NewVGG(c.model, models.CIFAR10, nn.NewRand(0))
+	model, err := newModel(c.model, 0)
 	if err != nil {
 		return err
 	}
@@ -259,7 +305,8 @@ func replay(ctx context.Context, c config, g comm.Group, s *stream, w *safetenso
 	if err != nil {
 		return err
 	}
-	opt, err := optim.NewSGD(dp.Parameters(), optim.SGDConfig{LR: c.lr, Momentum: c.momentum, WeightDecay: c.wd})
+	flags := train.Flags{LR: c.lr, Momentum: c.momentum, WD: c.wd, Optim: "sgd", Schedule: c.schedule}
+	opt, err := flags.NewOptimizer(dp, hook)
 	if err != nil {
 		return err
 	}
@@ -277,17 +324,19 @@ func replay(ctx context.Context, c config, g comm.Group, s *stream, w *safetenso
 	if c.steps > 0 && c.steps < steps {
 		steps = c.steps
 	}
+	sched, err := flags.NewSchedule(s.epochs, steps, g.Size())
+	if err != nil {
+		return err
+	}
 	tape := nn.NewTape()
+	step := train.ClassifierStep(dp, tape, 3, 32, 32)
+	var done int // steps taken, for -log-steps
 	loop := &train.Loop[datasets.Batch]{
-		Group: g, DDP: dp, Model: model, Optimizer: opt, Epochs: s.epochs, StepsPerEpoch: steps,
+		Group: g, DDP: dp, Model: model, Optimizer: opt, Schedule: sched, Epochs: s.epochs, StepsPerEpoch: steps,
 		Batches: func(ctx context.Context, epoch, start int) iter.Seq2[datasets.Batch, error] {
 			return func(yield func(datasets.Batch, error) bool) {
 				for _, draws := range s.draws[epoch][start:] {
-					for j, d := range draws[g.Rank()] {
-						if d.Index < 0 || d.Index >= trainSet.N {
-							yield(b, fmt.Errorf("%s: image %d outside the training set's %d", c.stream, d.Index, trainSet.N))
-							return
-						}
+					for j, d := range draws[g.Rank()] { // stream.check has bounded d
 						norm.CropFlip(b.X[j*size:(j+1)*size], trainSet.Image(d.Index), trainSet.H, trainSet.W, d.Top, d.Left, d.Flip)
 						b.Y[j] = int(trainSet.Labels[d.Index])
 					}
@@ -297,7 +346,18 @@ func replay(ctx context.Context, c config, g comm.Group, s *stream, w *safetenso
 				}
 			}
 		},
-		Step: train.ClassifierStep(dp, tape, 3, 32, 32),
+		Step: func(ctx context.Context, b datasets.Batch) (train.StepResult, error) {
+			r, err := step(ctx, b)
+			if err != nil || done >= c.logSteps {
+				return r, err
+			}
+			done++
+			mean, err := meanLoss(ctx, g, r.Loss)
+			if err == nil && g.Rank() == 0 {
+				fmt.Printf("step %d loss %.6f\n", done, mean)
+			}
+			return r, err
+		},
 		EndEpoch: func(ctx context.Context, es train.EpochStats) error {
 			_, acc, err := train.Evaluate(ctx, g, dp, model, tape, evalLoader, c.evalLimit, 3, 32, 32)
 			if err == nil && g.Rank() == 0 {
@@ -307,4 +367,18 @@ func replay(ctx context.Context, c config, g comm.Group, s *stream, w *safetenso
 		},
 	}
 	return loop.Run(ctx)
+}
+
+// tagStepLoss is the all-reduce tag of -log-steps' losses (beside internal/train's 100–103,
+// below DDP's bucket tags).
+const tagStepLoss = 110
+
+// meanLoss is loss averaged over g's ranks: the step's loss as PyTorch's simulation reports
+// it (the mean of the workers' batch means).
+func meanLoss(ctx context.Context, g comm.Group, loss float64) (float64, error) {
+	buf := []float32{float32(loss)}
+	if err := comm.AllReduce(ctx, g, tagStepLoss, buf, comm.Auto); err != nil {
+		return 0, err
+	}
+	return float64(buf[0]) / float64(g.Size()), nil
 }

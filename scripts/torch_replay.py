@@ -1,23 +1,29 @@
 #!/usr/bin/env python3
-# Cross-replay of the dense convergence check between PyTorch and spargo (BENCHMARKS.md,
-# "Dense all-reduce against PyTorch"): each framework trains on the other's exact data stream
-# (shuffle, crops, flips) from the other's initial weights, which separates what that draw does
-# to a run from what the framework does. The Go side is internal/vggreplay; the stream file
-# format is described there (int32: epochs, steps, workers, batch; then index, top, left, flip
-# per image).
+# Cross-replay of the dense CIFAR-10 convergence checks between PyTorch and spargo
+# (BENCHMARKS.md, "Dense all-reduce against PyTorch" for VGG-11, "ResNets (issue 10)" for
+# ResNet-20): each framework trains on the other's exact data stream (shuffle, crops, flips)
+# from the other's initial weights, which separates what that draw does to a run from what the
+# framework does. The Go side is internal/replay; the stream file format is described there
+# (int32: epochs, steps, workers, batch; then index, top, left, flip per image). Any model of
+# scripts/torch_models.py's catalogue (its parameter names are spargo's).
 #
 #   # PyTorch's own stream and weights for a seed (scripts/torch_vgg_cifar.py's dense run):
-#   OPENBLAS_NUM_THREADS=1 /usr/bin/python3 scripts/torch_vgg_replay.py --write torch_s0 --seed 0
-#   go run ./internal/vggreplay -stream torch_s0.bin -init torch_s0.safetensors
+#   OPENBLAS_NUM_THREADS=1 /usr/bin/python3 scripts/torch_replay.py --write torch_s0 --seed 0
+#   go run ./internal/replay -stream torch_s0.bin -init torch_s0.safetensors
 #   # spargo's (examples/vgg -seed 0), trained by PyTorch:
-#   go run ./internal/vggreplay -write-stream s0.bin -write-init s0.safetensors -seed 0
-#   OPENBLAS_NUM_THREADS=1 /usr/bin/python3 scripts/torch_vgg_replay.py --stream s0.bin --init s0.safetensors
+#   go run ./internal/replay -write-stream s0.bin -write-init s0.safetensors -seed 0
+#   OPENBLAS_NUM_THREADS=1 /usr/bin/python3 scripts/torch_replay.py --stream s0.bin --init s0.safetensors
+#   # ResNet-20 with examples/resnet's recipe: add to both sides
+#   #   --model resnet20 --workers 2 --batch 128 --lr 0.1 --wd 1e-4 --schedule cosine
+#   # (Go: -model resnet20 -workers 2 -batch 128 -lr 0.1 -wd 1e-4 -schedule cosine)
 #
-# Training is torch_vgg_cifar.py's dense 4-worker simulation (per-worker BatchNorm batch
-# statistics, gradients averaged, rank 0's running statistics, SGD lr 0.01 momentum 0.9
-# weight decay 5e-4). Prints "epoch E train_loss L test_acc A" per epoch.
+# Training is torch_vgg_cifar.py's dense W-worker simulation (per-worker BatchNorm batch
+# statistics, gradients averaged, rank 0's running statistics, SGD with --lr, --momentum,
+# --wd, constant or --schedule cosine per step to 0). Prints "epoch E train_loss L test_acc A"
+# per epoch, and with --log-steps N the first N steps' mean losses ("step T loss L").
 import argparse
 import json
+import math
 import os
 import struct
 import sys
@@ -30,12 +36,7 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_vgg_cifar as T  # noqa: E402
 from read_safetensors import load  # noqa: E402
-
-
-def spargo_name(k, classifier):
-    """torch_vgg_cifar.py's flat Sequential names -> spargo's features.*/classifier.*."""
-    i, rest = k.split(".", 1)
-    return f"classifier.{rest}" if int(i) == classifier else f"features.{k}"
+from torch_models import CIFAR_DEPTHS, VGG_CFG, build  # noqa: E402
 
 
 def save_safetensors(state, path):
@@ -59,7 +60,7 @@ def write(a, n):
     gb = W * B
     torch.manual_seed(a.seed)
     rng = np.random.default_rng(a.seed)
-    m = T.vgg(a.model)
+    m = build(a.model)
     recs = []
     for _ in range(a.epochs):
         perm = rng.permutation(n)
@@ -72,8 +73,7 @@ def write(a, n):
     steps = len(recs) // a.epochs
     hdr = np.array([a.epochs, steps, W, B], np.int32)
     np.concatenate([hdr, np.array(recs, np.int32).ravel()]).astype("<i4").tofile(a.write + ".bin")
-    last = len(m) - 1
-    save_safetensors({spargo_name(k, last): v for k, v in m.state_dict().items()}, a.write + ".safetensors")
+    save_safetensors(m.state_dict(), a.write + ".safetensors")
     print(f"wrote {a.write}.bin ({a.epochs} epochs of {steps} steps) and {a.write}.safetensors")
 
 
@@ -81,11 +81,12 @@ def replay(a, xtr, ytr, xte, yte):
     raw = np.fromfile(a.stream, dtype="<i4")
     epochs, steps, W, B = (int(v) for v in raw[:4])
     s = raw[4:].reshape(epochs, steps, W, B, 4)
-    m = T.vgg(a.model)
-    last = len(m) - 1
+    m = build(a.model)
     state, _ = load(a.init)
     own = m.state_dict()
-    m.load_state_dict({k: state[spargo_name(k, last)].to(own[k].dtype).reshape(own[k].shape) for k in own})
+    m.load_state_dict({k: state[k].to(own[k].dtype).reshape(own[k].shape) for k in own})
+    dt = torch.float64 if a.double else torch.float32
+    m.to(dt)
     opt = torch.optim.SGD(m.parameters(), lr=a.lr, momentum=a.momentum, weight_decay=a.wd)
     bn = [b for b in m.modules() if isinstance(b, nn.BatchNorm2d)]
 
@@ -93,21 +94,26 @@ def replay(a, xtr, ytr, xte, yte):
         p = np.pad(xtr[ent[:, 0]], ((0, 0), (0, 0), (4, 4), (4, 4)))
         x = np.stack([p[i, :, t:t + 32, l:l + 32][:, :, ::-1] if f else p[i, :, t:t + 32, l:l + 32]
                       for i, (_, t, l, f) in enumerate(ent)])
-        return torch.from_numpy(np.ascontiguousarray(x)), torch.from_numpy(ytr[ent[:, 0]])
+        return torch.from_numpy(np.ascontiguousarray(x)).to(dt), torch.from_numpy(ytr[ent[:, 0]])
 
     if a.steps:
         steps = min(steps, a.steps)
+    total = epochs * steps
     for ep in range(epochs):
         m.train()
         tl = 0.0
         for st in range(steps):
+            if a.schedule == "cosine":  # optim.Cosine: t = steps taken so far
+                for grp in opt.param_groups:
+                    grp["lr"] = 0.5 * a.lr * (1 + math.cos(math.pi * (ep * steps + st) / total))
             opt.zero_grad(set_to_none=True)
+            sl = 0.0
             rank0 = None
             for r in range(W):
                 x, y = batch(s[ep, st, r])
                 loss = F.cross_entropy(m(x), y)
                 (loss / W).backward()
-                tl += loss.item() / W
+                sl += loss.item() / W
                 if r == 0:
                     rank0 = [(b.running_mean.clone(), b.running_var.clone(), b.num_batches_tracked.clone()) for b in bn]
             with torch.no_grad():
@@ -116,18 +122,23 @@ def replay(a, xtr, ytr, xte, yte):
                     b.running_var.copy_(rv)
                     b.num_batches_tracked.copy_(nt)
             opt.step()
+            tl += sl
+            if ep * steps + st < a.log_steps:
+                print(f"step {ep * steps + st + 1} loss {sl:.6f}", flush=True)
+            if a.stop_after and ep * steps + st + 1 >= a.stop_after:
+                return
         m.eval()
         correct = 0
         with torch.no_grad():
             for i in range(0, len(xte), 500):
-                correct += int((m(torch.from_numpy(xte[i:i + 500])).argmax(1).numpy() == yte[i:i + 500]).sum())
+                correct += int((m(torch.from_numpy(xte[i:i + 500]).to(dt)).argmax(1).numpy() == yte[i:i + 500]).sum())
         print(f"epoch {ep + 1} train_loss {tl / steps:.4f} test_acc {correct / len(xte):.4f}", flush=True)
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", default="../shared/data/cifar10/approx")
-    ap.add_argument("--model", default="vgg11", choices=sorted(T.CFG))
+    ap.add_argument("--model", default="vgg11", choices=sorted(VGG_CFG) + [f"resnet{d}" for d in CIFAR_DEPTHS])
     ap.add_argument("--write", help="write torch_vgg_cifar.py's stream and weights for --seed to WRITE.bin, WRITE.safetensors")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--epochs", type=int, default=3)
@@ -140,6 +151,13 @@ def main():
     ap.add_argument("--lr", type=float, default=0.01)
     ap.add_argument("--momentum", type=float, default=0.9)
     ap.add_argument("--wd", type=float, default=5e-4)
+    ap.add_argument("--schedule", default="constant", choices=["constant", "cosine"],
+                    help="cosine: per step from --lr to 0 over the replayed steps (spargo's -schedule cosine)")
+    ap.add_argument("--log-steps", type=int, default=0, help="print the mean loss of each of the first N steps")
+    ap.add_argument("--stop-after", type=int, default=0,
+                    help="stop after N steps in all (the schedule stays the whole run's; with --log-steps)")
+    ap.add_argument("--double", action="store_true",
+                    help="train in float64 (from the same float32 weights): the float32 rounding floor of a trajectory")
     ap.add_argument("--threads", type=int, default=2)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
