@@ -341,10 +341,7 @@ func (w *cifarWorker) run(ctx context.Context) error {
 		return err
 	}
 	opts := []ddp.Option{ddp.WithCommHook(hook), ddp.WithBroadcastBuffers(c.DistBN == "broadcast")}
-	if c.BucketMB > 0 {
-		capBytes := int(c.BucketMB * (1 << 20))
-		opts = append(opts, ddp.WithBucketCap(capBytes, capBytes))
-	}
+	opts = append(opts, bucketCap(c.BucketMB)...)
 	if pp, ok := hook.(ddp.ProfiledPlanner); ok { // omgs plans its buckets from a measured profile
 		prof, err := w.profile(ctx, model, pp)
 		if err != nil {

@@ -69,10 +69,7 @@ func (w *imdbWorker) run(ctx context.Context) error {
 		return err
 	}
 	opts := []ddp.Option{ddp.WithCommHook(hook)}
-	if c.BucketMB > 0 {
-		capBytes := int(c.BucketMB * (1 << 20))
-		opts = append(opts, ddp.WithBucketCap(capBytes, capBytes))
-	}
+	opts = append(opts, bucketCap(c.BucketMB)...)
 	dp, err := ddp.New(ctx, model, g, opts...)
 	if err != nil {
 		return err

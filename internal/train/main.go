@@ -12,6 +12,7 @@ import (
 
 	"github.com/spargo-dl/spargo/checkpoint"
 	"github.com/spargo-dl/spargo/comm"
+	"github.com/spargo-dl/spargo/ddp"
 	"github.com/spargo-dl/spargo/dist"
 )
 
@@ -229,4 +230,14 @@ func (l *Loop[B]) report(rank int, metrics *metricsLog, progress bool, stdout, s
 			fmt.Fprintf(stdout, "checkpoint %s (%s)\n", path, describe(pos))
 		}
 	}
+}
+
+// bucketCap is the DDP option of -bucket-mb: a cap of mb MiB on every bucket, or none
+// (ddp's defaults) when mb is 0.
+func bucketCap(mb float64) []ddp.Option {
+	if mb <= 0 {
+		return nil
+	}
+	capBytes := int(mb * (1 << 20))
+	return []ddp.Option{ddp.WithBucketCap(capBytes, capBytes)}
 }

@@ -629,10 +629,7 @@ func (w *mlmWorker) run(ctx context.Context) error {
 	}
 	tape := nn.NewTape()
 	opts := []ddp.Option{ddp.WithCommHook(hook)}
-	if c.BucketMB > 0 {
-		capBytes := int(c.BucketMB * (1 << 20))
-		opts = append(opts, ddp.WithBucketCap(capBytes, capBytes))
-	}
+	opts = append(opts, bucketCap(c.BucketMB)...)
 	if pp, ok := hook.(ddp.ProfiledPlanner); ok { // omgs plans its buckets from a measured profile
 		next, stop := iter.Pull2(batches(ctx, 0))
 		defer stop()
