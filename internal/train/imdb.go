@@ -7,7 +7,6 @@ import (
 	"runtime"
 	"time"
 
-	"github.com/spargo-dl/spargo/checkpoint"
 	"github.com/spargo-dl/spargo/datasets"
 	"github.com/spargo-dl/spargo/ddp"
 	"github.com/spargo-dl/spargo/hooks"
@@ -168,26 +167,13 @@ func (w *imdbWorker) run(ctx context.Context) error {
 			w.sum.CommStats = g.Counters().Snapshot().Sub(traffic)
 			fmt.Fprintf(w.stdout, "epoch %d train_loss %.4f train_acc %.4f test_loss %.4f test_acc %.4f words_s %.0f train_s %.1f total_s %.1f\n",
 				res.Epoch, res.TrainLoss, res.TrainAcc, res.ValLoss, res.TestAcc, res.WordsSec, res.TrainSec, res.TotalSec)
-			if w.metrics != nil {
-				return w.metrics.Encode(res)
-			}
-			return nil
+			return w.metrics.Write(res)
 		},
 		Clip: optim.ClipGradNorm, MaxNorm: c.Clip, LogEvery: c.LogEvery, Start: w.start,
 	}
-	if rank == 0 && w.metrics != nil {
-		loop.LogStep = func(rec StepRecord) error { return w.metrics.Encode(rec) }
-	}
-	if rank == 0 && c.Progress {
-		loop.Progress = w.stderr
-	}
 	if c.Checkpoint != "" {
 		loop.Checkpoints = &Checkpointer{Dir: c.Checkpoint, Every: c.CheckpointEvery, Keep: c.Keep, Resume: c.Resume, Meta: c.checkpointMeta(world)}
-		if rank == 0 {
-			loop.Checkpoints.Saved = func(path string, pos checkpoint.Position) {
-				fmt.Fprintf(w.stdout, "checkpoint %s (epoch %d, step %d, iteration %d)\n", path, pos.Epoch+1, pos.Step, pos.Iteration)
-			}
-		}
 	}
+	loop.report(rank, w.metrics, c.Progress, w.stdout, w.stderr, describeLMPosition)
 	return loop.Run(ctx)
 }

@@ -2,18 +2,14 @@ package train
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"iter"
 	"math"
-	"os"
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/spargo-dl/spargo/checkpoint"
@@ -272,23 +268,12 @@ func RunLMProcess(ctx context.Context, c LMConfig, env dist.Env, stdout, stderr 
 	if err := c.check(); err != nil {
 		return nil, err
 	}
-	g, _, err := dist.Init(ctx, dist.Options{})
+	g, stdout, progress, err := joinJob(ctx, c.Workers, stdout, stderr, c.Progress)
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		if cerr := g.Close(); err == nil && cerr != nil {
-			err = fmt.Errorf("close the group: %w", cerr)
-		}
-	}()
-	if g.Size() != c.Workers {
-		return nil, fmt.Errorf("joined a group of %d ranks, expected %d", g.Size(), c.Workers)
-	}
-	if g.Rank() != 0 {
-		stdout = io.Discard
-	} else if fi, err := os.Stderr.Stat(); stderr == os.Stderr && (err != nil || fi.Mode()&os.ModeCharDevice == 0) {
-		c.Progress = false
-	}
+	defer closeGroup(g, &err)
+	c.Progress = progress
 	data, err := c.load(ctx, stdout)
 	if err != nil {
 		return nil, fmt.Errorf("rank %d: %w", g.Rank(), err)
@@ -298,38 +283,25 @@ func RunLMProcess(ctx context.Context, c LMConfig, env dist.Env, stdout, stderr 
 
 func trainLMRanks(ctx context.Context, c LMConfig, groups []comm.Group, data lmData, stdout, stderr io.Writer, launcher dist.Source) (*LMSummary, error) {
 	hasRank0 := groups[0].Rank() == 0
-	var metrics *json.Encoder
-	var metricsFile *os.File
-	if c.Metrics != "" && hasRank0 {
-		f, err := OpenMetrics(c.Metrics, c.Resume)
+	var metrics *metricsLog
+	if hasRank0 {
+		m, err := openMetricsLog(c.Metrics, c.Resume)
 		if err != nil {
 			return nil, err
 		}
-		defer f.Close()
-		metrics, metricsFile = json.NewEncoder(f), f
+		defer m.close()
+		metrics = m
 	}
 	sum := &LMSummary{Config: c, Dataset: data.summary(), Kernels: kernels.Impl(), Summary: true, Launcher: launcher}
 	start := time.Now()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	errs := make([]error, len(groups))
-	var wg sync.WaitGroup
-	for i, g := range groups {
-		wg.Go(func() {
-			w := &lmWorker{cfg: c, group: g, corpus: data.ptb, stdout: stdout, stderr: stderr, metrics: metrics, sum: sum, start: start}
-			var err error
-			if data.imdb != nil {
-				err = (&imdbWorker{lmWorker: w, data: data.imdb}).run(ctx)
-			} else {
-				err = w.run(ctx)
-			}
-			if errs[i] = err; err != nil {
-				cancel()
-			}
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	err := runRanks(ctx, groups, func(ctx context.Context, g comm.Group) error {
+		w := &lmWorker{cfg: c, group: g, corpus: data.ptb, stdout: stdout, stderr: stderr, metrics: metrics, sum: sum, start: start}
+		if data.imdb != nil {
+			return (&imdbWorker{lmWorker: w, data: data.imdb}).run(ctx)
+		}
+		return w.run(ctx)
+	})
+	if err != nil {
 		return nil, err
 	}
 	if !hasRank0 {
@@ -349,19 +321,8 @@ func trainLMRanks(ctx context.Context, c LMConfig, groups []comm.Group, data lmD
 		fmt.Fprintf(stdout, "done: %s %s, %d workers × batch %d × bptt %d, %d epochs: valid ppl %.2f, test ppl %.2f, %.0f words/s, %.0fs total\n",
 			c.Model, c.Hook, c.Workers, c.Batch, c.Bptt, c.Epochs, last.ValPPL, sum.TestPPL, last.WordsSec, sum.TotalSec)
 	}
-	if metrics != nil {
-		if err := metrics.Encode(sum); err != nil {
-			return nil, err
-		}
-		if err := metricsFile.Close(); err != nil {
-			return nil, fmt.Errorf("-metrics: %w", err)
-		}
-		if err := c.DrawPlot(); err != nil {
-			return nil, err
-		}
-		if c.Plot != "" {
-			fmt.Fprintf(stdout, "plot: %s\n", c.Plot)
-		}
+	if err := metrics.finish(sum, &c.Flags, stdout); err != nil {
+		return nil, err
 	}
 	return sum, nil
 }
@@ -379,7 +340,7 @@ type lmWorker struct {
 	corpus  *datasets.PTB
 	stdout  io.Writer
 	stderr  io.Writer
-	metrics *json.Encoder
+	metrics *metricsLog // rank 0's, with -metrics
 	sum     *LMSummary
 	start   time.Time
 
@@ -520,10 +481,7 @@ func (w *lmWorker) run(ctx context.Context) error {
 				fmt.Fprintf(w.stdout, " test_ppl %.2f", res.TestPPL)
 			}
 			fmt.Fprintf(w.stdout, " words_s %.0f lr %g train_s %.1f total_s %.1f\n", res.WordsSec, res.LR, res.TrainSec, res.TotalSec)
-			if w.metrics != nil {
-				return w.metrics.Encode(res)
-			}
-			return nil
+			return w.metrics.Write(res)
 		},
 		Clip:     optim.ClipGradNorm,
 		MaxNorm:  c.Clip,
@@ -533,22 +491,17 @@ func (w *lmWorker) run(ctx context.Context) error {
 			return fmt.Sprintf("epoch %d/%d loss %.3f ppl %.1f %.0f words/s", epoch+1, c.Epochs, loss, math.Exp(loss), perSec)
 		},
 	}
-	if rank == 0 && w.metrics != nil {
-		loop.LogStep = func(rec StepRecord) error { return w.metrics.Encode(rec) }
-	}
-	if rank == 0 && c.Progress {
-		loop.Progress = w.stderr
-	}
 	if c.Checkpoint != "" {
 		loop.Checkpoints = &Checkpointer{Dir: c.Checkpoint, Every: c.CheckpointEvery, Keep: c.Keep, Resume: c.Resume, Meta: c.checkpointMeta(world),
 			Arrays: lmStateArrays(trainState)}
-		if rank == 0 {
-			loop.Checkpoints.Saved = func(path string, pos checkpoint.Position) {
-				fmt.Fprintf(w.stdout, "checkpoint %s (epoch %d, step %d, iteration %d)\n", path, pos.Epoch+1, pos.Step, pos.Iteration)
-			}
-		}
 	}
+	loop.report(rank, w.metrics, c.Progress, w.stdout, w.stderr, describeLMPosition)
 	return loop.Run(ctx)
+}
+
+// describeLMPosition says where a checkpoint of an LM run is, for its saved line.
+func describeLMPosition(pos checkpoint.Position) string {
+	return fmt.Sprintf("epoch %d, step %d, iteration %d", pos.Epoch+1, pos.Step, pos.Iteration)
 }
 
 // lmStateArrays names the carried training state for checkpoints: each rank saves its own
