@@ -31,9 +31,8 @@ func PadNHWC(g ConvGeom, x, dst []float32) {
 		panic(fmt.Sprintf("kernels.PadNHWC: dst has %d elements, geometry %+v needs %d", len(dst), g, need))
 	}
 	tr := impl.vec.transpose16
-	if tr == nil || g.W%16 != 0 || g.C < 16 {
-		padNHWC8(g, x, dst)
-		return
+	if g.W%16 != 0 || g.C < 16 {
+		tr = nil
 	}
 	h2, w2 := g.H+2*g.PadH, g.W+2*g.PadW
 	c, hw := g.C, g.H*g.W
@@ -48,64 +47,51 @@ func PadNHWC(g ConvGeom, x, dst []float32) {
 			}
 			clear(row[:g.PadW*c])
 			clear(row[(g.PadW+g.W)*c:])
-			img := x[n*c*hw : (n+1)*c*hw]
-			px := row[g.PadW*c : (g.PadW+g.W)*c]
-			ch := 0
-			for ; ch+16 <= c; ch += 16 {
-				tr(px[ch:], c, img[ch*hw+y*g.W:], hw, g.W/16)
-			}
-			for ; ch < c; ch++ {
-				s := img[ch*hw+y*g.W : ch*hw+y*g.W+g.W]
-				for xx, v := range s {
-					px[xx*c+ch] = v
+			px, img := row[g.PadW*c:(g.PadW+g.W)*c], x[n*c*hw:(n+1)*c*hw]
+			if tr != nil {
+				ch := 0
+				for ; ch+16 <= c; ch += 16 {
+					tr(px[ch:], c, img[ch*hw+y*g.W:], hw, g.W/16)
 				}
+				padNHWCChannels(px, img, ch, c, hw, y, g.W)
+			} else {
+				padNHWCRow8(px, img, c, hw, y, g.W)
 			}
 		}
 	})
 }
 
-func padNHWC8(g ConvGeom, x, dst []float32) {
-	h2, w2 := g.H+2*g.PadH, g.W+2*g.PadW
-	c, hw := g.C, g.H*g.W
-	parallelFor(g.N*h2, w2*c, func(lo, hi int) {
-		for u := lo; u < hi; u++ {
-			n, y2 := u/h2, u%h2
-			row := dst[u*w2*c : (u+1)*w2*c]
-			y := y2 - g.PadH
-			if y < 0 || y >= g.H {
-				clear(row)
-				continue
-			}
-			clear(row[:g.PadW*c])
-			clear(row[(g.PadW+g.W)*c:])
-			img := x[n*c*hw : (n+1)*c*hw]
-			px := row[g.PadW*c : (g.PadW+g.W)*c]
-			ch := 0
-			// Eight channels at a time: eight sequential source rows, one
-			// 32-byte write per pixel.
-			for ; ch+8 <= c; ch += 8 {
-				s0 := img[ch*hw+y*g.W : ch*hw+y*g.W+g.W]
-				s1 := img[(ch+1)*hw+y*g.W : (ch+1)*hw+y*g.W+g.W]
-				s2 := img[(ch+2)*hw+y*g.W : (ch+2)*hw+y*g.W+g.W]
-				s3 := img[(ch+3)*hw+y*g.W : (ch+3)*hw+y*g.W+g.W]
-				s4 := img[(ch+4)*hw+y*g.W : (ch+4)*hw+y*g.W+g.W]
-				s5 := img[(ch+5)*hw+y*g.W : (ch+5)*hw+y*g.W+g.W]
-				s6 := img[(ch+6)*hw+y*g.W : (ch+6)*hw+y*g.W+g.W]
-				s7 := img[(ch+7)*hw+y*g.W : (ch+7)*hw+y*g.W+g.W]
-				for xx := range s0 {
-					d := (*[8]float32)(px[xx*c+ch:])
-					d[0], d[1], d[2], d[3] = s0[xx], s1[xx], s2[xx], s3[xx]
-					d[4], d[5], d[6], d[7] = s4[xx], s5[xx], s6[xx], s7[xx]
-				}
-			}
-			for ; ch < c; ch++ {
-				s := img[ch*hw+y*g.W : ch*hw+y*g.W+g.W]
-				for xx, v := range s {
-					px[xx*c+ch] = v
-				}
-			}
+// padNHWCRow8 writes image row y of img (one sample's NCHW planes) into px eight channels
+// at a time: eight sequential source rows, one 32-byte write per pixel.
+func padNHWCRow8(px, img []float32, c, hw, y, w int) {
+	ch := 0
+	for ; ch+8 <= c; ch += 8 {
+		s0 := img[ch*hw+y*w : ch*hw+y*w+w]
+		s1 := img[(ch+1)*hw+y*w : (ch+1)*hw+y*w+w]
+		s2 := img[(ch+2)*hw+y*w : (ch+2)*hw+y*w+w]
+		s3 := img[(ch+3)*hw+y*w : (ch+3)*hw+y*w+w]
+		s4 := img[(ch+4)*hw+y*w : (ch+4)*hw+y*w+w]
+		s5 := img[(ch+5)*hw+y*w : (ch+5)*hw+y*w+w]
+		s6 := img[(ch+6)*hw+y*w : (ch+6)*hw+y*w+w]
+		s7 := img[(ch+7)*hw+y*w : (ch+7)*hw+y*w+w]
+		for xx := range s0 {
+			d := (*[8]float32)(px[xx*c+ch:])
+			d[0], d[1], d[2], d[3] = s0[xx], s1[xx], s2[xx], s3[xx]
+			d[4], d[5], d[6], d[7] = s4[xx], s5[xx], s6[xx], s7[xx]
 		}
-	})
+	}
+	padNHWCChannels(px, img, ch, c, hw, y, w)
+}
+
+// padNHWCChannels writes channels from..c-1 of image row y one at a time (the remainder
+// the vector loops leave).
+func padNHWCChannels(px, img []float32, from, c, hw, y, w int) {
+	for ch := from; ch < c; ch++ {
+		s := img[ch*hw+y*w : ch*hw+y*w+w]
+		for xx, v := range s {
+			px[xx*c+ch] = v
+		}
+	}
 }
 
 // NHWCToNCHW writes src, an [n, plane, c] array, into dst as [n, c, plane],
