@@ -13,11 +13,14 @@
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"maps"
 	"os"
 	"slices"
+	"strings"
 
 	"github.com/spargo-dl/spargo/hooks"
 )
@@ -69,4 +72,24 @@ func runHooks(args []string, stdout io.Writer) error {
 	fmt.Fprintln(stdout)
 	fmt.Fprint(stdout, hooks.Help())
 	return nil
+}
+
+// parseFlags parses a subcommand's flags: -h prints help (the text, then the flags) and
+// reports helped; an argument left over is an error.
+func parseFlags(fs *flag.FlagSet, args []string, stdout io.Writer, help string) (helped bool, err error) {
+	fs.Usage = func() {
+		fmt.Fprint(stdout, help)
+		fmt.Fprintln(stdout, "\nflags:")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return true, nil
+		}
+		return false, err
+	}
+	if fs.NArg() > 0 {
+		return false, fmt.Errorf("%s: unexpected argument %q", strings.TrimPrefix(fs.Name(), "spargo "), fs.Arg(0))
+	}
+	return false, nil
 }
