@@ -5,6 +5,7 @@
 //	spargo bench train    single-process training images/s (-model, -batch, -steps, -json)
 //	spargo bench comm     comm hook cost on in-process workers (-hook, -workers, -n, -transport, -json)
 //	spargo simulate       comm hook cost on a simulated α-β network of up to thousands of workers
+//	spargo plan           merge plans of omgs, mgs, lags and TopK-SGD with predicted iteration times (-profile or -measure; cost overrides)
 //	spargo bench allreduce  all-reduce throughput between processes over TCP (-n, -workers, -algorithm, -json)
 //	spargo launch         run N local processes as one job (-n, -restarts, -timeout, -secret-file)
 //
