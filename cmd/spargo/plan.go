@@ -234,38 +234,12 @@ func runPlan(args []string, stdout io.Writer) error {
 		}
 	}
 
-	rows := specs
-	if len(rows) == 0 {
-		rows = []string{"lags", "mgs", "omgs", "omgs:timeline=paper", "omgs:planner=paper,timeline=paper"}
-	}
-	var planners []*hooks.MergedTopK
-	for i, s := range rows {
-		if name, _, _ := strings.Cut(s, ":"); name != "lags" && name != "mgs" && name != "omgs" {
-			return fmt.Errorf("plan: -hook %q: %s does not merge tensors into groups; spargo plan takes lags, mgs and omgs", s, name)
-		}
-		full, _, err := withDensity(s, *density)
-		if err != nil {
-			return fmt.Errorf("plan: -hook %q: %w", s, err)
-		}
-		full = withOption(full, "dense_below", strconv.Itoa(*denseBelow))
-		h, err := hooks.Parse(full)
-		if err != nil {
-			return fmt.Errorf("plan: -hook: %w", err)
-		}
-		mt := mergingHook(h)
-		if mt == nil {
-			return fmt.Errorf("plan: -hook %q: %s is not a merging hook", s, h.Name())
-		}
-		if i > 0 && (mt.Density != planners[0].Density || mt.DenseBelow != planners[0].DenseBelow) {
-			return fmt.Errorf("plan: -hook %s: density %g, dense_below %d; the first row has %g, %d: the rows share one cost model, give them the same",
-				full, mt.Density, mt.DenseBelow, planners[0].Density, planners[0].DenseBelow)
-		}
-		rows[i] = full
-		planners = append(planners, mt)
+	rows, planners, err := planRows(specs, *density, *denseBelow)
+	if err != nil {
+		return err
 	}
 
 	var prof *ddp.Profile
-	var err error
 	if *measure {
 		m := planMeasure{model: *model, workers: *workers, batch: *batch, size: *size, bptt: *bptt, warmup: *warmup, iters: *iters,
 			density: planners[0].Density, seed: *seed}
@@ -307,21 +281,8 @@ func runPlan(args []string, stdout io.Writer) error {
 	for _, n := range q.Sizes {
 		out.Elements += n
 	}
-	seen := map[hooks.Timeline]bool{}
-	for i, h := range planners {
-		rep, err := h.PlanProfile(q)
-		if err != nil {
-			return fmt.Errorf("plan: %s: %w", rows[i], err)
-		}
-		if !seen[rep.Timeline] {
-			seen[rep.Timeline] = true
-			r, err := topkSGDRow(q, h.Density, h.DenseBelow, rep.Timeline)
-			if err != nil {
-				return fmt.Errorf("plan: %w", err)
-			}
-			out.Rows = append(out.Rows, r)
-		}
-		out.Rows = append(out.Rows, reportRow(rows[i], rep))
+	if out.Rows, err = planTable(q, rows, planners); err != nil {
+		return err
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
@@ -330,6 +291,64 @@ func runPlan(args []string, stdout io.Writer) error {
 	}
 	printPlans(stdout, q, out, costs)
 	return nil
+}
+
+// planRows parses the rows' hook specs (the default set when none), filling in density and
+// dense_below where a spec sets none; all rows must share them (one cost model).
+func planRows(specs []string, density float64, denseBelow int) ([]string, []*hooks.MergedTopK, error) {
+	rows := slices.Clone(specs)
+	if len(rows) == 0 {
+		rows = []string{"lags", "mgs", "omgs", "omgs:timeline=paper", "omgs:planner=paper,timeline=paper"}
+	}
+	var planners []*hooks.MergedTopK
+	for i, s := range rows {
+		if name, _, _ := strings.Cut(s, ":"); name != "lags" && name != "mgs" && name != "omgs" {
+			return nil, nil, fmt.Errorf("plan: -hook %q: %s does not merge tensors into groups; spargo plan takes lags, mgs and omgs", s, name)
+		}
+		full, _, err := withDensity(s, density)
+		if err != nil {
+			return nil, nil, fmt.Errorf("plan: -hook %q: %w", s, err)
+		}
+		full = withOption(full, "dense_below", strconv.Itoa(denseBelow))
+		h, err := hooks.Parse(full)
+		if err != nil {
+			return nil, nil, fmt.Errorf("plan: -hook: %w", err)
+		}
+		mt := mergingHook(h)
+		if mt == nil {
+			return nil, nil, fmt.Errorf("plan: -hook %q: %s is not a merging hook", s, h.Name())
+		}
+		if i > 0 && (mt.Density != planners[0].Density || mt.DenseBelow != planners[0].DenseBelow) {
+			return nil, nil, fmt.Errorf("plan: -hook %s: density %g, dense_below %d; the first row has %g, %d: the rows share one cost model, give them the same",
+				full, mt.Density, mt.DenseBelow, planners[0].Density, planners[0].DenseBelow)
+		}
+		rows[i] = full
+		planners = append(planners, mt)
+	}
+	return rows, planners, nil
+}
+
+// planTable plans q with every row's hook, with a topk-sgd row before the first row of each
+// timeline.
+func planTable(q *ddp.Profile, rows []string, planners []*hooks.MergedTopK) ([]planRow, error) {
+	var out []planRow
+	seen := map[hooks.Timeline]bool{}
+	for i, h := range planners {
+		rep, err := h.PlanProfile(q)
+		if err != nil {
+			return nil, fmt.Errorf("plan: %s: %w", rows[i], err)
+		}
+		if !seen[rep.Timeline] {
+			seen[rep.Timeline] = true
+			r, err := topkSGDRow(q, h.Density, h.DenseBelow, rep.Timeline)
+			if err != nil {
+				return nil, fmt.Errorf("plan: %w", err)
+			}
+			out = append(out, r)
+		}
+		out = append(out, reportRow(rows[i], rep))
+	}
+	return out, nil
 }
 
 // reportRow is the row of a plan report.
