@@ -44,7 +44,10 @@
 //     algorithm). Costs per group as topka's on its sparse part, plus a dense all-reduce of
 //     its small tensors. Rank 0 logs the plan and its predicted
 //     iteration time next to TopK-SGD's and LAGS's; Trace places each group's phases (ready,
-//     selected, all-gathered, done) on DDP's timeline.
+//     selected, all-gathered, done) on DDP's timeline. PlanProfile gives the same plan and
+//     predictions from a profile alone, without a model or training: `spargo plan -profile
+//     FILE` (or -measure) prints them for lags, mgs, omgs's planners and timelines and
+//     TopK-SGD, with the compute or network costs overridden (-compute-scale, -network).
 //   - topkdsa: SparCML's TopkDSA — rotated sparse reduce-scatter over P regions, then a sparse
 //     all-gather-v, dense once the reduced non-zeros reach n/3: P-1+2·ceil(log2 P) rounds,
 //     [4k(P-1)/P, (2k+n)(P-1)/P] words plus P-1 words of counts.

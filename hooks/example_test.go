@@ -64,3 +64,29 @@ func Example() {
 	// rank 0: 4 rounds, 60 words received
 	// rank 3 has rank 0's result: true
 }
+
+// The plan omgs would choose for VGG-16 from a saved profile, without a model or training
+// (what `spargo plan` prints): the profile's all-gather replaced by the OMGS reference's
+// 1 GbE costs at P = 16, every tensor sparsified at density 0.001 (the paper's algorithm).
+func ExampleMergedTopK_PlanProfile() {
+	prof, err := ddp.LoadProfile("testdata/vgg16_p4.profile.json")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	prof.AllGather = ddp.AllGatherCost{Alpha: 22e-3, Beta: 272e-9}
+	h, err := hooks.Parse("omgs:density=0.001,dense_below=0")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	rep, err := h.(*hooks.OMGS).PlanProfile(prof)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Printf("%d groups; predicted %.1f ms, TopK-SGD %.1f ms, LAGS %.1f ms\n", len(rep.Groups),
+		rep.Predicted.Seconds()*1e3, rep.Single.Seconds()*1e3, rep.LAGS.Seconds()*1e3)
+	// Output:
+	// 13 groups; predicted 940.3 ms, TopK-SGD 1011.8 ms, LAGS 1573.7 ms
+}

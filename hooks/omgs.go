@@ -171,12 +171,6 @@ func (h *MergedTopK) Report() *PlanReport {
 
 // Plan chooses the buckets (ddp.Planner): groups of parameter indices in backward order.
 func (h *MergedTopK) Plan(params []*nn.Param, prof *ddp.Profile) ([][]int, error) {
-	if err := h.check(); err != nil {
-		return nil, err
-	}
-	if err := h.checkDenseBelow(); err != nil {
-		return nil, err
-	}
 	if len(params) == 0 {
 		return nil, fmt.Errorf("hooks: %s: no parameters to plan", h.name)
 	}
@@ -193,6 +187,63 @@ func (h *MergedTopK) Plan(params []*nn.Param, prof *ddp.Profile) ([][]int, error
 	sizes := make([]int, len(order))
 	for j, i := range order {
 		sizes[j] = params[i].Len()
+	}
+	rep, err := h.planReport(order, sizes, prof)
+	if err != nil {
+		return nil, err
+	}
+	var plan [][]int
+	hash := fnv.New64a()
+	j := 0
+	for _, n := range rep.Groups {
+		group := slices.Clone(order[j : j+n])
+		for _, i := range group {
+			fmt.Fprintf(hash, "%s,", params[i].Name)
+		}
+		hash.Write([]byte{';'})
+		plan = append(plan, group)
+		j += n
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.report, h.logged = rep, false
+	h.profileP = 0
+	if prof != nil && h.name == "omgs" {
+		h.profileP = prof.P
+	}
+	h.planHash = float64(hash.Sum64()>>12) + 1 // exact in a float64, never 0
+	return plan, nil
+}
+
+// PlanProfile returns the plan Plan would choose for a model that prof fits, from the
+// profile alone (its parameters' names and sizes), with the predicted times: what
+// `spargo plan` prints. It leaves the hook's own plan and state alone.
+func (h *MergedTopK) PlanProfile(prof *ddp.Profile) (*PlanReport, error) {
+	if prof == nil {
+		return nil, fmt.Errorf("hooks: %s: PlanProfile needs a profile", h.name)
+	}
+	if len(prof.Sizes) != len(prof.Params) || len(prof.ParamBackward) != len(prof.Params) {
+		return nil, fmt.Errorf("hooks: %s: the profile has %d parameters, %d sizes and %d backward times", h.name, len(prof.Params), len(prof.Sizes), len(prof.ParamBackward))
+	}
+	if len(prof.Params) == 0 {
+		return nil, fmt.Errorf("hooks: %s: no parameters to plan", h.name)
+	}
+	order := prof.Order()
+	sizes := make([]int, len(order))
+	for j, i := range order {
+		sizes[j] = prof.Sizes[i]
+	}
+	return h.planReport(order, sizes, prof)
+}
+
+// planReport plans the tensors of sizes (backward order; order are their indices in the
+// model) on prof, which may be nil for lags and mgs, and fills the report.
+func (h *MergedTopK) planReport(order, sizes []int, prof *ddp.Profile) (*PlanReport, error) {
+	if err := h.check(); err != nil {
+		return nil, err
+	}
+	if err := h.checkDenseBelow(); err != nil {
+		return nil, err
 	}
 	rep := &PlanReport{Hook: h.name, Timeline: h.Timeline}
 	var model MergeModel
@@ -239,30 +290,16 @@ func (h *MergedTopK) Plan(params []*nn.Param, prof *ddp.Profile) ([][]int, error
 			}
 		}
 	}
-	var plan [][]int
-	hash := fnv.New64a()
 	j := 0
 	for _, n := range rep.Groups {
-		group := slices.Clone(order[j : j+n])
 		elems := 0
-		for _, i := range group {
-			elems += params[i].Len()
-			fmt.Fprintf(hash, "%s,", params[i].Name)
+		for _, s := range sizes[j : j+n] {
+			elems += s
 		}
-		hash.Write([]byte{';'})
 		rep.Elements = append(rep.Elements, elems)
-		plan = append(plan, group)
 		j += n
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.report, h.logged = rep, false
-	h.profileP = 0
-	if prof != nil && h.name == "omgs" {
-		h.profileP = prof.P
-	}
-	h.planHash = float64(hash.Sum64()>>12) + 1 // exact in a float64, never 0
-	return plan, nil
+	return rep, nil
 }
 
 // varPlan is the state variable that ties a bucket's residual to the plan it was saved under.

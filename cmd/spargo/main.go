@@ -5,6 +5,7 @@
 //	spargo bench train    single-process training images/s (-model, -batch, -steps, -json)
 //	spargo bench comm     comm hook cost on in-process workers (-hook, -workers, -n, -transport, -json)
 //	spargo simulate       comm hook cost on a simulated α-β network of up to thousands of workers
+//	spargo plan           merge plans of omgs, mgs, lags and TopK-SGD with predicted iteration times (-profile or -measure; cost overrides)
 //	spargo bench allreduce  all-reduce throughput between processes over TCP (-n, -workers, -algorithm, -json)
 //	spargo launch         run N local processes as one job (-n, -restarts, -timeout, -secret-file)
 //
@@ -13,11 +14,14 @@
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"maps"
 	"os"
 	"slices"
+	"strings"
 
 	"github.com/spargo-dl/spargo/hooks"
 )
@@ -69,4 +73,24 @@ func runHooks(args []string, stdout io.Writer) error {
 	fmt.Fprintln(stdout)
 	fmt.Fprint(stdout, hooks.Help())
 	return nil
+}
+
+// parseFlags parses a subcommand's flags: -h prints help (the text, then the flags) and
+// reports helped; an argument left over is an error.
+func parseFlags(fs *flag.FlagSet, args []string, stdout io.Writer, help string) (helped bool, err error) {
+	fs.Usage = func() {
+		fmt.Fprint(stdout, help)
+		fmt.Fprintln(stdout, "\nflags:")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return true, nil
+		}
+		return false, err
+	}
+	if fs.NArg() > 0 {
+		return false, fmt.Errorf("%s: unexpected argument %q", strings.TrimPrefix(fs.Name(), "spargo "), fs.Arg(0))
+	}
+	return false, nil
 }

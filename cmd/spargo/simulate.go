@@ -134,19 +134,8 @@ func runSimulate(args []string, stdout io.Writer) error {
 	cores := fs.Int("cores", 0, "charge computation as if the P workers shared this many cores (0: one core per worker)")
 	asJSON := fs.Bool("json", false, "print one JSON object per hook instead of a table")
 	validate := fs.Bool("validate", false, "compare with the same hooks over TCP on loopback (α, β fitted from a probe)")
-	fs.Usage = func() {
-		fmt.Fprint(stdout, simulateHelp)
-		fmt.Fprintln(stdout, "\nflags:")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
+	if helped, err := parseFlags(fs, args, stdout, simulateHelp); helped || err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("simulate: unexpected argument %q", fs.Arg(0))
 	}
 	o := simOptions{workers: *workers, iters: *iters, warmup: *warmup, seed: *seed, compute: *compute, cores: *cores, alpha: latency.Seconds()}
 	switch {
