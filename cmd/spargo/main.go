@@ -4,6 +4,7 @@
 //	spargo models         list the model catalogue with parameter counts (-json; names or families select)
 //	spargo bench train    single-process training images/s (-model, -batch, -steps, -json)
 //	spargo bench comm     comm hook cost on in-process workers (-hook, -workers, -n, -transport, -json)
+//	spargo bench overlap  communication left after backward per hook (-model, -hook, -workers, -trace, -json; in-process or under a launcher)
 //	spargo simulate       comm hook cost on a simulated α-β network of up to thousands of workers
 //	spargo bench allreduce  all-reduce throughput between processes over TCP (-n, -workers, -algorithm, -json)
 //	spargo launch         run N local processes as one job (-n, -restarts, -timeout, -secret-file)
@@ -13,11 +14,14 @@
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"maps"
 	"os"
 	"slices"
+	"strings"
 
 	"github.com/spargo-dl/spargo/hooks"
 )
@@ -59,6 +63,21 @@ func usage(w io.Writer) {
 	for _, n := range slices.Sorted(maps.Keys(commands)) {
 		fmt.Fprintf(w, "  %-8s %s\n", n, commands[n].summary)
 	}
+}
+
+// parseFlags parses the flags of a command that takes no other arguments. help is true after
+// -h or -help (the flag set has printed its usage; the command returns nil).
+func parseFlags(fs *flag.FlagSet, args []string) (help bool, err error) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return true, nil
+		}
+		return false, err
+	}
+	if fs.NArg() > 0 {
+		return false, fmt.Errorf("%s: unexpected argument %q", strings.TrimPrefix(fs.Name(), "spargo "), fs.Arg(0))
+	}
+	return false, nil
 }
 
 func runHooks(args []string, stdout io.Writer) error {

@@ -139,14 +139,8 @@ func runSimulate(args []string, stdout io.Writer) error {
 		fmt.Fprintln(stdout, "\nflags:")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
+	if help, err := parseFlags(fs, args); help || err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("simulate: unexpected argument %q", fs.Arg(0))
 	}
 	o := simOptions{workers: *workers, iters: *iters, warmup: *warmup, seed: *seed, compute: *compute, cores: *cores, alpha: latency.Seconds()}
 	switch {
