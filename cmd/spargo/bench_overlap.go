@@ -140,7 +140,7 @@ func runBenchOverlap(args []string, stdout io.Writer) error {
 		if rep, err = overlapRank(ctx, cfg); err != nil || rep == nil {
 			return err // rep is nil on ranks other than 0
 		}
-		rep.Transport = fmt.Sprintf("one process per rank over TCP, %s", env.Source)
+		rep.Transport = fmt.Sprintf("TCP, one process per rank, %s environment", env.Source)
 	} else {
 		if *workers < 1 {
 			return fmt.Errorf("bench overlap: -workers %d: want at least 1", *workers)

@@ -55,7 +55,7 @@ func TestBenchOverlapUnderLaunch(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
-	for _, want := range []string{"[rank 0] model resnet20 (269722 parameters in 59 tensors), P=2 workers (one process per rank over TCP, torchrun)",
+	for _, want := range []string{"[rank 0] model resnet20 (269722 parameters in 59 tensors), P=2 workers (TCP, one process per rank, torchrun environment)",
 		"[rank 0] " + fmt.Sprintf("%-32s %-11s %7d ", "topka:density=0.01", "single", 1), "[rank 0] " + fmt.Sprintf("%-32s %-11s %7d ", "lags:density=0.05", "hook", 59)} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
