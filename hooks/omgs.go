@@ -6,7 +6,6 @@ import (
 	"hash/fnv"
 	"log/slog"
 	"slices"
-	"sort"
 	"sync"
 	"time"
 
@@ -64,7 +63,7 @@ type MergedTopK struct {
 	planHash float64 // identifies the plan in the saved state; 0 before Plan
 	profileP int     // the world size omgs's profile was measured at; 0 when none
 	logged   bool
-	phases   map[int]GroupPhases
+	phaseLog
 }
 
 // OMGS is the omgs hook: a MergedTopK whose plan rests on a measured profile, so it tells a
@@ -305,31 +304,6 @@ func (h *MergedTopK) planReport(order, sizes []int, prof *ddp.Profile) (*PlanRep
 // varPlan is the state variable that ties a bucket's residual to the plan it was saved under.
 const varPlan = "plan"
 
-// GroupPhases is one group's last call, its phases measured from the moment DDP called the
-// hook: selection done (Selected), all-gather done (Gathered), result ready (Done).
-type GroupPhases struct {
-	Bucket   int
-	Elements int
-	// DenseElements are the bucket's elements in small tensors (all-reduced densely), K the
-	// entries each rank selects from the others.
-	DenseElements            int
-	K                        int
-	Dense                    bool // a dense call (dense_warmup, or only small tensors): no phases
-	Selected, Gathered, Done time.Duration
-}
-
-// Phases returns the last call of every bucket, in bucket order.
-func (h *MergedTopK) Phases() []GroupPhases {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	out := make([]GroupPhases, 0, len(h.phases))
-	for _, t := range h.phases {
-		out = append(out, t)
-	}
-	sort.Slice(out, func(a, b int) bool { return out[a].Bucket < out[b].Bucket })
-	return out
-}
-
 // Run communicates one bucket (TopkA's step), records its phases and, on the first call on
 // rank 0, logs the plan.
 func (h *MergedTopK) Run(ctx context.Context, g comm.Group, b ddp.Bucket) ddp.Future {
@@ -348,16 +322,7 @@ func (h *MergedTopK) Run(ctx context.Context, g comm.Group, b ddp.Bucket) ddp.Fu
 	fut := h.run(ctx, g, b, func(ctx context.Context, g comm.Group, tag uint32, flat []float32, st *BucketState) error {
 		return mergedStep(ctx, g, tag, flat, st, dense, nd, k, &marks)
 	})
-	tr := GroupPhases{Bucket: b.Index(), Elements: n, DenseElements: nd, K: k, Done: time.Since(start), Dense: marks.selected.IsZero()}
-	if !tr.Dense {
-		tr.Selected, tr.Gathered = marks.selected.Sub(start), marks.gathered.Sub(start)
-	}
-	h.mu.Lock()
-	if h.phases == nil {
-		h.phases = map[int]GroupPhases{}
-	}
-	h.phases[b.Index()] = tr
-	h.mu.Unlock()
+	h.record(b.Index(), n, nd, k, start, marks)
 	return fut
 }
 
@@ -462,31 +427,6 @@ func (h *MergedTopK) logPlan(g comm.Group) {
 		}
 	}
 	slog.Info(h.name+": bucket plan", args...)
-}
-
-// GroupTrace is one group of the last iteration on DDP's timeline, from the start of
-// backward: its gradients ready, DDP calling the hook, selection done, all-gather done,
-// result ready.
-type GroupTrace struct {
-	Bucket                               int
-	Elements                             int
-	Ready, Start, Sparsified, Sent, Done time.Duration
-}
-
-// Trace combines DDP's statistics of the last iteration (DDP.Stats) with the hook's phases:
-// one entry per bucket, on one timeline.
-func (h *MergedTopK) Trace(st ddp.IterationStats) []GroupTrace {
-	phases := map[int]GroupPhases{}
-	for _, t := range h.Phases() {
-		phases[t.Bucket] = t
-	}
-	var out []GroupTrace
-	for _, b := range st.Buckets {
-		t := phases[b.Index]
-		out = append(out, GroupTrace{Bucket: b.Index, Elements: b.Elements, Ready: b.Ready, Start: b.CommStart,
-			Sparsified: b.CommStart + t.Selected, Sent: b.CommStart + t.Gathered, Done: b.CommEnd})
-	}
-	return out
 }
 
 // mergedOptions are the options of lags, mgs and omgs: the baselines' and dense_below, then

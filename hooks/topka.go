@@ -16,7 +16,13 @@ import (
 // feedback: ξ' = G minus the selected entries; the conservation test holds. Cost: 2k(P-1)
 // words received per rank, exactly: every selection has k entries, zeros included, so no
 // sizes are exchanged.
-type TopkA struct{ sparseHook }
+//
+// It records the phases of each bucket's last call (Phases, Trace), as lags, mgs and omgs do,
+// so that TopK-SGD's single group can be traced next to theirs.
+type TopkA struct {
+	sparseHook
+	phaseLog
+}
 
 var (
 	_ ddp.CommHook = (*TopkA)(nil)
@@ -26,16 +32,20 @@ var (
 // NewTopkA returns a TopkA hook.
 func NewTopkA(density float64, denseWarmup int) (*TopkA, error) {
 	h, err := newSparseHook("topka", density, denseWarmup)
-	return &TopkA{h}, err
+	return &TopkA{sparseHook: h}, err
 }
 
-// Run communicates one bucket.
+// Run communicates one bucket and records its phases.
 func (h *TopkA) Run(ctx context.Context, g comm.Group, b ddp.Bucket) ddp.Future {
-	return h.run(ctx, g, b, h.step)
-}
-
-func (h *TopkA) step(ctx context.Context, g comm.Group, tag uint32, flat []float32, st *BucketState) error {
-	return topkaStep(ctx, g, tag, flat, st, h.k(len(flat)), nil)
+	start := time.Now()
+	var marks stepMarks
+	n := len(b.Flat())
+	k := h.k(n)
+	fut := h.run(ctx, g, b, func(ctx context.Context, g comm.Group, tag uint32, flat []float32, st *BucketState) error {
+		return topkaStep(ctx, g, tag, flat, st, k, &marks)
+	})
+	h.record(b.Index(), n, 0, k, start, marks)
+	return fut
 }
 
 // stepMarks receives the moments a TopkA step finished its selection and its all-gather

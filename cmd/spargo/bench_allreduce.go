@@ -88,14 +88,8 @@ func runBenchAllReduce(args []string, stdout io.Writer) error {
 		fmt.Fprint(stdout, benchAllReduceUsage)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
+	if help, err := parseFlags(fs, args, stdout, ""); help || err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("bench allreduce: unexpected argument %q", fs.Arg(0))
 	}
 	size, err := parseBytes(*sizeFlag)
 	if err != nil {

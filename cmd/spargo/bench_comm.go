@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -121,14 +120,8 @@ recording's P replays its first ranks; a multiple of P reuses each rank (identic
 then overlap fully); anything else is an error.`)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
+	if help, err := parseFlags(fs, args, stdout, ""); help || err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("bench comm: unexpected argument %q", fs.Arg(0))
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })

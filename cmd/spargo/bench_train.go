@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -51,14 +50,8 @@ func runBenchTrain(args []string, stdout io.Writer) error {
 		fmt.Fprintln(stdout, "\nTimes single-process training steps (forward, cross-entropy, backward, SGD with momentum 0.9\nand weight decay 5e-4) on one random batch and prints the median images/s over the timed steps.\nThreads: GOMAXPROCS (set the environment variable to change it).")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
+	if help, err := parseFlags(fs, args, stdout, ""); help || err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("bench train: unexpected argument %q", fs.Arg(0))
 	}
 	if *batch < 1 {
 		return fmt.Errorf("bench train: -batch %d: want at least 1", *batch)

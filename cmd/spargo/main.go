@@ -4,6 +4,7 @@
 //	spargo models         list the model catalogue with parameter counts (-json; names or families select)
 //	spargo bench train    single-process training images/s (-model, -batch, -steps, -json)
 //	spargo bench comm     comm hook cost on in-process workers (-hook, -workers, -n, -transport, -json)
+//	spargo bench overlap  communication left after backward per hook (-model, -hook, -workers, -trace, -json; in-process or under a launcher)
 //	spargo simulate       comm hook cost on a simulated α-β network of up to thousands of workers
 //	spargo plan           merge plans of omgs, mgs, lags and TopK-SGD with predicted iteration times (-profile or -measure; cost overrides)
 //	spargo bench allreduce  all-reduce throughput between processes over TCP (-n, -workers, -algorithm, -json)
@@ -76,12 +77,15 @@ func runHooks(args []string, stdout io.Writer) error {
 }
 
 // parseFlags parses a subcommand's flags: -h prints help (the text, then the flags) and
-// reports helped; an argument left over is an error.
+// reports helped; an argument left over is an error. An empty help keeps the usage function
+// the flag set already has.
 func parseFlags(fs *flag.FlagSet, args []string, stdout io.Writer, help string) (helped bool, err error) {
-	fs.Usage = func() {
-		fmt.Fprint(stdout, help)
-		fmt.Fprintln(stdout, "\nflags:")
-		fs.PrintDefaults()
+	if help != "" {
+		fs.Usage = func() {
+			fmt.Fprint(stdout, help)
+			fmt.Fprintln(stdout, "\nflags:")
+			fs.PrintDefaults()
+		}
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
