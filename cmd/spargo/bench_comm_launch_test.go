@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -44,14 +45,16 @@ func sameCounts(t *testing.T, launched, inproc []commResult) {
 
 // Two ranks in this process (one goroutine each) join through the launcher environment on
 // loopback, as processes in network namespaces do, each generating only its own worker's
-// gradients: rank 0 reports the rounds, bytes and words of the in-process run of the same
+// gradients (or reading its own rank of a recording): rank 0 reports the rounds, bytes and words of the in-process run of the same
 // seeded gradients, and rank 1 prints nothing.
 func TestBenchCommLaunchedRanks(t *testing.T) {
+	synth := []string{"-workers", "2", "-iters", "2", "-warmup", "1", "-seed", "7", "-json"}
 	for _, args := range [][]string{
-		{"-n", "4k", "-hook", "spardl", "-hook", "oktopk", "-hook", "topka", "-hook", "gtopk", "-hook", "allreduce"},
-		{"-model", "resnet20", "-hook", "spardl", "-hook", "topkdsa", "-density", "0.05"},
+		slices.Concat(synth, []string{"-n", "4k", "-hook", "spardl", "-hook", "oktopk", "-hook", "topka", "-hook", "gtopk", "-hook", "allreduce"}),
+		slices.Concat(synth, []string{"-model", "resnet20", "-hook", "spardl", "-hook", "topkdsa", "-density", "0.05"}),
+		// each rank replays its own rank of a recording with disjoint top-k sets
+		{"-grads", writeRecording(t, false), "-warmup", "0", "-density", "0.1", "-hook", "spardl", "-hook", "topka", "-json"},
 	} {
-		args = append([]string{"-workers", "2", "-iters", "2", "-warmup", "1", "-seed", "7", "-json"}, args...)
 		var in bytes.Buffer
 		if err := benchComm(args, &in, nil); err != nil {
 			t.Fatal(err)
