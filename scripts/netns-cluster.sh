@@ -23,11 +23,20 @@
 #   done; wait
 #
 # The namespaces reach nothing outside the bridge (no route, no NAT).
+#
+# Two clusters can exist at once when they differ in all four names (environment, the
+# defaults in brackets): NETNS_PREFIX [spargo] names the namespaces, NETNS_BRIDGE [spgbr0]
+# the bridge, NETNS_VETH [spg] the host ends of the veth pairs (at most 11 characters), and
+# NETNS_SUBNET [10.77.0] the /24. Give `down` and `status` the same variables, e.g.
+#
+#   NETNS_PREFIX=spargoc NETNS_BRIDGE=spgbrc NETNS_VETH=spgc NETNS_SUBNET=10.78.0 \
+#     scripts/netns-cluster.sh up 8 200mbit
 set -euo pipefail
 
-PREFIX=spargo
-BRIDGE=spgbr0
-SUBNET=10.77.0
+PREFIX=${NETNS_PREFIX:-spargo}
+BRIDGE=${NETNS_BRIDGE:-spgbr0}
+SUBNET=${NETNS_SUBNET:-10.77.0}
+VETH=${NETNS_VETH:-spg}
 SHAPER=${SHAPER:-htb}
 
 die() { echo "netns-cluster: $*" >&2; exit 1; }
@@ -76,6 +85,9 @@ up() {
 	local n=${1:-} rate=${2:-}
 	[[ $n =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] && [ "$n" -le 250 ] || die "N must be 1..250 (got '${n}')"
 	[ -n "$rate" ] || die "usage: $0 up N RATE (e.g. up 4 1gbit)"
+	[[ $PREFIX =~ ^[A-Za-z][A-Za-z0-9_-]*$ && $BRIDGE =~ ^[A-Za-z][A-Za-z0-9_-]{0,14}$ && $VETH =~ ^[A-Za-z][A-Za-z0-9_-]{0,10}$ ]] ||
+		die "NETNS_PREFIX, NETNS_BRIDGE (≤ 15 characters) and NETNS_VETH (≤ 11) must be names of letters, digits, _ and -"
+	[[ $SUBNET =~ ^[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}$ ]] || die "NETNS_SUBNET must be the first three octets of a /24, e.g. 10.77.0 (got '$SUBNET')"
 	rate_bits "$rate" >/dev/null
 	need_root
 	if ip link show "$BRIDGE" >/dev/null 2>&1; then
@@ -88,7 +100,7 @@ up() {
 		echo 0 >/proc/sys/net/bridge/bridge-nf-call-iptables
 	fi
 	for ((i = 0; i < n; i++)); do
-		local ns=$PREFIX$i host=spg$i peer=spg${i}n
+		local ns=$PREFIX$i host=$VETH$i peer=$VETH${i}n
 		ip netns add "$ns"
 		ip link add "$host" type veth peer name "$peer"
 		ip link set "$peer" netns "$ns"
@@ -120,7 +132,7 @@ down() {
 status() {
 	ip netns list | grep -E "^${PREFIX}[0-9]+" || echo "no ${PREFIX}* namespaces"
 	ip -br link show "$BRIDGE" 2>/dev/null || true
-	tc qdisc show 2>/dev/null | grep -E "spg[0-9]+ " || true
+	tc qdisc show 2>/dev/null | grep -E "dev $VETH[0-9]+ " || true
 }
 
 case ${1:-} in

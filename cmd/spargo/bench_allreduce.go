@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -10,7 +9,6 @@ import (
 	"io"
 	"math"
 	"os"
-	"path/filepath"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -38,17 +36,6 @@ type allReduceResult struct {
 	BusBW     float64 `json:"busbw_mb_s"` // algbw · 2(P-1)/P
 	Iters     int     `json:"iters"`
 }
-
-// benchResultVar names the file where rank 0 of a job that `spargo bench allreduce` launched
-// itself leaves its result, for the launching process to print without rank prefixes.
-const benchResultVar = "SPARGO_BENCH_RESULT"
-
-// The tags of the benchmark's collectives.
-const (
-	tagBenchBarrier   = 1
-	tagBenchAllReduce = 2
-	tagBenchTimes     = 3
-)
 
 var allReduceAlgorithms = map[string]comm.Algorithm{
 	"auto": comm.Auto, "ring": comm.Ring, "rabenseifner": comm.Rabenseifner,
@@ -107,15 +94,11 @@ func runBenchAllReduce(args []string, stdout io.Writer) error {
 	workersSet := false
 	fs.Visit(func(f *flag.Flag) { workersSet = workersSet || f.Name == "workers" })
 
-	env, err := dist.DetectEnv(dist.Overrides{})
+	env, err := benchLauncherEnv("allreduce", nil, *workers, workersSet)
 	if err != nil {
-		return fmt.Errorf("bench allreduce: %w", err)
+		return err
 	}
 	if env.WorldSize > 1 {
-		if workersSet && *workers != env.WorldSize {
-			return fmt.Errorf("bench allreduce: -workers %d, but the launcher (%s) started %d processes; leave -workers out or make it equal",
-				*workers, env.Source, env.WorldSize)
-		}
 		ctx, stop := dist.NotifyContext(context.Background(), fmt.Sprintf("rank %d", env.Rank), nil)
 		defer stop()
 		if *cpuProfile != "" && env.Rank == 0 {
@@ -133,7 +116,7 @@ func runBenchAllReduce(args []string, stdout io.Writer) error {
 		if err != nil || res == nil {
 			return err // res is nil on ranks other than 0
 		}
-		if path := os.Getenv(benchResultVar); path != "" {
+		if path := benchResultFile(nil); path != "" {
 			b, err := json.Marshal(res)
 			if err != nil {
 				return err
@@ -155,32 +138,9 @@ func runBenchAllReduce(args []string, stdout io.Writer) error {
 // launchAllReduce runs this program's `bench allreduce args` as p local processes and returns
 // rank 0's result.
 func launchAllReduce(args []string, p int) (*allReduceResult, error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, fmt.Errorf("bench allreduce: find this program to launch it: %w", err)
-	}
-	dir, err := os.MkdirTemp("", "spargo-bench-")
+	b, err := launchBench("allreduce", args, p)
 	if err != nil {
 		return nil, err
-	}
-	defer os.RemoveAll(dir)
-	resultFile := filepath.Join(dir, "result.json")
-	ctx, stop := dist.NotifyContext(context.Background(), "bench allreduce", nil)
-	defer stop()
-	err = dist.Launch(ctx, dist.LaunchConfig{
-		NProc:   p,
-		Program: exe,
-		Args:    append([]string{"bench", "allreduce"}, args...),
-		Env:     append(os.Environ(), benchResultVar+"="+resultFile),
-		Stdout:  os.Stderr, // the ranks print nothing but trouble; the result comes back in the file
-		Stderr:  os.Stderr,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("bench allreduce: %w", err)
-	}
-	b, err := os.ReadFile(resultFile)
-	if err != nil {
-		return nil, fmt.Errorf("bench allreduce: rank 0 left no result: %w", err)
 	}
 	var res allReduceResult
 	if err := json.Unmarshal(b, &res); err != nil {
@@ -226,25 +186,12 @@ func allReduceRank(ctx context.Context, size int, alg comm.Algorithm, warmup, it
 		return nil, fmt.Errorf("bench allreduce: rank %d: element %d is %v after the all-reduce, want %v", rank, i, buf[i], want)
 	}
 	// An iteration lasts as long as its slowest rank.
-	enc := make([]byte, 8*len(mine))
-	for i, s := range mine {
-		binary.LittleEndian.PutUint64(enc[8*i:], math.Float64bits(s))
-	}
-	all, err := comm.AllGatherBytes(ctx, g, tagBenchTimes, enc)
+	slowest, err := allMax(ctx, g, tagBenchTimes, mine)
 	if err != nil {
-		return nil, fmt.Errorf("bench allreduce: rank %d: gather the times: %w", rank, err)
+		return nil, fmt.Errorf("bench allreduce: %w", err)
 	}
 	if rank != 0 {
 		return nil, nil
-	}
-	slowest := make([]float64, iters)
-	for r, b := range all {
-		if len(b) != len(enc) {
-			return nil, fmt.Errorf("bench allreduce: rank %d timed %d iterations, rank 0 %d (same -iters everywhere?)", r, len(b)/8, iters)
-		}
-		for i := range slowest {
-			slowest[i] = max(slowest[i], math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:])))
-		}
 	}
 	med, lo := median(slowest), slices.Min(slowest)
 	algbw := float64(size) / med / 1e6

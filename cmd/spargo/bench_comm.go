@@ -1,18 +1,22 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"math"
 	"math/rand/v2"
+	"os"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 
+	"github.com/spargo-dl/spargo/comm"
+	"github.com/spargo-dl/spargo/dist"
 	"github.com/spargo-dl/spargo/gradrec"
 	"github.com/spargo-dl/spargo/hooks"
 	"github.com/spargo-dl/spargo/nn"
@@ -20,7 +24,7 @@ import (
 
 func init() {
 	registerBench("comm", benchCommand{
-		"time comm hooks on in-process workers: time per call, rounds, bytes and words received", runBenchComm})
+		"time comm hooks in-process or one process per worker: time per call, rounds, bytes and words received", runBenchComm})
 }
 
 // commResult is one line of `spargo bench comm -json`. The keys are stable: the benchmark
@@ -88,12 +92,50 @@ func parseCount(s string) (int, error) {
 	return int(f * mult), nil
 }
 
+const benchCommUsage = `usage: spargo bench comm [-hook SPEC]... [-workers P] [-n N | -model NAME | -grads DIR] [-iters K] [-warmup W]
+                        [-density D] [-seed S] [-transport local|tcp|launch] [-json]
+
+Runs each hook on P workers and prints the median wall time per call (one call is one
+iteration: every bucket of the hook's plan, one at a time, all workers at once) and the
+rounds, bytes received and words (4 bytes) received: the maxima over workers, averaged over
+the timed calls. For spardl and oktopk in-process it also prints union/k and overlap: how
+much the workers' local top-k selections (with local error feedback) agree.
+
+The gradients: synthetic heavy-tailed ones (a shared component plus per-worker noise,
+seeded), as one bucket of -n elements or in the parameters of -model; or, with -grads, those
+recorded by a training run (examples/vgg -record-grads DIR), replayed iteration by iteration
+so that residuals and the correlation between iterations are real. -workers below the
+recording's P replays its first ranks; a multiple of P reuses each rank (identical gradients
+then overlap fully); anything else is an error.
+
+Transports: local runs the P workers in this process over channels, tcp over TCP on
+loopback (still one process). launch runs one worker per process, over comm's TCP transport
+between processes: under a launcher (spargo launch -n P, torchrun, srun, mpirun, or
+RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set by hand, e.g. one process per network namespace
+of scripts/netns-cluster.sh) every process is one rank, as in spargo bench allreduce, and
+launch is the default; without one, -transport launch starts P copies of this program on
+this machine over 127.0.0.1. Each rank generates its own worker's gradients (the same values
+as in-process) or reads its own rank's recording; each call starts after a barrier, and its
+time is the slowest rank's. Rank 0 prints; union/k and overlap are not measured.
+
+  spargo bench comm -transport launch -workers 4 -n 1M -hook spardl
+  spargo launch -n 4 -- spargo bench comm -n 1M -hook spardl      (lines prefixed "[rank 0] ")
+
+flags:
+`
+
 func runBenchComm(args []string, stdout io.Writer) error {
+	return benchComm(args, stdout, nil)
+}
+
+// benchComm is `spargo bench comm args`; lookup reads the launcher's environment (nil: this
+// process's), so that tests can run two ranks in one process.
+func benchComm(args []string, stdout io.Writer, lookup func(string) (string, bool)) (err error) {
 	fs := flag.NewFlagSet("spargo bench comm", flag.ContinueOnError)
 	fs.SetOutput(stdout)
 	var specs hookList
 	fs.Var(&specs, "hook", "hook spec, as for -hook of the examples (repeat for several; default: "+strings.Join(defaultCommHooks, ", ")+")")
-	workers := fs.Int("workers", 4, "in-process workers P (with -grads: default the recording's P)")
+	workers := fs.Int("workers", 4, "workers P (with -grads: default the recording's P; under a launcher: its world size)")
 	nFlag := fs.String("n", "1M", "elements in the single synthetic bucket (k, M, G suffixes: 14.7M is VGG-16's size)")
 	model := fs.String("model", "", "take the parameters' layout from this model (a name of spargo models: vgg16, resnet20, resnet50, ...) instead of -n: each hook gets the buckets DDP would give it")
 	gradsDir := fs.String("grads", "", "replay the gradients recorded in this directory (examples/vgg -record-grads) instead of synthetic ones")
@@ -102,22 +144,9 @@ func runBenchComm(args []string, stdout io.Writer) error {
 	density := fs.Float64("density", 0.01, "density for hooks that take one and whose spec does not set it")
 	seed := fs.Uint64("seed", 0, "seed of the synthetic gradients")
 	asJSON := fs.Bool("json", false, "print one JSON object per hook instead of a table")
-	transport := fs.String("transport", "local", "local: in-process channels; tcp: TCP on loopback (comm.NewTCPLoopback, all workers in this process)")
+	transport := fs.String("transport", "local", "local: in-process channels; tcp: TCP on loopback (comm.NewTCPLoopback, all workers in this process); launch: one process per worker (the default under a launcher)")
 	fs.Usage = func() {
-		fmt.Fprintln(stdout, "usage: spargo bench comm [-hook SPEC]... [-workers P] [-n N | -model NAME | -grads DIR] [-iters K] [-warmup W] [-density D] [-seed S] [-transport local|tcp] [-json]")
-		fmt.Fprintln(stdout, `
-Runs each hook on P in-process workers and prints the median wall time per call (one call is
-one iteration: every bucket of the hook's plan, one at a time, all workers at once) and the
-rounds, bytes received and words (4 bytes) received: the maxima over workers, averaged over
-the timed calls. For spardl and oktopk it also prints union/k and overlap: how much the
-workers' local top-k selections (with local error feedback) agree.
-
-The gradients: synthetic heavy-tailed ones (a shared component plus per-worker noise,
-seeded), as one bucket of -n elements or in the parameters of -model; or, with -grads, those
-recorded by a training run (examples/vgg -record-grads DIR), replayed iteration by iteration
-so that residuals and the correlation between iterations are real. -workers below the
-recording's P replays its first ranks; a multiple of P reuses each rank (identical gradients
-then overlap fully); anything else is an error.`)
+		fmt.Fprint(stdout, benchCommUsage)
 		fs.PrintDefaults()
 	}
 	if help, err := parseFlags(fs, args, stdout, ""); help || err != nil {
@@ -133,9 +162,23 @@ then overlap fully); anything else is an error.`)
 		return fmt.Errorf("bench comm: -n does not apply with -model or -grads: the model's layout sets the sizes")
 	case *gradsDir != "" && *model != "":
 		return fmt.Errorf("bench comm: -model does not apply with -grads: the recording's layout is used")
+	case *transport != "local" && *transport != "tcp" && *transport != "launch":
+		return fmt.Errorf("bench comm: -transport %q: want local, tcp or launch", *transport)
+	}
+	env, err := benchLauncherEnv("comm", lookup, *workers, set["workers"])
+	if err != nil {
+		return err
+	}
+	rank := -1 // this process's rank in a launched job; -1: not one
+	if env.WorldSize > 1 {
+		if *transport != "launch" && set["transport"] {
+			return fmt.Errorf("bench comm: -transport %s: the launcher (%s) started %d processes, each one rank; leave -transport out or say launch",
+				*transport, env.Source, env.WorldSize)
+		}
+		*transport, *workers, rank = "launch", env.WorldSize, env.Rank
+		set["workers"] = true
 	}
 	if *gradsDir != "" {
-		var err error
 		if rec, err = gradrec.Open(*gradsDir); err != nil {
 			return fmt.Errorf("bench comm: -grads: %w", err)
 		}
@@ -155,14 +198,14 @@ then overlap fully); anything else is an error.`)
 	switch {
 	case *workers < 1:
 		return fmt.Errorf("bench comm: -workers %d: want at least 1", *workers)
+	case *transport == "launch" && *workers < 2:
+		return fmt.Errorf("bench comm: -workers %d: -transport launch wants at least 2 processes", *workers)
 	case *iters < 1:
 		return fmt.Errorf("bench comm: -iters %d: want at least 1", *iters)
 	case *warmup < 0:
 		return fmt.Errorf("bench comm: -warmup %d: want 0 or more", *warmup)
 	case !(*density > 0 && *density <= 1):
 		return fmt.Errorf("bench comm: -density %v: want a number in (0, 1]", *density)
-	case *transport != "local" && *transport != "tcp":
-		return fmt.Errorf("bench comm: -transport %q: want local or tcp", *transport)
 	}
 	if len(specs) == 0 {
 		for _, h := range defaultCommHooks {
@@ -184,11 +227,28 @@ then overlap fully); anything else is an error.`)
 		}
 	}
 
+	// The workers this process holds: all of them in-process, its own as a rank, none when it
+	// launches the ranks.
+	held := allWorkers(*workers)
+	var launched []commResult
+	switch {
+	case rank >= 0:
+		held = []int{rank}
+	case *transport == "launch":
+		held = nil
+		b, err := launchBench("comm", args, *workers)
+		if err != nil {
+			return err
+		}
+		if err := json.Unmarshal(b, &launched); err != nil {
+			return fmt.Errorf("bench comm: rank 0's result: %w", err)
+		}
+	}
 	var src *gradSource
 	var what string
 	switch {
 	case rec != nil:
-		if src, err = recordedSource(rec, *workers); err != nil {
+		if src, err = recordedSource(rec, *workers, held); err != nil {
 			return fmt.Errorf("bench comm: %w", err)
 		}
 		what = fmt.Sprintf("gradients recorded in %s (model %s, P=%d, hook %s, iterations %v), replayed in order; the first %d untimed",
@@ -197,28 +257,67 @@ then overlap fully); anything else is an error.`)
 			what += fmt.Sprintf("; each recorded rank replayed by %d workers", *workers/rec.World)
 		}
 	case *model != "":
-		if src, err = modelSource(*model, *seed, *workers); err != nil {
+		if src, err = modelSource(*model, *seed, held); err != nil {
 			return fmt.Errorf("bench comm: %w", err)
 		}
 		what = fmt.Sprintf("heavy-tailed gradients (seed %d) in %s's %d parameters, %d warm-up + %d timed calls", *seed, *model, len(src.params), *warmup, *iters)
 	default:
-		src = singleBucketSource(syntheticGradients(*seed, *workers, n))
+		src = singleBucketSource(n, syntheticGradients(*seed, n, held))
 		what = fmt.Sprintf("heavy-tailed gradients (seed %d) in one bucket, %d warm-up + %d timed calls", *seed, *warmup, *iters)
 	}
-	total := nn.NumParams(src.params)
-	if !*asJSON {
-		fmt.Fprintf(stdout, "P=%d workers in this process (transport %s), n=%d, %s\n", *workers, *transport, total, what)
+
+	var g comm.Group
+	ctx := context.Background()
+	if rank >= 0 {
+		var stop func()
+		ctx, stop = dist.NotifyContext(ctx, fmt.Sprintf("rank %d", rank), nil)
+		defer stop()
+		if g, _, err = dist.Init(ctx, dist.Options{Lookup: lookup}); err != nil {
+			return fmt.Errorf("bench comm: %w", err)
+		}
+		defer func() {
+			if cerr := g.Close(); err == nil && cerr != nil {
+				err = fmt.Errorf("bench comm: rank %d: close: %w", rank, cerr)
+			}
+		}()
+	}
+	// Rank 0 of a job that launchBench started leaves its results in a file; other ranks print nothing.
+	resultFile := ""
+	if rank >= 0 {
+		resultFile = benchResultFile(lookup)
+	}
+	quiet := rank > 0 || resultFile != ""
+	if !*asJSON && !quiet {
+		where := fmt.Sprintf("P=%d workers in this process (transport %s)", *workers, *transport)
+		if *transport == "launch" {
+			where = fmt.Sprintf("P=%d processes, one worker each (transport launch: TCP between processes, barrier before each call, slowest rank's time)", *workers)
+		}
+		fmt.Fprintf(stdout, "%s, n=%d, %s\n", where, nn.NumParams(src.params), what)
 		fmt.Fprintf(stdout, "%-36s %8s %7s %10s %7s %15s %15s %8s %8s\n", "hook", "density", "buckets", "time_ms", "rounds", "bytes_received", "words_received", "union/k", "overlap")
 	}
+	var results []commResult
 	for i, spec := range full {
-		runtime.GC() // the previous hook's residuals are garbage: do not bill their collection here
-		o := benchOptions{workers: *workers, warmup: *warmup, iters: *iters, transport: *transport}
-		if name, _, _ := strings.Cut(spec, ":"); slices.Contains(overlapHooks, name) {
-			o.overlapDensity = dens[i]
-		}
-		res, err := benchHook(spec, src, o)
-		if err != nil {
-			return fmt.Errorf("bench comm: %s: %w", spec, err)
+		var res commResult
+		switch {
+		case launched != nil:
+			if i >= len(launched) {
+				return fmt.Errorf("bench comm: rank 0 returned %d results for %d hooks", len(launched), len(full))
+			}
+			res = launched[i]
+		case rank >= 0:
+			runtime.GC() // the previous hook's residuals are garbage: do not bill their collection here
+			if res, err = rankHook(ctx, g, spec, src, *warmup, *iters); err != nil {
+				return fmt.Errorf("bench comm: %s: %w", spec, err)
+			}
+		default:
+			runtime.GC()
+			o := benchOptions{workers: *workers, warmup: *warmup, iters: *iters, transport: *transport}
+			if name, _, _ := strings.Cut(spec, ":"); slices.Contains(overlapHooks, name) {
+				o.overlapDensity = dens[i]
+			}
+			if res, err = benchHook(spec, src, o); err != nil {
+				return fmt.Errorf("bench comm: %s: %w", spec, err)
+			}
 		}
 		res.Density, res.Transport = dens[i], *transport
 		if h, err := hooks.Parse(spec); err == nil {
@@ -229,20 +328,35 @@ then overlap fully); anything else is an error.`)
 		} else {
 			res.Model = *model
 		}
-		if *asJSON {
-			if err := json.NewEncoder(stdout).Encode(res); err != nil {
+		results = append(results, res)
+		if !quiet {
+			if err := printCommResult(stdout, res, *asJSON); err != nil {
 				return err
 			}
-			continue
 		}
-		union, overlap := "-", "-"
-		if res.UnionK != nil {
-			union, overlap = fmt.Sprintf("%.3f", *res.UnionK), fmt.Sprintf("%.3f", *res.Overlap)
+	}
+	if rank == 0 && resultFile != "" {
+		b, err := json.Marshal(results)
+		if err != nil {
+			return err
 		}
-		fmt.Fprintf(stdout, "%-36s %8g %7d %10.2f %7d %15d %15d %8s %8s\n", res.Hook, res.Density, res.Buckets, res.TimeMS, res.Rounds, res.BytesReceived, res.WordsReceived, union, overlap)
-		if res.Formula != "" {
-			fmt.Fprintf(stdout, "%-36s formula %s = %.0f words\n", "", res.Formula, res.FormulaWords)
-		}
+		return os.WriteFile(resultFile, b, 0o644)
+	}
+	return nil
+}
+
+// printCommResult prints one hook's line of the table, or its JSON object.
+func printCommResult(w io.Writer, res commResult, asJSON bool) error {
+	if asJSON {
+		return json.NewEncoder(w).Encode(res)
+	}
+	union, overlap := "-", "-"
+	if res.UnionK != nil {
+		union, overlap = fmt.Sprintf("%.3f", *res.UnionK), fmt.Sprintf("%.3f", *res.Overlap)
+	}
+	fmt.Fprintf(w, "%-36s %8g %7d %10.2f %7d %15d %15d %8s %8s\n", res.Hook, res.Density, res.Buckets, res.TimeMS, res.Rounds, res.BytesReceived, res.WordsReceived, union, overlap)
+	if res.Formula != "" {
+		fmt.Fprintf(w, "%-36s formula %s = %.0f words\n", "", res.Formula, res.FormulaWords)
 	}
 	return nil
 }
@@ -281,21 +395,35 @@ func withDensity(spec string, density float64) (string, float64, error) {
 	return spec + ",density=" + d, density, nil
 }
 
-// syntheticGradients returns one gradient per worker: heavy-tailed values (a normal over the
-// square root of a uniform, Student-t-like), half a component shared by all workers and the
-// rest per worker, so workers agree on some large entries as real gradients do.
-func syntheticGradients(seed uint64, p, n int) [][]float32 {
+// syntheticGradients returns the gradients of the given workers, in that order: heavy-tailed
+// values (a normal over the square root of a uniform, Student-t-like), half a component shared
+// by all workers and the rest per worker, so workers agree on some large entries as real
+// gradients do. Worker r's gradient depends only on seed, r and n, so a rank of a launched
+// job that generates its own has the values the in-process run gives that worker.
+func syntheticGradients(seed uint64, n int, workers []int) [][]float32 {
+	if len(workers) == 0 {
+		return nil
+	}
 	common := syntheticCommon(seed, n)
-	grads := make([][]float32, p)
+	grads := make([][]float32, len(workers))
 	var wg sync.WaitGroup
-	for r := range p {
+	for i, r := range workers {
 		wg.Go(func() {
-			grads[r] = make([]float32, n)
-			fillSynthetic(grads[r], common, seed, r)
+			grads[i] = make([]float32, n)
+			fillSynthetic(grads[i], common, seed, r)
 		})
 	}
 	wg.Wait()
 	return grads
+}
+
+// allWorkers is 0, 1, …, p-1: the workers an in-process run holds.
+func allWorkers(p int) []int {
+	ws := make([]int, p)
+	for i := range ws {
+		ws[i] = i
+	}
+	return ws
 }
 
 // heavyTailed draws one value of the synthetic gradients.

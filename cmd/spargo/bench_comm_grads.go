@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 	"sync"
 	"time"
 
@@ -19,7 +18,8 @@ import (
 
 // gradSource supplies the gradients of bench comm's calls: per call and worker, one slice per
 // parameter in declaration order. One call is one iteration: every bucket of the hook's plan,
-// in order.
+// in order. A source holds the workers it was made for (all P in-process, its own in a rank
+// of a launched job), numbered 0, 1, … in the order they were given.
 type gradSource struct {
 	// params are the parameters in declaration order: the hooks plan their buckets from them
 	// (ddp's size-capped plan unless the hook is a Planner), as DDP would.
@@ -28,27 +28,27 @@ type gradSource struct {
 	calls int
 	// iteration is the Bucket.Iteration of call c.
 	iteration func(c int) int64
-	// load returns worker w's gradients of call c; the bench copies them into its buckets.
+	// load returns held worker w's gradients of call c; the bench copies them into its buckets.
 	load func(c, w int) ([][]float32, error)
 }
 
 // singleBucketSource is the synthetic source of -n: one parameter of n elements, so one bucket.
-func singleBucketSource(grads [][]float32) *gradSource {
-	p := nn.NewParam("grad", len(grads[0]))
+func singleBucketSource(n int, grads [][]float32) *gradSource {
+	p := nn.NewParam("grad", n)
 	return &gradSource{params: []*nn.Param{p}, iteration: func(c int) int64 { return int64(c) },
 		load: func(_, w int) ([][]float32, error) { return [][]float32{grads[w]}, nil }}
 }
 
-// modelSource is the synthetic source of -model: the model's parameters, each worker's
-// synthetic gradient cut into them in declaration order.
-func modelSource(name string, seed uint64, workers int) (*gradSource, error) {
+// modelSource is the synthetic source of -model for the given workers: the model's
+// parameters, each worker's synthetic gradient cut into them in declaration order.
+func modelSource(name string, seed uint64, workers []int) (*gradSource, error) {
 	m, err := models.New(name, nn.NewRand(0))
 	if err != nil {
 		return nil, fmt.Errorf("-model: %w", err)
 	}
 	params := nn.Parameters(m) // only their names and shapes are used
-	grads := syntheticGradients(seed, workers, nn.NumParams(params))
-	views := make([][][]float32, workers)
+	grads := syntheticGradients(seed, nn.NumParams(params), workers)
+	views := make([][][]float32, len(grads))
 	for w, g := range grads {
 		for _, p := range params {
 			views[w] = append(views[w], g[:p.Len():p.Len()])
@@ -59,18 +59,18 @@ func modelSource(name string, seed uint64, workers int) (*gradSource, error) {
 		load: func(_, w int) ([][]float32, error) { return views[w], nil }}, nil
 }
 
-// recordedSource replays rec on workers workers: worker w gets recorded rank w mod P. Fewer
-// workers than P take the first ranks; more must be a multiple of P, so that every recorded
-// rank is replayed equally often (reused ranks' gradients are identical, which raises the
-// overlap: say so when reporting).
-func recordedSource(rec *gradrec.Recording, workers int) (*gradSource, error) {
-	if workers > rec.World && workers%rec.World != 0 {
+// recordedSource replays rec for the given workers of p: worker r gets recorded rank r mod
+// rec.World. Fewer workers than rec.World take the first ranks; more must be a multiple of
+// it, so that every recorded rank is replayed equally often (reused ranks' gradients are
+// identical, which raises the overlap: say so when reporting).
+func recordedSource(rec *gradrec.Recording, p int, workers []int) (*gradSource, error) {
+	if p > rec.World && p%rec.World != 0 {
 		return nil, fmt.Errorf("-workers %d: the recording in %s has P=%d ranks; replay the first W ≤ %d of them, or reuse each rank with a multiple of %d workers",
-			workers, rec.Dir, rec.World, rec.World, rec.World)
+			p, rec.Dir, rec.World, rec.World, rec.World)
 	}
 	return &gradSource{params: rec.Params(), calls: len(rec.Iterations),
 		iteration: func(c int) int64 { return rec.Iterations[c] },
-		load:      func(c, w int) ([][]float32, error) { return rec.Load(rec.Iterations[c], w%rec.World) }}, nil
+		load:      func(c, w int) ([][]float32, error) { return rec.Load(rec.Iterations[c], workers[w]%rec.World) }}, nil
 }
 
 // hookPlan is the bucket plan DDP would use for h: the hook's own when it is a Planner that
@@ -237,20 +237,72 @@ func benchHook(spec string, src *gradSource, o benchOptions) (commResult, error)
 		rounds += callRounds
 		bytes += callBytes
 	}
-	slices.Sort(times)
-	med := times[len(times)/2]
-	if len(times)%2 == 0 {
-		med = (times[len(times)/2-1] + times[len(times)/2]) / 2
-	}
-	mean := func(sum int64) int64 { return int64(math.Round(float64(sum) / float64(len(times)))) }
-	res := commResult{Hook: spec, Workers: p, N: nn.NumParams(src.params), TimeMS: med, Buckets: len(plan),
-		Calls: len(times), Rounds: mean(rounds), BytesReceived: mean(bytes)}
-	res.WordsReceived = res.BytesReceived / 4
+	res := commSummary(spec, p, nn.NumParams(src.params), len(plan), times, rounds, bytes)
 	if overlap != nil {
 		u, ov := overlap.result()
 		res.UnionK, res.Overlap = &u, &ov
 	}
 	return res, nil
+}
+
+// commSummary is the result of len(times) timed calls of spec on p workers: the median time
+// (ms) and the rounds and bytes received per call, whose sums over the calls are given.
+func commSummary(spec string, p, n, buckets int, times []float64, rounds, bytes int64) commResult {
+	mean := func(sum int64) int64 { return int64(math.Round(float64(sum) / float64(len(times)))) }
+	res := commResult{Hook: spec, Workers: p, N: n, TimeMS: median(times), Buckets: buckets,
+		Calls: len(times), Rounds: mean(rounds), BytesReceived: mean(bytes)}
+	res.WordsReceived = res.BytesReceived / 4
+	return res
+}
+
+// rankHook is benchHook in one rank of a launched job: this process is worker g.Rank() and
+// src holds its gradients only. Each call refills the buckets (untimed), passes a barrier and
+// runs the hook on every bucket in plan order, as DDP does; a call's time is the slowest
+// rank's and its counts the maxima over ranks, so every rank returns what benchHook would.
+// Overlap is not measured (no process sees the others' selections).
+func rankHook(ctx context.Context, g comm.Group, spec string, src *gradSource, warmup, iters int) (commResult, error) {
+	h, err := hooks.Parse(spec)
+	if err != nil {
+		return commResult{}, err
+	}
+	plan, err := hookPlan(h, src.params)
+	if err != nil {
+		return commResult{}, err
+	}
+	buckets := [][]*benchBucket{newBenchBuckets(src.params, plan)}
+	var mine []float64 // per timed call: ms, rounds, bytes received
+	for call := range warmup + iters {
+		if err := fill(src, call, buckets); err != nil {
+			return commResult{}, err
+		}
+		if err := comm.Barrier(ctx, g, tagBenchBarrier); err != nil {
+			return commResult{}, fmt.Errorf("rank %d: %w", g.Rank(), err)
+		}
+		before := g.Counters().Snapshot()
+		start := time.Now()
+		for _, b := range buckets[0] {
+			if _, err := h.Run(ctx, g, b).Wait(); err != nil {
+				return commResult{}, fmt.Errorf("rank %d: call %d (iteration %d), bucket %d: %w", g.Rank(), call, b.iter, b.index, err)
+			}
+		}
+		took := time.Since(start)
+		s := g.Counters().Snapshot().Sub(before)
+		if call >= warmup {
+			mine = append(mine, float64(took.Nanoseconds())/1e6, float64(s.Rounds), float64(s.BytesRecv))
+		}
+	}
+	worst, err := allMax(ctx, g, tagBenchTimes, mine)
+	if err != nil {
+		return commResult{}, err
+	}
+	times := make([]float64, iters)
+	var rounds, bytes int64
+	for i := range times {
+		times[i] = worst[3*i]
+		rounds += int64(worst[3*i+1])
+		bytes += int64(worst[3*i+2])
+	}
+	return commSummary(spec, g.Size(), nn.NumParams(src.params), len(plan), times, rounds, bytes), nil
 }
 
 // fill copies every worker's gradients of call c into its buckets, workers in parallel.

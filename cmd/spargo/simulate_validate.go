@@ -133,7 +133,7 @@ func runValidate(o simOptions, nGiven bool, stdout io.Writer, asJSON bool) error
 			p, cores, n, alpha*1e6, beta*1e9, formatBandwidth(8/beta))
 		fmt.Fprintf(stdout, "%-28s %12s %13s %8s\n", "hook", "measured_ms", "predicted_ms", "error_%")
 	}
-	src := singleBucketSource(syntheticGradients(o.seed, p, n))
+	src := singleBucketSource(n, syntheticGradients(o.seed, n, allWorkers(p)))
 	so := o
 	so.model, so.nModel, so.alpha, so.beta, so.bandwidthBits = fmt.Sprintf("n=%d", n), n, alpha, beta, 8/beta
 	// The kernels are timed on P goroutines at once: the rates then include the sharing of
