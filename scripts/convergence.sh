@@ -19,8 +19,8 @@
 #
 #   scripts/convergence.sh [vgg|lstm] [OUT]            # runs every hook, then plots
 #   scripts/convergence.sh [vgg|lstm] -plot-only [OUT] # re-plots the metrics already in OUT
-#   HOOKS="allreduce topka" scripts/convergence.sh lstm  # only these hooks (plots skip none:
-#                                                        # every hook's file must be in OUT)
+#   HOOKS="allreduce topka" scripts/convergence.sh lstm  # run only these hooks (the plots take
+#                                                        # every hook with a metrics file in OUT)
 #
 # The runs go one after another (they share the cores, and throughput and wall time are
 # only comparable that way). Seeds and flags are the check's; every hook gets the same.
@@ -56,7 +56,9 @@ if ! $plot_only; then
   done
   rm -f "$out/.$task"
 fi
-f() { for h in "$@"; do echo "$out/$(name "$h").jsonl"; done; }
+# The metrics files of hooks that have one (a failed hook's run may have written none: the
+# plot leaves it out and says so; lstm's table names its error).
+f() { for h in "$@"; do if [[ -s $out/$(name "$h").jsonl ]]; then echo "$out/$(name "$h").jsonl"; else echo "!! no metrics for $h in $out: left out of the plot" >&2; fi; done; }
 if [[ $task == vgg ]]; then
   plot() { local png=$1; shift; ${SPARGO:-go run ./cmd/spargo} plot -x epochs,time -width 1400 -height 1000 -title "$1" -o "$png" $(f "${@:2}"); }
   plot docs/convergence-vgg11-dense.png "VGG-11, 4 workers: dense and near-lossless hooks" allreduce fp16 bf16 osp powersgd:rank=4,start_iter=10
@@ -68,4 +70,38 @@ else
   plot docs/convergence-lstm-dense.png "LSTM small on PTB, 4 workers: dense and near-lossless hooks" allreduce fp16 bf16 osp powersgd:rank=4,start_iter=10
   plot docs/convergence-lstm-sparse.png "LSTM small on PTB, 4 workers: sparse hooks at density 0.01 vs dense" allreduce spardl:density=0.01 spardl:density=0.01,teams=2 oktopk:density=0.01 gaussiank:density=0.01 topka topkdsa gtopk
   plot docs/convergence-lstm-layerwise.png "LSTM small on PTB, 4 workers: layer-wise (OMGS family) and COVAP vs dense" allreduce lags:density=0.01 mgs:density=0.01 omgs:density=0.01 covap:interval=2 covap:interval=4 covap:interval=auto
+  # BENCHMARKS.md's table, into OUT/table.md: the validation perplexity at four of the
+  # validations (the last at the end of the run), the test perplexity (whole test stream), the epochs'
+  # training loss and words/s (all ranks, validation time left out), the wall time; a hook
+  # whose run failed gets its error.
+  python3 - "$out" "${hooks[@]}" >"$out/table.md" <<'PY'
+import json, math, os, sys
+out, hooks = sys.argv[1], sys.argv[2:]
+name = lambda h: h.replace(":", "_").replace("=", "-").replace(",", "_")
+rows, steps = [], None
+for h in hooks:
+    path = os.path.join(out, name(h) + ".jsonl")
+    recs = [json.loads(l) for l in open(path) if l.strip()] if os.path.exists(path) else []
+    vals = [(r["step"], r["val_ppl"]) for r in recs if "step" in r and "val_ppl" in r]
+    eps = [r for r in recs if "epoch" in r and "step" not in r]
+    err = ""
+    if os.path.exists(os.path.join(out, name(h) + ".err")):
+        lines = [l.strip() for l in open(os.path.join(out, name(h) + ".err")) if l.strip() and "level=" not in l]
+        err = lines[-1] if lines and not eps else ""
+    steps = steps or [s for s, _ in vals]
+if steps and len(steps) > 4:  # four columns, the last the end of the run
+    steps = steps[len(steps) // 4 - 1::len(steps) // 4][-4:]
+    rows.append((h, dict(vals), eps, err))
+f = lambda x: "%.1f" % x if math.isfinite(x) else str(x)
+print("| hook | " + " | ".join("val ppl @%d" % s for s in steps) + " | test ppl | train loss | train words/s | wall s |")
+print("|---" * (len(steps) + 5) + "|")
+for h, vals, eps, err in rows:
+    if not eps:
+        print("| `%s` | %s |" % (h, ("failed: " + err) if err else "no result") + " |" * (len(steps) + 3))
+        continue
+    e = eps[-1]
+    print("| `%s` | %s | %s | %.3f | %.0f | %.0f |" % (h, " | ".join(f(vals[s]) if s in vals else "" for s in steps),
+          f(e.get("test_ppl", float("nan"))), e["train_loss"], e["words_s"], e["total_s"]))
+PY
+  cat "$out/table.md"
 fi
