@@ -89,9 +89,9 @@ for h in hooks:
         lines = [l.strip() for l in open(os.path.join(out, name(h) + ".err")) if l.strip() and "level=" not in l]
         err = lines[-1] if lines and not eps else ""
     steps = steps or [s for s, _ in vals]
+    rows.append((h, dict(vals), eps, err))
 if steps and len(steps) > 4:  # four columns, the last the end of the run
     steps = steps[len(steps) // 4 - 1::len(steps) // 4][-4:]
-    rows.append((h, dict(vals), eps, err))
 f = lambda x: "%.1f" % x if math.isfinite(x) else str(x)
 print("| hook | " + " | ".join("val ppl @%d" % s for s in steps) + " | test ppl | train loss | train words/s | wall s |")
 print("|---" * (len(steps) + 5) + "|")
