@@ -14,10 +14,12 @@
 #       LSTM_STEPS=N         steps per epoch (default 0: the whole epoch, 331 steps at P=4)
 #       LSTM_EVAL_EVERY=N    also validate every N steps (default 0: at epoch ends only)
 #       LSTM_EVAL_LIMIT=N    validate on the first N tokens of the validation stream (0: all)
+#       LSTM_SEED=N          seed of the initial weights (default 0)
 #     BENCHMARKS.md's run was the shortened one
 #       LSTM_EPOCHS=1 LSTM_STEPS=200 LSTM_EVAL_EVERY=25 LSTM_EVAL_LIMIT=20000 scripts/convergence.sh lstm
 #
-#   scripts/convergence.sh [vgg|lstm] [OUT]            # runs every hook, then plots
+#   scripts/convergence.sh [vgg|lstm] [OUT]            # runs every hook, then plots (into
+#                                                      # docs/ for the default OUT, else OUT)
 #   scripts/convergence.sh [vgg|lstm] -plot-only [OUT] # re-plots the metrics already in OUT
 #   HOOKS="allreduce topka" scripts/convergence.sh lstm  # run only these hooks (the plots take
 #                                                        # every hook with a metrics file in OUT)
@@ -31,6 +33,9 @@ if [[ ${1:-} == vgg || ${1:-} == lstm ]]; then task=$1; shift; fi
 plot_only=false
 if [[ ${1:-} == -plot-only ]]; then plot_only=true; shift; fi
 if [[ $task == vgg ]]; then out=${1:-docs/convergence}; else out=${1:-docs/convergence-lstm}; fi
+# The plots go to docs/ for the default OUT (the committed metrics), into OUT otherwise.
+pngs=docs
+if [[ -n ${1:-} ]]; then pngs=$out; fi
 hooks=(allreduce fp16 bf16 osp spardl:density=0.01 spardl:density=0.01,teams=2 oktopk:density=0.01
        gaussiank:density=0.01 topka topkdsa gtopk powersgd:rank=4,start_iter=10 lags:density=0.01
        mgs:density=0.01 omgs:density=0.01 covap:interval=2 covap:interval=4 covap:interval=auto)
@@ -49,7 +54,7 @@ if ! $plot_only; then
       # queue goes on with the next hook.
       "$out/.lstm" -data "${SPARGO_DATA:-../shared/data/ptb}" -model small -workers 4 -batch 20 -bptt 35 \
         -epochs "${LSTM_EPOCHS:-13}" -steps "${LSTM_STEPS:-0}" -eval-every "${LSTM_EVAL_EVERY:-0}" \
-        -eval-limit "${LSTM_EVAL_LIMIT:-0}" -lr 20 -clip 0.25 -schedule ptb -seed 0 -log-every 10 \
+        -eval-limit "${LSTM_EVAL_LIMIT:-0}" -lr 20 -clip 0.25 -schedule ptb -seed "${LSTM_SEED:-0}" -log-every 10 \
         -hook "$h" -progress=false -metrics "$out/$(name "$h").jsonl" 2>"$out/$(name "$h").err" ||
         echo "!! $h failed: see $out/$(name "$h").err" >&2
     fi
@@ -61,15 +66,15 @@ fi
 f() { for h in "$@"; do if [[ -s $out/$(name "$h").jsonl ]]; then echo "$out/$(name "$h").jsonl"; else echo "!! no metrics for $h in $out: left out of the plot" >&2; fi; done; }
 if [[ $task == vgg ]]; then
   plot() { local png=$1; shift; ${SPARGO:-go run ./cmd/spargo} plot -x epochs,time -width 1400 -height 1000 -title "$1" -o "$png" $(f "${@:2}"); }
-  plot docs/convergence-vgg11-dense.png "VGG-11, 4 workers: dense and near-lossless hooks" allreduce fp16 bf16 osp powersgd:rank=4,start_iter=10
-  plot docs/convergence-vgg11-sparse.png "VGG-11, 4 workers: sparse hooks at density 0.01 vs dense" allreduce spardl:density=0.01 spardl:density=0.01,teams=2 oktopk:density=0.01 gaussiank:density=0.01 topka topkdsa gtopk
-  plot docs/convergence-vgg11-layerwise.png "VGG-11, 4 workers: layer-wise (OMGS family) and COVAP vs dense" allreduce lags:density=0.01 mgs:density=0.01 omgs:density=0.01 covap:interval=2 covap:interval=4 covap:interval=auto
+  plot $pngs/convergence-vgg11-dense.png "VGG-11, 4 workers: dense and near-lossless hooks" allreduce fp16 bf16 osp powersgd:rank=4,start_iter=10
+  plot $pngs/convergence-vgg11-sparse.png "VGG-11, 4 workers: sparse hooks at density 0.01 vs dense" allreduce spardl:density=0.01 spardl:density=0.01,teams=2 oktopk:density=0.01 gaussiank:density=0.01 topka topkdsa gtopk
+  plot $pngs/convergence-vgg11-layerwise.png "VGG-11, 4 workers: layer-wise (OMGS family) and COVAP vs dense" allreduce lags:density=0.01 mgs:density=0.01 omgs:density=0.01 covap:interval=2 covap:interval=4 covap:interval=auto
 else
   # Perplexity on a log scale: it falls from ~10,000 to ~150 within an epoch.
   plot() { local png=$1; shift; ${SPARGO:-go run ./cmd/spargo} plot -x epochs,time -log-ppl -width 1400 -height 1000 -title "$1" -o "$png" $(f "${@:2}"); }
-  plot docs/convergence-lstm-dense.png "LSTM small on PTB, 4 workers: dense and near-lossless hooks" allreduce fp16 bf16 osp powersgd:rank=4,start_iter=10
-  plot docs/convergence-lstm-sparse.png "LSTM small on PTB, 4 workers: sparse hooks at density 0.01 vs dense" allreduce spardl:density=0.01 spardl:density=0.01,teams=2 oktopk:density=0.01 gaussiank:density=0.01 topka topkdsa gtopk
-  plot docs/convergence-lstm-layerwise.png "LSTM small on PTB, 4 workers: layer-wise (OMGS family) and COVAP vs dense" allreduce lags:density=0.01 mgs:density=0.01 omgs:density=0.01 covap:interval=2 covap:interval=4 covap:interval=auto
+  plot $pngs/convergence-lstm-dense.png "LSTM small on PTB, 4 workers: dense and near-lossless hooks" allreduce fp16 bf16 osp powersgd:rank=4,start_iter=10
+  plot $pngs/convergence-lstm-sparse.png "LSTM small on PTB, 4 workers: sparse hooks at density 0.01 vs dense" allreduce spardl:density=0.01 spardl:density=0.01,teams=2 oktopk:density=0.01 gaussiank:density=0.01 topka topkdsa gtopk
+  plot $pngs/convergence-lstm-layerwise.png "LSTM small on PTB, 4 workers: layer-wise (OMGS family) and COVAP vs dense" allreduce lags:density=0.01 mgs:density=0.01 omgs:density=0.01 covap:interval=2 covap:interval=4 covap:interval=auto
   # BENCHMARKS.md's table, into OUT/table.md: the validation perplexity at four of the
   # validations (the last at the end of the run), the test perplexity (whole test stream), the epochs'
   # training loss and words/s (all ranks, validation time left out), the wall time; a hook
