@@ -51,12 +51,13 @@ if ! $plot_only; then
         -lr 0.01 -momentum 0.9 -wd 5e-4 -seed 0 -hook "$h" -progress=false -metrics "$out/$(name "$h").jsonl"
     else
       # A hook that fails is recorded, not hidden: its error stays in OUT/NAME.err and the
-      # queue goes on with the next hook.
+      # queue goes on with the next hook. The .err file also keeps the hooks' plan logs.
+      err=$out/$(name "$h").err
       "$out/.lstm" -data "${SPARGO_DATA:-../shared/data/ptb}" -model small -workers 4 -batch 20 -bptt 35 \
         -epochs "${LSTM_EPOCHS:-13}" -steps "${LSTM_STEPS:-0}" -eval-every "${LSTM_EVAL_EVERY:-0}" \
         -eval-limit "${LSTM_EVAL_LIMIT:-0}" -lr 20 -clip 0.25 -schedule ptb -seed "${LSTM_SEED:-0}" -log-every 10 \
-        -hook "$h" -progress=false -metrics "$out/$(name "$h").jsonl" 2>"$out/$(name "$h").err" ||
-        echo "!! $h failed: see $out/$(name "$h").err" >&2
+        -hook "$h" -progress=false -metrics "$out/$(name "$h").jsonl" 2>"$err" || echo "!! $h failed: see $err" >&2
+      [[ -s $err ]] || rm -f "$err"
     fi
   done
   rm -f "$out/.$task"
