@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	gplot "gonum.org/v1/plot"
@@ -54,6 +55,10 @@ type Options struct {
 	Width, Height int
 	// Title heads the image; default none.
 	Title string
+	// LogPerplexity draws the perplexity panels on a logarithmic y axis (ticks at 1, 2 and 5
+	// times the powers of ten): a language model's perplexity falls by orders of magnitude
+	// early on, which a linear axis squeezes into the bottom of the panel.
+	LogPerplexity bool
 }
 
 // maxPixels bounds Width and Height.
@@ -164,6 +169,10 @@ func Render(w io.Writer, runs []*Run, opt Options) error {
 			p, n, err := panel(runs, labels, r, a)
 			if err != nil {
 				return err
+			}
+			if opt.LogPerplexity && r.train == TrainPPL && n > 0 {
+				p.Y.Scale, p.Y.Tick.Marker = gplot.LogScale{}, logTicks{}
+				p.Y.Label.Text += " (log scale)"
 			}
 			plots[i][j] = p
 			drawn += n
@@ -309,6 +318,39 @@ func timeUnit(runs []*Run) (float64, string) {
 		return 60, "min"
 	}
 	return 1, "s"
+}
+
+// logTicks marks a logarithmic axis at the integer multiples of the powers of ten,
+// labelling 1, 2 and 5 times them, or every one when fewer than 3 of those fall in the
+// range (a range within a decade or two still gets several labels).
+type logTicks struct{}
+
+func (logTicks) Ticks(lo, hi float64) []gplot.Tick {
+	if !(lo > 0) || !(hi >= lo) {
+		return nil
+	}
+	var ticks []gplot.Tick
+	labelled := 0
+	for e := math.Floor(math.Log10(lo)); e <= math.Ceil(math.Log10(hi)); e++ {
+		for m := 1; m <= 9; m++ {
+			v := float64(m) * math.Pow(10, e)
+			if v < lo || v > hi {
+				continue
+			}
+			t := gplot.Tick{Value: v}
+			if m == 1 || m == 2 || m == 5 {
+				t.Label = strconv.FormatFloat(v, 'g', -1, 64)
+				labelled++
+			}
+			ticks = append(ticks, t)
+		}
+	}
+	if labelled < 3 {
+		for i := range ticks {
+			ticks[i].Label = strconv.FormatFloat(ticks[i].Value, 'g', -1, 64)
+		}
+	}
+	return ticks
 }
 
 func hasValue(ps []Point, q string) bool {

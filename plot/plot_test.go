@@ -237,3 +237,72 @@ func TestRenderErrors(t *testing.T) {
 		t.Errorf("ParseAxes: %v %v", a, err)
 	}
 }
+
+// writeLSTMEvalRun writes a metrics file as examples/lstm -log-every 10 -eval-every 25
+// does: training-loss step records, validation step records (val_loss, val_ppl) and one
+// epoch record.
+func writeLSTMEvalRun(t testing.TB, dir string) string {
+	t.Helper()
+	var b strings.Builder
+	for s := 5; s <= 100; s += 5 {
+		if s%10 == 0 {
+			fmt.Fprintf(&b, `{"step":%d,"loss":%g,"lr":20,"total_s":%g,"steps_per_epoch":100}`+"\n", s, 9-math.Log(float64(s)), 0.4*float64(s))
+		}
+		if s%25 == 0 {
+			fmt.Fprintf(&b, `{"step":%d,"val_loss":%g,"val_ppl":%g,"total_s":%g,"steps_per_epoch":100}`+"\n", s, 8.5-math.Log(float64(s)), math.Exp(8.5-math.Log(float64(s))), 0.4*float64(s)+1)
+		}
+	}
+	fmt.Fprintf(&b, `{"epoch":1,"steps":100,"train_loss":4.7,"train_ppl":110,"val_loss":3.9,"val_ppl":49,"test_ppl":48,"total_s":45}`+"\n")
+	fmt.Fprintf(&b, `{"summary":true,"config":{"hook":"topka"},"epochs":[]}`+"\n")
+	path := filepath.Join(dir, "lstm-eval.jsonl")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// Validation perplexity in step records is the curve (not the one epoch point), and
+// LogPerplexity draws it on a log axis labelled at 1, 2, 5 × 10^k.
+func TestLogPerplexity(t *testing.T) {
+	dir := t.TempDir()
+	path := writeLSTMEvalRun(t, dir)
+	run, err := Read(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pts, marked := series(run, TestPPL, Epochs, 1)
+	if marked || len(pts) != 4 || pts[0].X != 0.25 || pts[3].X != 1 {
+		t.Fatalf("validation perplexity series %v (marked %v), want the 4 step records at epochs 0.25…1", pts, marked)
+	}
+	if pts, marked := series(run, TrainPPL, Epochs, 1); !marked || len(pts) != 1 || pts[0].Y != 110 {
+		t.Fatalf("training perplexity series %v (marked %v), want the epoch record's", pts, marked)
+	}
+	for _, tc := range []struct {
+		lo, hi float64
+		want   string
+	}{{150, 4000, "200 500 1000 2000"}, {550, 1300, "600 700 800 900 1000"}} {
+		var labels []string
+		for _, tk := range (logTicks{}).Ticks(tc.lo, tc.hi) {
+			if tk.Label != "" {
+				labels = append(labels, tk.Label)
+			}
+		}
+		if strings.Join(labels, " ") != tc.want {
+			t.Errorf("log ticks over %v…%v labelled %v, want %s", tc.lo, tc.hi, labels, tc.want)
+		}
+	}
+	if (logTicks{}).Ticks(0, 10) != nil {
+		t.Error("log ticks over a range from 0")
+	}
+	out := filepath.Join(dir, "lstm.png")
+	files := []string{path, writeLMRun(t, dir)}
+	if err := CompareWith(files, out, Options{Axes: []Axis{Epochs, Time}, Width: 800, Height: 600, LogPerplexity: true}); err != nil {
+		t.Fatal(err)
+	}
+	img := decode(t, out, 800, 600)
+	for i := range files {
+		if n := colourPixels(img, runColor(i)); n < 200 {
+			t.Errorf("run %d: %d pixels in its colour", i, n)
+		}
+	}
+}

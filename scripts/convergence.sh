@@ -1,35 +1,113 @@
 #!/usr/bin/env bash
-# The hooks' convergence comparison (ALGORITHMS.md §0, issue 11): VGG-11 on the CIFAR-10 copy,
-# 4 in-process workers × batch 16, 3 epochs, every hook against dense, one metrics file per
-# hook in OUT, then the plots (accuracy and loss against epochs and wall time) in docs/.
+# The hooks' convergence comparison (ALGORITHMS.md §0, issue 11): every hook against dense,
+# one metrics file per hook in OUT, then the plots in docs/ (dense / sparse / layer-wise
+# groups, against epochs and wall time).
 #
-#   scripts/convergence.sh [OUT]            # runs every hook (about 3–8 min each here), then plots
-#   scripts/convergence.sh -plot-only [OUT] # re-plots the metrics already in OUT
+#   vgg (default): VGG-11 on the CIFAR-10 copy, 4 in-process workers × batch 16, 3 epochs;
+#     accuracy and loss. OUT defaults to docs/convergence; plots docs/convergence-vgg11-*.png.
+#   lstm: LSTM small on PTB (Zaremba's 200-unit model), 4 in-process workers × batch 20 ×
+#     bptt 35, SGD lr 20, clip 0.25; validation perplexity and training loss. OUT defaults to
+#     docs/convergence-lstm; plots docs/convergence-lstm-*.png. By default the full recipe
+#     (LSTM_EPOCHS=13 whole epochs, Zaremba's ×0.5 decay after epoch 4, validation on the whole
+#     stream at each epoch's end); the environment shortens it:
+#       LSTM_EPOCHS=N        epochs (default 13)
+#       LSTM_STEPS=N         steps per epoch (default 0: the whole epoch, 331 steps at P=4)
+#       LSTM_EVAL_EVERY=N    also validate every N steps (default 0: at epoch ends only)
+#       LSTM_EVAL_LIMIT=N    validate on the first N tokens of the validation stream (0: all)
+#       LSTM_SEED=N          seed of the initial weights (default 0)
+#     BENCHMARKS.md's run was the shortened one
+#       LSTM_EPOCHS=1 LSTM_STEPS=200 LSTM_EVAL_EVERY=25 LSTM_EVAL_LIMIT=20000 scripts/convergence.sh lstm
 #
-# OUT defaults to docs/convergence. The runs go one after another (they share the cores, and
-# img/s and wall time are only comparable that way). Seeds and flags are the check's.
+#   scripts/convergence.sh [vgg|lstm] [OUT]            # runs every hook, then plots (into
+#                                                      # docs/ for the default OUT, else OUT)
+#   scripts/convergence.sh [vgg|lstm] -plot-only [OUT] # re-plots the metrics already in OUT
+#   HOOKS="allreduce topka" scripts/convergence.sh lstm  # run only these hooks (the plots take
+#                                                        # every hook with a metrics file in OUT)
+#
+# The runs go one after another (they share the cores, and throughput and wall time are
+# only comparable that way). Seeds and flags are the check's; every hook gets the same.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+task=vgg
+if [[ ${1:-} == vgg || ${1:-} == lstm ]]; then task=$1; shift; fi
 plot_only=false
 if [[ ${1:-} == -plot-only ]]; then plot_only=true; shift; fi
-out=${1:-docs/convergence}
-data=${SPARGO_DATA:-../shared/data/cifar10/approx}
+if [[ $task == vgg ]]; then out=${1:-docs/convergence}; else out=${1:-docs/convergence-lstm}; fi
+# The plots go to docs/ for the default OUT (the committed metrics), into OUT otherwise.
+pngs=docs
+if [[ -n ${1:-} ]]; then pngs=$out; fi
 hooks=(allreduce fp16 bf16 osp spardl:density=0.01 spardl:density=0.01,teams=2 oktopk:density=0.01
        gaussiank:density=0.01 topka topkdsa gtopk powersgd:rank=4,start_iter=10 lags:density=0.01
        mgs:density=0.01 omgs:density=0.01 covap:interval=2 covap:interval=4 covap:interval=auto)
+run_hooks=(${HOOKS:-${hooks[@]}})
 name() { echo "$1" | sed 's/:/_/g; s/=/-/g; s/,/_/g'; }
 mkdir -p "$out"
 if ! $plot_only; then
-  go build -o "$out/.vgg" ./examples/vgg
-  for h in "${hooks[@]}"; do
-    echo "== $h" >&2
-    "$out/.vgg" -data "$data" -model vgg11 -workers 4 -batch 16 -epochs 3 -lr 0.01 -momentum 0.9 \
-      -wd 5e-4 -seed 0 -hook "$h" -progress=false -metrics "$out/$(name "$h").jsonl"
+  go build -o "$out/.$task" ./examples/$task
+  for h in "${run_hooks[@]}"; do
+    echo "== $h $(date -u +%FT%TZ)" >&2
+    if [[ $task == vgg ]]; then
+      "$out/.vgg" -data "${SPARGO_DATA:-../shared/data/cifar10/approx}" -model vgg11 -workers 4 -batch 16 -epochs 3 \
+        -lr 0.01 -momentum 0.9 -wd 5e-4 -seed 0 -hook "$h" -progress=false -metrics "$out/$(name "$h").jsonl"
+    else
+      # A hook that fails is recorded, not hidden: its error stays in OUT/NAME.err and the
+      # queue goes on with the next hook. The .err file also keeps the hooks' plan logs.
+      err=$out/$(name "$h").err
+      "$out/.lstm" -data "${SPARGO_DATA:-../shared/data/ptb}" -model small -workers 4 -batch 20 -bptt 35 \
+        -epochs "${LSTM_EPOCHS:-13}" -steps "${LSTM_STEPS:-0}" -eval-every "${LSTM_EVAL_EVERY:-0}" \
+        -eval-limit "${LSTM_EVAL_LIMIT:-0}" -lr 20 -clip 0.25 -schedule ptb -seed "${LSTM_SEED:-0}" -log-every 10 \
+        -hook "$h" -progress=false -metrics "$out/$(name "$h").jsonl" 2>"$err" || echo "!! $h failed: see $err" >&2
+      [[ -s $err ]] || rm -f "$err"
+    fi
   done
-  rm -f "$out/.vgg"
+  rm -f "$out/.$task"
 fi
-f() { for h in "$@"; do echo "$out/$(name "$h").jsonl"; done; }
-plot() { local png=$1; shift; ${SPARGO:-go run ./cmd/spargo} plot -x epochs,time -width 1400 -height 1000 -title "$1" -o "$png" $(f "${@:2}"); }
-plot docs/convergence-vgg11-dense.png "VGG-11, 4 workers: dense and near-lossless hooks" allreduce fp16 bf16 osp powersgd:rank=4,start_iter=10
-plot docs/convergence-vgg11-sparse.png "VGG-11, 4 workers: sparse hooks at density 0.01 vs dense" allreduce spardl:density=0.01 spardl:density=0.01,teams=2 oktopk:density=0.01 gaussiank:density=0.01 topka topkdsa gtopk
-plot docs/convergence-vgg11-layerwise.png "VGG-11, 4 workers: layer-wise (OMGS family) and COVAP vs dense" allreduce lags:density=0.01 mgs:density=0.01 omgs:density=0.01 covap:interval=2 covap:interval=4 covap:interval=auto
+# The metrics files of hooks that have one (a failed hook's run may have written none: the
+# plot leaves it out and says so; lstm's table names its error).
+f() { for h in "$@"; do if [[ -s $out/$(name "$h").jsonl ]]; then echo "$out/$(name "$h").jsonl"; else echo "!! no metrics for $h in $out: left out of the plot" >&2; fi; done; }
+if [[ $task == vgg ]]; then
+  plot() { local png=$1; shift; ${SPARGO:-go run ./cmd/spargo} plot -x epochs,time -width 1400 -height 1000 -title "$1" -o "$png" $(f "${@:2}"); }
+  plot $pngs/convergence-vgg11-dense.png "VGG-11, 4 workers: dense and near-lossless hooks" allreduce fp16 bf16 osp powersgd:rank=4,start_iter=10
+  plot $pngs/convergence-vgg11-sparse.png "VGG-11, 4 workers: sparse hooks at density 0.01 vs dense" allreduce spardl:density=0.01 spardl:density=0.01,teams=2 oktopk:density=0.01 gaussiank:density=0.01 topka topkdsa gtopk
+  plot $pngs/convergence-vgg11-layerwise.png "VGG-11, 4 workers: layer-wise (OMGS family) and COVAP vs dense" allreduce lags:density=0.01 mgs:density=0.01 omgs:density=0.01 covap:interval=2 covap:interval=4 covap:interval=auto
+else
+  # Perplexity on a log scale: it falls from ~10,000 to ~150 within an epoch.
+  plot() { local png=$1; shift; ${SPARGO:-go run ./cmd/spargo} plot -x epochs,time -log-ppl -width 1400 -height 1000 -title "$1" -o "$png" $(f "${@:2}"); }
+  plot $pngs/convergence-lstm-dense.png "LSTM small on PTB, 4 workers: dense and near-lossless hooks" allreduce fp16 bf16 osp powersgd:rank=4,start_iter=10
+  plot $pngs/convergence-lstm-sparse.png "LSTM small on PTB, 4 workers: sparse hooks at density 0.01 vs dense" allreduce spardl:density=0.01 spardl:density=0.01,teams=2 oktopk:density=0.01 gaussiank:density=0.01 topka topkdsa gtopk
+  plot $pngs/convergence-lstm-layerwise.png "LSTM small on PTB, 4 workers: layer-wise (OMGS family) and COVAP vs dense" allreduce lags:density=0.01 mgs:density=0.01 omgs:density=0.01 covap:interval=2 covap:interval=4 covap:interval=auto
+  # BENCHMARKS.md's table, into OUT/table.md: the validation perplexity at four of the
+  # validations (the last at the end of the run), the test perplexity (whole test stream), the epochs'
+  # training loss and words/s (all ranks, validation time left out), the wall time; a hook
+  # whose run failed gets its error.
+  python3 - "$out" "${hooks[@]}" >"$out/table.md" <<'PY'
+import json, math, os, sys
+out, hooks = sys.argv[1], sys.argv[2:]
+name = lambda h: h.replace(":", "_").replace("=", "-").replace(",", "_")
+rows, steps = [], None
+for h in hooks:
+    path = os.path.join(out, name(h) + ".jsonl")
+    recs = [json.loads(l) for l in open(path) if l.strip()] if os.path.exists(path) else []
+    vals = [(r["step"], r["val_ppl"]) for r in recs if "step" in r and "val_ppl" in r]
+    eps = [r for r in recs if "epoch" in r and "step" not in r]
+    err = ""
+    if os.path.exists(os.path.join(out, name(h) + ".err")):
+        lines = [l.strip() for l in open(os.path.join(out, name(h) + ".err")) if l.strip() and "level=" not in l]
+        err = lines[-1] if lines and not eps else ""
+    steps = steps or [s for s, _ in vals]
+    rows.append((h, dict(vals), eps, err))
+if steps and len(steps) > 4:  # four columns, the last the end of the run
+    steps = steps[len(steps) // 4 - 1::len(steps) // 4][-4:]
+f = lambda x: "%.1f" % x if math.isfinite(x) else str(x)
+print("| hook | " + " | ".join("val ppl @%d" % s for s in steps) + " | test ppl | train loss | train words/s | wall s |")
+print("|---" * (len(steps) + 5) + "|")
+for h, vals, eps, err in rows:
+    if not eps:
+        print("| `%s` | %s |" % (h, ("failed: " + err) if err else "no result") + " |" * (len(steps) + 3))
+        continue
+    e = eps[-1]
+    print("| `%s` | %s | %s | %.3f | %.0f | %.0f |" % (h, " | ".join(f(vals[s]) if s in vals else "" for s in steps),
+          f(e.get("test_ppl", float("nan"))), e["train_loss"], e["words_s"], e["total_s"]))
+PY
+  cat "$out/table.md"
+fi

@@ -13,7 +13,7 @@ func init() {
 	commands["plot"] = command{"draw metrics files (-metrics JSONL) as a PNG, runs overlaid (spargo plot -h)", runPlot}
 }
 
-const plotUsage = `usage: spargo plot FILE.jsonl [FILE.jsonl...] -o OUT.png [-x steps|time|epochs] [-width W] [-height H] [-title T]
+const plotUsage = `usage: spargo plot FILE.jsonl [FILE.jsonl...] -o OUT.png [-x steps|time|epochs] [-width W] [-height H] [-title T] [-log-ppl]
 
 Draws the metrics files the examples write with -metrics as one PNG: loss, and accuracy
 or perplexity when the records have them, against optimizer steps, wall time or epochs
@@ -39,6 +39,7 @@ func runPlot(args []string, stdout io.Writer) error {
 	width := fs.Int("width", 0, "image width in pixels (0: 560 per x axis)")
 	height := fs.Int("height", 0, "image height in pixels (0: 380 per quantity drawn)")
 	title := fs.String("title", "", "title above the panels")
+	logPPL := fs.Bool("log-ppl", false, "draw perplexity on a logarithmic axis (language models: it falls by orders of magnitude)")
 	// The flag package stops at the first file name: parse the flags between the files too.
 	var files []string
 	for {
@@ -68,7 +69,7 @@ func runPlot(args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("-x: %w", err)
 	}
-	if err := plot.CompareWith(files, *out, plot.Options{Axes: axes, Width: *width, Height: *height, Title: *title}); err != nil {
+	if err := plot.CompareWith(files, *out, plot.Options{Axes: axes, Width: *width, Height: *height, Title: *title, LogPerplexity: *logPPL}); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "wrote %s\n", *out)

@@ -40,6 +40,14 @@ func TestPlotCommand(t *testing.T) {
 		t.Errorf("stdout %q", stdout.String())
 	}
 
+	// -log-ppl: a language model's perplexity on a log axis.
+	lm := filepath.Join(dir, "lm.jsonl")
+	os.WriteFile(lm, []byte("{\"step\":10,\"val_ppl\":900,\"total_s\":3,\"steps_per_epoch\":20}\n{\"step\":20,\"val_ppl\":300,\"total_s\":6,\"steps_per_epoch\":20}\n"), 0o644)
+	stdout.Reset()
+	if code := dispatch([]string{"plot", lm, "-log-ppl", "-o", out}, &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), "wrote "+out) {
+		t.Fatalf("-log-ppl: exit %d: %s", code, stderr.String())
+	}
+
 	bad := filepath.Join(dir, "bad.jsonl")
 	os.WriteFile(bad, []byte("{\"epoch\":1,\"train_loss\":2}\n{oops}\n"), 0o644)
 	for _, tc := range []struct {

@@ -72,7 +72,7 @@ func run(t *testing.T, c train.MLMConfig) (*train.MLMSummary, string) {
 // records, the evaluation rounds and the summary.
 func TestTrainFewSteps(t *testing.T) {
 	data := writeCorpus(t)
-	for _, hook := range []string{"allreduce", "spardl"} {
+	for _, hook := range []string{"allreduce", "spardl", "omgs:density=0.05"} {
 		t.Run(hook, func(t *testing.T) {
 			tmp := t.TempDir()
 			c := smallConfig(data)

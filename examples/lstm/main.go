@@ -7,6 +7,8 @@
 //	go run ./examples/lstm -model medium -epochs 39 -schedule ptb:after=6,decay=0.8   # Zaremba's medium
 //	go run ./examples/lstm -model ptb -lr 1 -clip 0.25 -hook oktopk:density=0.02      # the seeds' 1500-unit model
 //	go run ./examples/lstm -metrics run.jsonl -log-every 50 -plot run.png
+//	go run ./examples/lstm -epochs 1 -steps 200 -eval-every 25 -eval-limit 20000 -metrics run.jsonl   # short run, 8 validations
+//	go run ./examples/lstm -workers 4 -hook omgs:density=0.01 -profile lstm.profile.json             # omgs: measured plan
 //	go run ./examples/lstm -task imdb -data ~/data/aclImdb -epochs 3                 # LSTM-IMDB
 //	go build -o lstm ./examples/lstm && spargo launch -n 2 -- ./lstm -epochs 2        # 2 processes
 //
@@ -17,7 +19,16 @@
 // state. A step's loss is the mean cross-entropy over its batch × bptt words; DDP averages
 // the gradients over the ranks, then they are clipped to a total norm of -clip, then SGD
 // steps. Validation (and, after the last epoch, test) perplexity is computed the same way on
-// -eval-batch columns per rank, the sums all-reduced.
+// -eval-batch columns per rank, the sums all-reduced. -eval-every N validates every N steps
+// within the epochs too (step records with val_loss and val_ppl in -metrics, which spargo
+// plot draws as the validation curve; their time is left out of words/s), and -eval-limit N
+// validates on the first N tokens of the validation stream only (the test perplexity stays
+// on the whole test stream).
+//
+// -hook omgs plans its buckets from costs measured before training (ddp.MeasureProfile: the
+// backward's per-tensor timings on a few training windows, top-k and collective costs);
+// -profile FILE saves that profile and reuses it on the next run with the same model and
+// number of workers.
 //
 // Defaults (-model small): batch 20, bptt 35, SGD lr 20 without momentum or weight decay,
 // clip 0.25, and Zaremba et al.'s decay (-schedule ptb: ×0.5 per epoch after epoch 4). That

@@ -14,8 +14,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spargo-dl/spargo/ddp"
 	"github.com/spargo-dl/spargo/dist"
+	"github.com/spargo-dl/spargo/hooks"
 	"github.com/spargo-dl/spargo/internal/train"
+	"github.com/spargo-dl/spargo/models"
+	"github.com/spargo-dl/spargo/nn"
+	"github.com/spargo-dl/spargo/plot"
 	"github.com/spargo-dl/spargo/safetensors"
 )
 
@@ -129,6 +134,108 @@ func TestRunHooks(t *testing.T) {
 				t.Fatalf("metrics file: %v\n%s", err, b)
 			}
 		})
+	}
+}
+
+// -hook omgs plans its buckets from a profile measured on training windows before DDP
+// starts, saved to -profile; a second run reuses it, and its buckets are the plan omgs makes
+// from that profile for the model's parameters.
+func TestOMGSMeasuresAndReusesProfile(t *testing.T) {
+	dir := writeCorpus(t)
+	c := smallConfig(dir)
+	c.Hook, c.Epochs, c.Steps, c.Profile = "omgs:density=0.05", 1, 2, filepath.Join(t.TempDir(), "lstm.profile.json")
+	var outs []string
+	for i, want := range []string{"saved the profile to " + c.Profile, "using the profile in " + c.Profile} {
+		var out, errb bytes.Buffer
+		if _, err := train.RunLM(context.Background(), c, &out, &errb); err != nil {
+			t.Fatalf("run %d: %v\n%s", i+1, err, errb.String())
+		}
+		if !strings.Contains(out.String(), want) || !strings.Contains(out.String(), "profile: 11 parameters") {
+			t.Fatalf("run %d: output lacks %q:\n%s", i+1, want, out.String())
+		}
+		outs = append(outs, out.String())
+	}
+	prof, err := ddp.LoadProfile(c.Profile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := train.LMModelConfig(c.Model, 11)
+	if err != nil {
+		t.Fatal(err)
+	}
+	model, err := models.NewLSTMLM(cfg, nn.NewRand(c.Seed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := prof.Check(nn.Parameters(model)); err != nil || prof.P != c.Workers {
+		t.Fatalf("saved profile (P=%d) does not fit the model: %v", prof.P, err)
+	}
+	h, err := hooks.Parse(c.Hook)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := h.(ddp.Planner).Plan(nn.Parameters(model), prof)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("in 11 tensors, %d buckets; hook %s", len(plan), c.Hook); !strings.Contains(outs[1], want) {
+		t.Fatalf("the run with the saved profile does not train on its plan (%q):\n%s", want, outs[1])
+	}
+
+	// -task imdb measures its profile on review batches the same way.
+	ic := imdbConfig(t)
+	ic.Hook, ic.Epochs, ic.Steps, ic.Profile = "omgs:density=0.05", 1, 2, filepath.Join(t.TempDir(), "imdb.profile.json")
+	var out, errb bytes.Buffer
+	if _, err := train.RunLM(context.Background(), ic, &out, &errb); err != nil {
+		t.Fatalf("-task imdb: %v\n%s", err, errb.String())
+	}
+	if !strings.Contains(out.String(), "saved the profile to "+ic.Profile) || !strings.Contains(out.String(), "hook "+ic.Hook) {
+		t.Fatalf("-task imdb output:\n%s", out.String())
+	}
+}
+
+// -eval-every N validates every N steps (and at each epoch's end) on the first -eval-limit
+// tokens, as step records that package plot reads as the validation perplexity curve; the
+// epoch records carry the same epoch-end values.
+func TestEvalEvery(t *testing.T) {
+	c := smallConfig(writeCorpus(t))
+	c.Steps, c.EvalEvery, c.EvalLimit, c.LogEvery, c.Metrics = 4, 2, 200, 4, filepath.Join(t.TempDir(), "m.jsonl")
+	var out, errb bytes.Buffer
+	sum, err := train.RunLM(context.Background(), c, &out, &errb)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, errb.String())
+	}
+	run, err := plot.Read(c.Metrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var steps []float64
+	val := map[float64]float64{}
+	for _, p := range run.Steps {
+		if v, ok := p.Values[plot.TestPPL]; ok {
+			steps = append(steps, p.Step)
+			val[p.Step] = v
+		}
+	}
+	if !slices.Equal(steps, []float64{2, 4, 6, 8}) {
+		t.Fatalf("validation step records at steps %v, want 2 4 6 8:\n%s", steps, out.String())
+	}
+	for i, e := range sum.Epochs {
+		if at := float64(4 * (i + 1)); val[at] != e.ValPPL || !(e.ValPPL > 1) {
+			t.Errorf("epoch %d: val_ppl %v, step record at step %v: %v", i+1, e.ValPPL, at, val[at])
+		}
+	}
+	if !(val[8] < val[2]) {
+		t.Errorf("validation perplexity %v at step 2, %v at step 8: no progress", val[2], val[8])
+	}
+	// The limit changes what is validated: a run without it has other values.
+	c.EvalLimit, c.Metrics, c.LogEvery = 0, "", 0
+	full, err := train.RunLM(context.Background(), c, &bytes.Buffer{}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if full.Epochs[1].ValPPL == sum.Epochs[1].ValPPL || full.Epochs[1].TrainLoss != sum.Epochs[1].TrainLoss {
+		t.Errorf("-eval-limit 200: val ppl %v, train loss %v; without: %v, %v", sum.Epochs[1].ValPPL, sum.Epochs[1].TrainLoss, full.Epochs[1].ValPPL, full.Epochs[1].TrainLoss)
 	}
 }
 
@@ -259,6 +366,8 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{func(c *train.LMConfig) { c.Hook = "nosuch" }, "unknown hook"},
 		{func(c *train.LMConfig) { c.Data = t.TempDir() }, "no ptb.train.txt"},
 		{func(c *train.LMConfig) { c.Batch = 1000 }, "need at least 2"},
+		{func(c *train.LMConfig) { c.EvalEvery = -1 }, "-eval-every -1"},
+		{func(c *train.LMConfig) { c.Task, c.Model, c.EvalLimit = "imdb", "lstm-imdb", 100 }, "-eval-limit are -task lm's"},
 	} {
 		c := smallConfig(dir)
 		tc.change(&c)
@@ -297,12 +406,18 @@ func writeIMDB(t *testing.T) string {
 	return dir
 }
 
-// -task imdb: the LSTM-IMDB classifier learns a separable generated set with 2 workers.
-func TestIMDBTask(t *testing.T) {
+// imdbConfig is a -task imdb run on writeIMDB's reviews: 2 workers, 3 epochs.
+func imdbConfig(t *testing.T) train.LMConfig {
 	c := defaults()
 	c.Task, c.Data, c.Epochs, c.MaxLen, c.Progress = "imdb", writeIMDB(t), 3, 12, false
 	c.Model, c.Optim, c.Clip, c.Schedule = "lstm-imdb", "adam", 0, ""
 	c.LR, c.Batch = 0.02, 8
+	return c
+}
+
+// -task imdb: the LSTM-IMDB classifier learns a separable generated set with 2 workers.
+func TestIMDBTask(t *testing.T) {
+	c := imdbConfig(t)
 	var out bytes.Buffer
 	sum, err := train.RunLM(context.Background(), c, &out, &bytes.Buffer{})
 	if err != nil {

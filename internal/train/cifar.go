@@ -342,12 +342,12 @@ func (w *cifarWorker) run(ctx context.Context) error {
 	}
 	opts := []ddp.Option{ddp.WithCommHook(hook), ddp.WithBroadcastBuffers(c.DistBN == "broadcast")}
 	opts = append(opts, bucketCap(c.BucketMB)...)
-	if pp, ok := hook.(ddp.ProfiledPlanner); ok { // omgs plans its buckets from a measured profile
-		prof, err := w.profile(ctx, model, pp)
-		if err != nil {
-			return err
-		}
-		opts = append(opts, ddp.WithProfile(prof))
+	if opt, ok, err := profileOption(ctx, g, model, hook, c.Profile, w.stdout, func() (ddp.ProfileStep, func(), error) {
+		return w.profileStep(ctx, model)
+	}); err != nil {
+		return err
+	} else if ok { // omgs plans its buckets from a measured profile
+		opts = append(opts, opt)
 		traffic = g.Counters().Snapshot() // the profile's timings are set-up, not training
 	}
 	if c.RecordGrads != "" {

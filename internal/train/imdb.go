@@ -67,17 +67,40 @@ func (w *imdbWorker) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	loader, err := datasets.NewTextLoader(w.data.Train, datasets.TextLoaderOptions{Batch: c.Batch, Rank: rank, World: world, Seed: c.Seed, Shuffle: true, DropLast: true})
+	if err != nil {
+		return err
+	}
+	tape := nn.NewTape()
 	opts := []ddp.Option{ddp.WithCommHook(hook)}
 	opts = append(opts, bucketCap(c.BucketMB)...)
+	if opt, ok, err := profileOption(ctx, g, model, hook, c.Profile, w.stdout, func() (ddp.ProfileStep, func(), error) {
+		next, stop := epochCycle(ctx, loader.Epoch)
+		nn.SetTraining(model, true)
+		return func(backward func(*nn.Var) error) error {
+			b, err := next()
+			if err != nil {
+				return err
+			}
+			tape.Reset()
+			x, err := models.SequenceFirst(tape, b.X, b.N, b.MaxLen)
+			if err != nil {
+				return err
+			}
+			model.Lengths = b.Lengths
+			return backward(nn.CrossEntropy(model.Forward(tape.Const(x)), b.Y))
+		}, stop, nil
+	}); err != nil {
+		return err
+	} else if ok { // omgs plans its buckets from a measured profile
+		opts = append(opts, opt)
+		traffic = g.Counters().Snapshot() // the profile's timings are set-up, not training
+	}
 	dp, err := ddp.New(ctx, model, g, opts...)
 	if err != nil {
 		return err
 	}
 	opt, err := c.NewOptimizer(dp, hook)
-	if err != nil {
-		return err
-	}
-	loader, err := datasets.NewTextLoader(w.data.Train, datasets.TextLoaderOptions{Batch: c.Batch, Rank: rank, World: world, Seed: c.Seed, Shuffle: true, DropLast: true})
 	if err != nil {
 		return err
 	}
@@ -96,7 +119,6 @@ func (w *imdbWorker) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	tape := nn.NewTape()
 	if rank == 0 {
 		w.sum.Params = nn.NumParams(dp.Parameters())
 		fmt.Fprintf(w.stdout, "model %s: %d parameters in %d tensors, %d buckets; hook %s; %d workers × batch %d (%d steps per epoch); kernels %s, GOMAXPROCS %d\n",

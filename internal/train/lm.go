@@ -58,10 +58,21 @@ type LMConfig struct {
 	// NoEval skips the per-epoch validation and the final test (throughput runs).
 	NoEval bool `json:"no_eval,omitempty"`
 	// MaxLen is the -task imdb review length (longer reviews cut, shorter padded).
-	MaxLen   int     `json:"max_len,omitempty"`
-	Seed     uint64  `json:"seed"`
-	BucketMB float64 `json:"bucket_mb"`
-	Progress bool    `json:"-"`
+	MaxLen int `json:"max_len,omitempty"`
+	// EvalEvery > 0 also computes the validation perplexity every EvalEvery steps within an
+	// epoch (-task lm), written to -metrics as step records (val_loss, val_ppl), so that
+	// short runs have several points on their curves.
+	EvalEvery int `json:"eval_every,omitempty"`
+	// EvalLimit > 0 computes every validation perplexity (mid-epoch and at epoch ends, -task
+	// lm) on the first EvalLimit tokens of the validation stream only; the test perplexity
+	// stays on the whole test stream.
+	EvalLimit int     `json:"eval_limit,omitempty"`
+	Seed      uint64  `json:"seed"`
+	BucketMB  float64 `json:"bucket_mb"`
+	// Profile is the file a hook that plans from measured costs (omgs) reuses its profile
+	// from, or saves it to (as CIFARConfig.Profile).
+	Profile  string `json:"profile,omitempty"`
+	Progress bool   `json:"-"`
 	// Checkpoint, CheckpointEvery, Keep and Resume are as in CIFARConfig.
 	Checkpoint      string `json:"checkpoint,omitempty"`
 	CheckpointEvery int    `json:"checkpoint_every,omitempty"`
@@ -89,6 +100,9 @@ func (c *LMConfig) Register(fs *flag.FlagSet) {
 	fs.IntVar(&c.EvalBatch, "eval-batch", c.EvalBatch, "columns per rank of the validation and test streams")
 	fs.StringVar(&c.SaveInit, "save-init", c.SaveInit, "-task lm: write the initial weights to this safetensors file (PyTorch names; scripts/torch_lstm_ptb.py --init starts from them)")
 	fs.BoolVar(&c.NoEval, "no-eval", c.NoEval, "-task lm: skip the validation and test perplexities (throughput runs)")
+	fs.IntVar(&c.EvalEvery, "eval-every", c.EvalEvery, "-task lm: also compute the validation perplexity every N steps within an epoch (metrics step records with val_ppl; 0: only at epoch ends)")
+	fs.IntVar(&c.EvalLimit, "eval-limit", c.EvalLimit, "-task lm: compute the validation perplexities on the first N tokens of the validation stream only (0: all of it; the test perplexity uses all)")
+	fs.StringVar(&c.Profile, "profile", c.Profile, "for hooks that plan from measured costs (omgs): reuse the profile saved in this file when it fits the model and -workers, else measure it and save it here")
 	fs.Uint64Var(&c.Seed, "seed", c.Seed, "seed for initialisation and dropout")
 	fs.Float64Var(&c.BucketMB, "bucket-mb", c.BucketMB, "DDP bucket cap in MiB (0: ddp's defaults)")
 	fs.StringVar(&c.Checkpoint, "checkpoint", c.Checkpoint, "save checkpoints into this directory at the end of every epoch (and every -checkpoint-every steps)")
@@ -136,6 +150,18 @@ type LMEpoch struct {
 	LR       float64 `json:"lr"`
 }
 
+// LMEvalRecord is a -metrics step record of a validation perplexity (-eval-every): written
+// every EvalEvery steps and, with -eval-every, at each epoch's end too, so that the step
+// records alone draw the whole validation curve (package plot takes a value from the step
+// records when they have it).
+type LMEvalRecord struct {
+	Step          int64   `json:"step"` // optimizer steps done in the run
+	ValLoss       float64 `json:"val_loss"`
+	ValPPL        float64 `json:"val_ppl"`
+	TotalSec      float64 `json:"total_s"`
+	StepsPerEpoch int     `json:"steps_per_epoch"`
+}
+
 // LMSummary is a run's result, and the last line of -metrics.
 type LMSummary struct {
 	Config    LMConfig    `json:"config"`
@@ -174,8 +200,12 @@ func (c *LMConfig) check() error {
 	if c.Workers < 1 || c.Batch < 1 || c.Bptt < 1 || c.Epochs < 1 || c.EvalBatch < 1 {
 		return fmt.Errorf("-workers, -batch, -bptt, -epochs and -eval-batch must be at least 1 (got %d, %d, %d, %d, %d)", c.Workers, c.Batch, c.Bptt, c.Epochs, c.EvalBatch)
 	}
-	if c.Steps < 0 || !(c.Clip >= 0) || c.BucketMB < 0 || c.CheckpointEvery < 0 || c.Keep < 0 {
-		return fmt.Errorf("-steps %d, -clip %v, -bucket-mb %v, -checkpoint-every %d, -keep %d: want 0 or more", c.Steps, c.Clip, c.BucketMB, c.CheckpointEvery, c.Keep)
+	if c.Steps < 0 || !(c.Clip >= 0) || c.BucketMB < 0 || c.CheckpointEvery < 0 || c.Keep < 0 || c.EvalEvery < 0 || c.EvalLimit < 0 {
+		return fmt.Errorf("-steps %d, -clip %v, -bucket-mb %v, -checkpoint-every %d, -keep %d, -eval-every %d, -eval-limit %d: want 0 or more",
+			c.Steps, c.Clip, c.BucketMB, c.CheckpointEvery, c.Keep, c.EvalEvery, c.EvalLimit)
+	}
+	if c.Task == "imdb" && (c.EvalEvery > 0 || c.EvalLimit > 0) {
+		return fmt.Errorf("-eval-every and -eval-limit are -task lm's: -task imdb evaluates the whole test split every epoch")
 	}
 	if (c.Resume || c.CheckpointEvery > 0) && c.Checkpoint == "" {
 		return fmt.Errorf("-resume and -checkpoint-every need -checkpoint DIR")
@@ -373,16 +403,6 @@ func (w *lmWorker) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	opts := []ddp.Option{ddp.WithCommHook(hook)}
-	opts = append(opts, bucketCap(c.BucketMB)...)
-	dp, err := ddp.New(ctx, model, g, opts...)
-	if err != nil {
-		return err
-	}
-	opt, err := c.NewOptimizer(dp, hook)
-	if err != nil {
-		return err
-	}
 	shard, err := datasets.ShardTokens(w.corpus.Train, rank, world)
 	if err != nil {
 		return fmt.Errorf("training data: %w", err)
@@ -390,6 +410,24 @@ func (w *lmWorker) run(ctx context.Context) error {
 	data, err := datasets.Batchify(shard, c.Batch)
 	if err != nil {
 		return fmt.Errorf("training data (rank %d of %d, %d tokens): %w", rank, world, len(shard), err)
+	}
+	opts := []ddp.Option{ddp.WithCommHook(hook)}
+	opts = append(opts, bucketCap(c.BucketMB)...)
+	if opt, ok, err := profileOption(ctx, g, model, hook, c.Profile, w.stdout, func() (ddp.ProfileStep, func(), error) {
+		return w.profileStep(model, data), func() {}, nil
+	}); err != nil {
+		return err
+	} else if ok { // omgs plans its buckets from a measured profile
+		opts = append(opts, opt)
+		traffic = g.Counters().Snapshot() // the profile's timings are set-up, not training
+	}
+	dp, err := ddp.New(ctx, model, g, opts...)
+	if err != nil {
+		return err
+	}
+	opt, err := c.NewOptimizer(dp, hook)
+	if err != nil {
+		return err
 	}
 	steps := data.Windows(c.Bptt)
 	if c.Steps > 0 && c.Steps < steps {
@@ -453,9 +491,9 @@ func (w *lmWorker) run(ctx context.Context) error {
 			res := LMEpoch{Epoch: es.Epoch, Steps: es.Steps, TrainLoss: es.Loss, TrainPPL: math.Exp(es.Loss),
 				WordsSec: es.Samples / es.TrainSec, TrainSec: es.TrainSec, LR: opt.LR()}
 			if !c.NoEval {
-				valLoss, err := w.evaluate(ctx, w.corpus.Valid)
+				valLoss, err := w.validate(ctx, int64(es.Epoch)*int64(steps), steps, c.EvalEvery > 0)
 				if err != nil {
-					return fmt.Errorf("validation: %w", err)
+					return err
 				}
 				res.ValLoss, res.ValPPL = valLoss, math.Exp(valLoss)
 			}
@@ -483,10 +521,18 @@ func (w *lmWorker) run(ctx context.Context) error {
 			fmt.Fprintf(w.stdout, " words_s %.0f lr %g train_s %.1f total_s %.1f\n", res.WordsSec, res.LR, res.TrainSec, res.TotalSec)
 			return w.metrics.Write(res)
 		},
-		Clip:     optim.ClipGradNorm,
-		MaxNorm:  c.Clip,
-		LogEvery: c.LogEvery,
-		Start:    w.start,
+		Clip:      optim.ClipGradNorm,
+		MaxNorm:   c.Clip,
+		LogEvery:  c.LogEvery,
+		Start:     w.start,
+		EvalEvery: c.EvalEvery,
+		Eval: func(ctx context.Context, iteration int64) error {
+			if c.NoEval {
+				return nil
+			}
+			_, err := w.validate(ctx, iteration, steps, true)
+			return err
+		},
 		Describe: func(epoch int, loss, _, perSec float64) string {
 			return fmt.Sprintf("epoch %d/%d loss %.3f ppl %.1f %.0f words/s", epoch+1, c.Epochs, loss, math.Exp(loss), perSec)
 		},
@@ -514,6 +560,35 @@ func lmStateArrays(s *nn.LSTMState) map[string]checkpoint.Array {
 	}
 }
 
+// profileStep is the profile step of -hook omgs: one forward and backward of model (before
+// DDP wraps it) on this rank's next training window, from the zero state carried over the
+// windows like training's.
+func (w *lmWorker) profileStep(model *models.LSTMLM, data *datasets.LMBatches) ddp.ProfileStep {
+	c := w.cfg
+	state, tape := model.NewState(c.Batch), nn.NewTape()
+	xs, ys := make([]float32, c.Bptt*c.Batch), make([]int, c.Bptt*c.Batch)
+	i := 0
+	nn.SetTraining(model, true)
+	return func(backward func(*nn.Var) error) error {
+		if i == data.Windows(c.Bptt) {
+			i = 0
+		}
+		x, y, steps := data.Window(i, c.Bptt)
+		i++
+		n := steps * c.Batch
+		for k := range n {
+			xs[k], ys[k] = float32(x[k]), int(y[k])
+		}
+		in, err := nn.FromSlice(xs[:n], steps, c.Batch)
+		if err != nil {
+			return err
+		}
+		model.State = state
+		tape.Reset()
+		return backward(nn.CrossEntropy(model.Forward(tape.Const(in)), ys[:n]))
+	}
+}
+
 // forward runs one window of cols columns through DDP (recording for backward when train)
 // and returns the mean cross-entropy of its next-word predictions.
 func (w *lmWorker) forward(b lmWindow, cols int, train bool) (*nn.Var, error) {
@@ -533,6 +608,25 @@ func (w *lmWorker) forward(b lmWindow, cols int, train bool) (*nn.Var, error) {
 		return nil, err
 	}
 	return loss, nil
+}
+
+// validate returns the validation loss (on the first -eval-limit tokens of the stream when
+// set). With record, rank 0 also prints it and writes an LMEvalRecord at iteration.
+func (w *lmWorker) validate(ctx context.Context, iteration int64, stepsPerEpoch int, record bool) (float64, error) {
+	tokens := w.corpus.Valid
+	if n := w.cfg.EvalLimit; n > 0 && n < len(tokens) {
+		tokens = tokens[:n]
+	}
+	loss, err := w.evaluate(ctx, tokens)
+	if err != nil {
+		return 0, fmt.Errorf("validation: %w", err)
+	}
+	if !record || w.group.Rank() != 0 {
+		return loss, nil
+	}
+	rec := LMEvalRecord{Step: iteration, ValLoss: loss, ValPPL: math.Exp(loss), TotalSec: time.Since(w.start).Seconds(), StepsPerEpoch: stepsPerEpoch}
+	fmt.Fprintf(w.stdout, "step %d val_loss %.4f val_ppl %.2f total_s %.1f\n", rec.Step, rec.ValLoss, rec.ValPPL, rec.TotalSec)
+	return loss, w.metrics.Write(rec)
 }
 
 // evaluate returns the mean cross-entropy per word of a token stream: each rank takes its

@@ -98,6 +98,12 @@ type Loop[B any] struct {
 	// the rank that writes -metrics; nil elsewhere).
 	LogEvery int
 	LogStep  func(StepRecord) error
+	// EvalEvery > 0 calls Eval on every rank after every EvalEvery optimizer steps (counted
+	// like LogEvery's) except an epoch's last, where EndEpoch evaluates; the model is put
+	// back in training mode after it, and its time is left out of the epoch's TrainSec.
+	// iteration is the optimizer steps done in the run.
+	EvalEvery int
+	Eval      func(ctx context.Context, iteration int64) error
 	// Start is when the run started, for StepRecord.TotalSec (zero: when Run was called).
 	Start time.Time
 }
@@ -191,8 +197,8 @@ func (l *Loop[B]) Run(ctx context.Context) error {
 		return err
 	}
 	rank, world := l.Group.Rank(), l.Group.Size()
-	if l.LogEvery < 0 {
-		return fmt.Errorf("-log-every %d: want 0 or more", l.LogEvery)
+	if l.LogEvery < 0 || l.EvalEvery < 0 {
+		return fmt.Errorf("-log-every %d, -eval-every %d: want 0 or more", l.LogEvery, l.EvalEvery)
 	}
 	start := l.Start
 	if start.IsZero() {
@@ -224,6 +230,7 @@ func (l *Loop[B]) Run(ctx context.Context) error {
 		}
 		nn.SetTraining(l.Model, true)
 		epochStart := time.Now()
+		var evalTime time.Duration // Eval's, within the epoch
 		step := first
 		for b, err := range l.Batches(ctx, epoch, first) {
 			if err != nil {
@@ -281,6 +288,14 @@ func (l *Loop[B]) Run(ctx context.Context) error {
 				}
 				recLoss, recSteps = 0, 0
 			}
+			if l.Eval != nil && l.EvalEvery > 0 && iteration%int64(l.EvalEvery) == 0 && step < steps {
+				t := time.Now()
+				if err := l.Eval(ctx, iteration); err != nil {
+					return fmt.Errorf("rank %d, epoch %d, step %d: %w", rank, epoch+1, step, err)
+				}
+				nn.SetTraining(l.Model, true)
+				evalTime += time.Since(t)
+			}
 			if saving && l.Checkpoints.Every > 0 && iteration%int64(l.Checkpoints.Every) == 0 && step < steps {
 				p := checkpoint.Position{Epoch: epoch, Step: step, Samples: samples, Iteration: iteration,
 					Totals: map[string]float64{totalLoss: lossSum, totalCorrect: correct, totalSeen: seen}}
@@ -292,7 +307,7 @@ func (l *Loop[B]) Run(ctx context.Context) error {
 		if step < steps {
 			return fmt.Errorf("epoch %d ended after %d of %d steps: the data has fewer batches", epoch+1, step, steps)
 		}
-		trainSec := time.Since(epochStart).Seconds()
+		trainSec := (time.Since(epochStart) - evalTime).Seconds()
 		if bar != nil {
 			_ = bar.Finish()
 		}

@@ -630,11 +630,10 @@ func (w *mlmWorker) run(ctx context.Context) error {
 	tape := nn.NewTape()
 	opts := []ddp.Option{ddp.WithCommHook(hook)}
 	opts = append(opts, bucketCap(c.BucketMB)...)
-	if pp, ok := hook.(ddp.ProfiledPlanner); ok { // omgs plans its buckets from a measured profile
+	if opt, ok, err := profileOption(ctx, g, model, hook, c.Profile, w.stdout, func() (ddp.ProfileStep, func(), error) {
 		next, stop := iter.Pull2(batches(ctx, 0))
-		defer stop()
 		nn.SetTraining(model, true)
-		step := func(backward func(*nn.Var) error) error {
+		return func(backward func(*nn.Var) error) error {
 			b, err, _ := next()
 			if err != nil {
 				return err
@@ -647,12 +646,11 @@ func (w *mlmWorker) run(ctx context.Context) error {
 				nspLabels[i] = int(l)
 			}
 			return backward(model.Loss(mlm, nsp, labels, nspLabels))
-		}
-		prof, err := loadOrMeasureProfile(ctx, g, model, pp, c.Profile, w.stdout, step)
-		if err != nil {
-			return err
-		}
-		opts = append(opts, ddp.WithProfile(prof))
+		}, stop, nil
+	}); err != nil {
+		return err
+	} else if ok { // omgs plans its buckets from a measured profile
+		opts = append(opts, opt)
 		traffic = g.Counters().Snapshot()
 	}
 	dp, err := ddp.New(ctx, model, g, opts...)

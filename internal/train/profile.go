@@ -15,45 +15,78 @@ import (
 )
 
 // A hook that plans its buckets from measured costs (omgs: ddp.ProfiledPlanner) gets its
-// profile from a few steps on real batches before DDP starts: fewer than the OMGS reference's
+// profile (profileOption) from a few steps on real batches before DDP starts, in every
+// program (CIFAR, MLM, the PTB language model, IMDB): fewer than the OMGS reference's
 // 5 warm-up + 50 measured iterations, because a VGG step takes a second or more on the
 // 2-core machines and the backward timings settle within a few steps.
 const (
 	profileWarmup     = 3
 	profileIterations = 10
-	// tagProfileAgree is the CIFAR program's tag for agreeing on a saved profile (99-101 and
-	// 103 are its other collectives').
+	// tagProfileAgree is the programs' tag for agreeing on a saved profile (99-101 and 103
+	// are their other collectives').
 	tagProfileAgree = 102
 )
 
-// profile returns the profile pp needs for model: the one in -profile when every rank could
-// load one measured on this model and world size, otherwise measured now on CIFAR batches
-// (rank 0 prints it and saves it to -profile). Every rank must call it: measuring is
-// collective.
-func (w *cifarWorker) profile(ctx context.Context, model nn.Module, pp ddp.ProfiledPlanner) (*ddp.Profile, error) {
+// profileOption returns ddp.WithProfile with the profile a hook that plans its buckets from
+// measured costs (omgs: a ddp.ProfiledPlanner) needs for model: loaded from path (the
+// programs' -profile) when every rank could load one that fits, otherwise measured on the
+// training steps newStep makes (see loadOrMeasureProfile). For any other hook it returns
+// ok false and measures nothing. Every rank must call it: measuring is collective. The
+// programs call it before ddp.New; the traffic it causes is set-up, not training.
+func profileOption(ctx context.Context, g comm.Group, model nn.Module, hook ddp.CommHook, path string, stdout io.Writer,
+	newStep func() (step ddp.ProfileStep, stop func(), err error)) (opt ddp.Option, ok bool, err error) {
+	pp, ok := hook.(ddp.ProfiledPlanner)
+	if !ok {
+		return nil, false, nil
+	}
+	step, stop, err := newStep()
+	if err != nil {
+		return nil, false, fmt.Errorf("measuring the profile for -hook %s: %w", hook.Name(), err)
+	}
+	defer stop()
+	prof, err := loadOrMeasureProfile(ctx, g, model, pp, path, stdout, step)
+	if err != nil {
+		return nil, false, err
+	}
+	return ddp.WithProfile(prof), true, nil
+}
+
+// epochCycle pulls batches from epochs 0, 1, 2, … of epoch in turn, for profile steps that
+// may need more batches than an epoch has; next reports an epoch that yields none.
+func epochCycle[B any](ctx context.Context, epoch func(ctx context.Context, epoch int) iter.Seq2[B, error]) (next func() (B, error), stop func()) {
+	e := 0
+	pull, stopPull := iter.Pull2(epoch(ctx, e))
+	next = func() (B, error) {
+		b, err, more := pull()
+		if !more { // the epoch is over: go on with the next
+			stopPull()
+			e++
+			pull, stopPull = iter.Pull2(epoch(ctx, e))
+			b, err, more = pull()
+		}
+		if err == nil && !more {
+			err = fmt.Errorf("epoch %d of the training set yields no batch", e+1)
+		}
+		return b, err
+	}
+	return next, func() { stopPull() }
+}
+
+// profileStep makes the CIFAR program's profile step: one forward and backward of model on
+// this rank's next training batch.
+func (w *cifarWorker) profileStep(ctx context.Context, model nn.Module) (ddp.ProfileStep, func(), error) {
 	c, g := w.cfg, w.group
 	loader, err := datasets.NewLoader(w.train, CIFARTrainLoader(c.Batch, g.Rank(), g.Size(), c.Seed))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	epoch := 0
-	next, stop := iter.Pull2(loader.Epoch(ctx, epoch))
-	defer func() { stop() }()
+	next, stop := epochCycle(ctx, loader.Epoch)
 	tape := nn.NewTape()
 	nn.SetTraining(model, true)
-	step := func(backward func(*nn.Var) error) error {
-		b, err, more := next()
-		if !more { // a short epoch: go on with the next
-			stop()
-			epoch++
-			next, stop = iter.Pull2(loader.Epoch(ctx, epoch))
-			b, err, more = next()
-		}
+	return func(backward func(*nn.Var) error) error {
+		b, err := next()
 		if err != nil {
 			return err
-		}
-		if !more {
-			return errors.New("the training set yields no batch")
 		}
 		x, err := nn.FromSlice(b.X, b.N, 3, 32, 32)
 		if err != nil {
@@ -61,8 +94,7 @@ func (w *cifarWorker) profile(ctx context.Context, model nn.Module, pp ddp.Profi
 		}
 		tape.Reset()
 		return backward(nn.CrossEntropy(model.Forward(tape.Const(x)), b.Y))
-	}
-	return loadOrMeasureProfile(ctx, g, model, pp, c.Profile, w.stdout, step)
+	}, stop, nil
 }
 
 // loadOrMeasureProfile returns the profile pp needs for model: the one saved at path when
