@@ -87,6 +87,9 @@ type Run struct {
 	Path   string  // the file read
 	Steps  []Point // step records, in file order
 	Epochs []Point // epoch records, in file order
+	// HeldOut names the held-out series in legends: "validation" when the records carry
+	// val_* fields (a validation set, as the language models report), else "test".
+	HeldOut string
 }
 
 // Read reads a metrics file (see the package doc for the schema).
@@ -103,7 +106,7 @@ func Read(path string) (*Run, error) {
 // the records name no hook, as the run's label. Malformed JSON, or a field of the wrong
 // type, is an error naming the file and line.
 func ReadFrom(r io.Reader, name string) (*Run, error) {
-	run := &Run{Path: name}
+	run := &Run{Path: name, HeldOut: "test"}
 	var summaryEpochs []Point
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 64<<20) // summaries hold every epoch and the config
@@ -118,6 +121,11 @@ func ReadFrom(r io.Reader, name string) (*Run, error) {
 		var rec map[string]json.RawMessage
 		if err := json.Unmarshal(b, &rec); err != nil {
 			return nil, fmt.Errorf("plot: %s: %w", where, err)
+		}
+		for _, k := range []string{"val_loss", "val_acc", "val_ppl"} {
+			if _, ok := rec[k]; ok {
+				run.HeldOut = "validation"
+			}
 		}
 		if err := readHook(rec, where, run); err != nil {
 			return nil, err

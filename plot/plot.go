@@ -232,7 +232,7 @@ func panel(runs []*Run, labels []string, r row, a Axis) (*gplot.Plot, int, error
 		for _, split := range []struct {
 			q, name string
 			dashed  bool
-		}{{r.train, "train", false}, {r.test, "test", true}} {
+		}{{r.train, "train", false}, {r.test, heldOutName(run), true}} {
 			pts, marked := series(run, split.q, a, scale)
 			if len(pts) == 0 {
 				continue
@@ -413,3 +413,11 @@ var runPalette = []color.RGBA{
 
 // runColor is run i's colour.
 func runColor(i int) color.Color { return runPalette[i%len(runPalette)] }
+
+// heldOutName is the legend word of a run's held-out series: its HeldOut, "test" if unset.
+func heldOutName(run *Run) string {
+	if run.HeldOut == "" {
+		return "test"
+	}
+	return run.HeldOut
+}

@@ -144,6 +144,9 @@ func TestReadSchema(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if vgg.HeldOut != "test" {
+		t.Errorf("HeldOut %q for test_* records, want test", vgg.HeldOut)
+	}
 	if vgg.Name != "allreduce:algorithm=ring" || len(vgg.Epochs) != 3 || len(vgg.Steps) != 0 {
 		t.Fatalf("vgg run: %q, %d epochs, %d steps", vgg.Name, len(vgg.Epochs), len(vgg.Steps))
 	}
@@ -269,6 +272,9 @@ func TestLogPerplexity(t *testing.T) {
 	run, err := Read(path)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if run.HeldOut != "validation" {
+		t.Errorf("HeldOut %q for val_* records, want validation (the legend's word)", run.HeldOut)
 	}
 	pts, marked := series(run, TestPPL, Epochs, 1)
 	if marked || len(pts) != 4 || pts[0].X != 0.25 || pts[3].X != 1 {
