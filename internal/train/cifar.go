@@ -331,7 +331,6 @@ type cifarWorker struct {
 func (w *cifarWorker) run(ctx context.Context) error {
 	c, g := w.cfg, w.group
 	rank, world := g.Rank(), g.Size()
-	traffic := g.Counters().Snapshot() // the summary counts training's traffic, not the set-up's
 	model, err := c.NewModel(c.Model, models.CIFAR10, nn.NewRand(c.Seed))
 	if err != nil {
 		return err
@@ -342,14 +341,13 @@ func (w *cifarWorker) run(ctx context.Context) error {
 	}
 	opts := []ddp.Option{ddp.WithCommHook(hook), ddp.WithBroadcastBuffers(c.DistBN == "broadcast")}
 	opts = append(opts, bucketCap(c.BucketMB)...)
-	if opt, ok, err := profileOption(ctx, g, model, hook, c.Profile, w.stdout, func() (ddp.ProfileStep, func(), error) {
+	opts, err = withProfile(ctx, g, model, hook, c.Profile, w.stdout, opts, func() (ddp.ProfileStep, func(), error) {
 		return w.profileStep(ctx, model)
-	}); err != nil {
+	})
+	if err != nil {
 		return err
-	} else if ok { // omgs plans its buckets from a measured profile
-		opts = append(opts, opt)
-		traffic = g.Counters().Snapshot() // the profile's timings are set-up, not training
 	}
+	traffic := g.Counters().Snapshot() // the summary counts training's traffic, not the set-up's (omgs's profile)
 	if c.RecordGrads != "" {
 		rec, err := gradrec.NewRecorder(gradrec.Config{Dir: c.RecordGrads, Schedule: gradrec.Schedule{Every: c.RecordEvery, Steps: c.RecordSteps},
 			Model: c.Model, Hook: c.Hook, Params: nn.Parameters(model)})

@@ -56,7 +56,6 @@ type imdbWorker struct {
 func (w *imdbWorker) run(ctx context.Context) error {
 	c, g := w.cfg, w.group
 	rank, world := g.Rank(), g.Size()
-	traffic := g.Counters().Snapshot()
 	cfg := models.LSTMIMDB
 	cfg.Vocab = w.data.Vocab.Size()
 	model, err := models.NewLSTMClassifier(cfg, nn.NewRand(c.Seed))
@@ -74,7 +73,7 @@ func (w *imdbWorker) run(ctx context.Context) error {
 	tape := nn.NewTape()
 	opts := []ddp.Option{ddp.WithCommHook(hook)}
 	opts = append(opts, bucketCap(c.BucketMB)...)
-	if opt, ok, err := profileOption(ctx, g, model, hook, c.Profile, w.stdout, func() (ddp.ProfileStep, func(), error) {
+	opts, err = withProfile(ctx, g, model, hook, c.Profile, w.stdout, opts, func() (ddp.ProfileStep, func(), error) {
 		next, stop := epochCycle(ctx, loader.Epoch)
 		nn.SetTraining(model, true)
 		return func(backward func(*nn.Var) error) error {
@@ -90,12 +89,11 @@ func (w *imdbWorker) run(ctx context.Context) error {
 			model.Lengths = b.Lengths
 			return backward(nn.CrossEntropy(model.Forward(tape.Const(x)), b.Y))
 		}, stop, nil
-	}); err != nil {
+	})
+	if err != nil {
 		return err
-	} else if ok { // omgs plans its buckets from a measured profile
-		opts = append(opts, opt)
-		traffic = g.Counters().Snapshot() // the profile's timings are set-up, not training
 	}
+	traffic := g.Counters().Snapshot() // the summary counts training's traffic, not the set-up's (omgs's profile)
 	dp, err := ddp.New(ctx, model, g, opts...)
 	if err != nil {
 		return err

@@ -387,7 +387,6 @@ const tagLMEval = 104
 func (w *lmWorker) run(ctx context.Context) error {
 	c, g := w.cfg, w.group
 	rank, world := g.Rank(), g.Size()
-	traffic := g.Counters().Snapshot()
 	mcfg, err := LMModelConfig(c.Model, w.corpus.Vocab.Size())
 	if err != nil {
 		return err
@@ -413,14 +412,13 @@ func (w *lmWorker) run(ctx context.Context) error {
 	}
 	opts := []ddp.Option{ddp.WithCommHook(hook)}
 	opts = append(opts, bucketCap(c.BucketMB)...)
-	if opt, ok, err := profileOption(ctx, g, model, hook, c.Profile, w.stdout, func() (ddp.ProfileStep, func(), error) {
+	opts, err = withProfile(ctx, g, model, hook, c.Profile, w.stdout, opts, func() (ddp.ProfileStep, func(), error) {
 		return w.profileStep(model, data), func() {}, nil
-	}); err != nil {
+	})
+	if err != nil {
 		return err
-	} else if ok { // omgs plans its buckets from a measured profile
-		opts = append(opts, opt)
-		traffic = g.Counters().Snapshot() // the profile's timings are set-up, not training
 	}
+	traffic := g.Counters().Snapshot() // the summary counts training's traffic, not the set-up's (omgs's profile)
 	dp, err := ddp.New(ctx, model, g, opts...)
 	if err != nil {
 		return err

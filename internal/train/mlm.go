@@ -581,7 +581,6 @@ func (c MLMConfig) scheduleSpec(steps int) string {
 func (w *mlmWorker) run(ctx context.Context) error {
 	c, g := w.cfg, w.group
 	rank, world := g.Rank(), g.Size()
-	traffic := g.Counters().Snapshot()
 	vocab := w.corpus.Tokenizer.Vocab()
 	bcfg, err := models.BertPreset(c.Model)
 	if err != nil {
@@ -630,7 +629,7 @@ func (w *mlmWorker) run(ctx context.Context) error {
 	tape := nn.NewTape()
 	opts := []ddp.Option{ddp.WithCommHook(hook)}
 	opts = append(opts, bucketCap(c.BucketMB)...)
-	if opt, ok, err := profileOption(ctx, g, model, hook, c.Profile, w.stdout, func() (ddp.ProfileStep, func(), error) {
+	opts, err = withProfile(ctx, g, model, hook, c.Profile, w.stdout, opts, func() (ddp.ProfileStep, func(), error) {
 		next, stop := iter.Pull2(batches(ctx, 0))
 		nn.SetTraining(model, true)
 		return func(backward func(*nn.Var) error) error {
@@ -647,12 +646,11 @@ func (w *mlmWorker) run(ctx context.Context) error {
 			}
 			return backward(model.Loss(mlm, nsp, labels, nspLabels))
 		}, stop, nil
-	}); err != nil {
+	})
+	if err != nil {
 		return err
-	} else if ok { // omgs plans its buckets from a measured profile
-		opts = append(opts, opt)
-		traffic = g.Counters().Snapshot()
 	}
+	traffic := g.Counters().Snapshot() // the summary counts training's traffic, not the set-up's (omgs's profile)
 	dp, err := ddp.New(ctx, model, g, opts...)
 	if err != nil {
 		return err

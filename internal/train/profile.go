@@ -15,7 +15,7 @@ import (
 )
 
 // A hook that plans its buckets from measured costs (omgs: ddp.ProfiledPlanner) gets its
-// profile (profileOption) from a few steps on real batches before DDP starts, in every
+// profile (withProfile) from a few steps on real batches before DDP starts, in every
 // program (CIFAR, MLM, the PTB language model, IMDB): fewer than the OMGS reference's
 // 5 warm-up + 50 measured iterations, because a VGG step takes a second or more on the
 // 2-core machines and the backward timings settle within a few steps.
@@ -27,28 +27,28 @@ const (
 	tagProfileAgree = 102
 )
 
-// profileOption returns ddp.WithProfile with the profile a hook that plans its buckets from
-// measured costs (omgs: a ddp.ProfiledPlanner) needs for model: loaded from path (the
-// programs' -profile) when every rank could load one that fits, otherwise measured on the
-// training steps newStep makes (see loadOrMeasureProfile). For any other hook it returns
-// ok false and measures nothing. Every rank must call it: measuring is collective. The
-// programs call it before ddp.New; the traffic it causes is set-up, not training.
-func profileOption(ctx context.Context, g comm.Group, model nn.Module, hook ddp.CommHook, path string, stdout io.Writer,
-	newStep func() (step ddp.ProfileStep, stop func(), err error)) (opt ddp.Option, ok bool, err error) {
+// withProfile appends to opts ddp.WithProfile with the profile a hook that plans its
+// buckets from measured costs (omgs: a ddp.ProfiledPlanner) needs for model: loaded from path
+// (the programs' -profile) when every rank could load one that fits, otherwise measured on
+// the training steps newStep makes (see loadOrMeasureProfile). For any other hook it returns
+// opts as they are and measures nothing. Every rank must call it: measuring is collective.
+// The programs call it before ddp.New; the traffic it causes is set-up, not training.
+func withProfile(ctx context.Context, g comm.Group, model nn.Module, hook ddp.CommHook, path string, stdout io.Writer,
+	opts []ddp.Option, newStep func() (step ddp.ProfileStep, stop func(), err error)) ([]ddp.Option, error) {
 	pp, ok := hook.(ddp.ProfiledPlanner)
 	if !ok {
-		return nil, false, nil
+		return opts, nil
 	}
 	step, stop, err := newStep()
 	if err != nil {
-		return nil, false, fmt.Errorf("measuring the profile for -hook %s: %w", hook.Name(), err)
+		return nil, fmt.Errorf("measuring the profile for -hook %s: %w", hook.Name(), err)
 	}
 	defer stop()
 	prof, err := loadOrMeasureProfile(ctx, g, model, pp, path, stdout, step)
 	if err != nil {
-		return nil, false, err
+		return nil, err
 	}
-	return ddp.WithProfile(prof), true, nil
+	return append(opts, ddp.WithProfile(prof)), nil
 }
 
 // epochCycle pulls batches from epochs 0, 1, 2, … of epoch in turn, for profile steps that
