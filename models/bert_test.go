@@ -200,6 +200,15 @@ func TestBertGradientsFiniteDifferences(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	checkBertGradients(t, m, nil)
+}
+
+// checkBertGradients compares m's BertForPreTraining-loss gradients with central finite
+// differences on a sample of every parameter's elements, after giving the LayerNorm
+// parameters and biases random values (so that none sits at its initial 0 or 1).
+// beforeForward, when not nil, runs before every forward (to restore dropout generators).
+func checkBertGradients(t *testing.T, m *BertForPreTraining, beforeForward func()) {
+	t.Helper()
 	rng := nn.NewRand(3)
 	ps := nn.Parameters(m)
 	for _, p := range ps {
@@ -213,6 +222,9 @@ func TestBertGradientsFiniteDifferences(t *testing.T) {
 	mlmLabels := []int{-100, 4, -100, -100, 9, -100, 0, -100, 3, -100, -100, -100}
 	nspLabels := []int{0, 1, 1}
 	lossOf := func(tape *nn.Tape) *nn.Var {
+		if beforeForward != nil {
+			beforeForward()
+		}
 		mlm, nsp := m.ForwardPreTraining(tape, ids, types, mask, 3, 4)
 		return m.Loss(mlm, nsp, mlmLabels, nspLabels)
 	}
