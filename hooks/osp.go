@@ -555,7 +555,8 @@ func (h *OSP) EndEpoch(ctx context.Context, g comm.Group, e ddp.EpochInfo) error
 		frac = min(max(1-e.Loss/h.lossL, 0), 1)
 	}
 	h.uMax = int(umax)
-	h.sElems = int(frac * umax)
+	h.sElems = int(frac * float64(h.uMax)) // of the whole-element U_max that BudgetNow and the log report
+
 	if h.rank == 0 {
 		slog.Info("osp: budget for the next epoch", "epoch", e.Epoch+1, "loss", e.Loss, "L", h.lossL,
 			"alpha_s", h.lastFit[0], "beta_s_per_elem", h.lastFit[1], "tc_s", h.lastFit[2],
