@@ -354,6 +354,9 @@ func (p *tcpPeer) irecv(ctx context.Context, tag uint32, buf []byte) *Request {
 		}
 	case p.goneErr != nil:
 		err := p.goneErr
+		if f := g.termErr(); f != nil { // a failure set since the check above outranks the goodbye
+			err = f
+		}
 		p.mu.Unlock()
 		return DoneRequest(0, p.recvErr(tag, err))
 	case ctx.Err() != nil:
@@ -658,6 +661,12 @@ func (p *tcpPeer) peerSaidBye(r byeReason) {
 	}
 	p.mu.Lock()
 	p.goneErr = fmt.Errorf("peer rank %d closed its group: %w", p.rank, ErrClosed)
+	// A failure of this rank outranks the goodbye: the one reported here, or one that another
+	// goroutine has just set and whose failReceives has not reached this peer yet.
+	why := p.g.termErr()
+	if why == nil {
+		why = p.goneErr
+	}
 	for tag, m := range p.inflight {
 		delete(p.inflight, tag)
 		q := m.owner
@@ -669,19 +678,18 @@ func (p *tcpPeer) peerSaidBye(r byeReason) {
 		m.discard = true
 		p.relocateLocked(m)
 		if q != nil {
-			p.completeRecvLocked(q, 0, p.recvErr(tag, p.goneErr))
+			p.completeRecvLocked(q, 0, p.recvErr(tag, why))
 		}
 	}
 	for tag, box := range p.boxes {
 		for _, q := range box.waiting {
-			p.completeRecvLocked(q, 0, p.recvErr(tag, p.goneErr))
+			p.completeRecvLocked(q, 0, p.recvErr(tag, why))
 		}
 		box.waiting = nil
 		p.dropIfEmptyLocked(tag, box)
 	}
-	err := p.goneErr
 	p.mu.Unlock()
-	p.stopWriter(false, err)
+	p.stopWriter(false, why)
 }
 
 // readerExit runs when the connection ends: after the peer's goodbye, or this rank's Close or

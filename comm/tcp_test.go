@@ -648,6 +648,26 @@ func TestTCPGoodbyeReportsThisRankFailed(t *testing.T) {
 	waitDone(t, req, "peer rank 0 reports that this rank (1) failed: silent for 30s")
 }
 
+// A plain goodbye that arrives while another goroutine is failing this rank (its failure set,
+// its failReceives not yet at the peer) fails the receives waiting on that peer with the
+// failure, not with the goodbye: the race behind TestTCPPeerDeathMidCollective's rare
+// "peer rank 0 closed its group".
+func TestTCPGoodbyeDuringOwnFailure(t *testing.T) {
+	conns, g, _ := rawPeers(t, 3, func(c *TCPConfig) { c.Timeout = time.Minute })
+	req := g.Irecv(context.Background(), 0, 1, make([]byte, 8))
+	var f error = &PeerError{Rank: 1, Cause: errors.New("silent for 30s"), ReportedBy: -1, self: g.rank}
+	if !g.failure.CompareAndSwap(nil, &f) {
+		t.Fatal("the group had failed already")
+	}
+	reason := byeReason{failedRank: -1}.encode()
+	writeRaw(t, conns[0], frameHeader{kind: frameBye, chunk: uint32(len(reason))}, reason)
+	err := waitDone(t, req, "peer rank 1 failed: silent for 30s")
+	if pe := (*PeerError)(nil); !errors.As(err, &pe) || pe.Rank != 1 {
+		t.Errorf("errors.As(%v, *PeerError) gives %+v, want Rank 1", err, pe)
+	}
+	waitDone(t, g.Irecv(context.Background(), 0, 2, make([]byte, 8)), "peer rank 1 failed: silent for 30s")
+}
+
 func TestByeReason(t *testing.T) {
 	for _, r := range []byeReason{
 		{failedRank: -1},
