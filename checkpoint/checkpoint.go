@@ -29,6 +29,9 @@
 // same model, hook and world size (and flags, Meta.Config); the error says what differs.
 // The data position (Position) is the caller's to act on: datasets.Loader.EpochFrom resumes
 // an epoch at a step.
+//
+// Diff and Compare tell whether two checkpoints hold the same state, tensor by tensor, and
+// where they differ (`spargo diff A B` on the command line): the check of an exact resume.
 package checkpoint
 
 import (

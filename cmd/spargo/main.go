@@ -9,6 +9,7 @@
 //	spargo plan           merge plans of omgs, mgs, lags and TopK-SGD with predicted iteration times (-profile or -measure; cost overrides)
 //	spargo bench allreduce  all-reduce throughput between processes over TCP (-n, -workers, -algorithm, -json)
 //	spargo launch         run N local processes as one job (-n, -restarts, -timeout, -secret-file)
+//	spargo diff           compare two checkpoints bit for bit (-json; exit status 1 when they differ)
 //
 // Later subcommands (plot) join the same dispatch table; later
 // measurements join `spargo bench` by registering in their own file.
