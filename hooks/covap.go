@@ -409,11 +409,11 @@ func (h *COVAP) run(ctx context.Context, g comm.Group, b ddp.Bucket) ([]float32,
 	}
 	kernels.Axpy(c, st.Residual, flat)
 	clear(st.Residual)
-	start := time.Now()
+	start := comm.Now(g) // the group's clock: simulated time on comm/simnet
 	if err := comm.AllReduce(ctx, g, b.Tag()+covapTagData, flat, h.Algorithm); err != nil {
 		return nil, err
 	}
-	took := time.Since(start)
+	took := comm.Now(g) - start
 	kernels.Scale(1/float32(g.Size()), flat)
 	h.setLast(covapInfo{bucket: b.Index(), s: s, dense: true, shard: -1, coefficient: c})
 	if !h.cur.planned {

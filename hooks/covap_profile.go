@@ -31,7 +31,9 @@ import (
 //	CCR = median_k T_comm(k) / median_k T_comp(k),  I = min(max(ceil(CCR), 1), max_interval)
 //
 // Medians, not means: one hiccup of a shared machine should not set the interval for a whole
-// run.
+// run. The all-reduce times are read from the group's clock (comm.Now): wall time on a real
+// transport, the virtual clock on a simulated network (comm/simnet), where the profiler measures
+// the simulated cost exactly.
 
 // covapSample is one rank's measurement of one dense iteration.
 type covapSample struct {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spargo-dl/spargo/comm"
+	"github.com/spargo-dl/spargo/comm/simnet"
 	"github.com/spargo-dl/spargo/ddp"
 	"github.com/spargo-dl/spargo/optim"
 )
@@ -115,14 +116,20 @@ func delayed(t testing.TB, p int, perByte time.Duration) []comm.Group {
 	return gs
 }
 
-// profileRun drives COVAP on P ranks the way DDP does, with simulated computation: in each
-// iteration a compute goroutine makes bucket b of rank r ready readyAt(r, b) after the
-// iteration's start (it sleeps, as backward would compute), and the communication goroutine
-// runs the hook on the buckets in order as they become ready, each bucket reporting when it was
-// ready (ddp.Timed). It returns rank 0's hook after iters iterations.
-func profileRun(t *testing.T, groups []comm.Group, spec string, sizes []int, readyAt func(r, b int) time.Duration, iters int) *COVAP {
+// profileRun drives COVAP on P ranks of a simulated network (comm/simnet: sends cost beta
+// seconds per byte, no latency) the way DDP does, on the ranks' virtual clocks: in each
+// iteration rank r's bucket b becomes ready readyAt(r, b) after the iteration's start (the
+// backward computes meanwhile), its all-reduce starts once it is ready and the previous bucket's
+// has ended, and the bucket reports when it was ready (ddp.Timed). The profiler reads the
+// virtual clocks (comm.Now), so what it measures is exactly the imposed cost, on any machine
+// load. It returns rank 0's hook after iters iterations.
+func profileRun(t *testing.T, p int, beta float64, spec string, sizes []int, readyAt func(r, b int) time.Duration, iters int) *COVAP {
 	t.Helper()
-	p := len(groups)
+	net, err := simnet.New(p, simnet.Config{Beta: beta})
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups := net.Groups()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	hs := make([]*COVAP, p)
@@ -137,18 +144,11 @@ func profileRun(t *testing.T, groups []comm.Group, spec string, sizes []int, rea
 			}
 			hs[r] = h.(*COVAP)
 			for s := range iters {
-				start := time.Now()
-				ready := make(chan *timedBucket, len(sizes))
-				go func() {
-					for b, n := range sizes {
-						time.Sleep(time.Until(start.Add(readyAt(r, b))))
-						tb := &timedBucket{testBucket: testBucket{idx: b, iter: int64(s), last: b == len(sizes)-1, flat: heavyTailed(uint64(s), r, n)}}
-						tb.ready = time.Since(start)
-						ready <- tb
-					}
-				}()
-				for range sizes {
-					if _, err := hs[r].Run(ctx, groups[r], <-ready).Wait(); err != nil {
+				start := net.Clock(r)
+				for b, n := range sizes {
+					net.Advance(r, start+readyAt(r, b).Seconds()-net.Clock(r)) // nothing when the bucket was ready before
+					tb := &timedBucket{testBucket: testBucket{idx: b, iter: int64(s), last: b == len(sizes)-1, flat: heavyTailed(uint64(s), r, n)}, ready: readyAt(r, b)}
+					if _, err := hs[r].Run(ctx, groups[r], tb).Wait(); err != nil {
 						errs[r] = fmt.Errorf("rank %d: %w", r, err)
 						cancel()
 						return
@@ -164,39 +164,16 @@ func profileRun(t *testing.T, groups []comm.Group, spec string, sizes []int, rea
 	return hs[0]
 }
 
-// The profiler follows the imposed communication cost. Three ranks on an in-process transport
+// The profiler follows the imposed communication cost. Three ranks on a simulated network
 // whose sends take perByte per byte; ring all-reduces (2(P-1) rounds, each sending m/P floats
 // of a bucket of m), so a bucket costs 2(P-1)·(4m/P)·perByte = 16m/3·perByte on every rank;
 // the backward "computes" for 85 ms. At 400 ns/byte the imposed communication is 51.2 ms per
-// iteration (CCR 0.60, I = 1); doubling the per-byte cost doubles it (CCR 1.20, I = 2). What the
-// profiler measures can only exceed the imposed cost (sleeps overshoot, goroutines wake late on
-// a loaded machine: about 1 ms per message here), so the bounds are [1, 1.5] × imposed.
-// With one rank three times slower, the others wait for it inside every all-reduce: their own
-// clocks count that waiting as communication, the aligned timelines do not, and the slow rank's
-// backward is the computation window.
+// iteration (CCR 0.60, I = 1); doubling the per-byte cost doubles it (CCR 1.20, I = 2). On the
+// virtual clocks the profiler must measure exactly that (to the nanosecond rounding of the
+// clocks). With one rank three times slower, the others wait for it inside every all-reduce:
+// their own clocks count that waiting as communication, the aligned timelines do not, and the
+// slow rank's backward is the computation window.
 func TestCovapProfilerFollowsCommCost(t *testing.T) {
-	// The delays are real sleeps: on a machine loaded far beyond its cores a sleep or a
-	// goroutine wake-up can overshoot by tens of milliseconds and push a measurement out of
-	// its band. Such an attempt is repeated (up to three in all); a profiler that measures
-	// the wrong thing fails every attempt.
-	const attempts = 3
-	for a := 1; ; a++ {
-		var errs []string
-		covapProfilerFollowsCommCost(t, func(format string, args ...any) { errs = append(errs, fmt.Sprintf(format, args...)) })
-		if len(errs) == 0 {
-			return
-		}
-		if a == attempts {
-			for _, e := range errs {
-				t.Error(e)
-			}
-			return
-		}
-		t.Logf("attempt %d of %d out of its bands (retrying): %s", a, attempts, strings.Join(errs, "; "))
-	}
-}
-
-func covapProfilerFollowsCommCost(t *testing.T, errorf func(format string, args ...any)) {
 	const p = 3
 	sizes := []int{6000, 12000, 6000}
 	n := sum(sizes)
@@ -204,9 +181,10 @@ func covapProfilerFollowsCommCost(t *testing.T, errorf func(format string, args 
 	compute := []time.Duration{30 * time.Millisecond, 60 * time.Millisecond, 85 * time.Millisecond}
 	even := func(r, b int) time.Duration { return compute[b] }
 	imposed := func(perByte time.Duration) time.Duration { return time.Duration(16*n/3) * perByte }
+	near := func(got, want time.Duration) bool { return (got - want).Abs() <= time.Microsecond }
 
-	base := profileRun(t, delayed(t, p, 400*time.Nanosecond), spec, sizes, even, 4).Profile()
-	double := profileRun(t, delayed(t, p, 800*time.Nanosecond), spec, sizes, even, 4).Profile()
+	base := profileRun(t, p, 400e-9, spec, sizes, even, 4).Profile()
+	double := profileRun(t, p, 800e-9, spec, sizes, even, 4).Profile()
 	if base == nil || double == nil {
 		t.Fatal("no profile after 1 warm-up and 3 measured iterations")
 	}
@@ -218,18 +196,15 @@ func covapProfilerFollowsCommCost(t *testing.T, errorf func(format string, args 
 		want    int
 	}{{base, 400 * time.Nanosecond, 1}, {double, 800 * time.Nanosecond, 2}} {
 		want := imposed(c.perByte)
-		if c.prof.Comm < want || c.prof.Comm > want*150/100 {
-			errorf("%v/B: measured communication %v, imposed %v", c.perByte, c.prof.Comm, want)
+		if !near(c.prof.Comm, want) || !near(c.prof.CommUnaligned, want) {
+			t.Errorf("%v/B: measured communication %v (unaligned %v), imposed %v", c.perByte, c.prof.Comm, c.prof.CommUnaligned, want)
 		}
-		if c.prof.Comp < compute[2] || c.prof.Comp > compute[2]*120/100 {
-			errorf("%v/B: measured computation %v, simulated %v", c.perByte, c.prof.Comp, compute[2])
+		if c.prof.Comp != compute[2] {
+			t.Errorf("%v/B: measured computation %v, simulated %v", c.perByte, c.prof.Comp, compute[2])
 		}
-		if c.prof.Interval != c.want || c.prof.Interval != max(1, int(math.Ceil(c.prof.CCR))) {
-			errorf("%v/B: CCR %.3f gave I=%d, want %d (imposed CCR %.3f)", c.perByte, c.prof.CCR, c.prof.Interval, c.want, float64(want)/float64(compute[2]))
+		if c.prof.Interval != c.want || c.prof.Interval != max(1, int(math.Ceil(c.prof.CCR))) || math.Abs(c.prof.CCR-float64(want)/float64(compute[2])) > 1e-4 {
+			t.Errorf("%v/B: CCR %.4f gave I=%d, want %d (imposed CCR %.4f)", c.perByte, c.prof.CCR, c.prof.Interval, c.want, float64(want)/float64(compute[2]))
 		}
-	}
-	if ratio := double.CCR / base.CCR; ratio < 1.6 || ratio > 2.4 {
-		errorf("doubling the per-byte cost multiplied the CCR by %.2f", ratio)
 	}
 
 	// Rank 1 computes three times slower.
@@ -239,20 +214,20 @@ func covapProfilerFollowsCommCost(t *testing.T, errorf func(format string, args 
 		}
 		return compute[b]
 	}
-	slow := profileRun(t, delayed(t, p, 400*time.Nanosecond), spec, sizes, slowRank, 4).Profile()
+	slow := profileRun(t, p, 400e-9, spec, sizes, slowRank, 4).Profile()
 	t.Logf("400 ns/B, rank 1 3× slower: %+v", *slow)
-	want := imposed(400 * time.Nanosecond)
-	if slow.Comm < want || slow.Comm > want*150/100 {
-		errorf("slow rank: aligned communication %v, imposed %v: waiting for the slow rank was counted", slow.Comm, want)
+	if want := imposed(400 * time.Nanosecond); !near(slow.Comm, want) {
+		t.Errorf("slow rank: aligned communication %v, imposed %v: waiting for the slow rank was counted", slow.Comm, want)
 	}
-	// The fast ranks wait for the slow one in every all-reduce, about 2·85 ms minus the time the
-	// slow rank spends in its own all-reduces, per iteration; on their own clocks that is
-	// communication.
+	// The fast ranks wait for the slow one in every all-reduce: per iteration 2·(255 − 85) ms
+	// of waiting spread over them (their last bucket starts at 85.6 ms instead of 255 ms, and
+	// so on), which their own clocks count as communication: the mean over the 3 ranks is far
+	// above the aligned figure.
 	if slow.CommUnaligned < slow.Comm+60*time.Millisecond {
-		errorf("slow rank: the ranks' own clocks say %v of communication, aligned %v: expected the waiting to show there", slow.CommUnaligned, slow.Comm)
+		t.Errorf("slow rank: the ranks' own clocks say %v of communication, aligned %v: expected the waiting to show there", slow.CommUnaligned, slow.Comm)
 	}
-	if slow.Comp < 3*compute[2] || slow.Comp > 3*compute[2]*120/100 {
-		errorf("slow rank: computation %v, want the slow rank's %v", slow.Comp, 3*compute[2])
+	if slow.Comp != 3*compute[2] {
+		t.Errorf("slow rank: computation %v, want the slow rank's %v", slow.Comp, 3*compute[2])
 	}
 }
 

@@ -37,6 +37,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"time"
 
 	"github.com/spargo-dl/spargo/comm"
 )
@@ -297,7 +298,14 @@ type group struct {
 	inner comm.Group
 }
 
-var _ comm.Group = (*group)(nil)
+var (
+	_ comm.Group   = (*group)(nil)
+	_ comm.Clocked = (*group)(nil)
+)
+
+// Now is the rank's virtual time (comm.Clocked): code that times its communication through
+// comm.Now measures the simulated network.
+func (g *group) Now() time.Duration { return time.Duration(g.net.Clock(g.rank) * float64(time.Second)) }
 
 func (g *group) Rank() int                { return g.rank }
 func (g *group) Size() int                { return g.inner.Size() }
