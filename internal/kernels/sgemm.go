@@ -416,7 +416,7 @@ func (j *gemmJob) packA(i0, mc, p0, kc int, dst []float32) {
 		packFlippedKernel(j.p.mr, j.a, j.kOut, j.kIn, j.kk, i0, mc, p0, kc, dst)
 		return
 	}
-	packA(j.p.mr, j.transA, j.a, j.lda, i0, mc, p0, kc, dst)
+	packA(j.p.mr, j.transA, j.a, j.lda, i0, mc, p0, kc, dst, j.p.vec.pack8)
 }
 
 func (j *gemmJob) packB(p0, kc, j0, nc int, dst []float32) {
@@ -434,7 +434,9 @@ func (j *gemmJob) packB(p0, kc, j0, nc int, dst []float32) {
 
 // packA packs op(A)[i0:i0+mc, p0:p0+kc] into mr-row slivers: sliver s holds,
 // for each p, the mr values op(A)[i0+s*mr+r, p0+p] (zero padded past mc).
-func packA(mr int, trans bool, a []float32, lda, i0, mc, p0, kc int, dst []float32) {
+// pack8, when not nil, is the implementation's vecOps.pack8, used for whole 8-row
+// slivers of a non-transposed A.
+func packA(mr int, trans bool, a []float32, lda, i0, mc, p0, kc int, dst []float32, pack8 func(dst, src []float32, lds, blocks int)) {
 	for s := 0; s < mc; s += mr {
 		rows := min(mr, mc-s)
 		d := dst[s*kc : s*kc+mr*kc]
@@ -462,11 +464,16 @@ func packA(mr int, trans bool, a []float32, lda, i0, mc, p0, kc int, dst []float
 		if rows == 8 && mr == 8 {
 			// The AVX-512 sliver: read eight rows together so the packed
 			// output is written sequentially.
-			base := (i0+s)*lda + p0
-			r0, r1 := a[base:base+kc], a[base+lda:base+lda+kc]
-			r2, r3 := a[base+2*lda:base+2*lda+kc], a[base+3*lda:base+3*lda+kc]
-			r4, r5 := a[base+4*lda:base+4*lda+kc], a[base+5*lda:base+5*lda+kc]
-			r6, r7 := a[base+6*lda:base+6*lda+kc], a[base+7*lda:base+7*lda+kc]
+			base, kr := (i0+s)*lda+p0, kc
+			if pt := kc / 16 * 16; pack8 != nil && pt > 0 {
+				// Whole blocks of 16 columns in registers, the rest below.
+				pack8(d, a[base:], lda, kc/16)
+				d, base, kr = d[pt*8:], base+pt, kc-pt
+			}
+			r0, r1 := a[base:base+kr], a[base+lda:base+lda+kr]
+			r2, r3 := a[base+2*lda:base+2*lda+kr], a[base+3*lda:base+3*lda+kr]
+			r4, r5 := a[base+4*lda:base+4*lda+kr], a[base+5*lda:base+5*lda+kr]
+			r6, r7 := a[base+6*lda:base+6*lda+kr], a[base+7*lda:base+7*lda+kr]
 			for p := range r0 {
 				dp := (*[8]float32)(d[p*8 : p*8+8])
 				dp[0], dp[1], dp[2], dp[3] = r0[p], r1[p], r2[p], r3[p]

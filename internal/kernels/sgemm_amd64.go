@@ -178,6 +178,12 @@ var avx512Vec = &vecOps{
 			geluBwdSetAVX512(&dx[0], &x[0], &cdf[0], &dy[0], n)
 		}
 	},
+	pack8: func(dst, src []float32, lds, blocks int) {
+		if blocks > 0 {
+			_, _ = dst[128*blocks-1], src[7*lds+16*blocks-1]
+			pack8AVX512(&dst[0], &src[0], lds, blocks)
+		}
+	},
 	maxPool2x2Row: func(y []float32, arg []int32, r0, r1 []float32, base, w int32) {
 		if n := len(y); n > 0 {
 			_, _, _ = arg[n-1], r0[2*n-1], r1[2*n-1]
