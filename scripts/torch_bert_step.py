@@ -119,11 +119,11 @@ def main():
     tiny_cfg = {"vocab": 30522, "hidden": 128, "layers": 2, "heads": 2, "intermediate": 512,
                 "positions": 512, "types": 2, "eps": 1e-12}
     model = BertForPreTraining(tiny_cfg).train()
-    ids, types, mask, mlm, nsp = batch(30522)
+    ids, types, mask, mlm_labels, nsp = batch(30522)
 
     def tiny():
         model.zero_grad(set_to_none=False)
-        tiny_step(model, ids, types, mask, mlm, nsp).backward()
+        tiny_step(model, ids, types, mask, mlm_labels, nsp).backward()
 
     base_cfg = {"hidden": 768, "heads": 12, "intermediate": 3072, "eps": 1e-12}
     layer = Layer(base_cfg).train()

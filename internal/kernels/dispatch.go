@@ -58,6 +58,15 @@ type vecOps struct {
 	// transpose16 writes dst[(16b+j)·ldd+i] = src[i·lds+16b+j] for i, j < 16,
 	// b < blocks (nil: callers use scalar loops).
 	transpose16 func(dst []float32, ldd int, src []float32, lds, blocks int)
+	// pack8 writes dst[(16b+p)·8+r] = src[r·lds+16b+p] for r < 8, p < 16, b < blocks:
+	// eight rows of A in the 8-row micro-kernel's sliver layout (nil: a Go loop).
+	pack8 func(dst, src []float32, lds, blocks int)
+
+	// Exponential kernels (fastmath.go): the softmax, cross-entropy and exact GELU.
+	expSum  func(dst, x []float32, shift float32) float64 // dst = e^(x−shift); returns Σ dst, summed in float64
+	maxOf   func(x []float32) float32                     // the largest element, len(x) ≥ 1 (a NaN may be skipped)
+	gelu    func(y, cdf, x []float32)                     // y = x·Φ(x), and cdf = Φ(x) unless cdf is nil
+	geluBwd func(dx, x, cdf, dy []float32, acc bool)      // dx = (or +=) dy·(Φ(x) + x·φ(x)), Φ = cdf
 }
 
 var genericVec = &vecOps{
@@ -66,6 +75,7 @@ var genericVec = &vecOps{
 	reluBwdSet: reluBwdSetGeneric, sumSqDev: sumSqDevGeneric, dyStats: dyStatsGeneric,
 	affine: affineGeneric, bnBwd: bnBwdGeneric, sgdMom: sgdMomGeneric, sgdPlain: sgdPlainGeneric,
 	maxPool2x2Row: maxPool2x2RowGeneric,
+	expSum:        expSumGeneric, maxOf: maxGeneric, gelu: geluGeneric, geluBwd: geluBwdGeneric,
 }
 
 // implTable holds every implementation compiled into this binary

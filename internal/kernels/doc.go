@@ -57,6 +57,16 @@
 //
 // The elementwise functions use pure Go except on the avx512 path.
 //
+// # Exponentials
+//
+// The softmax, cross-entropy and exact-GELU kernels evaluate e^x and erfc
+// through float32 formulas (fastmath.go: exp32, erfc32; relative errors below
+// 1e-6 and 1e-5) instead of package math. The generic path runs them per
+// element in Go; the avx512 path runs the same formulas 16 lanes at a time
+// (asmgen/mathvec.go), so the two agree to a few ulps. GELU stays the exact
+// erf form PyTorch uses by default (TestGeluAccuracy bounds it against
+// math.Erfc).
+//
 // The environment variable SPARGO_KERNELS=generic|avx2|avx512 overrides the
 // choice (useful for testing every path); a request the CPU cannot run falls
 // back to the best supported implementation below it. Impl reports the name

@@ -53,3 +53,49 @@ func erfc32(x float32) float32 {
 	}
 	return r
 }
+
+// The generic exponential kernels (vecOps.expSum, maxOf, gelu, geluBwd); the AVX-512
+// path evaluates the same formulas sixteen lanes at a time (asmgen/mathvec.go).
+
+func expSumGeneric(dst, x []float32, shift float32) float64 {
+	var z float64
+	for i, v := range x {
+		e := exp32(v - shift)
+		dst[i] = e
+		z += float64(e)
+	}
+	return z
+}
+
+func maxGeneric(x []float32) float32 {
+	mx := x[0]
+	for _, v := range x[1:] {
+		mx = max(mx, v)
+	}
+	return mx
+}
+
+// phi32 is Φ(x) = erfc(−x/√2)/2, accurate relative to Φ also in the far negative tail.
+func phi32(x float32) float32 { return 0.5 * erfc32(-x*math.Sqrt2/2) }
+
+func geluGeneric(y, cdf, x []float32) {
+	for i, v := range x {
+		c := phi32(v)
+		if cdf != nil {
+			cdf[i] = c
+		}
+		y[i] = v * c
+	}
+}
+
+func geluBwdGeneric(dx, x, cdf, dy []float32, acc bool) {
+	const invSqrt2Pi = 0.3989422804014327
+	for i, v := range x {
+		g := dy[i] * (cdf[i] + v*invSqrt2Pi*exp32(-0.5*v*v))
+		if acc {
+			dx[i] += g
+		} else {
+			dx[i] = g
+		}
+	}
+}

@@ -868,3 +868,1178 @@ maxPool2x2RowAVX512_hiz:
 maxPool2x2RowAVX512_done:
 	VZEROUPPER
 	RET
+
+DATA mathvec_consts<>+0(SB)/4, $0xc2d00000
+DATA mathvec_consts<>+4(SB)/4, $0x42b20000
+DATA mathvec_consts<>+8(SB)/4, $0x3fb8aa3b
+DATA mathvec_consts<>+12(SB)/4, $0x3f317200
+DATA mathvec_consts<>+16(SB)/4, $0x35bfbe8e
+DATA mathvec_consts<>+20(SB)/4, $0x3ab60b61
+DATA mathvec_consts<>+24(SB)/4, $0x3c088889
+DATA mathvec_consts<>+28(SB)/4, $0x3d2aaaab
+DATA mathvec_consts<>+32(SB)/4, $0x3e2aaaab
+DATA mathvec_consts<>+36(SB)/4, $0x3f000000
+DATA mathvec_consts<>+40(SB)/4, $0x3f800000
+DATA mathvec_consts<>+44(SB)/4, $0x40000000
+DATA mathvec_consts<>+48(SB)/4, $0x00000000
+DATA mathvec_consts<>+52(SB)/4, $0xff800000
+DATA mathvec_consts<>+56(SB)/4, $0xbf3504f3
+DATA mathvec_consts<>+60(SB)/4, $0xbf000000
+DATA mathvec_consts<>+64(SB)/4, $0x3ecc422a
+DATA mathvec_consts<>+68(SB)/4, $0x3e2ef945
+DATA mathvec_consts<>+72(SB)/4, $0xbf527892
+DATA mathvec_consts<>+76(SB)/4, $0x3fbe87b0
+DATA mathvec_consts<>+80(SB)/4, $0xbf914e5d
+DATA mathvec_consts<>+84(SB)/4, $0x3e8ec7cc
+DATA mathvec_consts<>+88(SB)/4, $0xbe3ec24c
+DATA mathvec_consts<>+92(SB)/4, $0x3dc636c9
+DATA mathvec_consts<>+96(SB)/4, $0x3ebf88fb
+DATA mathvec_consts<>+100(SB)/4, $0x3f8000c7
+DATA mathvec_consts<>+104(SB)/4, $0xbfa1fc4e
+DATA mathvec_consts<>+108(SB)/4, $0x7fffffff
+GLOBL mathvec_consts<>(SB), RODATA|NOPTR, $112
+
+// func expSumAVX512(dst *float32, x *float32, n int, shift float32) float64
+// Requires: AVX, AVX512F, AVX512VL, BMI2
+TEXT ·expSumAVX512(SB), NOSPLIT, $0-40
+	MOVQ         dst+0(FP), AX
+	MOVQ         x+8(FP), CX
+	MOVQ         n+16(FP), DX
+	VBROADCASTSS shift+24(FP), Z0
+	VBROADCASTSS mathvec_consts<>+0(SB), Z1
+	VBROADCASTSS mathvec_consts<>+4(SB), Z2
+	VPXORD       Z3, Z3, Z3
+	VPXORD       Z4, Z4, Z4
+	VPXORD       Z5, Z5, Z5
+	VPXORD       Z6, Z6, Z6
+	VPXORD       Z7, Z7, Z7
+	VPXORD       Z8, Z8, Z8
+	VPXORD       Z9, Z9, Z9
+	VPXORD       Z10, Z10, Z10
+
+expSumAVX512_loop64:
+	CMPQ              DX, $0x40
+	JL                expSumAVX512_loop16
+	VMOVUPS           (CX), Z11
+	VSUBPS            Z0, Z11, Z11
+	VMAXPS            Z11, Z1, Z11
+	VMINPS            Z11, Z2, Z11
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z11, Z12
+	VRNDSCALEPS       $0x08, Z12, Z12
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z12, Z11
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z12, Z11
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z13
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z11, Z13
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z11, Z13
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z11, Z13
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z11, Z13
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z11, Z13
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z11, Z13
+	VSCALEFPS         Z12, Z13, Z11
+	VMOVUPS           Z11, (AX)
+	VCVTPS2PD         Y11, Z12
+	VEXTRACTF64X4     $0x01, Z11, Y11
+	VCVTPS2PD         Y11, Z11
+	VADDPD            Z12, Z3, Z3
+	VADDPD            Z11, Z4, Z4
+	VMOVUPS           64(CX), Z11
+	VSUBPS            Z0, Z11, Z11
+	VMAXPS            Z11, Z1, Z11
+	VMINPS            Z11, Z2, Z11
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z11, Z12
+	VRNDSCALEPS       $0x08, Z12, Z12
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z12, Z11
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z12, Z11
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z13
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z11, Z13
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z11, Z13
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z11, Z13
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z11, Z13
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z11, Z13
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z11, Z13
+	VSCALEFPS         Z12, Z13, Z11
+	VMOVUPS           Z11, 64(AX)
+	VCVTPS2PD         Y11, Z12
+	VEXTRACTF64X4     $0x01, Z11, Y11
+	VCVTPS2PD         Y11, Z11
+	VADDPD            Z12, Z5, Z5
+	VADDPD            Z11, Z6, Z6
+	VMOVUPS           128(CX), Z11
+	VSUBPS            Z0, Z11, Z11
+	VMAXPS            Z11, Z1, Z11
+	VMINPS            Z11, Z2, Z11
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z11, Z12
+	VRNDSCALEPS       $0x08, Z12, Z12
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z12, Z11
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z12, Z11
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z13
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z11, Z13
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z11, Z13
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z11, Z13
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z11, Z13
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z11, Z13
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z11, Z13
+	VSCALEFPS         Z12, Z13, Z11
+	VMOVUPS           Z11, 128(AX)
+	VCVTPS2PD         Y11, Z12
+	VEXTRACTF64X4     $0x01, Z11, Y11
+	VCVTPS2PD         Y11, Z11
+	VADDPD            Z12, Z7, Z7
+	VADDPD            Z11, Z8, Z8
+	VMOVUPS           192(CX), Z11
+	VSUBPS            Z0, Z11, Z11
+	VMAXPS            Z11, Z1, Z11
+	VMINPS            Z11, Z2, Z11
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z11, Z12
+	VRNDSCALEPS       $0x08, Z12, Z12
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z12, Z11
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z12, Z11
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z13
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z11, Z13
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z11, Z13
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z11, Z13
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z11, Z13
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z11, Z13
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z11, Z13
+	VSCALEFPS         Z12, Z13, Z11
+	VMOVUPS           Z11, 192(AX)
+	VCVTPS2PD         Y11, Z12
+	VEXTRACTF64X4     $0x01, Z11, Y11
+	VCVTPS2PD         Y11, Z11
+	VADDPD            Z12, Z9, Z9
+	VADDPD            Z11, Z10, Z10
+	ADDQ              $0x00000100, AX
+	ADDQ              $0x00000100, CX
+	SUBQ              $0x40, DX
+	JMP               expSumAVX512_loop64
+
+expSumAVX512_loop16:
+	CMPQ              DX, $0x10
+	JL                expSumAVX512_tail
+	VMOVUPS           (CX), Z11
+	VSUBPS            Z0, Z11, Z11
+	VMAXPS            Z11, Z1, Z11
+	VMINPS            Z11, Z2, Z11
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z11, Z12
+	VRNDSCALEPS       $0x08, Z12, Z12
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z12, Z11
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z12, Z11
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z13
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z11, Z13
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z11, Z13
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z11, Z13
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z11, Z13
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z11, Z13
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z11, Z13
+	VSCALEFPS         Z12, Z13, Z11
+	VMOVUPS           Z11, (AX)
+	VCVTPS2PD         Y11, Z12
+	VEXTRACTF64X4     $0x01, Z11, Y11
+	VCVTPS2PD         Y11, Z11
+	VADDPD            Z12, Z3, Z3
+	VADDPD            Z11, Z4, Z4
+	ADDQ              $0x40, AX
+	ADDQ              $0x40, CX
+	SUBQ              $0x10, DX
+	JMP               expSumAVX512_loop16
+
+expSumAVX512_tail:
+	TESTQ             DX, DX
+	JE                expSumAVX512_done
+	MOVL              $0x0000ffff, BX
+	BZHIL             DX, BX, BX
+	KMOVW             BX, K1
+	VMOVUPS.Z         (CX), K1, Z11
+	VSUBPS            Z0, Z11, Z11
+	VMAXPS            Z11, Z1, Z11
+	VMINPS            Z11, Z2, Z11
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z11, Z0
+	VRNDSCALEPS       $0x08, Z0, Z0
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z0, Z11
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z0, Z11
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z1
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z11, Z1
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z11, Z1
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z11, Z1
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z11, Z1
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z11, Z1
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z11, Z1
+	VSCALEFPS.Z       Z0, Z1, K1, Z11
+	VMOVUPS           Z11, K1, (AX)
+	VCVTPS2PD         Y11, Z0
+	VEXTRACTF64X4     $0x01, Z11, Y1
+	VCVTPS2PD         Y1, Z1
+	VADDPD            Z0, Z3, Z3
+	VADDPD            Z1, Z4, Z4
+
+expSumAVX512_done:
+	VADDPD        Z4, Z3, Z3
+	VADDPD        Z6, Z5, Z5
+	VADDPD        Z8, Z7, Z7
+	VADDPD        Z10, Z9, Z9
+	VADDPD        Z5, Z3, Z3
+	VADDPD        Z9, Z7, Z7
+	VADDPD        Z7, Z3, Z3
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPD        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPD        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDSD        X0, X1, X1
+	VMOVSD        X1, ret+32(FP)
+	VZEROUPPER
+	RET
+
+// func maxAVX512(x *float32, n int) float32
+// Requires: AVX, AVX512F, AVX512VL, BMI2
+TEXT ·maxAVX512(SB), NOSPLIT, $0-20
+	MOVQ         x+0(FP), AX
+	MOVQ         n+8(FP), CX
+	VBROADCASTSS mathvec_consts<>+52(SB), Z0
+	VMOVAPS      Z0, Z1
+	VMOVAPS      Z0, Z2
+	VMOVAPS      Z0, Z3
+
+maxAVX512_loop64:
+	CMPQ   CX, $0x40
+	JL     maxAVX512_loop16
+	VMAXPS (AX), Z0, Z0
+	VMAXPS 64(AX), Z1, Z1
+	VMAXPS 128(AX), Z2, Z2
+	VMAXPS 192(AX), Z3, Z3
+	ADDQ   $0x00000100, AX
+	SUBQ   $0x40, CX
+	JMP    maxAVX512_loop64
+
+maxAVX512_loop16:
+	CMPQ   CX, $0x10
+	JL     maxAVX512_tail
+	VMAXPS (AX), Z0, Z0
+	ADDQ   $0x40, AX
+	SUBQ   $0x10, CX
+	JMP    maxAVX512_loop16
+
+maxAVX512_tail:
+	TESTQ  CX, CX
+	JE     maxAVX512_done
+	MOVL   $0x0000ffff, DX
+	BZHIL  CX, DX, DX
+	KMOVW  DX, K1
+	VMAXPS (AX), Z0, K1, Z0
+
+maxAVX512_done:
+	VMAXPS        Z1, Z0, Z0
+	VMAXPS        Z3, Z2, Z2
+	VMAXPS        Z2, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VMAXPS        Y1, Y0, Y1
+	VEXTRACTF32X4 $0x01, Y1, X0
+	VMAXPS        X0, X1, X0
+	VMOVHLPS      X0, X0, X1
+	VMAXPS        X1, X0, X0
+	VMOVSHDUP     X0, X1
+	VMAXSS        X1, X0, X0
+	VMOVSS        X0, ret+16(FP)
+	VZEROUPPER
+	RET
+
+// func geluAVX512(y *float32, x *float32, n int)
+// Requires: AVX, AVX512F, BMI2
+TEXT ·geluAVX512(SB), NOSPLIT, $0-24
+	MOVQ         y+0(FP), AX
+	MOVQ         x+8(FP), CX
+	MOVQ         n+16(FP), DX
+	VBROADCASTSS mathvec_consts<>+0(SB), Z0
+	VBROADCASTSS mathvec_consts<>+4(SB), Z1
+	VBROADCASTSS mathvec_consts<>+40(SB), Z2
+	VBROADCASTSS mathvec_consts<>+44(SB), Z3
+
+geluAVX512_loop64:
+	CMPQ              DX, $0x40
+	JL                geluAVX512_loop16
+	VMOVUPS           (CX), Z4
+	VMULPS.BCST       mathvec_consts<>+56(SB), Z4, Z5
+	VPANDD.BCST       mathvec_consts<>+108(SB), Z5, Z6
+	VMOVAPS           Z2, Z7
+	VFMADD231PS.BCST  mathvec_consts<>+36(SB), Z6, Z7
+	VDIVPS            Z7, Z2, Z7
+	VBROADCASTSS      mathvec_consts<>+68(SB), Z8
+	VFMADD213PS.BCST  mathvec_consts<>+72(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+76(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+80(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+84(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+88(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+92(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+96(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+100(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+104(SB), Z7, Z8
+	VFNMADD231PS      Z6, Z6, Z8
+	VMAXPS            Z8, Z0, Z8
+	VMINPS            Z8, Z1, Z8
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z8, Z6
+	VRNDSCALEPS       $0x08, Z6, Z6
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z6, Z8
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z6, Z8
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z9
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z8, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z8, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z8, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z8, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z8, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z8, Z9
+	VSCALEFPS         Z6, Z9, Z8
+	VMULPS            Z7, Z8, Z8
+	VCMPPS.BCST       $0x11, mathvec_consts<>+48(SB), Z5, K1
+	VSUBPS            Z8, Z3, K1, Z8
+	VMULPS.BCST       mathvec_consts<>+36(SB), Z8, Z8
+	VMULPS            Z8, Z4, Z4
+	VMOVUPS           Z4, (AX)
+	VMOVUPS           64(CX), Z4
+	VMULPS.BCST       mathvec_consts<>+56(SB), Z4, Z5
+	VPANDD.BCST       mathvec_consts<>+108(SB), Z5, Z6
+	VMOVAPS           Z2, Z7
+	VFMADD231PS.BCST  mathvec_consts<>+36(SB), Z6, Z7
+	VDIVPS            Z7, Z2, Z7
+	VBROADCASTSS      mathvec_consts<>+68(SB), Z8
+	VFMADD213PS.BCST  mathvec_consts<>+72(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+76(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+80(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+84(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+88(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+92(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+96(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+100(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+104(SB), Z7, Z8
+	VFNMADD231PS      Z6, Z6, Z8
+	VMAXPS            Z8, Z0, Z8
+	VMINPS            Z8, Z1, Z8
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z8, Z6
+	VRNDSCALEPS       $0x08, Z6, Z6
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z6, Z8
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z6, Z8
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z9
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z8, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z8, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z8, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z8, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z8, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z8, Z9
+	VSCALEFPS         Z6, Z9, Z8
+	VMULPS            Z7, Z8, Z8
+	VCMPPS.BCST       $0x11, mathvec_consts<>+48(SB), Z5, K1
+	VSUBPS            Z8, Z3, K1, Z8
+	VMULPS.BCST       mathvec_consts<>+36(SB), Z8, Z8
+	VMULPS            Z8, Z4, Z4
+	VMOVUPS           Z4, 64(AX)
+	VMOVUPS           128(CX), Z4
+	VMULPS.BCST       mathvec_consts<>+56(SB), Z4, Z5
+	VPANDD.BCST       mathvec_consts<>+108(SB), Z5, Z6
+	VMOVAPS           Z2, Z7
+	VFMADD231PS.BCST  mathvec_consts<>+36(SB), Z6, Z7
+	VDIVPS            Z7, Z2, Z7
+	VBROADCASTSS      mathvec_consts<>+68(SB), Z8
+	VFMADD213PS.BCST  mathvec_consts<>+72(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+76(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+80(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+84(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+88(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+92(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+96(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+100(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+104(SB), Z7, Z8
+	VFNMADD231PS      Z6, Z6, Z8
+	VMAXPS            Z8, Z0, Z8
+	VMINPS            Z8, Z1, Z8
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z8, Z6
+	VRNDSCALEPS       $0x08, Z6, Z6
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z6, Z8
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z6, Z8
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z9
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z8, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z8, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z8, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z8, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z8, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z8, Z9
+	VSCALEFPS         Z6, Z9, Z8
+	VMULPS            Z7, Z8, Z8
+	VCMPPS.BCST       $0x11, mathvec_consts<>+48(SB), Z5, K1
+	VSUBPS            Z8, Z3, K1, Z8
+	VMULPS.BCST       mathvec_consts<>+36(SB), Z8, Z8
+	VMULPS            Z8, Z4, Z4
+	VMOVUPS           Z4, 128(AX)
+	VMOVUPS           192(CX), Z4
+	VMULPS.BCST       mathvec_consts<>+56(SB), Z4, Z5
+	VPANDD.BCST       mathvec_consts<>+108(SB), Z5, Z6
+	VMOVAPS           Z2, Z7
+	VFMADD231PS.BCST  mathvec_consts<>+36(SB), Z6, Z7
+	VDIVPS            Z7, Z2, Z7
+	VBROADCASTSS      mathvec_consts<>+68(SB), Z8
+	VFMADD213PS.BCST  mathvec_consts<>+72(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+76(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+80(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+84(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+88(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+92(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+96(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+100(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+104(SB), Z7, Z8
+	VFNMADD231PS      Z6, Z6, Z8
+	VMAXPS            Z8, Z0, Z8
+	VMINPS            Z8, Z1, Z8
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z8, Z6
+	VRNDSCALEPS       $0x08, Z6, Z6
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z6, Z8
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z6, Z8
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z9
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z8, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z8, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z8, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z8, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z8, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z8, Z9
+	VSCALEFPS         Z6, Z9, Z8
+	VMULPS            Z7, Z8, Z8
+	VCMPPS.BCST       $0x11, mathvec_consts<>+48(SB), Z5, K1
+	VSUBPS            Z8, Z3, K1, Z8
+	VMULPS.BCST       mathvec_consts<>+36(SB), Z8, Z8
+	VMULPS            Z8, Z4, Z4
+	VMOVUPS           Z4, 192(AX)
+	ADDQ              $0x00000100, AX
+	ADDQ              $0x00000100, CX
+	SUBQ              $0x40, DX
+	JMP               geluAVX512_loop64
+
+geluAVX512_loop16:
+	CMPQ              DX, $0x10
+	JL                geluAVX512_tail
+	VMOVUPS           (CX), Z4
+	VMULPS.BCST       mathvec_consts<>+56(SB), Z4, Z5
+	VPANDD.BCST       mathvec_consts<>+108(SB), Z5, Z6
+	VMOVAPS           Z2, Z7
+	VFMADD231PS.BCST  mathvec_consts<>+36(SB), Z6, Z7
+	VDIVPS            Z7, Z2, Z7
+	VBROADCASTSS      mathvec_consts<>+68(SB), Z8
+	VFMADD213PS.BCST  mathvec_consts<>+72(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+76(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+80(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+84(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+88(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+92(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+96(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+100(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+104(SB), Z7, Z8
+	VFNMADD231PS      Z6, Z6, Z8
+	VMAXPS            Z8, Z0, Z8
+	VMINPS            Z8, Z1, Z8
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z8, Z6
+	VRNDSCALEPS       $0x08, Z6, Z6
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z6, Z8
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z6, Z8
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z9
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z8, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z8, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z8, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z8, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z8, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z8, Z9
+	VSCALEFPS         Z6, Z9, Z8
+	VMULPS            Z7, Z8, Z8
+	VCMPPS.BCST       $0x11, mathvec_consts<>+48(SB), Z5, K1
+	VSUBPS            Z8, Z3, K1, Z8
+	VMULPS.BCST       mathvec_consts<>+36(SB), Z8, Z8
+	VMULPS            Z8, Z4, Z4
+	VMOVUPS           Z4, (AX)
+	ADDQ              $0x40, AX
+	ADDQ              $0x40, CX
+	SUBQ              $0x10, DX
+	JMP               geluAVX512_loop16
+
+geluAVX512_tail:
+	TESTQ             DX, DX
+	JE                geluAVX512_done
+	MOVL              $0x0000ffff, BX
+	BZHIL             DX, BX, BX
+	KMOVW             BX, K1
+	VMOVUPS.Z         (CX), K1, Z4
+	VMULPS.BCST       mathvec_consts<>+56(SB), Z4, Z5
+	VPANDD.BCST       mathvec_consts<>+108(SB), Z5, Z6
+	VMOVAPS           Z2, Z7
+	VFMADD231PS.BCST  mathvec_consts<>+36(SB), Z6, Z7
+	VDIVPS            Z7, Z2, Z7
+	VBROADCASTSS      mathvec_consts<>+68(SB), Z2
+	VFMADD213PS.BCST  mathvec_consts<>+72(SB), Z7, Z2
+	VFMADD213PS.BCST  mathvec_consts<>+76(SB), Z7, Z2
+	VFMADD213PS.BCST  mathvec_consts<>+80(SB), Z7, Z2
+	VFMADD213PS.BCST  mathvec_consts<>+84(SB), Z7, Z2
+	VFMADD213PS.BCST  mathvec_consts<>+88(SB), Z7, Z2
+	VFMADD213PS.BCST  mathvec_consts<>+92(SB), Z7, Z2
+	VFMADD213PS.BCST  mathvec_consts<>+96(SB), Z7, Z2
+	VFMADD213PS.BCST  mathvec_consts<>+100(SB), Z7, Z2
+	VFMADD213PS.BCST  mathvec_consts<>+104(SB), Z7, Z2
+	VFNMADD231PS      Z6, Z6, Z2
+	VMAXPS            Z2, Z0, Z2
+	VMINPS            Z2, Z1, Z2
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z2, Z0
+	VRNDSCALEPS       $0x08, Z0, Z0
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z0, Z2
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z0, Z2
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z1
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z2, Z1
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z2, Z1
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z2, Z1
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z2, Z1
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z2, Z1
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z2, Z1
+	VSCALEFPS         Z0, Z1, Z2
+	VMULPS            Z7, Z2, Z2
+	VCMPPS.BCST       $0x11, mathvec_consts<>+48(SB), Z5, K2
+	VSUBPS            Z2, Z3, K2, Z2
+	VMULPS.BCST       mathvec_consts<>+36(SB), Z2, Z2
+	VMULPS            Z2, Z4, Z4
+	VMOVUPS           Z4, K1, (AX)
+
+geluAVX512_done:
+	VZEROUPPER
+	RET
+
+// func geluCDFAVX512(y *float32, cdf *float32, x *float32, n int)
+// Requires: AVX, AVX512F, BMI2
+TEXT ·geluCDFAVX512(SB), NOSPLIT, $0-32
+	MOVQ         y+0(FP), AX
+	MOVQ         cdf+8(FP), CX
+	MOVQ         x+16(FP), DX
+	MOVQ         n+24(FP), BX
+	VBROADCASTSS mathvec_consts<>+0(SB), Z0
+	VBROADCASTSS mathvec_consts<>+4(SB), Z1
+	VBROADCASTSS mathvec_consts<>+40(SB), Z2
+	VBROADCASTSS mathvec_consts<>+44(SB), Z3
+
+geluCDFAVX512_loop64:
+	CMPQ              BX, $0x40
+	JL                geluCDFAVX512_loop16
+	VMOVUPS           (DX), Z4
+	VMULPS.BCST       mathvec_consts<>+56(SB), Z4, Z5
+	VPANDD.BCST       mathvec_consts<>+108(SB), Z5, Z6
+	VMOVAPS           Z2, Z7
+	VFMADD231PS.BCST  mathvec_consts<>+36(SB), Z6, Z7
+	VDIVPS            Z7, Z2, Z7
+	VBROADCASTSS      mathvec_consts<>+68(SB), Z8
+	VFMADD213PS.BCST  mathvec_consts<>+72(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+76(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+80(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+84(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+88(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+92(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+96(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+100(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+104(SB), Z7, Z8
+	VFNMADD231PS      Z6, Z6, Z8
+	VMAXPS            Z8, Z0, Z8
+	VMINPS            Z8, Z1, Z8
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z8, Z6
+	VRNDSCALEPS       $0x08, Z6, Z6
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z6, Z8
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z6, Z8
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z9
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z8, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z8, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z8, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z8, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z8, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z8, Z9
+	VSCALEFPS         Z6, Z9, Z8
+	VMULPS            Z7, Z8, Z8
+	VCMPPS.BCST       $0x11, mathvec_consts<>+48(SB), Z5, K1
+	VSUBPS            Z8, Z3, K1, Z8
+	VMULPS.BCST       mathvec_consts<>+36(SB), Z8, Z8
+	VMOVUPS           Z8, (CX)
+	VMULPS            Z8, Z4, Z4
+	VMOVUPS           Z4, (AX)
+	VMOVUPS           64(DX), Z4
+	VMULPS.BCST       mathvec_consts<>+56(SB), Z4, Z5
+	VPANDD.BCST       mathvec_consts<>+108(SB), Z5, Z6
+	VMOVAPS           Z2, Z7
+	VFMADD231PS.BCST  mathvec_consts<>+36(SB), Z6, Z7
+	VDIVPS            Z7, Z2, Z7
+	VBROADCASTSS      mathvec_consts<>+68(SB), Z8
+	VFMADD213PS.BCST  mathvec_consts<>+72(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+76(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+80(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+84(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+88(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+92(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+96(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+100(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+104(SB), Z7, Z8
+	VFNMADD231PS      Z6, Z6, Z8
+	VMAXPS            Z8, Z0, Z8
+	VMINPS            Z8, Z1, Z8
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z8, Z6
+	VRNDSCALEPS       $0x08, Z6, Z6
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z6, Z8
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z6, Z8
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z9
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z8, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z8, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z8, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z8, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z8, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z8, Z9
+	VSCALEFPS         Z6, Z9, Z8
+	VMULPS            Z7, Z8, Z8
+	VCMPPS.BCST       $0x11, mathvec_consts<>+48(SB), Z5, K1
+	VSUBPS            Z8, Z3, K1, Z8
+	VMULPS.BCST       mathvec_consts<>+36(SB), Z8, Z8
+	VMOVUPS           Z8, 64(CX)
+	VMULPS            Z8, Z4, Z4
+	VMOVUPS           Z4, 64(AX)
+	VMOVUPS           128(DX), Z4
+	VMULPS.BCST       mathvec_consts<>+56(SB), Z4, Z5
+	VPANDD.BCST       mathvec_consts<>+108(SB), Z5, Z6
+	VMOVAPS           Z2, Z7
+	VFMADD231PS.BCST  mathvec_consts<>+36(SB), Z6, Z7
+	VDIVPS            Z7, Z2, Z7
+	VBROADCASTSS      mathvec_consts<>+68(SB), Z8
+	VFMADD213PS.BCST  mathvec_consts<>+72(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+76(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+80(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+84(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+88(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+92(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+96(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+100(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+104(SB), Z7, Z8
+	VFNMADD231PS      Z6, Z6, Z8
+	VMAXPS            Z8, Z0, Z8
+	VMINPS            Z8, Z1, Z8
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z8, Z6
+	VRNDSCALEPS       $0x08, Z6, Z6
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z6, Z8
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z6, Z8
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z9
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z8, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z8, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z8, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z8, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z8, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z8, Z9
+	VSCALEFPS         Z6, Z9, Z8
+	VMULPS            Z7, Z8, Z8
+	VCMPPS.BCST       $0x11, mathvec_consts<>+48(SB), Z5, K1
+	VSUBPS            Z8, Z3, K1, Z8
+	VMULPS.BCST       mathvec_consts<>+36(SB), Z8, Z8
+	VMOVUPS           Z8, 128(CX)
+	VMULPS            Z8, Z4, Z4
+	VMOVUPS           Z4, 128(AX)
+	VMOVUPS           192(DX), Z4
+	VMULPS.BCST       mathvec_consts<>+56(SB), Z4, Z5
+	VPANDD.BCST       mathvec_consts<>+108(SB), Z5, Z6
+	VMOVAPS           Z2, Z7
+	VFMADD231PS.BCST  mathvec_consts<>+36(SB), Z6, Z7
+	VDIVPS            Z7, Z2, Z7
+	VBROADCASTSS      mathvec_consts<>+68(SB), Z8
+	VFMADD213PS.BCST  mathvec_consts<>+72(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+76(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+80(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+84(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+88(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+92(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+96(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+100(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+104(SB), Z7, Z8
+	VFNMADD231PS      Z6, Z6, Z8
+	VMAXPS            Z8, Z0, Z8
+	VMINPS            Z8, Z1, Z8
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z8, Z6
+	VRNDSCALEPS       $0x08, Z6, Z6
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z6, Z8
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z6, Z8
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z9
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z8, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z8, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z8, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z8, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z8, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z8, Z9
+	VSCALEFPS         Z6, Z9, Z8
+	VMULPS            Z7, Z8, Z8
+	VCMPPS.BCST       $0x11, mathvec_consts<>+48(SB), Z5, K1
+	VSUBPS            Z8, Z3, K1, Z8
+	VMULPS.BCST       mathvec_consts<>+36(SB), Z8, Z8
+	VMOVUPS           Z8, 192(CX)
+	VMULPS            Z8, Z4, Z4
+	VMOVUPS           Z4, 192(AX)
+	ADDQ              $0x00000100, AX
+	ADDQ              $0x00000100, CX
+	ADDQ              $0x00000100, DX
+	SUBQ              $0x40, BX
+	JMP               geluCDFAVX512_loop64
+
+geluCDFAVX512_loop16:
+	CMPQ              BX, $0x10
+	JL                geluCDFAVX512_tail
+	VMOVUPS           (DX), Z4
+	VMULPS.BCST       mathvec_consts<>+56(SB), Z4, Z5
+	VPANDD.BCST       mathvec_consts<>+108(SB), Z5, Z6
+	VMOVAPS           Z2, Z7
+	VFMADD231PS.BCST  mathvec_consts<>+36(SB), Z6, Z7
+	VDIVPS            Z7, Z2, Z7
+	VBROADCASTSS      mathvec_consts<>+68(SB), Z8
+	VFMADD213PS.BCST  mathvec_consts<>+72(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+76(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+80(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+84(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+88(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+92(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+96(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+100(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+104(SB), Z7, Z8
+	VFNMADD231PS      Z6, Z6, Z8
+	VMAXPS            Z8, Z0, Z8
+	VMINPS            Z8, Z1, Z8
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z8, Z6
+	VRNDSCALEPS       $0x08, Z6, Z6
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z6, Z8
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z6, Z8
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z9
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z8, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z8, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z8, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z8, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z8, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z8, Z9
+	VSCALEFPS         Z6, Z9, Z8
+	VMULPS            Z7, Z8, Z8
+	VCMPPS.BCST       $0x11, mathvec_consts<>+48(SB), Z5, K1
+	VSUBPS            Z8, Z3, K1, Z8
+	VMULPS.BCST       mathvec_consts<>+36(SB), Z8, Z8
+	VMOVUPS           Z8, (CX)
+	VMULPS            Z8, Z4, Z4
+	VMOVUPS           Z4, (AX)
+	ADDQ              $0x40, AX
+	ADDQ              $0x40, CX
+	ADDQ              $0x40, DX
+	SUBQ              $0x10, BX
+	JMP               geluCDFAVX512_loop16
+
+geluCDFAVX512_tail:
+	TESTQ             BX, BX
+	JE                geluCDFAVX512_done
+	MOVL              $0x0000ffff, SI
+	BZHIL             BX, SI, SI
+	KMOVW             SI, K1
+	VMOVUPS.Z         (DX), K1, Z4
+	VMULPS.BCST       mathvec_consts<>+56(SB), Z4, Z5
+	VPANDD.BCST       mathvec_consts<>+108(SB), Z5, Z6
+	VMOVAPS           Z2, Z7
+	VFMADD231PS.BCST  mathvec_consts<>+36(SB), Z6, Z7
+	VDIVPS            Z7, Z2, Z7
+	VBROADCASTSS      mathvec_consts<>+68(SB), Z2
+	VFMADD213PS.BCST  mathvec_consts<>+72(SB), Z7, Z2
+	VFMADD213PS.BCST  mathvec_consts<>+76(SB), Z7, Z2
+	VFMADD213PS.BCST  mathvec_consts<>+80(SB), Z7, Z2
+	VFMADD213PS.BCST  mathvec_consts<>+84(SB), Z7, Z2
+	VFMADD213PS.BCST  mathvec_consts<>+88(SB), Z7, Z2
+	VFMADD213PS.BCST  mathvec_consts<>+92(SB), Z7, Z2
+	VFMADD213PS.BCST  mathvec_consts<>+96(SB), Z7, Z2
+	VFMADD213PS.BCST  mathvec_consts<>+100(SB), Z7, Z2
+	VFMADD213PS.BCST  mathvec_consts<>+104(SB), Z7, Z2
+	VFNMADD231PS      Z6, Z6, Z2
+	VMAXPS            Z2, Z0, Z2
+	VMINPS            Z2, Z1, Z2
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z2, Z0
+	VRNDSCALEPS       $0x08, Z0, Z0
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z0, Z2
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z0, Z2
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z1
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z2, Z1
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z2, Z1
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z2, Z1
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z2, Z1
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z2, Z1
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z2, Z1
+	VSCALEFPS         Z0, Z1, Z2
+	VMULPS            Z7, Z2, Z2
+	VCMPPS.BCST       $0x11, mathvec_consts<>+48(SB), Z5, K2
+	VSUBPS            Z2, Z3, K2, Z2
+	VMULPS.BCST       mathvec_consts<>+36(SB), Z2, Z2
+	VMOVUPS           Z2, K1, (CX)
+	VMULPS            Z2, Z4, Z4
+	VMOVUPS           Z4, K1, (AX)
+
+geluCDFAVX512_done:
+	VZEROUPPER
+	RET
+
+// func geluBwdSetAVX512(dx *float32, x *float32, cdf *float32, dy *float32, n int)
+// Requires: AVX, AVX512F, BMI2
+TEXT ·geluBwdSetAVX512(SB), NOSPLIT, $0-40
+	MOVQ         dx+0(FP), AX
+	MOVQ         x+8(FP), CX
+	MOVQ         cdf+16(FP), DX
+	MOVQ         dy+24(FP), BX
+	MOVQ         n+32(FP), SI
+	VBROADCASTSS mathvec_consts<>+0(SB), Z0
+	VBROADCASTSS mathvec_consts<>+4(SB), Z1
+
+geluBwdSetAVX512_loop64:
+	CMPQ              SI, $0x40
+	JL                geluBwdSetAVX512_loop16
+	VMOVUPS           (CX), Z2
+	VMOVUPS           (DX), Z4
+	VMULPS            Z2, Z2, Z3
+	VMULPS.BCST       mathvec_consts<>+60(SB), Z3, Z3
+	VMAXPS            Z3, Z0, Z3
+	VMINPS            Z3, Z1, Z3
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z3, Z5
+	VRNDSCALEPS       $0x08, Z5, Z5
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z5, Z3
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z5, Z3
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z6
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z3, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z3, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z3, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z3, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z3, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z3, Z6
+	VSCALEFPS         Z5, Z6, Z3
+	VMULPS.BCST       mathvec_consts<>+64(SB), Z2, Z2
+	VFMADD213PS       Z4, Z3, Z2
+	VMOVUPS           (BX), Z3
+	VMULPS            Z3, Z2, Z2
+	VMOVUPS           Z2, (AX)
+	VMOVUPS           64(CX), Z2
+	VMOVUPS           64(DX), Z4
+	VMULPS            Z2, Z2, Z3
+	VMULPS.BCST       mathvec_consts<>+60(SB), Z3, Z3
+	VMAXPS            Z3, Z0, Z3
+	VMINPS            Z3, Z1, Z3
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z3, Z5
+	VRNDSCALEPS       $0x08, Z5, Z5
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z5, Z3
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z5, Z3
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z6
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z3, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z3, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z3, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z3, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z3, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z3, Z6
+	VSCALEFPS         Z5, Z6, Z3
+	VMULPS.BCST       mathvec_consts<>+64(SB), Z2, Z2
+	VFMADD213PS       Z4, Z3, Z2
+	VMOVUPS           64(BX), Z3
+	VMULPS            Z3, Z2, Z2
+	VMOVUPS           Z2, 64(AX)
+	VMOVUPS           128(CX), Z2
+	VMOVUPS           128(DX), Z4
+	VMULPS            Z2, Z2, Z3
+	VMULPS.BCST       mathvec_consts<>+60(SB), Z3, Z3
+	VMAXPS            Z3, Z0, Z3
+	VMINPS            Z3, Z1, Z3
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z3, Z5
+	VRNDSCALEPS       $0x08, Z5, Z5
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z5, Z3
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z5, Z3
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z6
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z3, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z3, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z3, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z3, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z3, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z3, Z6
+	VSCALEFPS         Z5, Z6, Z3
+	VMULPS.BCST       mathvec_consts<>+64(SB), Z2, Z2
+	VFMADD213PS       Z4, Z3, Z2
+	VMOVUPS           128(BX), Z3
+	VMULPS            Z3, Z2, Z2
+	VMOVUPS           Z2, 128(AX)
+	VMOVUPS           192(CX), Z2
+	VMOVUPS           192(DX), Z4
+	VMULPS            Z2, Z2, Z3
+	VMULPS.BCST       mathvec_consts<>+60(SB), Z3, Z3
+	VMAXPS            Z3, Z0, Z3
+	VMINPS            Z3, Z1, Z3
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z3, Z5
+	VRNDSCALEPS       $0x08, Z5, Z5
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z5, Z3
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z5, Z3
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z6
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z3, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z3, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z3, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z3, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z3, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z3, Z6
+	VSCALEFPS         Z5, Z6, Z3
+	VMULPS.BCST       mathvec_consts<>+64(SB), Z2, Z2
+	VFMADD213PS       Z4, Z3, Z2
+	VMOVUPS           192(BX), Z3
+	VMULPS            Z3, Z2, Z2
+	VMOVUPS           Z2, 192(AX)
+	ADDQ              $0x00000100, AX
+	ADDQ              $0x00000100, CX
+	ADDQ              $0x00000100, DX
+	ADDQ              $0x00000100, BX
+	SUBQ              $0x40, SI
+	JMP               geluBwdSetAVX512_loop64
+
+geluBwdSetAVX512_loop16:
+	CMPQ              SI, $0x10
+	JL                geluBwdSetAVX512_tail
+	VMOVUPS           (CX), Z2
+	VMOVUPS           (DX), Z4
+	VMULPS            Z2, Z2, Z3
+	VMULPS.BCST       mathvec_consts<>+60(SB), Z3, Z3
+	VMAXPS            Z3, Z0, Z3
+	VMINPS            Z3, Z1, Z3
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z3, Z5
+	VRNDSCALEPS       $0x08, Z5, Z5
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z5, Z3
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z5, Z3
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z6
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z3, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z3, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z3, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z3, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z3, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z3, Z6
+	VSCALEFPS         Z5, Z6, Z3
+	VMULPS.BCST       mathvec_consts<>+64(SB), Z2, Z2
+	VFMADD213PS       Z4, Z3, Z2
+	VMOVUPS           (BX), Z3
+	VMULPS            Z3, Z2, Z2
+	VMOVUPS           Z2, (AX)
+	ADDQ              $0x40, AX
+	ADDQ              $0x40, CX
+	ADDQ              $0x40, DX
+	ADDQ              $0x40, BX
+	SUBQ              $0x10, SI
+	JMP               geluBwdSetAVX512_loop16
+
+geluBwdSetAVX512_tail:
+	TESTQ             SI, SI
+	JE                geluBwdSetAVX512_done
+	MOVL              $0x0000ffff, DI
+	BZHIL             SI, DI, DI
+	KMOVW             DI, K1
+	VMOVUPS.Z         (CX), K1, Z2
+	VMOVUPS.Z         (DX), K1, Z4
+	VMULPS            Z2, Z2, Z3
+	VMULPS.BCST       mathvec_consts<>+60(SB), Z3, Z3
+	VMAXPS            Z3, Z0, Z3
+	VMINPS            Z3, Z1, Z3
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z3, Z0
+	VRNDSCALEPS       $0x08, Z0, Z0
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z0, Z3
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z0, Z3
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z1
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z3, Z1
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z3, Z1
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z3, Z1
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z3, Z1
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z3, Z1
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z3, Z1
+	VSCALEFPS         Z0, Z1, Z3
+	VMULPS.BCST       mathvec_consts<>+64(SB), Z2, Z0
+	VFMADD213PS       Z4, Z3, Z0
+	VMOVUPS.Z         (BX), K1, Z1
+	VMULPS            Z1, Z0, Z0
+	VMOVUPS           Z0, K1, (AX)
+
+geluBwdSetAVX512_done:
+	VZEROUPPER
+	RET
+
+// func geluBwdAccAVX512(dx *float32, x *float32, cdf *float32, dy *float32, n int)
+// Requires: AVX, AVX512F, BMI2
+TEXT ·geluBwdAccAVX512(SB), NOSPLIT, $0-40
+	MOVQ         dx+0(FP), AX
+	MOVQ         x+8(FP), CX
+	MOVQ         cdf+16(FP), DX
+	MOVQ         dy+24(FP), BX
+	MOVQ         n+32(FP), SI
+	VBROADCASTSS mathvec_consts<>+0(SB), Z0
+	VBROADCASTSS mathvec_consts<>+4(SB), Z1
+
+geluBwdAccAVX512_loop64:
+	CMPQ              SI, $0x40
+	JL                geluBwdAccAVX512_loop16
+	VMOVUPS           (CX), Z2
+	VMOVUPS           (DX), Z4
+	VMULPS            Z2, Z2, Z3
+	VMULPS.BCST       mathvec_consts<>+60(SB), Z3, Z3
+	VMAXPS            Z3, Z0, Z3
+	VMINPS            Z3, Z1, Z3
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z3, Z5
+	VRNDSCALEPS       $0x08, Z5, Z5
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z5, Z3
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z5, Z3
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z6
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z3, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z3, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z3, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z3, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z3, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z3, Z6
+	VSCALEFPS         Z5, Z6, Z3
+	VMULPS.BCST       mathvec_consts<>+64(SB), Z2, Z2
+	VFMADD213PS       Z4, Z3, Z2
+	VMOVUPS           (BX), Z3
+	VMULPS            Z3, Z2, Z2
+	VMOVUPS           (AX), Z3
+	VADDPS            Z3, Z2, Z2
+	VMOVUPS           Z2, (AX)
+	VMOVUPS           64(CX), Z2
+	VMOVUPS           64(DX), Z4
+	VMULPS            Z2, Z2, Z3
+	VMULPS.BCST       mathvec_consts<>+60(SB), Z3, Z3
+	VMAXPS            Z3, Z0, Z3
+	VMINPS            Z3, Z1, Z3
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z3, Z5
+	VRNDSCALEPS       $0x08, Z5, Z5
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z5, Z3
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z5, Z3
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z6
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z3, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z3, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z3, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z3, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z3, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z3, Z6
+	VSCALEFPS         Z5, Z6, Z3
+	VMULPS.BCST       mathvec_consts<>+64(SB), Z2, Z2
+	VFMADD213PS       Z4, Z3, Z2
+	VMOVUPS           64(BX), Z3
+	VMULPS            Z3, Z2, Z2
+	VMOVUPS           64(AX), Z3
+	VADDPS            Z3, Z2, Z2
+	VMOVUPS           Z2, 64(AX)
+	VMOVUPS           128(CX), Z2
+	VMOVUPS           128(DX), Z4
+	VMULPS            Z2, Z2, Z3
+	VMULPS.BCST       mathvec_consts<>+60(SB), Z3, Z3
+	VMAXPS            Z3, Z0, Z3
+	VMINPS            Z3, Z1, Z3
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z3, Z5
+	VRNDSCALEPS       $0x08, Z5, Z5
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z5, Z3
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z5, Z3
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z6
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z3, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z3, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z3, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z3, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z3, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z3, Z6
+	VSCALEFPS         Z5, Z6, Z3
+	VMULPS.BCST       mathvec_consts<>+64(SB), Z2, Z2
+	VFMADD213PS       Z4, Z3, Z2
+	VMOVUPS           128(BX), Z3
+	VMULPS            Z3, Z2, Z2
+	VMOVUPS           128(AX), Z3
+	VADDPS            Z3, Z2, Z2
+	VMOVUPS           Z2, 128(AX)
+	VMOVUPS           192(CX), Z2
+	VMOVUPS           192(DX), Z4
+	VMULPS            Z2, Z2, Z3
+	VMULPS.BCST       mathvec_consts<>+60(SB), Z3, Z3
+	VMAXPS            Z3, Z0, Z3
+	VMINPS            Z3, Z1, Z3
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z3, Z5
+	VRNDSCALEPS       $0x08, Z5, Z5
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z5, Z3
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z5, Z3
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z6
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z3, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z3, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z3, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z3, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z3, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z3, Z6
+	VSCALEFPS         Z5, Z6, Z3
+	VMULPS.BCST       mathvec_consts<>+64(SB), Z2, Z2
+	VFMADD213PS       Z4, Z3, Z2
+	VMOVUPS           192(BX), Z3
+	VMULPS            Z3, Z2, Z2
+	VMOVUPS           192(AX), Z3
+	VADDPS            Z3, Z2, Z2
+	VMOVUPS           Z2, 192(AX)
+	ADDQ              $0x00000100, AX
+	ADDQ              $0x00000100, CX
+	ADDQ              $0x00000100, DX
+	ADDQ              $0x00000100, BX
+	SUBQ              $0x40, SI
+	JMP               geluBwdAccAVX512_loop64
+
+geluBwdAccAVX512_loop16:
+	CMPQ              SI, $0x10
+	JL                geluBwdAccAVX512_tail
+	VMOVUPS           (CX), Z2
+	VMOVUPS           (DX), Z4
+	VMULPS            Z2, Z2, Z3
+	VMULPS.BCST       mathvec_consts<>+60(SB), Z3, Z3
+	VMAXPS            Z3, Z0, Z3
+	VMINPS            Z3, Z1, Z3
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z3, Z5
+	VRNDSCALEPS       $0x08, Z5, Z5
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z5, Z3
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z5, Z3
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z6
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z3, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z3, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z3, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z3, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z3, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z3, Z6
+	VSCALEFPS         Z5, Z6, Z3
+	VMULPS.BCST       mathvec_consts<>+64(SB), Z2, Z2
+	VFMADD213PS       Z4, Z3, Z2
+	VMOVUPS           (BX), Z3
+	VMULPS            Z3, Z2, Z2
+	VMOVUPS           (AX), Z3
+	VADDPS            Z3, Z2, Z2
+	VMOVUPS           Z2, (AX)
+	ADDQ              $0x40, AX
+	ADDQ              $0x40, CX
+	ADDQ              $0x40, DX
+	ADDQ              $0x40, BX
+	SUBQ              $0x10, SI
+	JMP               geluBwdAccAVX512_loop16
+
+geluBwdAccAVX512_tail:
+	TESTQ             SI, SI
+	JE                geluBwdAccAVX512_done
+	MOVL              $0x0000ffff, DI
+	BZHIL             SI, DI, DI
+	KMOVW             DI, K1
+	VMOVUPS.Z         (CX), K1, Z2
+	VMOVUPS.Z         (DX), K1, Z4
+	VMULPS            Z2, Z2, Z3
+	VMULPS.BCST       mathvec_consts<>+60(SB), Z3, Z3
+	VMAXPS            Z3, Z0, Z3
+	VMINPS            Z3, Z1, Z3
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z3, Z0
+	VRNDSCALEPS       $0x08, Z0, Z0
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z0, Z3
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z0, Z3
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z1
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z3, Z1
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z3, Z1
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z3, Z1
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z3, Z1
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z3, Z1
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z3, Z1
+	VSCALEFPS         Z0, Z1, Z3
+	VMULPS.BCST       mathvec_consts<>+64(SB), Z2, Z0
+	VFMADD213PS       Z4, Z3, Z0
+	VMOVUPS.Z         (BX), K1, Z1
+	VMULPS            Z1, Z0, Z0
+	VMOVUPS.Z         (AX), K1, Z1
+	VADDPS            Z1, Z0, Z0
+	VMOVUPS           Z0, K1, (AX)
+
+geluBwdAccAVX512_done:
+	VZEROUPPER
+	RET

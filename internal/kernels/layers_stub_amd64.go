@@ -34,3 +34,23 @@ func sgdPlainAVX512(w *float32, grad *float32, n int, lr float32, wd float32)
 // maxPool2x2RowAVX512 max-pools two input rows r0, r1 (2n elements each) into y[0:n] with
 // argmax indices arg[j] = base + 2j + {0, 1, w, w+1} (AVX-512F).
 func maxPool2x2RowAVX512(y *float32, arg *int32, r0 *float32, r1 *float32, n int, base int32, w int32)
+
+// expSumAVX512 writes dst[i] = e^(x[i]-shift) for i < n and returns their sum, accumulated
+// in float64 in a fixed order (AVX-512F).
+func expSumAVX512(dst *float32, x *float32, n int, shift float32) float64
+
+// maxAVX512 returns the largest of x[i], i < n, n >= 1 (AVX-512F); a NaN may be skipped, callers
+// propagate NaN through the values they compute from x.
+func maxAVX512(x *float32, n int) float32
+
+// geluAVX512 computes y[i] = x[i]·Φ(x[i]), the exact GELU, for i < n (AVX-512F).
+func geluAVX512(y *float32, x *float32, n int)
+
+// geluCDFAVX512 computes cdf[i] = Φ(x[i]) and y[i] = x[i]·Φ(x[i]), the exact GELU, for i < n (AVX-512F).
+func geluCDFAVX512(y *float32, cdf *float32, x *float32, n int)
+
+// geluBwdSetAVX512 computes dx[i] = dy[i]·(cdf[i] + x[i]·φ(x[i])), the exact GELU's derivative with Φ(x) = cdf given, for i < n (AVX-512F).
+func geluBwdSetAVX512(dx *float32, x *float32, cdf *float32, dy *float32, n int)
+
+// geluBwdAccAVX512 computes dx[i] += dy[i]·(cdf[i] + x[i]·φ(x[i])), the exact GELU's derivative with Φ(x) = cdf given, for i < n (AVX-512F).
+func geluBwdAccAVX512(dx *float32, x *float32, cdf *float32, dy *float32, n int)

@@ -416,7 +416,7 @@ func (j *gemmJob) packA(i0, mc, p0, kc int, dst []float32) {
 		packFlippedKernel(j.p.mr, j.a, j.kOut, j.kIn, j.kk, i0, mc, p0, kc, dst)
 		return
 	}
-	packA(j.p.mr, j.transA, j.a, j.lda, i0, mc, p0, kc, dst)
+	packA(j.p.mr, j.transA, j.a, j.lda, i0, mc, p0, kc, dst, j.p.vec.pack8)
 }
 
 func (j *gemmJob) packB(p0, kc, j0, nc int, dst []float32) {
@@ -428,18 +428,29 @@ func (j *gemmJob) packB(p0, kc, j0, nc int, dst []float32) {
 	case nhwcTB:
 		packNHWCT(j.p.nr, j.geom, j.x, p0, kc, j0, nc, dst)
 	default:
-		packB(j.p.nr, j.transB, j.b, j.ldb, p0, kc, j0, nc, dst)
+		packB(j.p.nr, j.transB, j.b, j.ldb, p0, kc, j0, nc, dst, j.p.vec.transpose16)
 	}
 }
 
 // packA packs op(A)[i0:i0+mc, p0:p0+kc] into mr-row slivers: sliver s holds,
 // for each p, the mr values op(A)[i0+s*mr+r, p0+p] (zero padded past mc).
-func packA(mr int, trans bool, a []float32, lda, i0, mc, p0, kc int, dst []float32) {
+// pack8, when not nil, is the implementation's vecOps.pack8, used for whole 8-row
+// slivers of a non-transposed A.
+func packA(mr int, trans bool, a []float32, lda, i0, mc, p0, kc int, dst []float32, pack8 func(dst, src []float32, lds, blocks int)) {
 	for s := 0; s < mc; s += mr {
 		rows := min(mr, mc-s)
 		d := dst[s*kc : s*kc+mr*kc]
 		if trans {
 			// op(A)[i,p] = a[p*lda+i]: each p is a contiguous run of rows.
+			if rows == 8 && mr == 8 {
+				// The AVX-512 sliver: a fixed-size copy, not a memmove call per p.
+				for p := range kc {
+					o := (p0+p)*lda + i0 + s
+					v := *(*[8]float32)(a[o : o+8]) // through a register: no memmove call
+					*(*[8]float32)(d[p*8 : p*8+8]) = v
+				}
+				continue
+			}
 			for p := range kc {
 				src := a[(p0+p)*lda+i0+s:]
 				dp := d[p*mr : p*mr+mr]
@@ -453,11 +464,16 @@ func packA(mr int, trans bool, a []float32, lda, i0, mc, p0, kc int, dst []float
 		if rows == 8 && mr == 8 {
 			// The AVX-512 sliver: read eight rows together so the packed
 			// output is written sequentially.
-			base := (i0+s)*lda + p0
-			r0, r1 := a[base:base+kc], a[base+lda:base+lda+kc]
-			r2, r3 := a[base+2*lda:base+2*lda+kc], a[base+3*lda:base+3*lda+kc]
-			r4, r5 := a[base+4*lda:base+4*lda+kc], a[base+5*lda:base+5*lda+kc]
-			r6, r7 := a[base+6*lda:base+6*lda+kc], a[base+7*lda:base+7*lda+kc]
+			base, kr := (i0+s)*lda+p0, kc
+			if pt := kc / 16 * 16; pack8 != nil && pt > 0 {
+				// Whole blocks of 16 columns in registers, the rest below.
+				pack8(d, a[base:], lda, kc/16)
+				d, base, kr = d[pt*8:], base+pt, kc-pt
+			}
+			r0, r1 := a[base:base+kr], a[base+lda:base+lda+kr]
+			r2, r3 := a[base+2*lda:base+2*lda+kr], a[base+3*lda:base+3*lda+kr]
+			r4, r5 := a[base+4*lda:base+4*lda+kr], a[base+5*lda:base+5*lda+kr]
+			r6, r7 := a[base+6*lda:base+6*lda+kr], a[base+7*lda:base+7*lda+kr]
 			for p := range r0 {
 				dp := (*[8]float32)(d[p*8 : p*8+8])
 				dp[0], dp[1], dp[2], dp[3] = r0[p], r1[p], r2[p], r3[p]
@@ -481,11 +497,22 @@ func packA(mr int, trans bool, a []float32, lda, i0, mc, p0, kc int, dst []float
 
 // packB packs op(B)[p0:p0+kc, j0:j0+nc] into nr-column slivers: sliver s
 // holds, for each p, the nr values op(B)[p0+p, j0+s*nr+q] (zero padded).
-func packB(nr int, trans bool, b []float32, ldb, p0, kc, j0, nc int, dst []float32) {
+// tr, when not nil, is the implementation's 16×16 transpose (vecOps.transpose16),
+// used for whole slivers of a transposed B.
+func packB(nr int, trans bool, b []float32, ldb, p0, kc, j0, nc int, dst []float32, tr func(dst []float32, ldd int, src []float32, lds, blocks int)) {
 	for s := 0; s < nc; s += nr {
 		cols := min(nr, nc-s)
 		d := dst[s*kc : s*kc+nr*kc]
 		if !trans {
+			if cols == 32 && nr == 32 {
+				// The AVX-512 sliver: a fixed-size copy, not a memmove call per p.
+				for p := range kc {
+					o := (p0+p)*ldb + j0 + s
+					v := *(*[32]float32)(b[o : o+32])
+					*(*[32]float32)(d[p*32 : p*32+32]) = v
+				}
+				continue
+			}
 			for p := range kc {
 				src := b[(p0+p)*ldb+j0+s:]
 				dp := d[p*nr : p*nr+nr]
@@ -497,10 +524,17 @@ func packB(nr int, trans bool, b []float32, ldb, p0, kc, j0, nc int, dst []float
 			continue
 		}
 		// op(B)[p,j] = b[j*ldb+p]
+		pt := 0 // the columns p < pt are packed by 16×16 transposes
+		if tr != nil && cols == nr && nr%16 == 0 && kc >= 16 {
+			pt = kc / 16 * 16
+			for q := 0; q < nr; q += 16 {
+				tr(d[q:], nr, b[(j0+s+q)*ldb+p0:], ldb, kc/16)
+			}
+		}
 		for q := range cols {
-			src := b[(j0+s+q)*ldb+p0 : (j0+s+q)*ldb+p0+kc]
+			src := b[(j0+s+q)*ldb+p0+pt : (j0+s+q)*ldb+p0+kc]
 			for p, v := range src {
-				d[p*nr+q] = v
+				d[(pt+p)*nr+q] = v
 			}
 		}
 		for q := cols; q < nr; q++ {

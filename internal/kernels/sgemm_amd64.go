@@ -145,6 +145,45 @@ var avx512Vec = &vecOps{
 			transpose16AVX512(&dst[0], ldd, &src[0], lds, blocks)
 		}
 	},
+	expSum: func(dst, x []float32, shift float32) float64 {
+		if len(x) == 0 {
+			return 0
+		}
+		_ = dst[len(x)-1]
+		return expSumAVX512(&dst[0], &x[0], len(x), shift)
+	},
+	maxOf: func(x []float32) float32 { return maxAVX512(&x[0], len(x)) },
+	gelu: func(y, cdf, x []float32) {
+		n := len(x)
+		if n == 0 {
+			return
+		}
+		_ = y[n-1]
+		if cdf == nil {
+			geluAVX512(&y[0], &x[0], n)
+			return
+		}
+		_ = cdf[n-1]
+		geluCDFAVX512(&y[0], &cdf[0], &x[0], n)
+	},
+	geluBwd: func(dx, x, cdf, dy []float32, acc bool) {
+		n := len(x)
+		if n == 0 {
+			return
+		}
+		_, _, _ = dx[n-1], cdf[n-1], dy[n-1]
+		if acc {
+			geluBwdAccAVX512(&dx[0], &x[0], &cdf[0], &dy[0], n)
+		} else {
+			geluBwdSetAVX512(&dx[0], &x[0], &cdf[0], &dy[0], n)
+		}
+	},
+	pack8: func(dst, src []float32, lds, blocks int) {
+		if blocks > 0 {
+			_, _ = dst[128*blocks-1], src[7*lds+16*blocks-1]
+			pack8AVX512(&dst[0], &src[0], lds, blocks)
+		}
+	},
 	maxPool2x2Row: func(y []float32, arg []int32, r0, r1 []float32, base, w int32) {
 		if n := len(y); n > 0 {
 			_, _, _ = arg[n-1], r0[2*n-1], r1[2*n-1]

@@ -745,6 +745,198 @@ transpose16AVX512_done:
 	VZEROUPPER
 	RET
 
+DATA pack8_idx<>+0(SB)/4, $0x00000000
+DATA pack8_idx<>+4(SB)/4, $0x00000010
+DATA pack8_idx<>+8(SB)/4, $0x00000001
+DATA pack8_idx<>+12(SB)/4, $0x00000011
+DATA pack8_idx<>+16(SB)/4, $0x00000002
+DATA pack8_idx<>+20(SB)/4, $0x00000012
+DATA pack8_idx<>+24(SB)/4, $0x00000003
+DATA pack8_idx<>+28(SB)/4, $0x00000013
+DATA pack8_idx<>+32(SB)/4, $0x00000004
+DATA pack8_idx<>+36(SB)/4, $0x00000014
+DATA pack8_idx<>+40(SB)/4, $0x00000005
+DATA pack8_idx<>+44(SB)/4, $0x00000015
+DATA pack8_idx<>+48(SB)/4, $0x00000006
+DATA pack8_idx<>+52(SB)/4, $0x00000016
+DATA pack8_idx<>+56(SB)/4, $0x00000007
+DATA pack8_idx<>+60(SB)/4, $0x00000017
+DATA pack8_idx<>+64(SB)/4, $0x00000008
+DATA pack8_idx<>+68(SB)/4, $0x00000018
+DATA pack8_idx<>+72(SB)/4, $0x00000009
+DATA pack8_idx<>+76(SB)/4, $0x00000019
+DATA pack8_idx<>+80(SB)/4, $0x0000000a
+DATA pack8_idx<>+84(SB)/4, $0x0000001a
+DATA pack8_idx<>+88(SB)/4, $0x0000000b
+DATA pack8_idx<>+92(SB)/4, $0x0000001b
+DATA pack8_idx<>+96(SB)/4, $0x0000000c
+DATA pack8_idx<>+100(SB)/4, $0x0000001c
+DATA pack8_idx<>+104(SB)/4, $0x0000000d
+DATA pack8_idx<>+108(SB)/4, $0x0000001d
+DATA pack8_idx<>+112(SB)/4, $0x0000000e
+DATA pack8_idx<>+116(SB)/4, $0x0000001e
+DATA pack8_idx<>+120(SB)/4, $0x0000000f
+DATA pack8_idx<>+124(SB)/4, $0x0000001f
+DATA pack8_idx<>+128(SB)/4, $0x00000000
+DATA pack8_idx<>+132(SB)/4, $0x00000001
+DATA pack8_idx<>+136(SB)/4, $0x00000010
+DATA pack8_idx<>+140(SB)/4, $0x00000011
+DATA pack8_idx<>+144(SB)/4, $0x00000002
+DATA pack8_idx<>+148(SB)/4, $0x00000003
+DATA pack8_idx<>+152(SB)/4, $0x00000012
+DATA pack8_idx<>+156(SB)/4, $0x00000013
+DATA pack8_idx<>+160(SB)/4, $0x00000004
+DATA pack8_idx<>+164(SB)/4, $0x00000005
+DATA pack8_idx<>+168(SB)/4, $0x00000014
+DATA pack8_idx<>+172(SB)/4, $0x00000015
+DATA pack8_idx<>+176(SB)/4, $0x00000006
+DATA pack8_idx<>+180(SB)/4, $0x00000007
+DATA pack8_idx<>+184(SB)/4, $0x00000016
+DATA pack8_idx<>+188(SB)/4, $0x00000017
+DATA pack8_idx<>+192(SB)/4, $0x00000008
+DATA pack8_idx<>+196(SB)/4, $0x00000009
+DATA pack8_idx<>+200(SB)/4, $0x00000018
+DATA pack8_idx<>+204(SB)/4, $0x00000019
+DATA pack8_idx<>+208(SB)/4, $0x0000000a
+DATA pack8_idx<>+212(SB)/4, $0x0000000b
+DATA pack8_idx<>+216(SB)/4, $0x0000001a
+DATA pack8_idx<>+220(SB)/4, $0x0000001b
+DATA pack8_idx<>+224(SB)/4, $0x0000000c
+DATA pack8_idx<>+228(SB)/4, $0x0000000d
+DATA pack8_idx<>+232(SB)/4, $0x0000001c
+DATA pack8_idx<>+236(SB)/4, $0x0000001d
+DATA pack8_idx<>+240(SB)/4, $0x0000000e
+DATA pack8_idx<>+244(SB)/4, $0x0000000f
+DATA pack8_idx<>+248(SB)/4, $0x0000001e
+DATA pack8_idx<>+252(SB)/4, $0x0000001f
+DATA pack8_idx<>+256(SB)/4, $0x00000000
+DATA pack8_idx<>+260(SB)/4, $0x00000001
+DATA pack8_idx<>+264(SB)/4, $0x00000002
+DATA pack8_idx<>+268(SB)/4, $0x00000003
+DATA pack8_idx<>+272(SB)/4, $0x00000010
+DATA pack8_idx<>+276(SB)/4, $0x00000011
+DATA pack8_idx<>+280(SB)/4, $0x00000012
+DATA pack8_idx<>+284(SB)/4, $0x00000013
+DATA pack8_idx<>+288(SB)/4, $0x00000004
+DATA pack8_idx<>+292(SB)/4, $0x00000005
+DATA pack8_idx<>+296(SB)/4, $0x00000006
+DATA pack8_idx<>+300(SB)/4, $0x00000007
+DATA pack8_idx<>+304(SB)/4, $0x00000014
+DATA pack8_idx<>+308(SB)/4, $0x00000015
+DATA pack8_idx<>+312(SB)/4, $0x00000016
+DATA pack8_idx<>+316(SB)/4, $0x00000017
+DATA pack8_idx<>+320(SB)/4, $0x00000008
+DATA pack8_idx<>+324(SB)/4, $0x00000009
+DATA pack8_idx<>+328(SB)/4, $0x0000000a
+DATA pack8_idx<>+332(SB)/4, $0x0000000b
+DATA pack8_idx<>+336(SB)/4, $0x00000018
+DATA pack8_idx<>+340(SB)/4, $0x00000019
+DATA pack8_idx<>+344(SB)/4, $0x0000001a
+DATA pack8_idx<>+348(SB)/4, $0x0000001b
+DATA pack8_idx<>+352(SB)/4, $0x0000000c
+DATA pack8_idx<>+356(SB)/4, $0x0000000d
+DATA pack8_idx<>+360(SB)/4, $0x0000000e
+DATA pack8_idx<>+364(SB)/4, $0x0000000f
+DATA pack8_idx<>+368(SB)/4, $0x0000001c
+DATA pack8_idx<>+372(SB)/4, $0x0000001d
+DATA pack8_idx<>+376(SB)/4, $0x0000001e
+DATA pack8_idx<>+380(SB)/4, $0x0000001f
+GLOBL pack8_idx<>(SB), RODATA|NOPTR, $384
+
+// func pack8AVX512(dst *float32, src *float32, lds int, blocks int)
+// Requires: AVX, AVX512F
+TEXT ·pack8AVX512(SB), NOSPLIT, $0-32
+	MOVQ      dst+0(FP), AX
+	MOVQ      src+8(FP), CX
+	MOVQ      lds+16(FP), DX
+	MOVQ      blocks+24(FP), BX
+	SHLQ      $0x02, DX
+	LEAQ      (DX)(DX*2), SI
+	LEAQ      (CX)(DX*4), DI
+	VMOVDQU32 pack8_idx<>+0(SB), Z0
+	VMOVDQU32 pack8_idx<>+64(SB), Z1
+	VMOVDQU32 pack8_idx<>+128(SB), Z2
+	VMOVDQU32 pack8_idx<>+192(SB), Z3
+	VMOVDQU32 pack8_idx<>+256(SB), Z4
+	VMOVDQU32 pack8_idx<>+320(SB), Z5
+	TESTQ     BX, BX
+	JE        pack8AVX512_done
+
+pack8AVX512_loop:
+	VMOVUPS   (CX), Z6
+	VMOVUPS   (CX)(DX*1), Z7
+	VMOVUPS   (CX)(DX*2), Z8
+	VMOVUPS   (CX)(SI*1), Z9
+	VMOVUPS   (DI), Z10
+	VMOVUPS   (DI)(DX*1), Z11
+	VMOVUPS   (DI)(DX*2), Z12
+	VMOVUPS   (DI)(SI*1), Z13
+	VMOVAPS   Z6, Z14
+	VPERMT2PS Z7, Z0, Z14
+	VMOVAPS   Z6, Z6
+	VPERMT2PS Z7, Z1, Z6
+	VMOVAPS   Z8, Z7
+	VPERMT2PS Z9, Z0, Z7
+	VMOVAPS   Z8, Z8
+	VPERMT2PS Z9, Z1, Z8
+	VMOVAPS   Z10, Z9
+	VPERMT2PS Z11, Z0, Z9
+	VMOVAPS   Z10, Z10
+	VPERMT2PS Z11, Z1, Z10
+	VMOVAPS   Z12, Z11
+	VPERMT2PS Z13, Z0, Z11
+	VMOVAPS   Z12, Z12
+	VPERMT2PS Z13, Z1, Z12
+	VMOVAPS   Z14, Z13
+	VPERMT2PS Z7, Z2, Z13
+	VMOVAPS   Z14, Z14
+	VPERMT2PS Z7, Z3, Z14
+	VMOVAPS   Z6, Z7
+	VPERMT2PS Z8, Z2, Z7
+	VMOVAPS   Z6, Z6
+	VPERMT2PS Z8, Z3, Z6
+	VMOVAPS   Z9, Z8
+	VPERMT2PS Z11, Z2, Z8
+	VMOVAPS   Z9, Z9
+	VPERMT2PS Z11, Z3, Z9
+	VMOVAPS   Z10, Z11
+	VPERMT2PS Z12, Z2, Z11
+	VMOVAPS   Z10, Z10
+	VPERMT2PS Z12, Z3, Z10
+	VMOVAPS   Z13, Z12
+	VPERMT2PS Z8, Z4, Z12
+	VMOVUPS   Z12, (AX)
+	VMOVAPS   Z13, Z12
+	VPERMT2PS Z8, Z5, Z12
+	VMOVUPS   Z12, 64(AX)
+	VMOVAPS   Z14, Z8
+	VPERMT2PS Z9, Z4, Z8
+	VMOVUPS   Z8, 128(AX)
+	VMOVAPS   Z14, Z8
+	VPERMT2PS Z9, Z5, Z8
+	VMOVUPS   Z8, 192(AX)
+	VMOVAPS   Z7, Z8
+	VPERMT2PS Z11, Z4, Z8
+	VMOVUPS   Z8, 256(AX)
+	VMOVAPS   Z7, Z7
+	VPERMT2PS Z11, Z5, Z7
+	VMOVUPS   Z7, 320(AX)
+	VMOVAPS   Z6, Z7
+	VPERMT2PS Z10, Z4, Z7
+	VMOVUPS   Z7, 384(AX)
+	VMOVAPS   Z6, Z6
+	VPERMT2PS Z10, Z5, Z6
+	VMOVUPS   Z6, 448(AX)
+	ADDQ      $0x40, CX
+	ADDQ      $0x40, DI
+	ADDQ      $0x00000200, AX
+	DECQ      BX
+	JNZ       pack8AVX512_loop
+
+pack8AVX512_done:
+	VZEROUPPER
+	RET
+
 // func sgemmBIndirectAVX512x8(k int, a *float32, base *float32, offs *int, c *float32, ldc int, beta float32)
 // Requires: AVX, AVX512F
 TEXT ·sgemmBIndirectAVX512x8(SB), NOSPLIT, $0-52

@@ -16,6 +16,10 @@ func gather32AVX512(dst *float32, src *float32, rows int, srcStep int, idx *int3
 // transpose16AVX512 transposes blocks 16×16 tiles: dst[(16b+j)·ldd+i] = src[i·lds+16b+j] (AVX-512F).
 func transpose16AVX512(dst *float32, ldd int, src *float32, lds int, blocks int)
 
+// pack8AVX512 packs eight rows of A for the 8×32 micro-kernel, 16 columns per block:
+// dst[(16b+p)·8+r] = src[r·lds+16b+p] for r < 8, p < 16, b < blocks (AVX-512F).
+func pack8AVX512(dst *float32, src *float32, lds int, blocks int)
+
 // sgemmBIndirectAVX512x8 computes an 8×32 tile C = A·B + beta·C where B's rows are read through an offset table (AVX-512F).
 func sgemmBIndirectAVX512x8(k int, a *float32, base *float32, offs *int, c *float32, ldc int, beta float32)
 

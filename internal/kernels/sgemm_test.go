@@ -316,3 +316,29 @@ func TestSgemmAllocsParallel(t *testing.T) {
 		t.Errorf("parallel Sgemm allocates %.2f times per call", per)
 	}
 }
+
+// vecOps.pack8 writes the 8-row sliver layout packA's Go loop writes.
+func TestPack8Layout(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	for _, name := range availableImpls() {
+		pack8 := implTable[name].vec.pack8
+		if pack8 == nil {
+			continue
+		}
+		const lds, blocks = 53, 3
+		src := randSlice(r, 7*lds+16*blocks)
+		dst := make([]float32, 128*blocks+1)
+		dst[128*blocks] = 7
+		pack8(dst[:128*blocks], src, lds, blocks)
+		for p := range 16 * blocks {
+			for row := range 8 {
+				if got, want := dst[p*8+row], src[row*lds+p]; got != want {
+					t.Fatalf("%s: dst[%d] = %v, want src[%d] = %v", name, p*8+row, got, row*lds+p, want)
+				}
+			}
+		}
+		if dst[128*blocks] != 7 {
+			t.Fatalf("%s: wrote past 128·blocks", name)
+		}
+	}
+}

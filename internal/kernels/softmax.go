@@ -67,45 +67,38 @@ type ceJob struct {
 }
 
 func (j *ceJob) forward(lo, hi int) {
-	k := j.k
+	k, v := j.k, impl.vec
 	for i := lo; i < hi; i++ {
 		row := j.logits[i*k : (i+1)*k]
 		p := j.prob[i*k : (i+1)*k]
-		mx := row[0]
-		for _, v := range row[1:] {
-			mx = max(mx, v)
-		}
-		// exp32 (relative error ~1e-7) instead of math.Exp: this loop is most of a language
-		// model's loss (10,000 classes per word); the normaliser is still summed in float64.
-		var z float64
-		for c, v := range row {
-			e := exp32(v - mx)
-			p[c] = e
-			z += float64(e)
-		}
-		inv := float32(1 / z)
-		for c := range p {
-			p[c] *= inv
-		}
+		// float32 exponentials (exp32's formula, relative error ~1e-7) instead of
+		// math.Exp: this loop is most of a language model's loss (10,000 classes per
+		// word); the normaliser is summed in float64.
+		mx := v.maxOf(row)
+		z := v.expSum(p, row, mx)
+		v.scale(float32(1/z), p)
 		j.rowLoss[i] = float32(math.Log(z) + float64(mx) - float64(row[j.labels[i]]))
 	}
 }
 
 func (j *ceJob) backward(lo, hi int) {
-	k := j.k
+	k, v := j.k, impl.vec
 	for i := lo; i < hi; i++ {
 		p := j.prob[i*k : (i+1)*k]
 		d := j.dx[i*k : (i+1)*k]
+		// scale·prob for every class, then the label's entry again with its −1
+		// (read before the scaling, which may overwrite prob when dx is prob).
 		l := j.labels[i]
-		for c, v := range p {
-			if c == l {
-				v--
+		pl, dl := p[l], d[l]
+		if j.accumulate {
+			v.axpy(j.scale, p, d)
+			d[l] = dl + j.scale*(pl-1)
+		} else {
+			if &d[0] != &p[0] {
+				copy(d, p)
 			}
-			if j.accumulate {
-				d[c] += j.scale * v
-			} else {
-				d[c] = j.scale * v
-			}
+			v.scale(j.scale, d)
+			d[l] = j.scale * (pl - 1)
 		}
 	}
 }

@@ -109,18 +109,12 @@ func SoftmaxRows(y, x, bias []float32, rows, k, rowsPerBias int) {
 	})
 }
 
+// softmaxRow writes the softmax of src into dst (which may be src); the normaliser
+// is summed in float64.
 func softmaxRow(dst, src []float32) {
-	mx := src[0]
-	for _, v := range src[1:] {
-		mx = max(mx, v)
-	}
-	var z float32
-	for i, v := range src {
-		e := exp32(v - mx)
-		dst[i] = e
-		z += e
-	}
-	impl.vec.scale(1/z, dst)
+	v := impl.vec
+	z := v.expSum(dst, src, v.maxOf(src))
+	v.scale(float32(1/z), dst)
 }
 
 // SoftmaxRowsBackward writes (or, with accumulate, adds) the gradient of a row
@@ -260,64 +254,44 @@ func LayerNormBackward(dx, dy, x, gamma, mean, rstd []float32, rows, d int, accu
 	})
 }
 
-// GeluForward computes the exact GELU, y = x·Φ(x) = x/2·(1 + erf(x/√2)), PyTorch's
-// default (approximate="none").
+// The GELU kernels split x into chunks of whole elements (no reduction), so the
+// results do not depend on the number of goroutines. The per-element costs passed to
+// parallelFor are those of the vectorised path (asmgen/mathvec.go).
+
+// GeluForward computes the exact GELU, y = x·Φ(x) = x/2·(1 + erfc(−x/√2)), PyTorch's
+// default (approximate="none"). Φ is evaluated through erfc32's Chebyshev fit
+// (relative error below 1e-5 on Φ; TestGeluAccuracy bounds the result against
+// math.Erf).
 func GeluForward(y, x []float32) {
 	checkLen("GeluForward", len(y), len(x))
-	parallelFor(len(x), 30, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			v := x[i]
-			y[i] = 0.5 * v * erfc32(-v*math.Sqrt2/2)
-		}
-	})
+	v := impl.vec
+	parallelFor(len(x), 8, func(lo, hi int) { v.gelu(y[lo:hi], nil, x[lo:hi]) })
 }
 
 // GeluForwardCDF is GeluForward that also writes Φ(x) into cdf, for GeluBackwardCDF: the
-// backward pass then needs one exponential per element (φ) instead of two.
+// backward pass then needs one exponential per element (φ) instead of two. y equals
+// GeluForward's bit for bit.
 func GeluForwardCDF(y, cdf, x []float32) {
 	checkLen("GeluForwardCDF", len(y), len(x), len(cdf))
-	parallelFor(len(x), 30, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			v := x[i]
-			c := 0.5 * erfc32(-v*math.Sqrt2/2)
-			cdf[i] = c
-			y[i] = v * c
-		}
-	})
+	v := impl.vec
+	parallelFor(len(x), 8, func(lo, hi int) { v.gelu(y[lo:hi], cdf[lo:hi], x[lo:hi]) })
 }
 
-// GeluBackwardCDF is GeluBackward with Φ(x) given (GeluForwardCDF's cdf): the same
-// dx = dy·(Φ(x) + x·φ(x)), bit for bit, with one exponential per element.
+// GeluBackwardCDF writes (or, with accumulate, adds) dx = dy·(Φ(x) + x·φ(x)), the
+// derivative of the exact GELU at x, with Φ(x) given (GeluForwardCDF's cdf).
 func GeluBackwardCDF(dx, x, cdf, dy []float32, accumulate bool) {
 	checkLen("GeluBackwardCDF", len(dx), len(x), len(cdf), len(dy))
-	const invSqrt2Pi = 0.3989422804014327
-	parallelFor(len(x), 20, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			v := x[i]
-			g := dy[i] * (cdf[i] + v*invSqrt2Pi*exp32(-0.5*v*v))
-			if accumulate {
-				dx[i] += g
-			} else {
-				dx[i] = g
-			}
-		}
-	})
+	v := impl.vec
+	parallelFor(len(x), 6, func(lo, hi int) { v.geluBwd(dx[lo:hi], x[lo:hi], cdf[lo:hi], dy[lo:hi], accumulate) })
 }
 
 // GeluBackward writes (or, with accumulate, adds) dx = dy·(Φ(x) + x·φ(x)), the
-// derivative of the exact GELU at x.
+// derivative of the exact GELU at x, for callers that did not keep Φ(x): it evaluates
+// Φ as GeluForwardCDF does (into a temporary) and applies GeluBackwardCDF, so the two
+// give the same dx bit for bit.
 func GeluBackward(dx, x, dy []float32, accumulate bool) {
 	checkLen("GeluBackward", len(dx), len(x), len(dy))
-	const invSqrt2Pi = 0.3989422804014327
-	parallelFor(len(x), 40, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			v := x[i]
-			g := dy[i] * (0.5*erfc32(-v*math.Sqrt2/2) + v*invSqrt2Pi*exp32(-0.5*v*v))
-			if accumulate {
-				dx[i] += g
-			} else {
-				dx[i] = g
-			}
-		}
-	})
+	y, cdf := make([]float32, len(x)), make([]float32, len(x))
+	GeluForwardCDF(y, cdf, x)
+	GeluBackwardCDF(dx, x, cdf, dy, accumulate)
 }

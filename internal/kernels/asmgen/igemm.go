@@ -213,3 +213,104 @@ func genBIndirectAVX512() {
 	SHLQ(U8(2), ldc)
 	storeTile(name, acc, c, ldc, b1, 64)
 }
+
+// genPack8AVX512 emits pack8AVX512, the packing of eight rows of A into the AVX-512
+// micro-kernel's sliver layout, 16 columns at a time: dst[(16b+p)·8+r] =
+// src[r·lds+16b+p] for r < 8, p < 16, b < blocks. Three rounds of two-source
+// permutes interleave rows pairwise (pairs, quads, octets).
+func genPack8AVX512() {
+	const name = "pack8AVX512"
+	// Index tables (element e of the result takes element idx[e] of the table pair,
+	// 0–15 from the first, 16–31 from the second).
+	idx := func(f func(e int) int) []int {
+		v := make([]int, 16)
+		for e := range v {
+			v[e] = f(e)
+		}
+		return v
+	}
+	tables := [][]int{
+		idx(func(e int) int { return e/2 + 16*(e%2) }),             // pairs, columns 0–7
+		idx(func(e int) int { return 8 + e/2 + 16*(e%2) }),         // pairs, columns 8–15
+		idx(func(e int) int { return 2*(e/4) + e%2 + 16*(e%4/2) }), // quads, columns 0–3 of 8
+		idx(func(e int) int { return 8 + 2*(e/4) + e%2 + 16*(e%4/2) }),
+		idx(func(e int) int { return 4*(e/8) + e%4 + 16*(e%8/4) }), // octets, columns 0–1 of 4
+		idx(func(e int) int { return 8 + 4*(e/8) + e%4 + 16*(e%8/4) }),
+	}
+	glob := GLOBL("pack8_idx", RODATA|NOPTR)
+	for t, v := range tables {
+		for e, x := range v {
+			DATA(64*t+4*e, U32(x))
+		}
+	}
+	TEXT(name, NOSPLIT, "func(dst, src *float32, lds, blocks int)")
+	Doc(name+" packs eight rows of A for the 8×32 micro-kernel, 16 columns per block:",
+		"dst[(16b+p)·8+r] = src[r·lds+16b+p] for r < 8, p < 16, b < blocks (AVX-512F).")
+	dst, src, lds, blocks := gp("dst"), gp("src"), gp("lds"), gp("blocks")
+	SHLQ(U8(2), lds)
+	lds3, src4 := GP64(), GP64()
+	LEAQ(Mem{Base: lds, Index: lds, Scale: 2}, lds3)
+	LEAQ(Mem{Base: src, Index: lds, Scale: 4}, src4)
+	ix := make([]reg.VecVirtual, len(tables))
+	for t := range ix {
+		ix[t] = ZMM()
+		VMOVDQU32(glob.Offset(64*t), ix[t])
+	}
+	// perm returns the permute of the table pair (a, b) by index register i.
+	perm := func(a, b, i reg.VecVirtual) reg.VecVirtual {
+		out := ZMM()
+		VMOVAPS(a, out)
+		VPERMT2PS(b, i, out)
+		return out
+	}
+	TESTQ(blocks, blocks)
+	JE(LabelRef(name + "_done"))
+	Label(name + "_loop")
+	rows := make([]reg.VecVirtual, 8)
+	for r := range rows {
+		rows[r] = ZMM()
+		base, m := src, r
+		if r >= 4 {
+			base, m = src4, r-4
+		}
+		switch m {
+		case 0:
+			VMOVUPS(Mem{Base: base}, rows[r])
+		case 3:
+			VMOVUPS(Mem{Base: base, Index: lds3, Scale: 1}, rows[r])
+		default:
+			VMOVUPS(Mem{Base: base, Index: lds, Scale: uint8(m)}, rows[r])
+		}
+	}
+	// pairs[q][h]: rows 2q, 2q+1 interleaved, columns 8h…8h+7.
+	var pairs [4][2]reg.VecVirtual
+	for q := range 4 {
+		for h := range 2 {
+			pairs[q][h] = perm(rows[2*q], rows[2*q+1], ix[h])
+		}
+	}
+	// quads[g][c]: rows 4g…4g+3 interleaved, columns 4c…4c+3.
+	var quads [2][4]reg.VecVirtual
+	for g := range 2 {
+		for h := range 2 {
+			for s := range 2 {
+				quads[g][2*h+s] = perm(pairs[2*g][h], pairs[2*g+1][h], ix[2+s])
+			}
+		}
+	}
+	// Octets: all eight rows, columns 2o, 2o+1: the packed output in order.
+	for c := range 4 {
+		for s := range 2 {
+			o := perm(quads[0][c], quads[1][c], ix[4+s])
+			VMOVUPS(o, Mem{Base: dst, Disp: 64 * (2*c + s)})
+		}
+	}
+	ADDQ(U8(64), src)
+	ADDQ(U8(64), src4)
+	ADDQ(U32(512), dst)
+	DECQ(blocks)
+	JNZ(LabelRef(name + "_loop"))
+	Label(name + "_done")
+	VZEROUPPER()
+	RET()
+}

@@ -6,7 +6,8 @@ import (
 	"github.com/mmcloughlin/avo/reg"
 )
 
-// Layer kernels (BatchNorm, ReLU backward, SGD, max-pool), emitted with -layers
+// Layer kernels (BatchNorm, ReLU backward, SGD, max-pool, and mathvec.go's
+// exponential, softmax and GELU kernels), emitted with -layers
 // into layers_amd64.s / layers_stub_amd64.go. All AVX-512F.
 
 func genLayers() {
@@ -20,6 +21,7 @@ func genLayers() {
 	genSGD(true)
 	genSGDPlain()
 	genMaxPool2x2()
+	genMathVec()
 }
 
 // bcast broadcasts a float32 parameter into a fresh zmm register.
@@ -31,25 +33,36 @@ func bcast(name string) reg.VecVirtual {
 
 // reduce4 sums four zmm accumulators ((a0+a1)+(a2+a3), then a halving tree) and
 // stores the scalar to return value i.
-func reduce4(acc []reg.VecVirtual, i int) {
-	VADDPS(acc[1], acc[0], acc[0])
-	VADDPS(acc[3], acc[2], acc[2])
-	VADDPS(acc[2], acc[0], acc[0])
+func reduce4(acc []reg.VecVirtual, i int) { reduceTree(acc, VADDPS, VADDSS, false, i) }
+
+// reduceTree combines four zmm accumulators with the packed operation op
+// ((a0∘a1)∘(a2∘a3), then halving 512 → 256 → 128 bits, and on to one element, the
+// last step with the scalar op1) and stores the result, a float64 when f64, a float32
+// otherwise, to return value i.
+func reduceTree(acc []reg.VecVirtual, op, op1 func(...Op), f64 bool, i int) {
+	op(acc[1], acc[0], acc[0])
+	op(acc[3], acc[2], acc[2])
+	op(acc[2], acc[0], acc[0])
 	hi := YMM()
 	VEXTRACTF64X4(U8(1), acc[0], hi)
-	VADDPS(hi, acc[0].AsY(), hi)
+	op(hi, acc[0].AsY(), hi)
 	h := XMM()
 	VEXTRACTF32X4(U8(1), hi, h)
-	VADDPS(h, hi.AsX(), h)
+	op(h, hi.AsX(), h)
 	t := XMM()
 	VMOVHLPS(h, h, t)
-	VADDPS(t, h, h)
-	VMOVSHDUP(h, t)
-	VADDSS(t, h, h)
 	ret, err := ReturnIndex(i).Resolve()
 	if err != nil {
 		panic(err)
 	}
+	if f64 {
+		op1(t, h, h)
+		VMOVSD(h, ret.Addr)
+		return
+	}
+	op(t, h, h)
+	VMOVSHDUP(h, t)
+	op1(t, h, h)
 	VMOVSS(h, ret.Addr)
 }
 

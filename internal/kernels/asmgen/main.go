@@ -37,6 +37,7 @@ func main() {
 	genIndirectAVX512()
 	genGather32AVX512()
 	genTranspose16AVX512()
+	genPack8AVX512()
 	genBIndirectAVX512()
 	genAVX2()
 	genVec()

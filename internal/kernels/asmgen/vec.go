@@ -162,25 +162,7 @@ func genVec() {
 				VADDPS(zx, z, z)
 			}
 		})
-		VADDPS(acc[1], acc[0], acc[0])
-		VADDPS(acc[3], acc[2], acc[2])
-		VADDPS(acc[2], acc[0], acc[0])
-		hi := YMM()
-		VEXTRACTF64X4(U8(1), acc[0], hi)
-		VADDPS(hi, acc[0].AsY(), hi)
-		h := XMM()
-		VEXTRACTF32X4(U8(1), hi, h)
-		VADDPS(h, hi.AsX(), h)
-		t := XMM()
-		VMOVHLPS(h, h, t)
-		VADDPS(t, h, h)
-		VMOVSHDUP(h, t)
-		VADDSS(t, h, h)
-		ret, err := ReturnIndex(0).Resolve()
-		if err != nil {
-			panic(err)
-		}
-		VMOVSS(h, ret.Addr)
+		reduce4(acc, 0)
 		VZEROUPPER()
 		RET()
 	}
