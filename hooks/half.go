@@ -3,7 +3,6 @@ package hooks
 import (
 	"context"
 	"fmt"
-	"math"
 
 	"github.com/spargo-dl/spargo/comm"
 	"github.com/spargo-dl/spargo/ddp"
@@ -97,48 +96,32 @@ func HalfToFloat32(h uint16) float32 { return kernels.HalfToFloat32(h) }
 // Float32ToBFloat16 converts x to bfloat16 bits, rounding to nearest with ties to even (as
 // torch's float32 → bfloat16 cast). Values that round past the largest finite bfloat16 become
 // ±Inf; subnormals round like normals. A NaN stays a NaN of the same sign, quiet, keeping the
-// top 6 bits of its payload.
-func Float32ToBFloat16(x float32) uint16 {
-	b := math.Float32bits(x)
-	if b&0x7fffffff > 0x7f800000 {
-		return uint16(b>>16) | 0x40
-	}
-	b += 0x7fff + (b>>16)&1
-	return uint16(b >> 16)
-}
+// top 6 bits of its payload. It is kernels.Float32ToBFloat16 (the hook converts slices with
+// kernels.EncodeBF16, AVX2 where the CPU has it, same bits).
+func Float32ToBFloat16(x float32) uint16 { return kernels.Float32ToBFloat16(x) }
 
 // BFloat16ToFloat32 returns the float32 value of bfloat16 bits h (exact).
-func BFloat16ToFloat32(h uint16) float32 { return math.Float32frombits(uint32(h) << 16) }
+func BFloat16ToFloat32(h uint16) float32 { return kernels.BFloat16ToFloat32(h) }
 
 // encode sets dst[i] to the format's bits of src[i]/div (divided in float32, then rounded
-// once to 16 bits). div = 1 encodes src as it is. FP16 goes through kernels.EncodeHalf (and
-// decode, addInto, roundInPlace through its DecodeHalf, AddHalf): F16C vectors, where the
-// scalar conversion's rounding branches made fp16 cost 0.77× dense throughput on the LSTM.
+// once to 16 bits). div = 1 encodes src as it is. It and decode, addInto and roundInPlace go
+// through kernels' slice conversions (F16C for FP16, AVX2 for BF16 where the CPU has them):
+// with the scalar FP16 conversion, whose rounding branch mispredicted on about every other
+// gradient element, fp16 trained the LSTM at 0.77× dense throughput.
 func (f Format16) encode(dst []uint16, src []float32, div float32) {
-	dst = dst[:len(src)]
-	switch {
-	case f == FP16:
-		kernels.EncodeHalf(dst, src, div)
-	case div == 1:
-		for i, x := range src {
-			dst[i] = Float32ToBFloat16(x)
-		}
-	default:
-		for i, x := range src {
-			dst[i] = Float32ToBFloat16(x / div)
-		}
+	if f == FP16 {
+		kernels.EncodeHalf(dst[:len(src)], src, div)
+	} else {
+		kernels.EncodeBF16(dst[:len(src)], src, div)
 	}
 }
 
 // decode sets dst[i] to the value of src[i].
 func (f Format16) decode(dst []float32, src []uint16) {
-	dst = dst[:len(src)]
 	if f == FP16 {
-		kernels.DecodeHalf(dst, src)
-		return
-	}
-	for i, h := range src {
-		dst[i] = BFloat16ToFloat32(h)
+		kernels.DecodeHalf(dst[:len(src)], src)
+	} else {
+		kernels.DecodeBF16(dst[:len(src)], src)
 	}
 }
 
@@ -148,33 +131,23 @@ const roundBlock = 2048
 
 // roundInPlace rounds every element of x to the format.
 func (f Format16) roundInPlace(x []float32) {
-	if f == FP16 {
-		var buf [roundBlock]uint16
-		for lo := 0; lo < len(x); lo += roundBlock {
-			blk := x[lo:min(lo+roundBlock, len(x))]
-			kernels.EncodeHalf(buf[:len(blk)], blk, 1)
-			kernels.DecodeHalf(blk, buf[:len(blk)])
-		}
-		return
-	}
-	for i, v := range x {
-		x[i] = BFloat16ToFloat32(Float32ToBFloat16(v))
+	var buf [roundBlock]uint16
+	for lo := 0; lo < len(x); lo += roundBlock {
+		blk := x[lo:min(lo+roundBlock, len(x))]
+		f.encode(buf[:len(blk)], blk, 1)
+		f.decode(blk, buf[:len(blk)])
 	}
 }
 
 // addInto sets dst[i] to the format's rounding of the float32 sum of a[i] and b[i]: what
 // one reduction step of a 16-bit all-reduce computes (NCCL's fp16 and bf16 sums do the same:
-// widen, add, narrow). When both are NaNs, FP16 keeps b's payload on the F16C path (see
+// widen, add, narrow). When both are NaNs the vector paths keep b's payload (see
 // kernels.AddHalf): every rank runs the same code on the same operands, so ranks agree.
 func (f Format16) addInto(dst, a, b []uint16) {
-	b = b[:len(a)]
-	dst = dst[:len(a)]
 	if f == FP16 {
-		kernels.AddHalf(dst, a, b)
-		return
-	}
-	for i := range a {
-		dst[i] = Float32ToBFloat16(BFloat16ToFloat32(a[i]) + BFloat16ToFloat32(b[i]))
+		kernels.AddHalf(dst[:len(a)], a, b[:len(a)])
+	} else {
+		kernels.AddBF16(dst[:len(a)], a, b[:len(a)])
 	}
 }
 

@@ -2,13 +2,15 @@ package kernels
 
 import "math"
 
-// IEEE 754 binary16 ("half", torch.float16) conversions: the scalar Float32ToHalf and
-// HalfToFloat32, and the slice kernels the 16-bit comm hooks run on whole buckets
-// (EncodeHalf, DecodeHalf, AddHalf). On amd64 CPUs with F16C (and AVX2) the slice kernels
-// use VCVTPS2PH / VCVTPH2PS on 8 elements at a time; elsewhere, and with
-// SPARGO_KERNELS=generic, they loop over the scalar functions. Both give the same bits for
-// every input (half_test.go checks it), up to which NaN payload AddHalf keeps when both
-// operands are NaNs (see AddHalf).
+// 16-bit float conversions: IEEE 754 binary16 ("half", torch.float16) and bfloat16
+// (torch.bfloat16). The scalar Float32ToHalf, HalfToFloat32, Float32ToBFloat16 and
+// BFloat16ToFloat32, and the slice kernels the 16-bit comm hooks run on whole buckets
+// (EncodeHalf, DecodeHalf, AddHalf and their BF16 twins). On the amd64 paths (avx2, avx512)
+// the slice kernels work on 8 elements at a time: binary16 with F16C's VCVTPS2PH /
+// VCVTPH2PS when the CPU has F16C, bfloat16 with AVX2 integer arithmetic; elsewhere, and
+// with SPARGO_KERNELS=generic, they loop over the scalar functions. Every path gives the same
+// bits for every input (half_test.go checks it), up to which NaN payload the additions keep
+// when both operands are NaNs (see AddHalf).
 
 // Float32ToHalf converts x to IEEE binary16 bits, rounding to nearest with ties to even.
 // Magnitudes from 65520 up become ±Inf, those at or below 2^-25 become ±0 (2^-25 itself is a
@@ -74,15 +76,35 @@ func HalfToFloat32(h uint16) float32 {
 	return math.Float32frombits(sign | (exp+127-15)<<23 | frac<<13)
 }
 
-// halfOps are the slice conversions of one implementation (lengths checked by callers; n
-// any length).
-type halfOps struct {
-	encode func(dst []uint16, src []float32, div float32)
-	decode func(dst []float32, src []uint16)
-	add    func(dst, a, b []uint16)
+// Float32ToBFloat16 converts x to bfloat16 bits, rounding to nearest with ties to even (as
+// torch's float32 → bfloat16 cast). Values that round past the largest finite bfloat16 become
+// ±Inf; subnormals round like normals. A NaN stays a NaN of the same sign, quiet, keeping the
+// top 6 bits of its payload.
+func Float32ToBFloat16(x float32) uint16 {
+	b := math.Float32bits(x)
+	if b&0x7fffffff > 0x7f800000 {
+		return uint16(b>>16) | 0x40
+	}
+	b += 0x7fff + (b>>16)&1
+	return uint16(b >> 16)
 }
 
-var genericHalf = &halfOps{encode: encodeHalfGeneric, decode: decodeHalfGeneric, add: addHalfGeneric}
+// BFloat16ToFloat32 returns the float32 value of bfloat16 bits h (exact; a NaN keeps its
+// bits).
+func BFloat16ToFloat32(h uint16) float32 { return math.Float32frombits(uint32(h) << 16) }
+
+// halfOps are the slice conversions of one implementation, binary16 and bfloat16 (lengths
+// checked by callers; any length).
+type halfOps struct {
+	encode, encodeBF16 func(dst []uint16, src []float32, div float32)
+	decode, decodeBF16 func(dst []float32, src []uint16)
+	add, addBF16       func(dst, a, b []uint16)
+}
+
+var genericHalf = &halfOps{
+	encode: encodeHalfGeneric, decode: decodeHalfGeneric, add: addHalfGeneric,
+	encodeBF16: encodeBF16Generic, decodeBF16: decodeBF16Generic, addBF16: addBF16Generic,
+}
 
 func encodeHalfGeneric(dst []uint16, src []float32, div float32) {
 	dst = dst[:len(src)]
@@ -112,6 +134,34 @@ func addHalfGeneric(dst, a, b []uint16) {
 	}
 }
 
+func encodeBF16Generic(dst []uint16, src []float32, div float32) {
+	dst = dst[:len(src)]
+	if div == 1 {
+		for i, x := range src {
+			dst[i] = Float32ToBFloat16(x)
+		}
+		return
+	}
+	for i, x := range src {
+		dst[i] = Float32ToBFloat16(x / div)
+	}
+}
+
+func decodeBF16Generic(dst []float32, src []uint16) {
+	dst = dst[:len(src)]
+	for i, h := range src {
+		dst[i] = BFloat16ToFloat32(h)
+	}
+}
+
+func addBF16Generic(dst, a, b []uint16) {
+	b = b[:len(a)]
+	dst = dst[:len(a)]
+	for i := range a {
+		dst[i] = Float32ToBFloat16(BFloat16ToFloat32(a[i]) + BFloat16ToFloat32(b[i]))
+	}
+}
+
 // EncodeHalf sets dst[i] to Float32ToHalf(src[i] / div): divided in float32, then rounded
 // once to binary16 (div = 1 converts src as it is). len(dst) must equal len(src).
 func EncodeHalf(dst []uint16, src []float32, div float32) {
@@ -134,4 +184,25 @@ func DecodeHalf(dst []float32, src []uint16) {
 func AddHalf(dst, a, b []uint16) {
 	checkLen("AddHalf", len(dst), len(a), len(b))
 	impl.half.add(dst, a, b)
+}
+
+// EncodeBF16 sets dst[i] to Float32ToBFloat16(src[i] / div) (div = 1: src as it is).
+// len(dst) must equal len(src).
+func EncodeBF16(dst []uint16, src []float32, div float32) {
+	checkLen("EncodeBF16", len(dst), len(src))
+	impl.half.encodeBF16(dst, src, div)
+}
+
+// DecodeBF16 sets dst[i] to BFloat16ToFloat32(src[i]). len(dst) must equal len(src).
+func DecodeBF16(dst []float32, src []uint16) {
+	checkLen("DecodeBF16", len(dst), len(src))
+	impl.half.decodeBF16(dst, src)
+}
+
+// AddBF16 sets dst[i] to Float32ToBFloat16(BFloat16ToFloat32(a[i]) + BFloat16ToFloat32(b[i]))
+// (dst may be a or b), with AddHalf's rule for two NaN operands. The three lengths must be
+// equal.
+func AddBF16(dst, a, b []uint16) {
+	checkLen("AddBF16", len(dst), len(a), len(b))
+	impl.half.addBF16(dst, a, b)
 }

@@ -13,6 +13,291 @@ TEXT ·cpuid1ECX(SB), NOSPLIT, $0-4
 	MOVL CX, ret+0(FP)
 	RET
 
+// func bf16EncodeAVX2(dst *uint16, src *float32, n int, div float32)
+// Requires: AVX, AVX2
+TEXT ·bf16EncodeAVX2(SB), NOSPLIT, $0-28
+	MOVQ         dst+0(FP), AX
+	MOVQ         src+8(FP), CX
+	MOVQ         n+16(FP), DX
+	VBROADCASTSS div+24(FP), Y0
+	MOVL         $0x00000001, BX
+	VMOVD        BX, X1
+	VPBROADCASTD X1, Y1
+	MOVL         $0x00007fff, BX
+	VMOVD        BX, X2
+	VPBROADCASTD X2, Y2
+	MOVL         $0x7fffffff, BX
+	VMOVD        BX, X3
+	VPBROADCASTD X3, Y3
+	MOVL         $0x7f800000, BX
+	VMOVD        BX, X4
+	VPBROADCASTD X4, Y4
+	MOVL         $0x00000040, BX
+	VMOVD        BX, X5
+	VPBROADCASTD X5, Y5
+
+bf16EncodeAVX2_loop32:
+	CMPQ         DX, $0x20
+	JL           bf16EncodeAVX2_loop8
+	VMOVUPS      (CX), Y6
+	VDIVPS       Y0, Y6, Y6
+	VPSRLD       $0x10, Y6, Y7
+	VPAND        Y1, Y7, Y8
+	VPADDD       Y6, Y8, Y8
+	VPADDD       Y2, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPAND        Y3, Y6, Y6
+	VPCMPGTD     Y4, Y6, Y6
+	VPOR         Y5, Y7, Y7
+	VPBLENDVB    Y6, Y7, Y8, Y8
+	VEXTRACTI128 $0x01, Y8, X6
+	VPACKUSDW    X6, X8, X6
+	VMOVDQU      X6, (AX)
+	VMOVUPS      32(CX), Y6
+	VDIVPS       Y0, Y6, Y6
+	VPSRLD       $0x10, Y6, Y7
+	VPAND        Y1, Y7, Y8
+	VPADDD       Y6, Y8, Y8
+	VPADDD       Y2, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPAND        Y3, Y6, Y6
+	VPCMPGTD     Y4, Y6, Y6
+	VPOR         Y5, Y7, Y7
+	VPBLENDVB    Y6, Y7, Y8, Y8
+	VEXTRACTI128 $0x01, Y8, X6
+	VPACKUSDW    X6, X8, X6
+	VMOVDQU      X6, 16(AX)
+	VMOVUPS      64(CX), Y6
+	VDIVPS       Y0, Y6, Y6
+	VPSRLD       $0x10, Y6, Y7
+	VPAND        Y1, Y7, Y8
+	VPADDD       Y6, Y8, Y8
+	VPADDD       Y2, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPAND        Y3, Y6, Y6
+	VPCMPGTD     Y4, Y6, Y6
+	VPOR         Y5, Y7, Y7
+	VPBLENDVB    Y6, Y7, Y8, Y8
+	VEXTRACTI128 $0x01, Y8, X6
+	VPACKUSDW    X6, X8, X6
+	VMOVDQU      X6, 32(AX)
+	VMOVUPS      96(CX), Y6
+	VDIVPS       Y0, Y6, Y6
+	VPSRLD       $0x10, Y6, Y7
+	VPAND        Y1, Y7, Y8
+	VPADDD       Y6, Y8, Y8
+	VPADDD       Y2, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPAND        Y3, Y6, Y6
+	VPCMPGTD     Y4, Y6, Y6
+	VPOR         Y5, Y7, Y7
+	VPBLENDVB    Y6, Y7, Y8, Y8
+	VEXTRACTI128 $0x01, Y8, X6
+	VPACKUSDW    X6, X8, X6
+	VMOVDQU      X6, 48(AX)
+	ADDQ         $0x00000040, AX
+	ADDQ         $0x00000080, CX
+	SUBQ         $0x20, DX
+	JMP          bf16EncodeAVX2_loop32
+
+bf16EncodeAVX2_loop8:
+	TESTQ        DX, DX
+	JE           bf16EncodeAVX2_done
+	VMOVUPS      (CX), Y6
+	VDIVPS       Y0, Y6, Y6
+	VPSRLD       $0x10, Y6, Y7
+	VPAND        Y1, Y7, Y8
+	VPADDD       Y6, Y8, Y8
+	VPADDD       Y2, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPAND        Y3, Y6, Y6
+	VPCMPGTD     Y4, Y6, Y6
+	VPOR         Y5, Y7, Y7
+	VPBLENDVB    Y6, Y7, Y8, Y8
+	VEXTRACTI128 $0x01, Y8, X6
+	VPACKUSDW    X6, X8, X6
+	VMOVDQU      X6, (AX)
+	ADDQ         $0x00000010, AX
+	ADDQ         $0x00000020, CX
+	SUBQ         $0x08, DX
+	JMP          bf16EncodeAVX2_loop8
+
+bf16EncodeAVX2_done:
+	VZEROUPPER
+	RET
+
+// func bf16DecodeAVX2(dst *float32, src *uint16, n int)
+// Requires: AVX, AVX2
+TEXT ·bf16DecodeAVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), AX
+	MOVQ src+8(FP), CX
+	MOVQ n+16(FP), DX
+
+bf16DecodeAVX2_loop32:
+	CMPQ      DX, $0x20
+	JL        bf16DecodeAVX2_loop8
+	VPMOVZXWD (CX), Y0
+	VPSLLD    $0x10, Y0, Y0
+	VMOVDQU   Y0, (AX)
+	VPMOVZXWD 16(CX), Y0
+	VPSLLD    $0x10, Y0, Y0
+	VMOVDQU   Y0, 32(AX)
+	VPMOVZXWD 32(CX), Y0
+	VPSLLD    $0x10, Y0, Y0
+	VMOVDQU   Y0, 64(AX)
+	VPMOVZXWD 48(CX), Y0
+	VPSLLD    $0x10, Y0, Y0
+	VMOVDQU   Y0, 96(AX)
+	ADDQ      $0x00000080, AX
+	ADDQ      $0x00000040, CX
+	SUBQ      $0x20, DX
+	JMP       bf16DecodeAVX2_loop32
+
+bf16DecodeAVX2_loop8:
+	TESTQ     DX, DX
+	JE        bf16DecodeAVX2_done
+	VPMOVZXWD (CX), Y0
+	VPSLLD    $0x10, Y0, Y0
+	VMOVDQU   Y0, (AX)
+	ADDQ      $0x00000020, AX
+	ADDQ      $0x00000010, CX
+	SUBQ      $0x08, DX
+	JMP       bf16DecodeAVX2_loop8
+
+bf16DecodeAVX2_done:
+	VZEROUPPER
+	RET
+
+// func bf16AddAVX2(dst *uint16, a *uint16, b *uint16, n int)
+// Requires: AVX, AVX2
+TEXT ·bf16AddAVX2(SB), NOSPLIT, $0-32
+	MOVQ         dst+0(FP), AX
+	MOVQ         a+8(FP), CX
+	MOVQ         b+16(FP), DX
+	MOVQ         n+24(FP), BX
+	MOVL         $0x00000001, SI
+	VMOVD        SI, X0
+	VPBROADCASTD X0, Y0
+	MOVL         $0x00007fff, SI
+	VMOVD        SI, X1
+	VPBROADCASTD X1, Y1
+	MOVL         $0x7fffffff, SI
+	VMOVD        SI, X2
+	VPBROADCASTD X2, Y2
+	MOVL         $0x7f800000, SI
+	VMOVD        SI, X3
+	VPBROADCASTD X3, Y3
+	MOVL         $0x00000040, SI
+	VMOVD        SI, X4
+	VPBROADCASTD X4, Y4
+
+bf16AddAVX2_loop32:
+	CMPQ         BX, $0x20
+	JL           bf16AddAVX2_loop8
+	VPMOVZXWD    (CX), Y5
+	VPMOVZXWD    (DX), Y6
+	VPSLLD       $0x10, Y5, Y5
+	VPSLLD       $0x10, Y6, Y6
+	VADDPS       Y5, Y6, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        Y0, Y6, Y7
+	VPADDD       Y5, Y7, Y7
+	VPADDD       Y1, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VPAND        Y2, Y5, Y5
+	VPCMPGTD     Y3, Y5, Y5
+	VPOR         Y4, Y6, Y6
+	VPBLENDVB    Y5, Y6, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X5
+	VPACKUSDW    X5, X7, X5
+	VMOVDQU      X5, (AX)
+	VPMOVZXWD    16(CX), Y5
+	VPMOVZXWD    16(DX), Y6
+	VPSLLD       $0x10, Y5, Y5
+	VPSLLD       $0x10, Y6, Y6
+	VADDPS       Y5, Y6, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        Y0, Y6, Y7
+	VPADDD       Y5, Y7, Y7
+	VPADDD       Y1, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VPAND        Y2, Y5, Y5
+	VPCMPGTD     Y3, Y5, Y5
+	VPOR         Y4, Y6, Y6
+	VPBLENDVB    Y5, Y6, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X5
+	VPACKUSDW    X5, X7, X5
+	VMOVDQU      X5, 16(AX)
+	VPMOVZXWD    32(CX), Y5
+	VPMOVZXWD    32(DX), Y6
+	VPSLLD       $0x10, Y5, Y5
+	VPSLLD       $0x10, Y6, Y6
+	VADDPS       Y5, Y6, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        Y0, Y6, Y7
+	VPADDD       Y5, Y7, Y7
+	VPADDD       Y1, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VPAND        Y2, Y5, Y5
+	VPCMPGTD     Y3, Y5, Y5
+	VPOR         Y4, Y6, Y6
+	VPBLENDVB    Y5, Y6, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X5
+	VPACKUSDW    X5, X7, X5
+	VMOVDQU      X5, 32(AX)
+	VPMOVZXWD    48(CX), Y5
+	VPMOVZXWD    48(DX), Y6
+	VPSLLD       $0x10, Y5, Y5
+	VPSLLD       $0x10, Y6, Y6
+	VADDPS       Y5, Y6, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        Y0, Y6, Y7
+	VPADDD       Y5, Y7, Y7
+	VPADDD       Y1, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VPAND        Y2, Y5, Y5
+	VPCMPGTD     Y3, Y5, Y5
+	VPOR         Y4, Y6, Y6
+	VPBLENDVB    Y5, Y6, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X5
+	VPACKUSDW    X5, X7, X5
+	VMOVDQU      X5, 48(AX)
+	ADDQ         $0x00000040, AX
+	ADDQ         $0x00000040, CX
+	ADDQ         $0x00000040, DX
+	SUBQ         $0x20, BX
+	JMP          bf16AddAVX2_loop32
+
+bf16AddAVX2_loop8:
+	TESTQ        BX, BX
+	JE           bf16AddAVX2_done
+	VPMOVZXWD    (CX), Y5
+	VPMOVZXWD    (DX), Y6
+	VPSLLD       $0x10, Y5, Y5
+	VPSLLD       $0x10, Y6, Y6
+	VADDPS       Y5, Y6, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        Y0, Y6, Y7
+	VPADDD       Y5, Y7, Y7
+	VPADDD       Y1, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VPAND        Y2, Y5, Y5
+	VPCMPGTD     Y3, Y5, Y5
+	VPOR         Y4, Y6, Y6
+	VPBLENDVB    Y5, Y6, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X5
+	VPACKUSDW    X5, X7, X5
+	VMOVDQU      X5, (AX)
+	ADDQ         $0x00000010, AX
+	ADDQ         $0x00000010, CX
+	ADDQ         $0x00000010, DX
+	SUBQ         $0x08, BX
+	JMP          bf16AddAVX2_loop8
+
+bf16AddAVX2_done:
+	VZEROUPPER
+	RET
+
 // func halfEncodeF16C(dst *uint16, src *float32, n int, div float32)
 // Requires: AVX, F16C
 TEXT ·halfEncodeF16C(SB), NOSPLIT, $0-28

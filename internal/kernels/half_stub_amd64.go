@@ -7,6 +7,18 @@ package kernels
 // cpuid1ECX returns ECX of CPUID leaf 1 (feature flags; bit 29 is F16C).
 func cpuid1ECX() uint32
 
+// bf16EncodeAVX2 sets dst[i] to the bfloat16 bits of src[i]/div (divided in float32, rounded
+// to nearest even; a NaN quiet, top payload bits kept) for i < n, n a multiple of 8 (AVX2).
+func bf16EncodeAVX2(dst *uint16, src *float32, n int, div float32)
+
+// bf16DecodeAVX2 sets dst[i] to the float32 value of the bfloat16 bits src[i] for i < n, n a
+// multiple of 8 (AVX2).
+func bf16DecodeAVX2(dst *float32, src *uint16, n int)
+
+// bf16AddAVX2 sets dst[i] to the bfloat16 bits of float32(a[i]) + float32(b[i]) (added in
+// float32, rounded to nearest even) for i < n, n a multiple of 8 (AVX2).
+func bf16AddAVX2(dst *uint16, a *uint16, b *uint16, n int)
+
 // halfEncodeF16C sets dst[i] to the binary16 bits of src[i]/div (divided in float32, rounded
 // to nearest even) for i < n, n a multiple of 8 (F16C, AVX).
 func halfEncodeF16C(dst *uint16, src *float32, n int, div float32)

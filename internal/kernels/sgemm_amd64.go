@@ -22,7 +22,7 @@ var avx512Impl = &gemmImpl{
 		sgemmBIndirectAVX512x8(k, &a[0], &x[base], &offs[0], &c[0], ldc, beta)
 	},
 	vec:  avx512Vec,
-	half: f16cHalf,
+	half: amd64Half,
 }
 
 // indirectAVX512 adapts sgemmIndirectAVX512x8 to indirectKernel. ConvNHWC
@@ -38,7 +38,7 @@ var avx2Impl = &gemmImpl{
 	mc: 192, kc: 256, nc: 4096,
 	kernel: wrapKernel(sgemmKernelAVX2),
 	vec:    genericVec,
-	half:   f16cHalf,
+	half:   amd64Half,
 }
 
 func archImpls() []*gemmImpl { return []*gemmImpl{avx512Impl, avx2Impl} }

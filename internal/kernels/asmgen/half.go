@@ -6,16 +6,18 @@ import (
 	"github.com/mmcloughlin/avo/reg"
 )
 
-// IEEE binary16 conversion kernels (F16C on 256-bit vectors, VEX-encoded: AVX2 machines have
-// them, AVX-512 ones too), emitted with -half into half_amd64.s / half_stub_amd64.go. Each
-// processes n elements, n a multiple of 8 (the Go wrappers in half_amd64.go convert the
-// remainder with the scalar code): 32 per iteration (4 ymm), then 8. VCVTPS2PH's immediate
-// 0 rounds to nearest, ties to even, whatever MXCSR says; Go runs with every floating-point
-// exception masked and without DAZ/FTZ, so subnormal float32 inputs and VADDPS/VDIVPS
-// results are exact IEEE.
+// 16-bit float conversion kernels, emitted with -half into half_amd64.s /
+// half_stub_amd64.go: IEEE binary16 with F16C on 256-bit vectors (VEX-encoded; AVX2 machines
+// have it, AVX-512 ones too), bfloat16 with AVX2 integer arithmetic (the scalar code's
+// rounding, lane by lane). Each processes n elements, n a multiple of 8 (the Go wrappers in
+// half_amd64.go convert the remainder with the scalar code): 32 per iteration (4 ymm), then
+// 8. VCVTPS2PH's immediate 0 rounds to nearest, ties to even, whatever MXCSR says; Go runs
+// with every floating-point exception masked and without DAZ/FTZ, so subnormal float32
+// inputs and VADDPS/VDIVPS results are exact IEEE.
 
 func genHalf() {
 	genCPUID()
+	genBF16()
 
 	// encode: dst[i] = half(src[i] / div)
 	TEXT("halfEncodeF16C", NOSPLIT, "func(dst *uint16, src *float32, n int, div float32)")
@@ -68,6 +70,93 @@ func genHalf() {
 		VZEROUPPER()
 		RET()
 	}
+}
+
+// genBF16 emits the bfloat16 kernels: encode (b + 0x7fff + (b>>16 & 1)) >> 16, a NaN
+// (|b| > 0x7f800000) to b>>16 | 0x40 instead; decode h << 16.
+func genBF16() {
+	type consts struct{ one, round, abs, inf, quiet reg.VecVirtual }
+	load := func() consts {
+		return consts{bcastU32(1), bcastU32(0x7fff), bcastU32(0x7fffffff), bcastU32(0x7f800000), bcastU32(0x40)}
+	}
+	// encode8 rounds the 8 float32 in y to bfloat16 and stores them at m (16 bytes).
+	encode8 := func(c consts, y reg.VecVirtual, m Mem) {
+		hi, r, nan := YMM(), YMM(), YMM()
+		VPSRLD(U8(16), y, hi)
+		VPAND(c.one, hi, r)
+		VPADDD(y, r, r)
+		VPADDD(c.round, r, r)
+		VPSRLD(U8(16), r, r)
+		VPAND(c.abs, y, nan)
+		VPCMPGTD(c.inf, nan, nan) // |b| > 0x7f800000: NaN
+		VPOR(c.quiet, hi, hi)
+		VPBLENDVB(nan, hi, r, r)
+		x := XMM()
+		VEXTRACTI128(U8(1), r, x)
+		VPACKUSDW(x, r.AsX(), x) // every lane is at most 0xffff: no saturation
+		VMOVDQU(x, m)
+	}
+
+	TEXT("bf16EncodeAVX2", NOSPLIT, "func(dst *uint16, src *float32, n int, div float32)")
+	Doc("bf16EncodeAVX2 sets dst[i] to the bfloat16 bits of src[i]/div (divided in float32, rounded",
+		"to nearest even; a NaN quiet, top payload bits kept) for i < n, n a multiple of 8 (AVX2).")
+	{
+		d, s, n := gp("dst"), gp("src"), gp("n")
+		yd := YMM()
+		VBROADCASTSS(paramAddr("div"), yd)
+		c := load()
+		stream8("bf16EncodeAVX2", n, []reg.GPVirtual{d, s}, []int{2, 4}, func(u int) {
+			y := YMM()
+			VMOVUPS(Mem{Base: s, Disp: 32 * u}, y)
+			VDIVPS(yd, y, y)
+			encode8(c, y, Mem{Base: d, Disp: 16 * u})
+		})
+		VZEROUPPER()
+		RET()
+	}
+
+	TEXT("bf16DecodeAVX2", NOSPLIT, "func(dst *float32, src *uint16, n int)")
+	Doc("bf16DecodeAVX2 sets dst[i] to the float32 value of the bfloat16 bits src[i] for i < n, n a",
+		"multiple of 8 (AVX2).")
+	{
+		d, s, n := gp("dst"), gp("src"), gp("n")
+		stream8("bf16DecodeAVX2", n, []reg.GPVirtual{d, s}, []int{4, 2}, func(u int) {
+			y := YMM()
+			VPMOVZXWD(Mem{Base: s, Disp: 16 * u}, y)
+			VPSLLD(U8(16), y, y)
+			VMOVDQU(y, Mem{Base: d, Disp: 32 * u})
+		})
+		VZEROUPPER()
+		RET()
+	}
+
+	TEXT("bf16AddAVX2", NOSPLIT, "func(dst, a, b *uint16, n int)")
+	Doc("bf16AddAVX2 sets dst[i] to the bfloat16 bits of float32(a[i]) + float32(b[i]) (added in",
+		"float32, rounded to nearest even) for i < n, n a multiple of 8 (AVX2).")
+	{
+		d, a, b, n := gp("dst"), gp("a"), gp("b"), gp("n")
+		c := load()
+		stream8("bf16AddAVX2", n, []reg.GPVirtual{d, a, b}, []int{2, 2, 2}, func(u int) {
+			ya, yb := YMM(), YMM()
+			VPMOVZXWD(Mem{Base: a, Disp: 16 * u}, ya)
+			VPMOVZXWD(Mem{Base: b, Disp: 16 * u}, yb)
+			VPSLLD(U8(16), ya, ya)
+			VPSLLD(U8(16), yb, yb)
+			VADDPS(ya, yb, ya) // yb + ya: both NaNs keep b's payload, as halfAddF16C
+			encode8(c, ya, Mem{Base: d, Disp: 16 * u})
+		})
+		VZEROUPPER()
+		RET()
+	}
+}
+
+// bcastU32 returns a fresh ymm register with v in every 32-bit lane.
+func bcastU32(v uint32) reg.VecVirtual {
+	r, x, y := GP32(), XMM(), YMM()
+	MOVL(U32(v), r)
+	VMOVD(r, x)
+	VPBROADCASTD(x, y)
+	return y
 }
 
 // stream8 emits a loop over n elements (n a multiple of 8): body(u) handles the 8 elements
