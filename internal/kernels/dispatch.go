@@ -28,6 +28,9 @@ type gemmImpl struct {
 	bIndirect func(k int, a, x []float32, base int, offs []int, c []float32, ldc int, beta float32)
 	// vec holds the elementwise / reduction kernels paired with this path.
 	vec *vecOps
+	// half holds the binary16 conversions (half.go): F16C on the amd64 paths when the
+	// CPU has it, else the scalar loops.
+	half *halfOps
 }
 
 // vecOps are the elementwise implementations (lengths already checked).

@@ -56,6 +56,10 @@
 //	generic portable pure-Go 4×8 micro-kernel (all architectures)
 //
 // The elementwise functions use pure Go except on the avx512 path.
+// The binary16 conversions (EncodeHalf, DecodeHalf, AddHalf: the fp16 comm
+// hook's encode, decode and reduction step) use F16C's VCVTPS2PH / VCVTPH2PS
+// on both the avx2 and avx512 paths when CPUID reports F16C, the scalar
+// Float32ToHalf / HalfToFloat32 otherwise; the bits are the same.
 //
 // # Exponentials
 //

@@ -21,7 +21,8 @@ var avx512Impl = &gemmImpl{
 		_, _ = a[8*k-1], offs[k-1]
 		sgemmBIndirectAVX512x8(k, &a[0], &x[base], &offs[0], &c[0], ldc, beta)
 	},
-	vec: avx512Vec,
+	vec:  avx512Vec,
+	half: amd64Half,
 }
 
 // indirectAVX512 adapts sgemmIndirectAVX512x8 to indirectKernel. ConvNHWC
@@ -37,6 +38,7 @@ var avx2Impl = &gemmImpl{
 	mc: 192, kc: 256, nc: 4096,
 	kernel: wrapKernel(sgemmKernelAVX2),
 	vec:    genericVec,
+	half:   amd64Half,
 }
 
 func archImpls() []*gemmImpl { return []*gemmImpl{avx512Impl, avx2Impl} }

@@ -10,7 +10,8 @@ var genericImpl = &gemmImpl{
 	bIndirect: func(k int, a, x []float32, base int, offs []int, c []float32, ldc int, beta float32) {
 		bIndirectGeneric(4, 8, k, a, x, base, offs, c, ldc, beta)
 	},
-	vec: genericVec,
+	vec:  genericVec,
+	half: genericHalf,
 }
 
 // kernelGeneric4x8 computes a 4×8 tile from packed slivers (see gemmImpl.kernel).

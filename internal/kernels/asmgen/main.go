@@ -3,6 +3,7 @@
 //
 //	go run -C asmgen . -out ../sgemm_amd64.s -stubs ../sgemm_stub_amd64.go -pkg kernels
 //	go run -C asmgen . -layers -out ../layers_amd64.s -stubs ../layers_stub_amd64.go -pkg kernels
+//	go run -C asmgen . -half -out ../half_amd64.s -stubs ../half_stub_amd64.go -pkg kernels
 package main
 
 import (
@@ -21,11 +22,20 @@ const kernelSig = "func(k int, a, b, c *float32, ldc int, alpha, beta float32)"
 // elementwise kernels of sgemm_amd64.s.
 var layers = flag.Bool("layers", false, "emit the layer kernels (layers_amd64.s) instead of the SGEMM kernels")
 
+// half selects the third output set: the binary16 conversion kernels (F16C) for
+// half_amd64.s.
+var half = flag.Bool("half", false, "emit the binary16 conversion kernels (half_amd64.s) instead of the SGEMM kernels")
+
 func main() {
 	flag.Parse()
 	ConstraintExpr("amd64")
 	if *layers {
 		genLayers()
+		Generate()
+		return
+	}
+	if *half {
+		genHalf()
 		Generate()
 		return
 	}
