@@ -51,7 +51,7 @@ func (j *gemmJob) execute() {
 	if j.nColChunks > 1 {
 		sa = j.prepackA(nw)
 	}
-	if j.nRowChunks > 1 && j.bsrc != nhwcIndirectB {
+	if j.nRowChunks > 1 && j.bsrc != nhwcIndirectB && j.sharedB == nil { // (SgemmPackedB brings its own)
 		sb = j.prepackB(nw)
 	}
 	dispatch(j, &j.wg, min(nw, j.units))
