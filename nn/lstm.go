@@ -30,8 +30,9 @@ import (
 // Each layer is one op on the tape: one Sgemm projects the inputs of all T steps, then per
 // step one Sgemm adds the recurrent product (W_hh packed once for all steps, kernels.PackB)
 // and one fused kernel applies the gates (internal/kernels' LSTMCellForward); backward
-// mirrors it and ends with one Sgemm for each weight gradient. The layer's parameters are ready for the grad-ready hooks (DDP's
-// buckets) as soon as its backward has run, while the layers below still compute.
+// mirrors it and ends with one Sgemm for each weight gradient. The layer's parameters are
+// ready for the grad-ready hooks (DDP's buckets) as soon as its backward has run, while the
+// layers below still compute.
 type LSTM struct {
 	In, Hidden, NumLayers int
 	// Dropout is the probability of the dropout between layers (PyTorch's dropout argument).
