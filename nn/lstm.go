@@ -28,10 +28,11 @@ import (
 // repackage_hidden (detach) is built in.
 //
 // Each layer is one op on the tape: one Sgemm projects the inputs of all T steps, then per
-// step one Sgemm adds the recurrent product and one fused kernel applies the gates
-// (internal/kernels' LSTMCellForward); backward mirrors it and ends with one Sgemm for each
-// weight gradient. The layer's parameters are ready for the grad-ready hooks (DDP's
-// buckets) as soon as its backward has run, while the layers below still compute.
+// step one Sgemm adds the recurrent product (W_hh packed once for all steps, kernels.PackB)
+// and one fused kernel applies the gates (internal/kernels' LSTMCellForward); backward
+// mirrors it and ends with one Sgemm for each weight gradient. The layer's parameters are
+// ready for the grad-ready hooks (DDP's buckets) as soon as its backward has run, while the
+// layers below still compute.
 type LSTM struct {
 	In, Hidden, NumLayers int
 	// Dropout is the probability of the dropout between layers (PyTorch's dropout argument).
@@ -190,6 +191,8 @@ func (l *LSTM) layer(ly *LSTMLayer, x *Var, steps, n int, h0, c0 []float32) *Var
 	}
 	kernels.Sgemm(false, true, rows, g4, in, 1, x.Value.Data, in, wih.Value.Data, in, 1, gates, g4)
 	yd := y.Value.Data
+	// W_hhᵀ multiplies the hidden state of every step: packed once for all of them.
+	whhT := kernels.PackB(true, hd, g4, whh.Value.Data, hd)
 	for s := 0; s < steps; s++ {
 		g := gates[s*n*g4 : (s+1)*n*g4]
 		var hPrev, cPrev []float32
@@ -199,10 +202,11 @@ func (l *LSTM) layer(ly *LSTMLayer, x *Var, steps, n int, h0, c0 []float32) *Var
 			hPrev, cPrev = hInit, cInit
 		}
 		if hPrev != nil {
-			kernels.Sgemm(false, true, n, g4, hd, 1, hPrev, hd, whh.Value.Data, hd, 1, g, g4)
+			kernels.SgemmPackedB(false, n, 1, hPrev, hd, &whhT, 1, g, g4)
 		}
 		kernels.LSTMCellForward(g, cPrev, cells[s*n*hd:(s+1)*n*hd], tcs[s*n*hd:(s+1)*n*hd], yd[s*n*hd:(s+1)*n*hd], hd, n, hd)
 	}
+	whhT.Release()
 	if h0 != nil {
 		copy(h0, yd[(steps-1)*n*hd:])
 		copy(c0, cells[(steps-1)*n*hd:])
@@ -212,6 +216,7 @@ func (l *LSTM) layer(ly *LSTMLayer, x *Var, steps, n int, h0, c0 []float32) *Var
 		dc := t.buf(n * hd)
 		clear(dc)
 		var dhRec []float32
+		whhP := kernels.PackB(false, g4, hd, whh.Value.Data, hd) // W_hh for every step's dh
 		for s := steps - 1; s >= 0; s-- {
 			var cPrev []float32
 			if s > 0 {
@@ -225,9 +230,10 @@ func (l *LSTM) layer(ly *LSTMLayer, x *Var, steps, n int, h0, c0 []float32) *Var
 				if dhRec == nil {
 					dhRec = t.buf(n * hd)
 				}
-				kernels.Sgemm(false, false, n, hd, g4, 1, dg, g4, whh.Value.Data, hd, 0, dhRec, hd)
+				kernels.SgemmPackedB(false, n, 1, dg, g4, &whhP, 0, dhRec, hd)
 			}
 		}
+		whhP.Release()
 		// dW_hh += Σ_s dG_sᵀ·h_{s−1}; dW_ih += dGᵀ·x; db += Σ rows of dG; dx = dG·W_ih.
 		if steps > 1 {
 			kernels.Sgemm(true, false, g4, hd, (steps-1)*n, 1, dGates[n*g4:], g4, yd, hd, 1, whh.grad(), hd)

@@ -70,6 +70,11 @@ type vecOps struct {
 	maxOf   func(x []float32) float32                     // the largest element, len(x) ≥ 1 (a NaN may be skipped)
 	gelu    func(y, cdf, x []float32)                     // y = x·Φ(x), and cdf = Φ(x) unless cdf is nil
 	geluBwd func(dx, x, cdf, dy []float32, acc bool)      // dx = (or +=) dy·(Φ(x) + x·φ(x)), Φ = cdf
+
+	// The fused LSTM cell of one batch row (lstm.go); hidden = len(c) or len(dc), gates
+	// hold four blocks of hidden, nil cPrev, dy or dhRec stand for zeros.
+	lstmFwd func(g, cPrev, c, tc, h []float32)
+	lstmBwd func(d, a, cPrev, tc, dy, dhRec, dc []float32)
 }
 
 var genericVec = &vecOps{
@@ -79,6 +84,7 @@ var genericVec = &vecOps{
 	affine: affineGeneric, bnBwd: bnBwdGeneric, sgdMom: sgdMomGeneric, sgdPlain: sgdPlainGeneric,
 	maxPool2x2Row: maxPool2x2RowGeneric,
 	expSum:        expSumGeneric, maxOf: maxGeneric, gelu: geluGeneric, geluBwd: geluBwdGeneric,
+	lstmFwd: lstmFwdGeneric, lstmBwd: lstmBwdGeneric,
 }
 
 // implTable holds every implementation compiled into this binary

@@ -896,8 +896,14 @@ DATA mathvec_consts<>+92(SB)/4, $0x3dc636c9
 DATA mathvec_consts<>+96(SB)/4, $0x3ebf88fb
 DATA mathvec_consts<>+100(SB)/4, $0x3f8000c7
 DATA mathvec_consts<>+104(SB)/4, $0xbfa1fc4e
-DATA mathvec_consts<>+108(SB)/4, $0x7fffffff
-GLOBL mathvec_consts<>(SB), RODATA|NOPTR, $112
+DATA mathvec_consts<>+108(SB)/4, $0xc0000000
+DATA mathvec_consts<>+112(SB)/4, $0x80000000
+DATA mathvec_consts<>+116(SB)/4, $0x3d800000
+DATA mathvec_consts<>+120(SB)/4, $0xbd5d0dd1
+DATA mathvec_consts<>+124(SB)/4, $0x3e088889
+DATA mathvec_consts<>+128(SB)/4, $0xbeaaaaab
+DATA mathvec_consts<>+132(SB)/4, $0x7fffffff
+GLOBL mathvec_consts<>(SB), RODATA|NOPTR, $136
 
 // func expSumAVX512(dst *float32, x *float32, n int, shift float32) float64
 // Requires: AVX, AVX512F, AVX512VL, BMI2
@@ -1159,7 +1165,7 @@ geluAVX512_loop64:
 	JL                geluAVX512_loop16
 	VMOVUPS           (CX), Z4
 	VMULPS.BCST       mathvec_consts<>+56(SB), Z4, Z5
-	VPANDD.BCST       mathvec_consts<>+108(SB), Z5, Z6
+	VPANDD.BCST       mathvec_consts<>+132(SB), Z5, Z6
 	VMOVAPS           Z2, Z7
 	VFMADD231PS.BCST  mathvec_consts<>+36(SB), Z6, Z7
 	VDIVPS            Z7, Z2, Z7
@@ -1196,7 +1202,7 @@ geluAVX512_loop64:
 	VMOVUPS           Z4, (AX)
 	VMOVUPS           64(CX), Z4
 	VMULPS.BCST       mathvec_consts<>+56(SB), Z4, Z5
-	VPANDD.BCST       mathvec_consts<>+108(SB), Z5, Z6
+	VPANDD.BCST       mathvec_consts<>+132(SB), Z5, Z6
 	VMOVAPS           Z2, Z7
 	VFMADD231PS.BCST  mathvec_consts<>+36(SB), Z6, Z7
 	VDIVPS            Z7, Z2, Z7
@@ -1233,7 +1239,7 @@ geluAVX512_loop64:
 	VMOVUPS           Z4, 64(AX)
 	VMOVUPS           128(CX), Z4
 	VMULPS.BCST       mathvec_consts<>+56(SB), Z4, Z5
-	VPANDD.BCST       mathvec_consts<>+108(SB), Z5, Z6
+	VPANDD.BCST       mathvec_consts<>+132(SB), Z5, Z6
 	VMOVAPS           Z2, Z7
 	VFMADD231PS.BCST  mathvec_consts<>+36(SB), Z6, Z7
 	VDIVPS            Z7, Z2, Z7
@@ -1270,7 +1276,7 @@ geluAVX512_loop64:
 	VMOVUPS           Z4, 128(AX)
 	VMOVUPS           192(CX), Z4
 	VMULPS.BCST       mathvec_consts<>+56(SB), Z4, Z5
-	VPANDD.BCST       mathvec_consts<>+108(SB), Z5, Z6
+	VPANDD.BCST       mathvec_consts<>+132(SB), Z5, Z6
 	VMOVAPS           Z2, Z7
 	VFMADD231PS.BCST  mathvec_consts<>+36(SB), Z6, Z7
 	VDIVPS            Z7, Z2, Z7
@@ -1315,7 +1321,7 @@ geluAVX512_loop16:
 	JL                geluAVX512_tail
 	VMOVUPS           (CX), Z4
 	VMULPS.BCST       mathvec_consts<>+56(SB), Z4, Z5
-	VPANDD.BCST       mathvec_consts<>+108(SB), Z5, Z6
+	VPANDD.BCST       mathvec_consts<>+132(SB), Z5, Z6
 	VMOVAPS           Z2, Z7
 	VFMADD231PS.BCST  mathvec_consts<>+36(SB), Z6, Z7
 	VDIVPS            Z7, Z2, Z7
@@ -1363,7 +1369,7 @@ geluAVX512_tail:
 	KMOVW             BX, K1
 	VMOVUPS.Z         (CX), K1, Z4
 	VMULPS.BCST       mathvec_consts<>+56(SB), Z4, Z5
-	VPANDD.BCST       mathvec_consts<>+108(SB), Z5, Z6
+	VPANDD.BCST       mathvec_consts<>+132(SB), Z5, Z6
 	VMOVAPS           Z2, Z7
 	VFMADD231PS.BCST  mathvec_consts<>+36(SB), Z6, Z7
 	VDIVPS            Z7, Z2, Z7
@@ -1420,7 +1426,7 @@ geluCDFAVX512_loop64:
 	JL                geluCDFAVX512_loop16
 	VMOVUPS           (DX), Z4
 	VMULPS.BCST       mathvec_consts<>+56(SB), Z4, Z5
-	VPANDD.BCST       mathvec_consts<>+108(SB), Z5, Z6
+	VPANDD.BCST       mathvec_consts<>+132(SB), Z5, Z6
 	VMOVAPS           Z2, Z7
 	VFMADD231PS.BCST  mathvec_consts<>+36(SB), Z6, Z7
 	VDIVPS            Z7, Z2, Z7
@@ -1458,7 +1464,7 @@ geluCDFAVX512_loop64:
 	VMOVUPS           Z4, (AX)
 	VMOVUPS           64(DX), Z4
 	VMULPS.BCST       mathvec_consts<>+56(SB), Z4, Z5
-	VPANDD.BCST       mathvec_consts<>+108(SB), Z5, Z6
+	VPANDD.BCST       mathvec_consts<>+132(SB), Z5, Z6
 	VMOVAPS           Z2, Z7
 	VFMADD231PS.BCST  mathvec_consts<>+36(SB), Z6, Z7
 	VDIVPS            Z7, Z2, Z7
@@ -1496,7 +1502,7 @@ geluCDFAVX512_loop64:
 	VMOVUPS           Z4, 64(AX)
 	VMOVUPS           128(DX), Z4
 	VMULPS.BCST       mathvec_consts<>+56(SB), Z4, Z5
-	VPANDD.BCST       mathvec_consts<>+108(SB), Z5, Z6
+	VPANDD.BCST       mathvec_consts<>+132(SB), Z5, Z6
 	VMOVAPS           Z2, Z7
 	VFMADD231PS.BCST  mathvec_consts<>+36(SB), Z6, Z7
 	VDIVPS            Z7, Z2, Z7
@@ -1534,7 +1540,7 @@ geluCDFAVX512_loop64:
 	VMOVUPS           Z4, 128(AX)
 	VMOVUPS           192(DX), Z4
 	VMULPS.BCST       mathvec_consts<>+56(SB), Z4, Z5
-	VPANDD.BCST       mathvec_consts<>+108(SB), Z5, Z6
+	VPANDD.BCST       mathvec_consts<>+132(SB), Z5, Z6
 	VMOVAPS           Z2, Z7
 	VFMADD231PS.BCST  mathvec_consts<>+36(SB), Z6, Z7
 	VDIVPS            Z7, Z2, Z7
@@ -1581,7 +1587,7 @@ geluCDFAVX512_loop16:
 	JL                geluCDFAVX512_tail
 	VMOVUPS           (DX), Z4
 	VMULPS.BCST       mathvec_consts<>+56(SB), Z4, Z5
-	VPANDD.BCST       mathvec_consts<>+108(SB), Z5, Z6
+	VPANDD.BCST       mathvec_consts<>+132(SB), Z5, Z6
 	VMOVAPS           Z2, Z7
 	VFMADD231PS.BCST  mathvec_consts<>+36(SB), Z6, Z7
 	VDIVPS            Z7, Z2, Z7
@@ -1631,7 +1637,7 @@ geluCDFAVX512_tail:
 	KMOVW             SI, K1
 	VMOVUPS.Z         (DX), K1, Z4
 	VMULPS.BCST       mathvec_consts<>+56(SB), Z4, Z5
-	VPANDD.BCST       mathvec_consts<>+108(SB), Z5, Z6
+	VPANDD.BCST       mathvec_consts<>+132(SB), Z5, Z6
 	VMOVAPS           Z2, Z7
 	VFMADD231PS.BCST  mathvec_consts<>+36(SB), Z6, Z7
 	VDIVPS            Z7, Z2, Z7
@@ -2041,5 +2047,2606 @@ geluBwdAccAVX512_tail:
 	VMOVUPS           Z0, K1, (AX)
 
 geluBwdAccAVX512_done:
+	VZEROUPPER
+	RET
+
+// func lstmFwdAVX512(gates *float32, c *float32, tc *float32, h *float32, n int)
+// Requires: AVX, AVX512F, BMI2
+TEXT ·lstmFwdAVX512(SB), NOSPLIT, $0-40
+	MOVQ         gates+0(FP), AX
+	MOVQ         c+8(FP), CX
+	MOVQ         tc+16(FP), DX
+	MOVQ         h+24(FP), BX
+	MOVQ         n+32(FP), SI
+	MOVQ         SI, DI
+	SHLQ         $0x02, DI
+	LEAQ         (DI)(DI*2), R8
+	VBROADCASTSS mathvec_consts<>+0(SB), Z0
+	VBROADCASTSS mathvec_consts<>+4(SB), Z1
+	VBROADCASTSS mathvec_consts<>+40(SB), Z2
+
+lstmFwdAVX512_loop64:
+	CMPQ              SI, $0x40
+	JL                lstmFwdAVX512_loop16
+	VMOVUPS           (AX), Z3
+	VPXORD.BCST       mathvec_consts<>+112(SB), Z3, Z3
+	VMAXPS            Z3, Z0, Z3
+	VMINPS            Z3, Z1, Z3
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z3, Z4
+	VRNDSCALEPS       $0x08, Z4, Z4
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z4, Z3
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z4, Z3
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z5
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z3, Z5
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z3, Z5
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z3, Z5
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z3, Z5
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z3, Z5
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z3, Z5
+	VSCALEFPS         Z4, Z5, Z3
+	VADDPS            Z2, Z3, Z3
+	VDIVPS            Z3, Z2, Z3
+	VMOVUPS           Z3, (AX)
+	VMOVUPS           (AX)(DI*1), Z4
+	VPXORD.BCST       mathvec_consts<>+112(SB), Z4, Z4
+	VMAXPS            Z4, Z0, Z4
+	VMINPS            Z4, Z1, Z4
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z4, Z5
+	VRNDSCALEPS       $0x08, Z5, Z5
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z5, Z4
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z5, Z4
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z6
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z4, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z4, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z4, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z4, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z4, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z4, Z6
+	VSCALEFPS         Z5, Z6, Z4
+	VADDPS            Z2, Z4, Z4
+	VDIVPS            Z4, Z2, Z4
+	VMOVUPS           Z4, (AX)(DI*1)
+	VMOVUPS           (AX)(DI*2), Z4
+	VPANDD.BCST       mathvec_consts<>+132(SB), Z4, Z5
+	VMULPS.BCST       mathvec_consts<>+108(SB), Z5, Z6
+	VMAXPS            Z6, Z0, Z6
+	VMINPS            Z6, Z1, Z6
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z6, Z7
+	VRNDSCALEPS       $0x08, Z7, Z7
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z7, Z6
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z7, Z6
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z8
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z6, Z8
+	VSCALEFPS         Z7, Z8, Z6
+	VSUBPS            Z6, Z2, Z7
+	VADDPS            Z6, Z2, Z6
+	VDIVPS            Z6, Z7, Z6
+	VPANDD.BCST       mathvec_consts<>+112(SB), Z4, Z7
+	VPORD             Z7, Z6, Z6
+	VMULPS            Z4, Z4, Z7
+	VBROADCASTSS      mathvec_consts<>+120(SB), Z8
+	VFMADD213PS.BCST  mathvec_consts<>+124(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+128(SB), Z7, Z8
+	VFMADD213PS       Z2, Z7, Z8
+	VCMPPS.BCST       $0x11, mathvec_consts<>+116(SB), Z5, K1
+	VMULPS            Z8, Z4, K1, Z6
+	VMOVUPS           Z6, (AX)(DI*2)
+	VMOVUPS           (AX)(R8*1), Z4
+	VPXORD.BCST       mathvec_consts<>+112(SB), Z4, Z4
+	VMAXPS            Z4, Z0, Z4
+	VMINPS            Z4, Z1, Z4
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z4, Z5
+	VRNDSCALEPS       $0x08, Z5, Z5
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z5, Z4
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z5, Z4
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z7
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z4, Z7
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z4, Z7
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z4, Z7
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z4, Z7
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z4, Z7
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z4, Z7
+	VSCALEFPS         Z5, Z7, Z4
+	VADDPS            Z2, Z4, Z4
+	VDIVPS            Z4, Z2, Z4
+	VMOVUPS           Z4, (AX)(R8*1)
+	VMULPS            Z6, Z3, Z3
+	VMOVUPS           Z3, (CX)
+	VPANDD.BCST       mathvec_consts<>+132(SB), Z3, Z5
+	VMULPS.BCST       mathvec_consts<>+108(SB), Z5, Z6
+	VMAXPS            Z6, Z0, Z6
+	VMINPS            Z6, Z1, Z6
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z6, Z7
+	VRNDSCALEPS       $0x08, Z7, Z7
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z7, Z6
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z7, Z6
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z8
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z6, Z8
+	VSCALEFPS         Z7, Z8, Z6
+	VSUBPS            Z6, Z2, Z7
+	VADDPS            Z6, Z2, Z6
+	VDIVPS            Z6, Z7, Z6
+	VPANDD.BCST       mathvec_consts<>+112(SB), Z3, Z7
+	VPORD             Z7, Z6, Z6
+	VMULPS            Z3, Z3, Z7
+	VBROADCASTSS      mathvec_consts<>+120(SB), Z8
+	VFMADD213PS.BCST  mathvec_consts<>+124(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+128(SB), Z7, Z8
+	VFMADD213PS       Z2, Z7, Z8
+	VCMPPS.BCST       $0x11, mathvec_consts<>+116(SB), Z5, K1
+	VMULPS            Z8, Z3, K1, Z6
+	VMOVUPS           Z6, (DX)
+	VMULPS            Z6, Z4, Z6
+	VMOVUPS           Z6, (BX)
+	VMOVUPS           64(AX), Z3
+	VPXORD.BCST       mathvec_consts<>+112(SB), Z3, Z3
+	VMAXPS            Z3, Z0, Z3
+	VMINPS            Z3, Z1, Z3
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z3, Z4
+	VRNDSCALEPS       $0x08, Z4, Z4
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z4, Z3
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z4, Z3
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z5
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z3, Z5
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z3, Z5
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z3, Z5
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z3, Z5
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z3, Z5
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z3, Z5
+	VSCALEFPS         Z4, Z5, Z3
+	VADDPS            Z2, Z3, Z3
+	VDIVPS            Z3, Z2, Z3
+	VMOVUPS           Z3, 64(AX)
+	VMOVUPS           64(AX)(DI*1), Z4
+	VPXORD.BCST       mathvec_consts<>+112(SB), Z4, Z4
+	VMAXPS            Z4, Z0, Z4
+	VMINPS            Z4, Z1, Z4
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z4, Z5
+	VRNDSCALEPS       $0x08, Z5, Z5
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z5, Z4
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z5, Z4
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z6
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z4, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z4, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z4, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z4, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z4, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z4, Z6
+	VSCALEFPS         Z5, Z6, Z4
+	VADDPS            Z2, Z4, Z4
+	VDIVPS            Z4, Z2, Z4
+	VMOVUPS           Z4, 64(AX)(DI*1)
+	VMOVUPS           64(AX)(DI*2), Z4
+	VPANDD.BCST       mathvec_consts<>+132(SB), Z4, Z5
+	VMULPS.BCST       mathvec_consts<>+108(SB), Z5, Z6
+	VMAXPS            Z6, Z0, Z6
+	VMINPS            Z6, Z1, Z6
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z6, Z7
+	VRNDSCALEPS       $0x08, Z7, Z7
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z7, Z6
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z7, Z6
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z8
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z6, Z8
+	VSCALEFPS         Z7, Z8, Z6
+	VSUBPS            Z6, Z2, Z7
+	VADDPS            Z6, Z2, Z6
+	VDIVPS            Z6, Z7, Z6
+	VPANDD.BCST       mathvec_consts<>+112(SB), Z4, Z7
+	VPORD             Z7, Z6, Z6
+	VMULPS            Z4, Z4, Z7
+	VBROADCASTSS      mathvec_consts<>+120(SB), Z8
+	VFMADD213PS.BCST  mathvec_consts<>+124(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+128(SB), Z7, Z8
+	VFMADD213PS       Z2, Z7, Z8
+	VCMPPS.BCST       $0x11, mathvec_consts<>+116(SB), Z5, K1
+	VMULPS            Z8, Z4, K1, Z6
+	VMOVUPS           Z6, 64(AX)(DI*2)
+	VMOVUPS           64(AX)(R8*1), Z4
+	VPXORD.BCST       mathvec_consts<>+112(SB), Z4, Z4
+	VMAXPS            Z4, Z0, Z4
+	VMINPS            Z4, Z1, Z4
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z4, Z5
+	VRNDSCALEPS       $0x08, Z5, Z5
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z5, Z4
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z5, Z4
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z7
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z4, Z7
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z4, Z7
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z4, Z7
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z4, Z7
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z4, Z7
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z4, Z7
+	VSCALEFPS         Z5, Z7, Z4
+	VADDPS            Z2, Z4, Z4
+	VDIVPS            Z4, Z2, Z4
+	VMOVUPS           Z4, 64(AX)(R8*1)
+	VMULPS            Z6, Z3, Z3
+	VMOVUPS           Z3, 64(CX)
+	VPANDD.BCST       mathvec_consts<>+132(SB), Z3, Z5
+	VMULPS.BCST       mathvec_consts<>+108(SB), Z5, Z6
+	VMAXPS            Z6, Z0, Z6
+	VMINPS            Z6, Z1, Z6
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z6, Z7
+	VRNDSCALEPS       $0x08, Z7, Z7
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z7, Z6
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z7, Z6
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z8
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z6, Z8
+	VSCALEFPS         Z7, Z8, Z6
+	VSUBPS            Z6, Z2, Z7
+	VADDPS            Z6, Z2, Z6
+	VDIVPS            Z6, Z7, Z6
+	VPANDD.BCST       mathvec_consts<>+112(SB), Z3, Z7
+	VPORD             Z7, Z6, Z6
+	VMULPS            Z3, Z3, Z7
+	VBROADCASTSS      mathvec_consts<>+120(SB), Z8
+	VFMADD213PS.BCST  mathvec_consts<>+124(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+128(SB), Z7, Z8
+	VFMADD213PS       Z2, Z7, Z8
+	VCMPPS.BCST       $0x11, mathvec_consts<>+116(SB), Z5, K1
+	VMULPS            Z8, Z3, K1, Z6
+	VMOVUPS           Z6, 64(DX)
+	VMULPS            Z6, Z4, Z6
+	VMOVUPS           Z6, 64(BX)
+	VMOVUPS           128(AX), Z3
+	VPXORD.BCST       mathvec_consts<>+112(SB), Z3, Z3
+	VMAXPS            Z3, Z0, Z3
+	VMINPS            Z3, Z1, Z3
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z3, Z4
+	VRNDSCALEPS       $0x08, Z4, Z4
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z4, Z3
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z4, Z3
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z5
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z3, Z5
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z3, Z5
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z3, Z5
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z3, Z5
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z3, Z5
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z3, Z5
+	VSCALEFPS         Z4, Z5, Z3
+	VADDPS            Z2, Z3, Z3
+	VDIVPS            Z3, Z2, Z3
+	VMOVUPS           Z3, 128(AX)
+	VMOVUPS           128(AX)(DI*1), Z4
+	VPXORD.BCST       mathvec_consts<>+112(SB), Z4, Z4
+	VMAXPS            Z4, Z0, Z4
+	VMINPS            Z4, Z1, Z4
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z4, Z5
+	VRNDSCALEPS       $0x08, Z5, Z5
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z5, Z4
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z5, Z4
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z6
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z4, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z4, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z4, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z4, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z4, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z4, Z6
+	VSCALEFPS         Z5, Z6, Z4
+	VADDPS            Z2, Z4, Z4
+	VDIVPS            Z4, Z2, Z4
+	VMOVUPS           Z4, 128(AX)(DI*1)
+	VMOVUPS           128(AX)(DI*2), Z4
+	VPANDD.BCST       mathvec_consts<>+132(SB), Z4, Z5
+	VMULPS.BCST       mathvec_consts<>+108(SB), Z5, Z6
+	VMAXPS            Z6, Z0, Z6
+	VMINPS            Z6, Z1, Z6
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z6, Z7
+	VRNDSCALEPS       $0x08, Z7, Z7
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z7, Z6
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z7, Z6
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z8
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z6, Z8
+	VSCALEFPS         Z7, Z8, Z6
+	VSUBPS            Z6, Z2, Z7
+	VADDPS            Z6, Z2, Z6
+	VDIVPS            Z6, Z7, Z6
+	VPANDD.BCST       mathvec_consts<>+112(SB), Z4, Z7
+	VPORD             Z7, Z6, Z6
+	VMULPS            Z4, Z4, Z7
+	VBROADCASTSS      mathvec_consts<>+120(SB), Z8
+	VFMADD213PS.BCST  mathvec_consts<>+124(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+128(SB), Z7, Z8
+	VFMADD213PS       Z2, Z7, Z8
+	VCMPPS.BCST       $0x11, mathvec_consts<>+116(SB), Z5, K1
+	VMULPS            Z8, Z4, K1, Z6
+	VMOVUPS           Z6, 128(AX)(DI*2)
+	VMOVUPS           128(AX)(R8*1), Z4
+	VPXORD.BCST       mathvec_consts<>+112(SB), Z4, Z4
+	VMAXPS            Z4, Z0, Z4
+	VMINPS            Z4, Z1, Z4
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z4, Z5
+	VRNDSCALEPS       $0x08, Z5, Z5
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z5, Z4
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z5, Z4
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z7
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z4, Z7
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z4, Z7
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z4, Z7
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z4, Z7
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z4, Z7
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z4, Z7
+	VSCALEFPS         Z5, Z7, Z4
+	VADDPS            Z2, Z4, Z4
+	VDIVPS            Z4, Z2, Z4
+	VMOVUPS           Z4, 128(AX)(R8*1)
+	VMULPS            Z6, Z3, Z3
+	VMOVUPS           Z3, 128(CX)
+	VPANDD.BCST       mathvec_consts<>+132(SB), Z3, Z5
+	VMULPS.BCST       mathvec_consts<>+108(SB), Z5, Z6
+	VMAXPS            Z6, Z0, Z6
+	VMINPS            Z6, Z1, Z6
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z6, Z7
+	VRNDSCALEPS       $0x08, Z7, Z7
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z7, Z6
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z7, Z6
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z8
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z6, Z8
+	VSCALEFPS         Z7, Z8, Z6
+	VSUBPS            Z6, Z2, Z7
+	VADDPS            Z6, Z2, Z6
+	VDIVPS            Z6, Z7, Z6
+	VPANDD.BCST       mathvec_consts<>+112(SB), Z3, Z7
+	VPORD             Z7, Z6, Z6
+	VMULPS            Z3, Z3, Z7
+	VBROADCASTSS      mathvec_consts<>+120(SB), Z8
+	VFMADD213PS.BCST  mathvec_consts<>+124(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+128(SB), Z7, Z8
+	VFMADD213PS       Z2, Z7, Z8
+	VCMPPS.BCST       $0x11, mathvec_consts<>+116(SB), Z5, K1
+	VMULPS            Z8, Z3, K1, Z6
+	VMOVUPS           Z6, 128(DX)
+	VMULPS            Z6, Z4, Z6
+	VMOVUPS           Z6, 128(BX)
+	VMOVUPS           192(AX), Z3
+	VPXORD.BCST       mathvec_consts<>+112(SB), Z3, Z3
+	VMAXPS            Z3, Z0, Z3
+	VMINPS            Z3, Z1, Z3
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z3, Z4
+	VRNDSCALEPS       $0x08, Z4, Z4
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z4, Z3
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z4, Z3
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z5
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z3, Z5
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z3, Z5
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z3, Z5
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z3, Z5
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z3, Z5
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z3, Z5
+	VSCALEFPS         Z4, Z5, Z3
+	VADDPS            Z2, Z3, Z3
+	VDIVPS            Z3, Z2, Z3
+	VMOVUPS           Z3, 192(AX)
+	VMOVUPS           192(AX)(DI*1), Z4
+	VPXORD.BCST       mathvec_consts<>+112(SB), Z4, Z4
+	VMAXPS            Z4, Z0, Z4
+	VMINPS            Z4, Z1, Z4
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z4, Z5
+	VRNDSCALEPS       $0x08, Z5, Z5
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z5, Z4
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z5, Z4
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z6
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z4, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z4, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z4, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z4, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z4, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z4, Z6
+	VSCALEFPS         Z5, Z6, Z4
+	VADDPS            Z2, Z4, Z4
+	VDIVPS            Z4, Z2, Z4
+	VMOVUPS           Z4, 192(AX)(DI*1)
+	VMOVUPS           192(AX)(DI*2), Z4
+	VPANDD.BCST       mathvec_consts<>+132(SB), Z4, Z5
+	VMULPS.BCST       mathvec_consts<>+108(SB), Z5, Z6
+	VMAXPS            Z6, Z0, Z6
+	VMINPS            Z6, Z1, Z6
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z6, Z7
+	VRNDSCALEPS       $0x08, Z7, Z7
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z7, Z6
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z7, Z6
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z8
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z6, Z8
+	VSCALEFPS         Z7, Z8, Z6
+	VSUBPS            Z6, Z2, Z7
+	VADDPS            Z6, Z2, Z6
+	VDIVPS            Z6, Z7, Z6
+	VPANDD.BCST       mathvec_consts<>+112(SB), Z4, Z7
+	VPORD             Z7, Z6, Z6
+	VMULPS            Z4, Z4, Z7
+	VBROADCASTSS      mathvec_consts<>+120(SB), Z8
+	VFMADD213PS.BCST  mathvec_consts<>+124(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+128(SB), Z7, Z8
+	VFMADD213PS       Z2, Z7, Z8
+	VCMPPS.BCST       $0x11, mathvec_consts<>+116(SB), Z5, K1
+	VMULPS            Z8, Z4, K1, Z6
+	VMOVUPS           Z6, 192(AX)(DI*2)
+	VMOVUPS           192(AX)(R8*1), Z4
+	VPXORD.BCST       mathvec_consts<>+112(SB), Z4, Z4
+	VMAXPS            Z4, Z0, Z4
+	VMINPS            Z4, Z1, Z4
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z4, Z5
+	VRNDSCALEPS       $0x08, Z5, Z5
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z5, Z4
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z5, Z4
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z7
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z4, Z7
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z4, Z7
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z4, Z7
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z4, Z7
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z4, Z7
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z4, Z7
+	VSCALEFPS         Z5, Z7, Z4
+	VADDPS            Z2, Z4, Z4
+	VDIVPS            Z4, Z2, Z4
+	VMOVUPS           Z4, 192(AX)(R8*1)
+	VMULPS            Z6, Z3, Z3
+	VMOVUPS           Z3, 192(CX)
+	VPANDD.BCST       mathvec_consts<>+132(SB), Z3, Z5
+	VMULPS.BCST       mathvec_consts<>+108(SB), Z5, Z6
+	VMAXPS            Z6, Z0, Z6
+	VMINPS            Z6, Z1, Z6
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z6, Z7
+	VRNDSCALEPS       $0x08, Z7, Z7
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z7, Z6
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z7, Z6
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z8
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z6, Z8
+	VSCALEFPS         Z7, Z8, Z6
+	VSUBPS            Z6, Z2, Z7
+	VADDPS            Z6, Z2, Z6
+	VDIVPS            Z6, Z7, Z6
+	VPANDD.BCST       mathvec_consts<>+112(SB), Z3, Z7
+	VPORD             Z7, Z6, Z6
+	VMULPS            Z3, Z3, Z7
+	VBROADCASTSS      mathvec_consts<>+120(SB), Z8
+	VFMADD213PS.BCST  mathvec_consts<>+124(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+128(SB), Z7, Z8
+	VFMADD213PS       Z2, Z7, Z8
+	VCMPPS.BCST       $0x11, mathvec_consts<>+116(SB), Z5, K1
+	VMULPS            Z8, Z3, K1, Z6
+	VMOVUPS           Z6, 192(DX)
+	VMULPS            Z6, Z4, Z6
+	VMOVUPS           Z6, 192(BX)
+	ADDQ              $0x00000100, AX
+	ADDQ              $0x00000100, CX
+	ADDQ              $0x00000100, DX
+	ADDQ              $0x00000100, BX
+	SUBQ              $0x40, SI
+	JMP               lstmFwdAVX512_loop64
+
+lstmFwdAVX512_loop16:
+	CMPQ              SI, $0x10
+	JL                lstmFwdAVX512_tail
+	VMOVUPS           (AX), Z3
+	VPXORD.BCST       mathvec_consts<>+112(SB), Z3, Z3
+	VMAXPS            Z3, Z0, Z3
+	VMINPS            Z3, Z1, Z3
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z3, Z4
+	VRNDSCALEPS       $0x08, Z4, Z4
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z4, Z3
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z4, Z3
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z5
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z3, Z5
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z3, Z5
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z3, Z5
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z3, Z5
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z3, Z5
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z3, Z5
+	VSCALEFPS         Z4, Z5, Z3
+	VADDPS            Z2, Z3, Z3
+	VDIVPS            Z3, Z2, Z3
+	VMOVUPS           Z3, (AX)
+	VMOVUPS           (AX)(DI*1), Z4
+	VPXORD.BCST       mathvec_consts<>+112(SB), Z4, Z4
+	VMAXPS            Z4, Z0, Z4
+	VMINPS            Z4, Z1, Z4
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z4, Z5
+	VRNDSCALEPS       $0x08, Z5, Z5
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z5, Z4
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z5, Z4
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z6
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z4, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z4, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z4, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z4, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z4, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z4, Z6
+	VSCALEFPS         Z5, Z6, Z4
+	VADDPS            Z2, Z4, Z4
+	VDIVPS            Z4, Z2, Z4
+	VMOVUPS           Z4, (AX)(DI*1)
+	VMOVUPS           (AX)(DI*2), Z4
+	VPANDD.BCST       mathvec_consts<>+132(SB), Z4, Z5
+	VMULPS.BCST       mathvec_consts<>+108(SB), Z5, Z6
+	VMAXPS            Z6, Z0, Z6
+	VMINPS            Z6, Z1, Z6
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z6, Z7
+	VRNDSCALEPS       $0x08, Z7, Z7
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z7, Z6
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z7, Z6
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z8
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z6, Z8
+	VSCALEFPS         Z7, Z8, Z6
+	VSUBPS            Z6, Z2, Z7
+	VADDPS            Z6, Z2, Z6
+	VDIVPS            Z6, Z7, Z6
+	VPANDD.BCST       mathvec_consts<>+112(SB), Z4, Z7
+	VPORD             Z7, Z6, Z6
+	VMULPS            Z4, Z4, Z7
+	VBROADCASTSS      mathvec_consts<>+120(SB), Z8
+	VFMADD213PS.BCST  mathvec_consts<>+124(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+128(SB), Z7, Z8
+	VFMADD213PS       Z2, Z7, Z8
+	VCMPPS.BCST       $0x11, mathvec_consts<>+116(SB), Z5, K1
+	VMULPS            Z8, Z4, K1, Z6
+	VMOVUPS           Z6, (AX)(DI*2)
+	VMOVUPS           (AX)(R8*1), Z4
+	VPXORD.BCST       mathvec_consts<>+112(SB), Z4, Z4
+	VMAXPS            Z4, Z0, Z4
+	VMINPS            Z4, Z1, Z4
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z4, Z5
+	VRNDSCALEPS       $0x08, Z5, Z5
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z5, Z4
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z5, Z4
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z7
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z4, Z7
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z4, Z7
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z4, Z7
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z4, Z7
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z4, Z7
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z4, Z7
+	VSCALEFPS         Z5, Z7, Z4
+	VADDPS            Z2, Z4, Z4
+	VDIVPS            Z4, Z2, Z4
+	VMOVUPS           Z4, (AX)(R8*1)
+	VMULPS            Z6, Z3, Z3
+	VMOVUPS           Z3, (CX)
+	VPANDD.BCST       mathvec_consts<>+132(SB), Z3, Z5
+	VMULPS.BCST       mathvec_consts<>+108(SB), Z5, Z6
+	VMAXPS            Z6, Z0, Z6
+	VMINPS            Z6, Z1, Z6
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z6, Z7
+	VRNDSCALEPS       $0x08, Z7, Z7
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z7, Z6
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z7, Z6
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z8
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z6, Z8
+	VSCALEFPS         Z7, Z8, Z6
+	VSUBPS            Z6, Z2, Z7
+	VADDPS            Z6, Z2, Z6
+	VDIVPS            Z6, Z7, Z6
+	VPANDD.BCST       mathvec_consts<>+112(SB), Z3, Z7
+	VPORD             Z7, Z6, Z6
+	VMULPS            Z3, Z3, Z7
+	VBROADCASTSS      mathvec_consts<>+120(SB), Z8
+	VFMADD213PS.BCST  mathvec_consts<>+124(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+128(SB), Z7, Z8
+	VFMADD213PS       Z2, Z7, Z8
+	VCMPPS.BCST       $0x11, mathvec_consts<>+116(SB), Z5, K1
+	VMULPS            Z8, Z3, K1, Z6
+	VMOVUPS           Z6, (DX)
+	VMULPS            Z6, Z4, Z6
+	VMOVUPS           Z6, (BX)
+	ADDQ              $0x40, AX
+	ADDQ              $0x40, CX
+	ADDQ              $0x40, DX
+	ADDQ              $0x40, BX
+	SUBQ              $0x10, SI
+	JMP               lstmFwdAVX512_loop16
+
+lstmFwdAVX512_tail:
+	TESTQ             SI, SI
+	JE                lstmFwdAVX512_done
+	MOVL              $0x0000ffff, R9
+	BZHIL             SI, R9, R9
+	KMOVW             R9, K1
+	VMOVUPS.Z         (AX), K1, Z3
+	VPXORD.BCST       mathvec_consts<>+112(SB), Z3, Z3
+	VMAXPS            Z3, Z0, Z3
+	VMINPS            Z3, Z1, Z3
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z3, Z4
+	VRNDSCALEPS       $0x08, Z4, Z4
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z4, Z3
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z4, Z3
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z5
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z3, Z5
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z3, Z5
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z3, Z5
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z3, Z5
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z3, Z5
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z3, Z5
+	VSCALEFPS         Z4, Z5, Z3
+	VADDPS            Z2, Z3, Z3
+	VDIVPS            Z3, Z2, Z3
+	VMOVUPS           Z3, K1, (AX)
+	VMOVUPS.Z         (AX)(DI*1), K1, Z4
+	VPXORD.BCST       mathvec_consts<>+112(SB), Z4, Z4
+	VMAXPS            Z4, Z0, Z4
+	VMINPS            Z4, Z1, Z4
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z4, Z5
+	VRNDSCALEPS       $0x08, Z5, Z5
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z5, Z4
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z5, Z4
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z6
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z4, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z4, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z4, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z4, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z4, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z4, Z6
+	VSCALEFPS         Z5, Z6, Z4
+	VADDPS            Z2, Z4, Z4
+	VDIVPS            Z4, Z2, Z4
+	VMOVUPS           Z4, K1, (AX)(DI*1)
+	VMOVUPS.Z         (AX)(DI*2), K1, Z4
+	VPANDD.BCST       mathvec_consts<>+132(SB), Z4, Z5
+	VMULPS.BCST       mathvec_consts<>+108(SB), Z5, Z6
+	VMAXPS            Z6, Z0, Z6
+	VMINPS            Z6, Z1, Z6
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z6, Z7
+	VRNDSCALEPS       $0x08, Z7, Z7
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z7, Z6
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z7, Z6
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z8
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z6, Z8
+	VSCALEFPS         Z7, Z8, Z6
+	VSUBPS            Z6, Z2, Z7
+	VADDPS            Z6, Z2, Z6
+	VDIVPS            Z6, Z7, Z6
+	VPANDD.BCST       mathvec_consts<>+112(SB), Z4, Z7
+	VPORD             Z7, Z6, Z6
+	VMULPS            Z4, Z4, Z7
+	VBROADCASTSS      mathvec_consts<>+120(SB), Z8
+	VFMADD213PS.BCST  mathvec_consts<>+124(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+128(SB), Z7, Z8
+	VFMADD213PS       Z2, Z7, Z8
+	VCMPPS.BCST       $0x11, mathvec_consts<>+116(SB), Z5, K2
+	VMULPS            Z8, Z4, K2, Z6
+	VMOVUPS           Z6, K1, (AX)(DI*2)
+	VMOVUPS.Z         (AX)(R8*1), K1, Z4
+	VPXORD.BCST       mathvec_consts<>+112(SB), Z4, Z4
+	VMAXPS            Z4, Z0, Z4
+	VMINPS            Z4, Z1, Z4
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z4, Z5
+	VRNDSCALEPS       $0x08, Z5, Z5
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z5, Z4
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z5, Z4
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z7
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z4, Z7
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z4, Z7
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z4, Z7
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z4, Z7
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z4, Z7
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z4, Z7
+	VSCALEFPS         Z5, Z7, Z4
+	VADDPS            Z2, Z4, Z4
+	VDIVPS            Z4, Z2, Z4
+	VMOVUPS           Z4, K1, (AX)(R8*1)
+	VMULPS            Z6, Z3, Z3
+	VMOVUPS           Z3, K1, (CX)
+	VPANDD.BCST       mathvec_consts<>+132(SB), Z3, Z5
+	VMULPS.BCST       mathvec_consts<>+108(SB), Z5, Z6
+	VMAXPS            Z6, Z0, Z6
+	VMINPS            Z6, Z1, Z6
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z6, Z0
+	VRNDSCALEPS       $0x08, Z0, Z0
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z0, Z6
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z0, Z6
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z1
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z6, Z1
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z6, Z1
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z6, Z1
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z6, Z1
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z6, Z1
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z6, Z1
+	VSCALEFPS         Z0, Z1, Z6
+	VSUBPS            Z6, Z2, Z0
+	VADDPS            Z6, Z2, Z6
+	VDIVPS            Z6, Z0, Z0
+	VPANDD.BCST       mathvec_consts<>+112(SB), Z3, Z1
+	VPORD             Z1, Z0, Z0
+	VMULPS            Z3, Z3, Z1
+	VBROADCASTSS      mathvec_consts<>+120(SB), Z6
+	VFMADD213PS.BCST  mathvec_consts<>+124(SB), Z1, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+128(SB), Z1, Z6
+	VFMADD213PS       Z2, Z1, Z6
+	VCMPPS.BCST       $0x11, mathvec_consts<>+116(SB), Z5, K2
+	VMULPS            Z6, Z3, K2, Z0
+	VMOVUPS           Z0, K1, (DX)
+	VMULPS            Z0, Z4, Z0
+	VMOVUPS           Z0, K1, (BX)
+
+lstmFwdAVX512_done:
+	VZEROUPPER
+	RET
+
+// func lstmFwdPrevAVX512(gates *float32, cPrev *float32, c *float32, tc *float32, h *float32, n int)
+// Requires: AVX, AVX512F, BMI2
+TEXT ·lstmFwdPrevAVX512(SB), NOSPLIT, $0-48
+	MOVQ         gates+0(FP), AX
+	MOVQ         cPrev+8(FP), CX
+	MOVQ         c+16(FP), DX
+	MOVQ         tc+24(FP), BX
+	MOVQ         h+32(FP), SI
+	MOVQ         n+40(FP), DI
+	MOVQ         DI, R8
+	SHLQ         $0x02, R8
+	LEAQ         (R8)(R8*2), R9
+	VBROADCASTSS mathvec_consts<>+0(SB), Z0
+	VBROADCASTSS mathvec_consts<>+4(SB), Z1
+	VBROADCASTSS mathvec_consts<>+40(SB), Z2
+
+lstmFwdPrevAVX512_loop64:
+	CMPQ              DI, $0x40
+	JL                lstmFwdPrevAVX512_loop16
+	VMOVUPS           (AX), Z3
+	VPXORD.BCST       mathvec_consts<>+112(SB), Z3, Z3
+	VMAXPS            Z3, Z0, Z3
+	VMINPS            Z3, Z1, Z3
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z3, Z4
+	VRNDSCALEPS       $0x08, Z4, Z4
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z4, Z3
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z4, Z3
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z5
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z3, Z5
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z3, Z5
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z3, Z5
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z3, Z5
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z3, Z5
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z3, Z5
+	VSCALEFPS         Z4, Z5, Z3
+	VADDPS            Z2, Z3, Z3
+	VDIVPS            Z3, Z2, Z3
+	VMOVUPS           Z3, (AX)
+	VMOVUPS           (AX)(R8*1), Z4
+	VPXORD.BCST       mathvec_consts<>+112(SB), Z4, Z4
+	VMAXPS            Z4, Z0, Z4
+	VMINPS            Z4, Z1, Z4
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z4, Z5
+	VRNDSCALEPS       $0x08, Z5, Z5
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z5, Z4
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z5, Z4
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z6
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z4, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z4, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z4, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z4, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z4, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z4, Z6
+	VSCALEFPS         Z5, Z6, Z4
+	VADDPS            Z2, Z4, Z4
+	VDIVPS            Z4, Z2, Z4
+	VMOVUPS           Z4, (AX)(R8*1)
+	VMOVUPS           (AX)(R8*2), Z5
+	VPANDD.BCST       mathvec_consts<>+132(SB), Z5, Z6
+	VMULPS.BCST       mathvec_consts<>+108(SB), Z6, Z7
+	VMAXPS            Z7, Z0, Z7
+	VMINPS            Z7, Z1, Z7
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z7, Z8
+	VRNDSCALEPS       $0x08, Z8, Z8
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z8, Z7
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z8, Z7
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z9
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z7, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z7, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z7, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z7, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z7, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z7, Z9
+	VSCALEFPS         Z8, Z9, Z7
+	VSUBPS            Z7, Z2, Z8
+	VADDPS            Z7, Z2, Z7
+	VDIVPS            Z7, Z8, Z7
+	VPANDD.BCST       mathvec_consts<>+112(SB), Z5, Z8
+	VPORD             Z8, Z7, Z7
+	VMULPS            Z5, Z5, Z8
+	VBROADCASTSS      mathvec_consts<>+120(SB), Z9
+	VFMADD213PS.BCST  mathvec_consts<>+124(SB), Z8, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+128(SB), Z8, Z9
+	VFMADD213PS       Z2, Z8, Z9
+	VCMPPS.BCST       $0x11, mathvec_consts<>+116(SB), Z6, K1
+	VMULPS            Z9, Z5, K1, Z7
+	VMOVUPS           Z7, (AX)(R8*2)
+	VMOVUPS           (AX)(R9*1), Z5
+	VPXORD.BCST       mathvec_consts<>+112(SB), Z5, Z5
+	VMAXPS            Z5, Z0, Z5
+	VMINPS            Z5, Z1, Z5
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z5, Z6
+	VRNDSCALEPS       $0x08, Z6, Z6
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z6, Z5
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z6, Z5
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z8
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z5, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z5, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z5, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z5, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z5, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z5, Z8
+	VSCALEFPS         Z6, Z8, Z5
+	VADDPS            Z2, Z5, Z5
+	VDIVPS            Z5, Z2, Z5
+	VMOVUPS           Z5, (AX)(R9*1)
+	VMULPS            Z7, Z3, Z3
+	VMOVUPS           (CX), Z6
+	VFMADD231PS       Z6, Z4, Z3
+	VMOVUPS           Z3, (DX)
+	VPANDD.BCST       mathvec_consts<>+132(SB), Z3, Z4
+	VMULPS.BCST       mathvec_consts<>+108(SB), Z4, Z6
+	VMAXPS            Z6, Z0, Z6
+	VMINPS            Z6, Z1, Z6
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z6, Z7
+	VRNDSCALEPS       $0x08, Z7, Z7
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z7, Z6
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z7, Z6
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z8
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z6, Z8
+	VSCALEFPS         Z7, Z8, Z6
+	VSUBPS            Z6, Z2, Z7
+	VADDPS            Z6, Z2, Z6
+	VDIVPS            Z6, Z7, Z6
+	VPANDD.BCST       mathvec_consts<>+112(SB), Z3, Z7
+	VPORD             Z7, Z6, Z6
+	VMULPS            Z3, Z3, Z7
+	VBROADCASTSS      mathvec_consts<>+120(SB), Z8
+	VFMADD213PS.BCST  mathvec_consts<>+124(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+128(SB), Z7, Z8
+	VFMADD213PS       Z2, Z7, Z8
+	VCMPPS.BCST       $0x11, mathvec_consts<>+116(SB), Z4, K1
+	VMULPS            Z8, Z3, K1, Z6
+	VMOVUPS           Z6, (BX)
+	VMULPS            Z6, Z5, Z6
+	VMOVUPS           Z6, (SI)
+	VMOVUPS           64(AX), Z3
+	VPXORD.BCST       mathvec_consts<>+112(SB), Z3, Z3
+	VMAXPS            Z3, Z0, Z3
+	VMINPS            Z3, Z1, Z3
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z3, Z4
+	VRNDSCALEPS       $0x08, Z4, Z4
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z4, Z3
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z4, Z3
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z5
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z3, Z5
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z3, Z5
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z3, Z5
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z3, Z5
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z3, Z5
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z3, Z5
+	VSCALEFPS         Z4, Z5, Z3
+	VADDPS            Z2, Z3, Z3
+	VDIVPS            Z3, Z2, Z3
+	VMOVUPS           Z3, 64(AX)
+	VMOVUPS           64(AX)(R8*1), Z4
+	VPXORD.BCST       mathvec_consts<>+112(SB), Z4, Z4
+	VMAXPS            Z4, Z0, Z4
+	VMINPS            Z4, Z1, Z4
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z4, Z5
+	VRNDSCALEPS       $0x08, Z5, Z5
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z5, Z4
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z5, Z4
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z6
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z4, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z4, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z4, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z4, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z4, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z4, Z6
+	VSCALEFPS         Z5, Z6, Z4
+	VADDPS            Z2, Z4, Z4
+	VDIVPS            Z4, Z2, Z4
+	VMOVUPS           Z4, 64(AX)(R8*1)
+	VMOVUPS           64(AX)(R8*2), Z5
+	VPANDD.BCST       mathvec_consts<>+132(SB), Z5, Z6
+	VMULPS.BCST       mathvec_consts<>+108(SB), Z6, Z7
+	VMAXPS            Z7, Z0, Z7
+	VMINPS            Z7, Z1, Z7
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z7, Z8
+	VRNDSCALEPS       $0x08, Z8, Z8
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z8, Z7
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z8, Z7
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z9
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z7, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z7, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z7, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z7, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z7, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z7, Z9
+	VSCALEFPS         Z8, Z9, Z7
+	VSUBPS            Z7, Z2, Z8
+	VADDPS            Z7, Z2, Z7
+	VDIVPS            Z7, Z8, Z7
+	VPANDD.BCST       mathvec_consts<>+112(SB), Z5, Z8
+	VPORD             Z8, Z7, Z7
+	VMULPS            Z5, Z5, Z8
+	VBROADCASTSS      mathvec_consts<>+120(SB), Z9
+	VFMADD213PS.BCST  mathvec_consts<>+124(SB), Z8, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+128(SB), Z8, Z9
+	VFMADD213PS       Z2, Z8, Z9
+	VCMPPS.BCST       $0x11, mathvec_consts<>+116(SB), Z6, K1
+	VMULPS            Z9, Z5, K1, Z7
+	VMOVUPS           Z7, 64(AX)(R8*2)
+	VMOVUPS           64(AX)(R9*1), Z5
+	VPXORD.BCST       mathvec_consts<>+112(SB), Z5, Z5
+	VMAXPS            Z5, Z0, Z5
+	VMINPS            Z5, Z1, Z5
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z5, Z6
+	VRNDSCALEPS       $0x08, Z6, Z6
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z6, Z5
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z6, Z5
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z8
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z5, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z5, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z5, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z5, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z5, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z5, Z8
+	VSCALEFPS         Z6, Z8, Z5
+	VADDPS            Z2, Z5, Z5
+	VDIVPS            Z5, Z2, Z5
+	VMOVUPS           Z5, 64(AX)(R9*1)
+	VMULPS            Z7, Z3, Z3
+	VMOVUPS           64(CX), Z6
+	VFMADD231PS       Z6, Z4, Z3
+	VMOVUPS           Z3, 64(DX)
+	VPANDD.BCST       mathvec_consts<>+132(SB), Z3, Z4
+	VMULPS.BCST       mathvec_consts<>+108(SB), Z4, Z6
+	VMAXPS            Z6, Z0, Z6
+	VMINPS            Z6, Z1, Z6
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z6, Z7
+	VRNDSCALEPS       $0x08, Z7, Z7
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z7, Z6
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z7, Z6
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z8
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z6, Z8
+	VSCALEFPS         Z7, Z8, Z6
+	VSUBPS            Z6, Z2, Z7
+	VADDPS            Z6, Z2, Z6
+	VDIVPS            Z6, Z7, Z6
+	VPANDD.BCST       mathvec_consts<>+112(SB), Z3, Z7
+	VPORD             Z7, Z6, Z6
+	VMULPS            Z3, Z3, Z7
+	VBROADCASTSS      mathvec_consts<>+120(SB), Z8
+	VFMADD213PS.BCST  mathvec_consts<>+124(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+128(SB), Z7, Z8
+	VFMADD213PS       Z2, Z7, Z8
+	VCMPPS.BCST       $0x11, mathvec_consts<>+116(SB), Z4, K1
+	VMULPS            Z8, Z3, K1, Z6
+	VMOVUPS           Z6, 64(BX)
+	VMULPS            Z6, Z5, Z6
+	VMOVUPS           Z6, 64(SI)
+	VMOVUPS           128(AX), Z3
+	VPXORD.BCST       mathvec_consts<>+112(SB), Z3, Z3
+	VMAXPS            Z3, Z0, Z3
+	VMINPS            Z3, Z1, Z3
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z3, Z4
+	VRNDSCALEPS       $0x08, Z4, Z4
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z4, Z3
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z4, Z3
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z5
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z3, Z5
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z3, Z5
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z3, Z5
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z3, Z5
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z3, Z5
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z3, Z5
+	VSCALEFPS         Z4, Z5, Z3
+	VADDPS            Z2, Z3, Z3
+	VDIVPS            Z3, Z2, Z3
+	VMOVUPS           Z3, 128(AX)
+	VMOVUPS           128(AX)(R8*1), Z4
+	VPXORD.BCST       mathvec_consts<>+112(SB), Z4, Z4
+	VMAXPS            Z4, Z0, Z4
+	VMINPS            Z4, Z1, Z4
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z4, Z5
+	VRNDSCALEPS       $0x08, Z5, Z5
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z5, Z4
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z5, Z4
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z6
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z4, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z4, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z4, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z4, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z4, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z4, Z6
+	VSCALEFPS         Z5, Z6, Z4
+	VADDPS            Z2, Z4, Z4
+	VDIVPS            Z4, Z2, Z4
+	VMOVUPS           Z4, 128(AX)(R8*1)
+	VMOVUPS           128(AX)(R8*2), Z5
+	VPANDD.BCST       mathvec_consts<>+132(SB), Z5, Z6
+	VMULPS.BCST       mathvec_consts<>+108(SB), Z6, Z7
+	VMAXPS            Z7, Z0, Z7
+	VMINPS            Z7, Z1, Z7
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z7, Z8
+	VRNDSCALEPS       $0x08, Z8, Z8
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z8, Z7
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z8, Z7
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z9
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z7, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z7, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z7, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z7, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z7, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z7, Z9
+	VSCALEFPS         Z8, Z9, Z7
+	VSUBPS            Z7, Z2, Z8
+	VADDPS            Z7, Z2, Z7
+	VDIVPS            Z7, Z8, Z7
+	VPANDD.BCST       mathvec_consts<>+112(SB), Z5, Z8
+	VPORD             Z8, Z7, Z7
+	VMULPS            Z5, Z5, Z8
+	VBROADCASTSS      mathvec_consts<>+120(SB), Z9
+	VFMADD213PS.BCST  mathvec_consts<>+124(SB), Z8, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+128(SB), Z8, Z9
+	VFMADD213PS       Z2, Z8, Z9
+	VCMPPS.BCST       $0x11, mathvec_consts<>+116(SB), Z6, K1
+	VMULPS            Z9, Z5, K1, Z7
+	VMOVUPS           Z7, 128(AX)(R8*2)
+	VMOVUPS           128(AX)(R9*1), Z5
+	VPXORD.BCST       mathvec_consts<>+112(SB), Z5, Z5
+	VMAXPS            Z5, Z0, Z5
+	VMINPS            Z5, Z1, Z5
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z5, Z6
+	VRNDSCALEPS       $0x08, Z6, Z6
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z6, Z5
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z6, Z5
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z8
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z5, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z5, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z5, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z5, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z5, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z5, Z8
+	VSCALEFPS         Z6, Z8, Z5
+	VADDPS            Z2, Z5, Z5
+	VDIVPS            Z5, Z2, Z5
+	VMOVUPS           Z5, 128(AX)(R9*1)
+	VMULPS            Z7, Z3, Z3
+	VMOVUPS           128(CX), Z6
+	VFMADD231PS       Z6, Z4, Z3
+	VMOVUPS           Z3, 128(DX)
+	VPANDD.BCST       mathvec_consts<>+132(SB), Z3, Z4
+	VMULPS.BCST       mathvec_consts<>+108(SB), Z4, Z6
+	VMAXPS            Z6, Z0, Z6
+	VMINPS            Z6, Z1, Z6
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z6, Z7
+	VRNDSCALEPS       $0x08, Z7, Z7
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z7, Z6
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z7, Z6
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z8
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z6, Z8
+	VSCALEFPS         Z7, Z8, Z6
+	VSUBPS            Z6, Z2, Z7
+	VADDPS            Z6, Z2, Z6
+	VDIVPS            Z6, Z7, Z6
+	VPANDD.BCST       mathvec_consts<>+112(SB), Z3, Z7
+	VPORD             Z7, Z6, Z6
+	VMULPS            Z3, Z3, Z7
+	VBROADCASTSS      mathvec_consts<>+120(SB), Z8
+	VFMADD213PS.BCST  mathvec_consts<>+124(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+128(SB), Z7, Z8
+	VFMADD213PS       Z2, Z7, Z8
+	VCMPPS.BCST       $0x11, mathvec_consts<>+116(SB), Z4, K1
+	VMULPS            Z8, Z3, K1, Z6
+	VMOVUPS           Z6, 128(BX)
+	VMULPS            Z6, Z5, Z6
+	VMOVUPS           Z6, 128(SI)
+	VMOVUPS           192(AX), Z3
+	VPXORD.BCST       mathvec_consts<>+112(SB), Z3, Z3
+	VMAXPS            Z3, Z0, Z3
+	VMINPS            Z3, Z1, Z3
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z3, Z4
+	VRNDSCALEPS       $0x08, Z4, Z4
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z4, Z3
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z4, Z3
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z5
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z3, Z5
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z3, Z5
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z3, Z5
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z3, Z5
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z3, Z5
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z3, Z5
+	VSCALEFPS         Z4, Z5, Z3
+	VADDPS            Z2, Z3, Z3
+	VDIVPS            Z3, Z2, Z3
+	VMOVUPS           Z3, 192(AX)
+	VMOVUPS           192(AX)(R8*1), Z4
+	VPXORD.BCST       mathvec_consts<>+112(SB), Z4, Z4
+	VMAXPS            Z4, Z0, Z4
+	VMINPS            Z4, Z1, Z4
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z4, Z5
+	VRNDSCALEPS       $0x08, Z5, Z5
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z5, Z4
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z5, Z4
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z6
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z4, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z4, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z4, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z4, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z4, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z4, Z6
+	VSCALEFPS         Z5, Z6, Z4
+	VADDPS            Z2, Z4, Z4
+	VDIVPS            Z4, Z2, Z4
+	VMOVUPS           Z4, 192(AX)(R8*1)
+	VMOVUPS           192(AX)(R8*2), Z5
+	VPANDD.BCST       mathvec_consts<>+132(SB), Z5, Z6
+	VMULPS.BCST       mathvec_consts<>+108(SB), Z6, Z7
+	VMAXPS            Z7, Z0, Z7
+	VMINPS            Z7, Z1, Z7
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z7, Z8
+	VRNDSCALEPS       $0x08, Z8, Z8
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z8, Z7
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z8, Z7
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z9
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z7, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z7, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z7, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z7, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z7, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z7, Z9
+	VSCALEFPS         Z8, Z9, Z7
+	VSUBPS            Z7, Z2, Z8
+	VADDPS            Z7, Z2, Z7
+	VDIVPS            Z7, Z8, Z7
+	VPANDD.BCST       mathvec_consts<>+112(SB), Z5, Z8
+	VPORD             Z8, Z7, Z7
+	VMULPS            Z5, Z5, Z8
+	VBROADCASTSS      mathvec_consts<>+120(SB), Z9
+	VFMADD213PS.BCST  mathvec_consts<>+124(SB), Z8, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+128(SB), Z8, Z9
+	VFMADD213PS       Z2, Z8, Z9
+	VCMPPS.BCST       $0x11, mathvec_consts<>+116(SB), Z6, K1
+	VMULPS            Z9, Z5, K1, Z7
+	VMOVUPS           Z7, 192(AX)(R8*2)
+	VMOVUPS           192(AX)(R9*1), Z5
+	VPXORD.BCST       mathvec_consts<>+112(SB), Z5, Z5
+	VMAXPS            Z5, Z0, Z5
+	VMINPS            Z5, Z1, Z5
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z5, Z6
+	VRNDSCALEPS       $0x08, Z6, Z6
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z6, Z5
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z6, Z5
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z8
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z5, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z5, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z5, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z5, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z5, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z5, Z8
+	VSCALEFPS         Z6, Z8, Z5
+	VADDPS            Z2, Z5, Z5
+	VDIVPS            Z5, Z2, Z5
+	VMOVUPS           Z5, 192(AX)(R9*1)
+	VMULPS            Z7, Z3, Z3
+	VMOVUPS           192(CX), Z6
+	VFMADD231PS       Z6, Z4, Z3
+	VMOVUPS           Z3, 192(DX)
+	VPANDD.BCST       mathvec_consts<>+132(SB), Z3, Z4
+	VMULPS.BCST       mathvec_consts<>+108(SB), Z4, Z6
+	VMAXPS            Z6, Z0, Z6
+	VMINPS            Z6, Z1, Z6
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z6, Z7
+	VRNDSCALEPS       $0x08, Z7, Z7
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z7, Z6
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z7, Z6
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z8
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z6, Z8
+	VSCALEFPS         Z7, Z8, Z6
+	VSUBPS            Z6, Z2, Z7
+	VADDPS            Z6, Z2, Z6
+	VDIVPS            Z6, Z7, Z6
+	VPANDD.BCST       mathvec_consts<>+112(SB), Z3, Z7
+	VPORD             Z7, Z6, Z6
+	VMULPS            Z3, Z3, Z7
+	VBROADCASTSS      mathvec_consts<>+120(SB), Z8
+	VFMADD213PS.BCST  mathvec_consts<>+124(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+128(SB), Z7, Z8
+	VFMADD213PS       Z2, Z7, Z8
+	VCMPPS.BCST       $0x11, mathvec_consts<>+116(SB), Z4, K1
+	VMULPS            Z8, Z3, K1, Z6
+	VMOVUPS           Z6, 192(BX)
+	VMULPS            Z6, Z5, Z6
+	VMOVUPS           Z6, 192(SI)
+	ADDQ              $0x00000100, AX
+	ADDQ              $0x00000100, CX
+	ADDQ              $0x00000100, DX
+	ADDQ              $0x00000100, BX
+	ADDQ              $0x00000100, SI
+	SUBQ              $0x40, DI
+	JMP               lstmFwdPrevAVX512_loop64
+
+lstmFwdPrevAVX512_loop16:
+	CMPQ              DI, $0x10
+	JL                lstmFwdPrevAVX512_tail
+	VMOVUPS           (AX), Z3
+	VPXORD.BCST       mathvec_consts<>+112(SB), Z3, Z3
+	VMAXPS            Z3, Z0, Z3
+	VMINPS            Z3, Z1, Z3
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z3, Z4
+	VRNDSCALEPS       $0x08, Z4, Z4
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z4, Z3
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z4, Z3
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z5
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z3, Z5
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z3, Z5
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z3, Z5
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z3, Z5
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z3, Z5
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z3, Z5
+	VSCALEFPS         Z4, Z5, Z3
+	VADDPS            Z2, Z3, Z3
+	VDIVPS            Z3, Z2, Z3
+	VMOVUPS           Z3, (AX)
+	VMOVUPS           (AX)(R8*1), Z4
+	VPXORD.BCST       mathvec_consts<>+112(SB), Z4, Z4
+	VMAXPS            Z4, Z0, Z4
+	VMINPS            Z4, Z1, Z4
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z4, Z5
+	VRNDSCALEPS       $0x08, Z5, Z5
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z5, Z4
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z5, Z4
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z6
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z4, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z4, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z4, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z4, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z4, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z4, Z6
+	VSCALEFPS         Z5, Z6, Z4
+	VADDPS            Z2, Z4, Z4
+	VDIVPS            Z4, Z2, Z4
+	VMOVUPS           Z4, (AX)(R8*1)
+	VMOVUPS           (AX)(R8*2), Z5
+	VPANDD.BCST       mathvec_consts<>+132(SB), Z5, Z6
+	VMULPS.BCST       mathvec_consts<>+108(SB), Z6, Z7
+	VMAXPS            Z7, Z0, Z7
+	VMINPS            Z7, Z1, Z7
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z7, Z8
+	VRNDSCALEPS       $0x08, Z8, Z8
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z8, Z7
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z8, Z7
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z9
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z7, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z7, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z7, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z7, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z7, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z7, Z9
+	VSCALEFPS         Z8, Z9, Z7
+	VSUBPS            Z7, Z2, Z8
+	VADDPS            Z7, Z2, Z7
+	VDIVPS            Z7, Z8, Z7
+	VPANDD.BCST       mathvec_consts<>+112(SB), Z5, Z8
+	VPORD             Z8, Z7, Z7
+	VMULPS            Z5, Z5, Z8
+	VBROADCASTSS      mathvec_consts<>+120(SB), Z9
+	VFMADD213PS.BCST  mathvec_consts<>+124(SB), Z8, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+128(SB), Z8, Z9
+	VFMADD213PS       Z2, Z8, Z9
+	VCMPPS.BCST       $0x11, mathvec_consts<>+116(SB), Z6, K1
+	VMULPS            Z9, Z5, K1, Z7
+	VMOVUPS           Z7, (AX)(R8*2)
+	VMOVUPS           (AX)(R9*1), Z5
+	VPXORD.BCST       mathvec_consts<>+112(SB), Z5, Z5
+	VMAXPS            Z5, Z0, Z5
+	VMINPS            Z5, Z1, Z5
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z5, Z6
+	VRNDSCALEPS       $0x08, Z6, Z6
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z6, Z5
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z6, Z5
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z8
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z5, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z5, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z5, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z5, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z5, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z5, Z8
+	VSCALEFPS         Z6, Z8, Z5
+	VADDPS            Z2, Z5, Z5
+	VDIVPS            Z5, Z2, Z5
+	VMOVUPS           Z5, (AX)(R9*1)
+	VMULPS            Z7, Z3, Z3
+	VMOVUPS           (CX), Z6
+	VFMADD231PS       Z6, Z4, Z3
+	VMOVUPS           Z3, (DX)
+	VPANDD.BCST       mathvec_consts<>+132(SB), Z3, Z4
+	VMULPS.BCST       mathvec_consts<>+108(SB), Z4, Z6
+	VMAXPS            Z6, Z0, Z6
+	VMINPS            Z6, Z1, Z6
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z6, Z7
+	VRNDSCALEPS       $0x08, Z7, Z7
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z7, Z6
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z7, Z6
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z8
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z6, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z6, Z8
+	VSCALEFPS         Z7, Z8, Z6
+	VSUBPS            Z6, Z2, Z7
+	VADDPS            Z6, Z2, Z6
+	VDIVPS            Z6, Z7, Z6
+	VPANDD.BCST       mathvec_consts<>+112(SB), Z3, Z7
+	VPORD             Z7, Z6, Z6
+	VMULPS            Z3, Z3, Z7
+	VBROADCASTSS      mathvec_consts<>+120(SB), Z8
+	VFMADD213PS.BCST  mathvec_consts<>+124(SB), Z7, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+128(SB), Z7, Z8
+	VFMADD213PS       Z2, Z7, Z8
+	VCMPPS.BCST       $0x11, mathvec_consts<>+116(SB), Z4, K1
+	VMULPS            Z8, Z3, K1, Z6
+	VMOVUPS           Z6, (BX)
+	VMULPS            Z6, Z5, Z6
+	VMOVUPS           Z6, (SI)
+	ADDQ              $0x40, AX
+	ADDQ              $0x40, CX
+	ADDQ              $0x40, DX
+	ADDQ              $0x40, BX
+	ADDQ              $0x40, SI
+	SUBQ              $0x10, DI
+	JMP               lstmFwdPrevAVX512_loop16
+
+lstmFwdPrevAVX512_tail:
+	TESTQ             DI, DI
+	JE                lstmFwdPrevAVX512_done
+	MOVL              $0x0000ffff, R10
+	BZHIL             DI, R10, R10
+	KMOVW             R10, K1
+	VMOVUPS.Z         (AX), K1, Z3
+	VPXORD.BCST       mathvec_consts<>+112(SB), Z3, Z3
+	VMAXPS            Z3, Z0, Z3
+	VMINPS            Z3, Z1, Z3
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z3, Z4
+	VRNDSCALEPS       $0x08, Z4, Z4
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z4, Z3
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z4, Z3
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z5
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z3, Z5
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z3, Z5
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z3, Z5
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z3, Z5
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z3, Z5
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z3, Z5
+	VSCALEFPS         Z4, Z5, Z3
+	VADDPS            Z2, Z3, Z3
+	VDIVPS            Z3, Z2, Z3
+	VMOVUPS           Z3, K1, (AX)
+	VMOVUPS.Z         (AX)(R8*1), K1, Z4
+	VPXORD.BCST       mathvec_consts<>+112(SB), Z4, Z4
+	VMAXPS            Z4, Z0, Z4
+	VMINPS            Z4, Z1, Z4
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z4, Z5
+	VRNDSCALEPS       $0x08, Z5, Z5
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z5, Z4
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z5, Z4
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z6
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z4, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z4, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z4, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z4, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z4, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z4, Z6
+	VSCALEFPS         Z5, Z6, Z4
+	VADDPS            Z2, Z4, Z4
+	VDIVPS            Z4, Z2, Z4
+	VMOVUPS           Z4, K1, (AX)(R8*1)
+	VMOVUPS.Z         (AX)(R8*2), K1, Z5
+	VPANDD.BCST       mathvec_consts<>+132(SB), Z5, Z6
+	VMULPS.BCST       mathvec_consts<>+108(SB), Z6, Z7
+	VMAXPS            Z7, Z0, Z7
+	VMINPS            Z7, Z1, Z7
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z7, Z8
+	VRNDSCALEPS       $0x08, Z8, Z8
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z8, Z7
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z8, Z7
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z9
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z7, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z7, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z7, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z7, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z7, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z7, Z9
+	VSCALEFPS         Z8, Z9, Z7
+	VSUBPS            Z7, Z2, Z8
+	VADDPS            Z7, Z2, Z7
+	VDIVPS            Z7, Z8, Z7
+	VPANDD.BCST       mathvec_consts<>+112(SB), Z5, Z8
+	VPORD             Z8, Z7, Z7
+	VMULPS            Z5, Z5, Z8
+	VBROADCASTSS      mathvec_consts<>+120(SB), Z9
+	VFMADD213PS.BCST  mathvec_consts<>+124(SB), Z8, Z9
+	VFMADD213PS.BCST  mathvec_consts<>+128(SB), Z8, Z9
+	VFMADD213PS       Z2, Z8, Z9
+	VCMPPS.BCST       $0x11, mathvec_consts<>+116(SB), Z6, K2
+	VMULPS            Z9, Z5, K2, Z7
+	VMOVUPS           Z7, K1, (AX)(R8*2)
+	VMOVUPS.Z         (AX)(R9*1), K1, Z5
+	VPXORD.BCST       mathvec_consts<>+112(SB), Z5, Z5
+	VMAXPS            Z5, Z0, Z5
+	VMINPS            Z5, Z1, Z5
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z5, Z6
+	VRNDSCALEPS       $0x08, Z6, Z6
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z6, Z5
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z6, Z5
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z8
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z5, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z5, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z5, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z5, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z5, Z8
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z5, Z8
+	VSCALEFPS         Z6, Z8, Z5
+	VADDPS            Z2, Z5, Z5
+	VDIVPS            Z5, Z2, Z5
+	VMOVUPS           Z5, K1, (AX)(R9*1)
+	VMULPS            Z7, Z3, Z3
+	VMOVUPS.Z         (CX), K1, Z6
+	VFMADD231PS       Z6, Z4, Z3
+	VMOVUPS           Z3, K1, (DX)
+	VPANDD.BCST       mathvec_consts<>+132(SB), Z3, Z4
+	VMULPS.BCST       mathvec_consts<>+108(SB), Z4, Z6
+	VMAXPS            Z6, Z0, Z6
+	VMINPS            Z6, Z1, Z6
+	VMULPS.BCST       mathvec_consts<>+8(SB), Z6, Z0
+	VRNDSCALEPS       $0x08, Z0, Z0
+	VFNMADD231PS.BCST mathvec_consts<>+12(SB), Z0, Z6
+	VFNMADD231PS.BCST mathvec_consts<>+16(SB), Z0, Z6
+	VBROADCASTSS      mathvec_consts<>+20(SB), Z1
+	VFMADD213PS.BCST  mathvec_consts<>+24(SB), Z6, Z1
+	VFMADD213PS.BCST  mathvec_consts<>+28(SB), Z6, Z1
+	VFMADD213PS.BCST  mathvec_consts<>+32(SB), Z6, Z1
+	VFMADD213PS.BCST  mathvec_consts<>+36(SB), Z6, Z1
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z6, Z1
+	VFMADD213PS.BCST  mathvec_consts<>+40(SB), Z6, Z1
+	VSCALEFPS         Z0, Z1, Z6
+	VSUBPS            Z6, Z2, Z0
+	VADDPS            Z6, Z2, Z6
+	VDIVPS            Z6, Z0, Z0
+	VPANDD.BCST       mathvec_consts<>+112(SB), Z3, Z1
+	VPORD             Z1, Z0, Z0
+	VMULPS            Z3, Z3, Z1
+	VBROADCASTSS      mathvec_consts<>+120(SB), Z6
+	VFMADD213PS.BCST  mathvec_consts<>+124(SB), Z1, Z6
+	VFMADD213PS.BCST  mathvec_consts<>+128(SB), Z1, Z6
+	VFMADD213PS       Z2, Z1, Z6
+	VCMPPS.BCST       $0x11, mathvec_consts<>+116(SB), Z4, K2
+	VMULPS            Z6, Z3, K2, Z0
+	VMOVUPS           Z0, K1, (BX)
+	VMULPS            Z0, Z5, Z0
+	VMOVUPS           Z0, K1, (SI)
+
+lstmFwdPrevAVX512_done:
+	VZEROUPPER
+	RET
+
+// func lstmBwdAVX512(d *float32, a *float32, tc *float32, dy *float32, dc *float32, n int)
+// Requires: AVX, AVX512F, BMI2
+TEXT ·lstmBwdAVX512(SB), NOSPLIT, $0-48
+	MOVQ         d+0(FP), AX
+	MOVQ         a+8(FP), CX
+	MOVQ         tc+16(FP), DX
+	MOVQ         dy+24(FP), BX
+	MOVQ         dc+32(FP), SI
+	MOVQ         n+40(FP), DI
+	MOVQ         DI, R8
+	SHLQ         $0x02, R8
+	LEAQ         (R8)(R8*2), R9
+	VBROADCASTSS mathvec_consts<>+40(SB), Z0
+	VPXORD       Z1, Z1, Z1
+
+lstmBwdAVX512_loop64:
+	CMPQ         DI, $0x40
+	JL           lstmBwdAVX512_loop16
+	VMOVUPS      (BX), Z2
+	VMOVUPS      (CX), Z4
+	VMOVUPS      (CX)(R8*1), Z5
+	VMOVUPS      (CX)(R8*2), Z6
+	VMOVUPS      (CX)(R9*1), Z7
+	VMOVUPS      (DX), Z3
+	VMOVAPS      Z0, Z8
+	VFNMADD231PS Z3, Z3, Z8
+	VMULPS       Z7, Z2, Z9
+	VMULPS       Z8, Z9, Z9
+	VMOVUPS      (SI), Z8
+	VADDPS       Z9, Z8, Z8
+	VMULPS       Z6, Z8, Z9
+	VMULPS       Z4, Z9, Z9
+	VSUBPS       Z4, Z0, Z10
+	VMULPS       Z10, Z9, Z9
+	VMOVUPS      Z9, (AX)
+	VMULPS       Z1, Z8, Z9
+	VMULPS       Z5, Z9, Z9
+	VSUBPS       Z5, Z0, Z10
+	VMULPS       Z10, Z9, Z9
+	VMOVUPS      Z9, (AX)(R8*1)
+	VMULPS       Z4, Z8, Z4
+	VMOVAPS      Z0, Z9
+	VFNMADD231PS Z6, Z6, Z9
+	VMULPS       Z9, Z4, Z4
+	VMOVUPS      Z4, (AX)(R8*2)
+	VMULPS       Z3, Z2, Z2
+	VMULPS       Z7, Z2, Z2
+	VSUBPS       Z7, Z0, Z3
+	VMULPS       Z3, Z2, Z2
+	VMOVUPS      Z2, (AX)(R9*1)
+	VMULPS       Z5, Z8, Z8
+	VMOVUPS      Z8, (SI)
+	VMOVUPS      64(BX), Z2
+	VMOVUPS      64(CX), Z4
+	VMOVUPS      64(CX)(R8*1), Z5
+	VMOVUPS      64(CX)(R8*2), Z6
+	VMOVUPS      64(CX)(R9*1), Z7
+	VMOVUPS      64(DX), Z3
+	VMOVAPS      Z0, Z8
+	VFNMADD231PS Z3, Z3, Z8
+	VMULPS       Z7, Z2, Z9
+	VMULPS       Z8, Z9, Z9
+	VMOVUPS      64(SI), Z8
+	VADDPS       Z9, Z8, Z8
+	VMULPS       Z6, Z8, Z9
+	VMULPS       Z4, Z9, Z9
+	VSUBPS       Z4, Z0, Z10
+	VMULPS       Z10, Z9, Z9
+	VMOVUPS      Z9, 64(AX)
+	VMULPS       Z1, Z8, Z9
+	VMULPS       Z5, Z9, Z9
+	VSUBPS       Z5, Z0, Z10
+	VMULPS       Z10, Z9, Z9
+	VMOVUPS      Z9, 64(AX)(R8*1)
+	VMULPS       Z4, Z8, Z4
+	VMOVAPS      Z0, Z9
+	VFNMADD231PS Z6, Z6, Z9
+	VMULPS       Z9, Z4, Z4
+	VMOVUPS      Z4, 64(AX)(R8*2)
+	VMULPS       Z3, Z2, Z2
+	VMULPS       Z7, Z2, Z2
+	VSUBPS       Z7, Z0, Z3
+	VMULPS       Z3, Z2, Z2
+	VMOVUPS      Z2, 64(AX)(R9*1)
+	VMULPS       Z5, Z8, Z8
+	VMOVUPS      Z8, 64(SI)
+	VMOVUPS      128(BX), Z2
+	VMOVUPS      128(CX), Z4
+	VMOVUPS      128(CX)(R8*1), Z5
+	VMOVUPS      128(CX)(R8*2), Z6
+	VMOVUPS      128(CX)(R9*1), Z7
+	VMOVUPS      128(DX), Z3
+	VMOVAPS      Z0, Z8
+	VFNMADD231PS Z3, Z3, Z8
+	VMULPS       Z7, Z2, Z9
+	VMULPS       Z8, Z9, Z9
+	VMOVUPS      128(SI), Z8
+	VADDPS       Z9, Z8, Z8
+	VMULPS       Z6, Z8, Z9
+	VMULPS       Z4, Z9, Z9
+	VSUBPS       Z4, Z0, Z10
+	VMULPS       Z10, Z9, Z9
+	VMOVUPS      Z9, 128(AX)
+	VMULPS       Z1, Z8, Z9
+	VMULPS       Z5, Z9, Z9
+	VSUBPS       Z5, Z0, Z10
+	VMULPS       Z10, Z9, Z9
+	VMOVUPS      Z9, 128(AX)(R8*1)
+	VMULPS       Z4, Z8, Z4
+	VMOVAPS      Z0, Z9
+	VFNMADD231PS Z6, Z6, Z9
+	VMULPS       Z9, Z4, Z4
+	VMOVUPS      Z4, 128(AX)(R8*2)
+	VMULPS       Z3, Z2, Z2
+	VMULPS       Z7, Z2, Z2
+	VSUBPS       Z7, Z0, Z3
+	VMULPS       Z3, Z2, Z2
+	VMOVUPS      Z2, 128(AX)(R9*1)
+	VMULPS       Z5, Z8, Z8
+	VMOVUPS      Z8, 128(SI)
+	VMOVUPS      192(BX), Z2
+	VMOVUPS      192(CX), Z4
+	VMOVUPS      192(CX)(R8*1), Z5
+	VMOVUPS      192(CX)(R8*2), Z6
+	VMOVUPS      192(CX)(R9*1), Z7
+	VMOVUPS      192(DX), Z3
+	VMOVAPS      Z0, Z8
+	VFNMADD231PS Z3, Z3, Z8
+	VMULPS       Z7, Z2, Z9
+	VMULPS       Z8, Z9, Z9
+	VMOVUPS      192(SI), Z8
+	VADDPS       Z9, Z8, Z8
+	VMULPS       Z6, Z8, Z9
+	VMULPS       Z4, Z9, Z9
+	VSUBPS       Z4, Z0, Z10
+	VMULPS       Z10, Z9, Z9
+	VMOVUPS      Z9, 192(AX)
+	VMULPS       Z1, Z8, Z9
+	VMULPS       Z5, Z9, Z9
+	VSUBPS       Z5, Z0, Z10
+	VMULPS       Z10, Z9, Z9
+	VMOVUPS      Z9, 192(AX)(R8*1)
+	VMULPS       Z4, Z8, Z4
+	VMOVAPS      Z0, Z9
+	VFNMADD231PS Z6, Z6, Z9
+	VMULPS       Z9, Z4, Z4
+	VMOVUPS      Z4, 192(AX)(R8*2)
+	VMULPS       Z3, Z2, Z2
+	VMULPS       Z7, Z2, Z2
+	VSUBPS       Z7, Z0, Z3
+	VMULPS       Z3, Z2, Z2
+	VMOVUPS      Z2, 192(AX)(R9*1)
+	VMULPS       Z5, Z8, Z8
+	VMOVUPS      Z8, 192(SI)
+	ADDQ         $0x00000100, AX
+	ADDQ         $0x00000100, CX
+	ADDQ         $0x00000100, DX
+	ADDQ         $0x00000100, BX
+	ADDQ         $0x00000100, SI
+	SUBQ         $0x40, DI
+	JMP          lstmBwdAVX512_loop64
+
+lstmBwdAVX512_loop16:
+	CMPQ         DI, $0x10
+	JL           lstmBwdAVX512_tail
+	VMOVUPS      (BX), Z2
+	VMOVUPS      (CX), Z4
+	VMOVUPS      (CX)(R8*1), Z5
+	VMOVUPS      (CX)(R8*2), Z6
+	VMOVUPS      (CX)(R9*1), Z7
+	VMOVUPS      (DX), Z3
+	VMOVAPS      Z0, Z8
+	VFNMADD231PS Z3, Z3, Z8
+	VMULPS       Z7, Z2, Z9
+	VMULPS       Z8, Z9, Z9
+	VMOVUPS      (SI), Z8
+	VADDPS       Z9, Z8, Z8
+	VMULPS       Z6, Z8, Z9
+	VMULPS       Z4, Z9, Z9
+	VSUBPS       Z4, Z0, Z10
+	VMULPS       Z10, Z9, Z9
+	VMOVUPS      Z9, (AX)
+	VMULPS       Z1, Z8, Z9
+	VMULPS       Z5, Z9, Z9
+	VSUBPS       Z5, Z0, Z10
+	VMULPS       Z10, Z9, Z9
+	VMOVUPS      Z9, (AX)(R8*1)
+	VMULPS       Z4, Z8, Z4
+	VMOVAPS      Z0, Z9
+	VFNMADD231PS Z6, Z6, Z9
+	VMULPS       Z9, Z4, Z4
+	VMOVUPS      Z4, (AX)(R8*2)
+	VMULPS       Z3, Z2, Z2
+	VMULPS       Z7, Z2, Z2
+	VSUBPS       Z7, Z0, Z3
+	VMULPS       Z3, Z2, Z2
+	VMOVUPS      Z2, (AX)(R9*1)
+	VMULPS       Z5, Z8, Z8
+	VMOVUPS      Z8, (SI)
+	ADDQ         $0x40, AX
+	ADDQ         $0x40, CX
+	ADDQ         $0x40, DX
+	ADDQ         $0x40, BX
+	ADDQ         $0x40, SI
+	SUBQ         $0x10, DI
+	JMP          lstmBwdAVX512_loop16
+
+lstmBwdAVX512_tail:
+	TESTQ        DI, DI
+	JE           lstmBwdAVX512_done
+	MOVL         $0x0000ffff, R10
+	BZHIL        DI, R10, R10
+	KMOVW        R10, K1
+	VMOVUPS.Z    (BX), K1, Z2
+	VMOVUPS.Z    (CX), K1, Z4
+	VMOVUPS.Z    (CX)(R8*1), K1, Z5
+	VMOVUPS.Z    (CX)(R8*2), K1, Z6
+	VMOVUPS.Z    (CX)(R9*1), K1, Z7
+	VMOVUPS.Z    (DX), K1, Z3
+	VMOVAPS      Z0, Z8
+	VFNMADD231PS Z3, Z3, Z8
+	VMULPS       Z7, Z2, Z9
+	VMULPS       Z8, Z9, Z9
+	VMOVUPS.Z    (SI), K1, Z8
+	VADDPS       Z9, Z8, Z8
+	VMULPS       Z6, Z8, Z9
+	VMULPS       Z4, Z9, Z9
+	VSUBPS       Z4, Z0, Z10
+	VMULPS       Z10, Z9, Z9
+	VMOVUPS      Z9, K1, (AX)
+	VMULPS       Z1, Z8, Z1
+	VMULPS       Z5, Z1, Z1
+	VSUBPS       Z5, Z0, Z9
+	VMULPS       Z9, Z1, Z1
+	VMOVUPS      Z1, K1, (AX)(R8*1)
+	VMULPS       Z4, Z8, Z1
+	VMOVAPS      Z0, Z4
+	VFNMADD231PS Z6, Z6, Z4
+	VMULPS       Z4, Z1, Z1
+	VMOVUPS      Z1, K1, (AX)(R8*2)
+	VMULPS       Z3, Z2, Z1
+	VMULPS       Z7, Z1, Z1
+	VSUBPS       Z7, Z0, Z0
+	VMULPS       Z0, Z1, Z1
+	VMOVUPS      Z1, K1, (AX)(R9*1)
+	VMULPS       Z5, Z8, Z8
+	VMOVUPS      Z8, K1, (SI)
+
+lstmBwdAVX512_done:
+	VZEROUPPER
+	RET
+
+// func lstmBwdRecAVX512(d *float32, a *float32, tc *float32, dy *float32, dhRec *float32, dc *float32, n int)
+// Requires: AVX, AVX512F, BMI2
+TEXT ·lstmBwdRecAVX512(SB), NOSPLIT, $0-56
+	MOVQ         d+0(FP), AX
+	MOVQ         a+8(FP), CX
+	MOVQ         tc+16(FP), DX
+	MOVQ         dy+24(FP), BX
+	MOVQ         dhRec+32(FP), SI
+	MOVQ         dc+40(FP), DI
+	MOVQ         n+48(FP), R8
+	MOVQ         R8, R9
+	SHLQ         $0x02, R9
+	LEAQ         (R9)(R9*2), R10
+	VBROADCASTSS mathvec_consts<>+40(SB), Z0
+	VPXORD       Z1, Z1, Z1
+
+lstmBwdRecAVX512_loop64:
+	CMPQ         R8, $0x40
+	JL           lstmBwdRecAVX512_loop16
+	VMOVUPS      (BX), Z2
+	VMOVUPS      (SI), Z3
+	VADDPS       Z3, Z2, Z2
+	VMOVUPS      (CX), Z4
+	VMOVUPS      (CX)(R9*1), Z5
+	VMOVUPS      (CX)(R9*2), Z6
+	VMOVUPS      (CX)(R10*1), Z7
+	VMOVUPS      (DX), Z3
+	VMOVAPS      Z0, Z8
+	VFNMADD231PS Z3, Z3, Z8
+	VMULPS       Z7, Z2, Z9
+	VMULPS       Z8, Z9, Z9
+	VMOVUPS      (DI), Z8
+	VADDPS       Z9, Z8, Z8
+	VMULPS       Z6, Z8, Z9
+	VMULPS       Z4, Z9, Z9
+	VSUBPS       Z4, Z0, Z10
+	VMULPS       Z10, Z9, Z9
+	VMOVUPS      Z9, (AX)
+	VMULPS       Z1, Z8, Z9
+	VMULPS       Z5, Z9, Z9
+	VSUBPS       Z5, Z0, Z10
+	VMULPS       Z10, Z9, Z9
+	VMOVUPS      Z9, (AX)(R9*1)
+	VMULPS       Z4, Z8, Z4
+	VMOVAPS      Z0, Z9
+	VFNMADD231PS Z6, Z6, Z9
+	VMULPS       Z9, Z4, Z4
+	VMOVUPS      Z4, (AX)(R9*2)
+	VMULPS       Z3, Z2, Z2
+	VMULPS       Z7, Z2, Z2
+	VSUBPS       Z7, Z0, Z3
+	VMULPS       Z3, Z2, Z2
+	VMOVUPS      Z2, (AX)(R10*1)
+	VMULPS       Z5, Z8, Z8
+	VMOVUPS      Z8, (DI)
+	VMOVUPS      64(BX), Z2
+	VMOVUPS      64(SI), Z3
+	VADDPS       Z3, Z2, Z2
+	VMOVUPS      64(CX), Z4
+	VMOVUPS      64(CX)(R9*1), Z5
+	VMOVUPS      64(CX)(R9*2), Z6
+	VMOVUPS      64(CX)(R10*1), Z7
+	VMOVUPS      64(DX), Z3
+	VMOVAPS      Z0, Z8
+	VFNMADD231PS Z3, Z3, Z8
+	VMULPS       Z7, Z2, Z9
+	VMULPS       Z8, Z9, Z9
+	VMOVUPS      64(DI), Z8
+	VADDPS       Z9, Z8, Z8
+	VMULPS       Z6, Z8, Z9
+	VMULPS       Z4, Z9, Z9
+	VSUBPS       Z4, Z0, Z10
+	VMULPS       Z10, Z9, Z9
+	VMOVUPS      Z9, 64(AX)
+	VMULPS       Z1, Z8, Z9
+	VMULPS       Z5, Z9, Z9
+	VSUBPS       Z5, Z0, Z10
+	VMULPS       Z10, Z9, Z9
+	VMOVUPS      Z9, 64(AX)(R9*1)
+	VMULPS       Z4, Z8, Z4
+	VMOVAPS      Z0, Z9
+	VFNMADD231PS Z6, Z6, Z9
+	VMULPS       Z9, Z4, Z4
+	VMOVUPS      Z4, 64(AX)(R9*2)
+	VMULPS       Z3, Z2, Z2
+	VMULPS       Z7, Z2, Z2
+	VSUBPS       Z7, Z0, Z3
+	VMULPS       Z3, Z2, Z2
+	VMOVUPS      Z2, 64(AX)(R10*1)
+	VMULPS       Z5, Z8, Z8
+	VMOVUPS      Z8, 64(DI)
+	VMOVUPS      128(BX), Z2
+	VMOVUPS      128(SI), Z3
+	VADDPS       Z3, Z2, Z2
+	VMOVUPS      128(CX), Z4
+	VMOVUPS      128(CX)(R9*1), Z5
+	VMOVUPS      128(CX)(R9*2), Z6
+	VMOVUPS      128(CX)(R10*1), Z7
+	VMOVUPS      128(DX), Z3
+	VMOVAPS      Z0, Z8
+	VFNMADD231PS Z3, Z3, Z8
+	VMULPS       Z7, Z2, Z9
+	VMULPS       Z8, Z9, Z9
+	VMOVUPS      128(DI), Z8
+	VADDPS       Z9, Z8, Z8
+	VMULPS       Z6, Z8, Z9
+	VMULPS       Z4, Z9, Z9
+	VSUBPS       Z4, Z0, Z10
+	VMULPS       Z10, Z9, Z9
+	VMOVUPS      Z9, 128(AX)
+	VMULPS       Z1, Z8, Z9
+	VMULPS       Z5, Z9, Z9
+	VSUBPS       Z5, Z0, Z10
+	VMULPS       Z10, Z9, Z9
+	VMOVUPS      Z9, 128(AX)(R9*1)
+	VMULPS       Z4, Z8, Z4
+	VMOVAPS      Z0, Z9
+	VFNMADD231PS Z6, Z6, Z9
+	VMULPS       Z9, Z4, Z4
+	VMOVUPS      Z4, 128(AX)(R9*2)
+	VMULPS       Z3, Z2, Z2
+	VMULPS       Z7, Z2, Z2
+	VSUBPS       Z7, Z0, Z3
+	VMULPS       Z3, Z2, Z2
+	VMOVUPS      Z2, 128(AX)(R10*1)
+	VMULPS       Z5, Z8, Z8
+	VMOVUPS      Z8, 128(DI)
+	VMOVUPS      192(BX), Z2
+	VMOVUPS      192(SI), Z3
+	VADDPS       Z3, Z2, Z2
+	VMOVUPS      192(CX), Z4
+	VMOVUPS      192(CX)(R9*1), Z5
+	VMOVUPS      192(CX)(R9*2), Z6
+	VMOVUPS      192(CX)(R10*1), Z7
+	VMOVUPS      192(DX), Z3
+	VMOVAPS      Z0, Z8
+	VFNMADD231PS Z3, Z3, Z8
+	VMULPS       Z7, Z2, Z9
+	VMULPS       Z8, Z9, Z9
+	VMOVUPS      192(DI), Z8
+	VADDPS       Z9, Z8, Z8
+	VMULPS       Z6, Z8, Z9
+	VMULPS       Z4, Z9, Z9
+	VSUBPS       Z4, Z0, Z10
+	VMULPS       Z10, Z9, Z9
+	VMOVUPS      Z9, 192(AX)
+	VMULPS       Z1, Z8, Z9
+	VMULPS       Z5, Z9, Z9
+	VSUBPS       Z5, Z0, Z10
+	VMULPS       Z10, Z9, Z9
+	VMOVUPS      Z9, 192(AX)(R9*1)
+	VMULPS       Z4, Z8, Z4
+	VMOVAPS      Z0, Z9
+	VFNMADD231PS Z6, Z6, Z9
+	VMULPS       Z9, Z4, Z4
+	VMOVUPS      Z4, 192(AX)(R9*2)
+	VMULPS       Z3, Z2, Z2
+	VMULPS       Z7, Z2, Z2
+	VSUBPS       Z7, Z0, Z3
+	VMULPS       Z3, Z2, Z2
+	VMOVUPS      Z2, 192(AX)(R10*1)
+	VMULPS       Z5, Z8, Z8
+	VMOVUPS      Z8, 192(DI)
+	ADDQ         $0x00000100, AX
+	ADDQ         $0x00000100, CX
+	ADDQ         $0x00000100, DX
+	ADDQ         $0x00000100, BX
+	ADDQ         $0x00000100, SI
+	ADDQ         $0x00000100, DI
+	SUBQ         $0x40, R8
+	JMP          lstmBwdRecAVX512_loop64
+
+lstmBwdRecAVX512_loop16:
+	CMPQ         R8, $0x10
+	JL           lstmBwdRecAVX512_tail
+	VMOVUPS      (BX), Z2
+	VMOVUPS      (SI), Z3
+	VADDPS       Z3, Z2, Z2
+	VMOVUPS      (CX), Z4
+	VMOVUPS      (CX)(R9*1), Z5
+	VMOVUPS      (CX)(R9*2), Z6
+	VMOVUPS      (CX)(R10*1), Z7
+	VMOVUPS      (DX), Z3
+	VMOVAPS      Z0, Z8
+	VFNMADD231PS Z3, Z3, Z8
+	VMULPS       Z7, Z2, Z9
+	VMULPS       Z8, Z9, Z9
+	VMOVUPS      (DI), Z8
+	VADDPS       Z9, Z8, Z8
+	VMULPS       Z6, Z8, Z9
+	VMULPS       Z4, Z9, Z9
+	VSUBPS       Z4, Z0, Z10
+	VMULPS       Z10, Z9, Z9
+	VMOVUPS      Z9, (AX)
+	VMULPS       Z1, Z8, Z9
+	VMULPS       Z5, Z9, Z9
+	VSUBPS       Z5, Z0, Z10
+	VMULPS       Z10, Z9, Z9
+	VMOVUPS      Z9, (AX)(R9*1)
+	VMULPS       Z4, Z8, Z4
+	VMOVAPS      Z0, Z9
+	VFNMADD231PS Z6, Z6, Z9
+	VMULPS       Z9, Z4, Z4
+	VMOVUPS      Z4, (AX)(R9*2)
+	VMULPS       Z3, Z2, Z2
+	VMULPS       Z7, Z2, Z2
+	VSUBPS       Z7, Z0, Z3
+	VMULPS       Z3, Z2, Z2
+	VMOVUPS      Z2, (AX)(R10*1)
+	VMULPS       Z5, Z8, Z8
+	VMOVUPS      Z8, (DI)
+	ADDQ         $0x40, AX
+	ADDQ         $0x40, CX
+	ADDQ         $0x40, DX
+	ADDQ         $0x40, BX
+	ADDQ         $0x40, SI
+	ADDQ         $0x40, DI
+	SUBQ         $0x10, R8
+	JMP          lstmBwdRecAVX512_loop16
+
+lstmBwdRecAVX512_tail:
+	TESTQ        R8, R8
+	JE           lstmBwdRecAVX512_done
+	MOVL         $0x0000ffff, R11
+	BZHIL        R8, R11, R11
+	KMOVW        R11, K1
+	VMOVUPS.Z    (BX), K1, Z2
+	VMOVUPS.Z    (SI), K1, Z3
+	VADDPS       Z3, Z2, Z2
+	VMOVUPS.Z    (CX), K1, Z4
+	VMOVUPS.Z    (CX)(R9*1), K1, Z5
+	VMOVUPS.Z    (CX)(R9*2), K1, Z6
+	VMOVUPS.Z    (CX)(R10*1), K1, Z7
+	VMOVUPS.Z    (DX), K1, Z3
+	VMOVAPS      Z0, Z8
+	VFNMADD231PS Z3, Z3, Z8
+	VMULPS       Z7, Z2, Z9
+	VMULPS       Z8, Z9, Z9
+	VMOVUPS.Z    (DI), K1, Z8
+	VADDPS       Z9, Z8, Z8
+	VMULPS       Z6, Z8, Z9
+	VMULPS       Z4, Z9, Z9
+	VSUBPS       Z4, Z0, Z10
+	VMULPS       Z10, Z9, Z9
+	VMOVUPS      Z9, K1, (AX)
+	VMULPS       Z1, Z8, Z1
+	VMULPS       Z5, Z1, Z1
+	VSUBPS       Z5, Z0, Z9
+	VMULPS       Z9, Z1, Z1
+	VMOVUPS      Z1, K1, (AX)(R9*1)
+	VMULPS       Z4, Z8, Z1
+	VMOVAPS      Z0, Z4
+	VFNMADD231PS Z6, Z6, Z4
+	VMULPS       Z4, Z1, Z1
+	VMOVUPS      Z1, K1, (AX)(R9*2)
+	VMULPS       Z3, Z2, Z1
+	VMULPS       Z7, Z1, Z1
+	VSUBPS       Z7, Z0, Z0
+	VMULPS       Z0, Z1, Z1
+	VMOVUPS      Z1, K1, (AX)(R10*1)
+	VMULPS       Z5, Z8, Z8
+	VMOVUPS      Z8, K1, (DI)
+
+lstmBwdRecAVX512_done:
+	VZEROUPPER
+	RET
+
+// func lstmBwdPrevAVX512(d *float32, a *float32, cPrev *float32, tc *float32, dy *float32, dc *float32, n int)
+// Requires: AVX, AVX512F, BMI2
+TEXT ·lstmBwdPrevAVX512(SB), NOSPLIT, $0-56
+	MOVQ         d+0(FP), AX
+	MOVQ         a+8(FP), CX
+	MOVQ         cPrev+16(FP), DX
+	MOVQ         tc+24(FP), BX
+	MOVQ         dy+32(FP), SI
+	MOVQ         dc+40(FP), DI
+	MOVQ         n+48(FP), R8
+	MOVQ         R8, R9
+	SHLQ         $0x02, R9
+	LEAQ         (R9)(R9*2), R10
+	VBROADCASTSS mathvec_consts<>+40(SB), Z0
+
+lstmBwdPrevAVX512_loop64:
+	CMPQ         R8, $0x40
+	JL           lstmBwdPrevAVX512_loop16
+	VMOVUPS      (SI), Z1
+	VMOVUPS      (CX), Z3
+	VMOVUPS      (CX)(R9*1), Z4
+	VMOVUPS      (CX)(R9*2), Z5
+	VMOVUPS      (CX)(R10*1), Z6
+	VMOVUPS      (BX), Z2
+	VMOVAPS      Z0, Z7
+	VFNMADD231PS Z2, Z2, Z7
+	VMULPS       Z6, Z1, Z8
+	VMULPS       Z7, Z8, Z8
+	VMOVUPS      (DI), Z7
+	VADDPS       Z8, Z7, Z7
+	VMULPS       Z5, Z7, Z8
+	VMULPS       Z3, Z8, Z8
+	VSUBPS       Z3, Z0, Z9
+	VMULPS       Z9, Z8, Z8
+	VMOVUPS      Z8, (AX)
+	VMOVUPS      (DX), Z8
+	VMULPS       Z8, Z7, Z8
+	VMULPS       Z4, Z8, Z8
+	VSUBPS       Z4, Z0, Z9
+	VMULPS       Z9, Z8, Z8
+	VMOVUPS      Z8, (AX)(R9*1)
+	VMULPS       Z3, Z7, Z3
+	VMOVAPS      Z0, Z8
+	VFNMADD231PS Z5, Z5, Z8
+	VMULPS       Z8, Z3, Z3
+	VMOVUPS      Z3, (AX)(R9*2)
+	VMULPS       Z2, Z1, Z1
+	VMULPS       Z6, Z1, Z1
+	VSUBPS       Z6, Z0, Z2
+	VMULPS       Z2, Z1, Z1
+	VMOVUPS      Z1, (AX)(R10*1)
+	VMULPS       Z4, Z7, Z7
+	VMOVUPS      Z7, (DI)
+	VMOVUPS      64(SI), Z1
+	VMOVUPS      64(CX), Z3
+	VMOVUPS      64(CX)(R9*1), Z4
+	VMOVUPS      64(CX)(R9*2), Z5
+	VMOVUPS      64(CX)(R10*1), Z6
+	VMOVUPS      64(BX), Z2
+	VMOVAPS      Z0, Z7
+	VFNMADD231PS Z2, Z2, Z7
+	VMULPS       Z6, Z1, Z8
+	VMULPS       Z7, Z8, Z8
+	VMOVUPS      64(DI), Z7
+	VADDPS       Z8, Z7, Z7
+	VMULPS       Z5, Z7, Z8
+	VMULPS       Z3, Z8, Z8
+	VSUBPS       Z3, Z0, Z9
+	VMULPS       Z9, Z8, Z8
+	VMOVUPS      Z8, 64(AX)
+	VMOVUPS      64(DX), Z8
+	VMULPS       Z8, Z7, Z8
+	VMULPS       Z4, Z8, Z8
+	VSUBPS       Z4, Z0, Z9
+	VMULPS       Z9, Z8, Z8
+	VMOVUPS      Z8, 64(AX)(R9*1)
+	VMULPS       Z3, Z7, Z3
+	VMOVAPS      Z0, Z8
+	VFNMADD231PS Z5, Z5, Z8
+	VMULPS       Z8, Z3, Z3
+	VMOVUPS      Z3, 64(AX)(R9*2)
+	VMULPS       Z2, Z1, Z1
+	VMULPS       Z6, Z1, Z1
+	VSUBPS       Z6, Z0, Z2
+	VMULPS       Z2, Z1, Z1
+	VMOVUPS      Z1, 64(AX)(R10*1)
+	VMULPS       Z4, Z7, Z7
+	VMOVUPS      Z7, 64(DI)
+	VMOVUPS      128(SI), Z1
+	VMOVUPS      128(CX), Z3
+	VMOVUPS      128(CX)(R9*1), Z4
+	VMOVUPS      128(CX)(R9*2), Z5
+	VMOVUPS      128(CX)(R10*1), Z6
+	VMOVUPS      128(BX), Z2
+	VMOVAPS      Z0, Z7
+	VFNMADD231PS Z2, Z2, Z7
+	VMULPS       Z6, Z1, Z8
+	VMULPS       Z7, Z8, Z8
+	VMOVUPS      128(DI), Z7
+	VADDPS       Z8, Z7, Z7
+	VMULPS       Z5, Z7, Z8
+	VMULPS       Z3, Z8, Z8
+	VSUBPS       Z3, Z0, Z9
+	VMULPS       Z9, Z8, Z8
+	VMOVUPS      Z8, 128(AX)
+	VMOVUPS      128(DX), Z8
+	VMULPS       Z8, Z7, Z8
+	VMULPS       Z4, Z8, Z8
+	VSUBPS       Z4, Z0, Z9
+	VMULPS       Z9, Z8, Z8
+	VMOVUPS      Z8, 128(AX)(R9*1)
+	VMULPS       Z3, Z7, Z3
+	VMOVAPS      Z0, Z8
+	VFNMADD231PS Z5, Z5, Z8
+	VMULPS       Z8, Z3, Z3
+	VMOVUPS      Z3, 128(AX)(R9*2)
+	VMULPS       Z2, Z1, Z1
+	VMULPS       Z6, Z1, Z1
+	VSUBPS       Z6, Z0, Z2
+	VMULPS       Z2, Z1, Z1
+	VMOVUPS      Z1, 128(AX)(R10*1)
+	VMULPS       Z4, Z7, Z7
+	VMOVUPS      Z7, 128(DI)
+	VMOVUPS      192(SI), Z1
+	VMOVUPS      192(CX), Z3
+	VMOVUPS      192(CX)(R9*1), Z4
+	VMOVUPS      192(CX)(R9*2), Z5
+	VMOVUPS      192(CX)(R10*1), Z6
+	VMOVUPS      192(BX), Z2
+	VMOVAPS      Z0, Z7
+	VFNMADD231PS Z2, Z2, Z7
+	VMULPS       Z6, Z1, Z8
+	VMULPS       Z7, Z8, Z8
+	VMOVUPS      192(DI), Z7
+	VADDPS       Z8, Z7, Z7
+	VMULPS       Z5, Z7, Z8
+	VMULPS       Z3, Z8, Z8
+	VSUBPS       Z3, Z0, Z9
+	VMULPS       Z9, Z8, Z8
+	VMOVUPS      Z8, 192(AX)
+	VMOVUPS      192(DX), Z8
+	VMULPS       Z8, Z7, Z8
+	VMULPS       Z4, Z8, Z8
+	VSUBPS       Z4, Z0, Z9
+	VMULPS       Z9, Z8, Z8
+	VMOVUPS      Z8, 192(AX)(R9*1)
+	VMULPS       Z3, Z7, Z3
+	VMOVAPS      Z0, Z8
+	VFNMADD231PS Z5, Z5, Z8
+	VMULPS       Z8, Z3, Z3
+	VMOVUPS      Z3, 192(AX)(R9*2)
+	VMULPS       Z2, Z1, Z1
+	VMULPS       Z6, Z1, Z1
+	VSUBPS       Z6, Z0, Z2
+	VMULPS       Z2, Z1, Z1
+	VMOVUPS      Z1, 192(AX)(R10*1)
+	VMULPS       Z4, Z7, Z7
+	VMOVUPS      Z7, 192(DI)
+	ADDQ         $0x00000100, AX
+	ADDQ         $0x00000100, CX
+	ADDQ         $0x00000100, DX
+	ADDQ         $0x00000100, BX
+	ADDQ         $0x00000100, SI
+	ADDQ         $0x00000100, DI
+	SUBQ         $0x40, R8
+	JMP          lstmBwdPrevAVX512_loop64
+
+lstmBwdPrevAVX512_loop16:
+	CMPQ         R8, $0x10
+	JL           lstmBwdPrevAVX512_tail
+	VMOVUPS      (SI), Z1
+	VMOVUPS      (CX), Z3
+	VMOVUPS      (CX)(R9*1), Z4
+	VMOVUPS      (CX)(R9*2), Z5
+	VMOVUPS      (CX)(R10*1), Z6
+	VMOVUPS      (BX), Z2
+	VMOVAPS      Z0, Z7
+	VFNMADD231PS Z2, Z2, Z7
+	VMULPS       Z6, Z1, Z8
+	VMULPS       Z7, Z8, Z8
+	VMOVUPS      (DI), Z7
+	VADDPS       Z8, Z7, Z7
+	VMULPS       Z5, Z7, Z8
+	VMULPS       Z3, Z8, Z8
+	VSUBPS       Z3, Z0, Z9
+	VMULPS       Z9, Z8, Z8
+	VMOVUPS      Z8, (AX)
+	VMOVUPS      (DX), Z8
+	VMULPS       Z8, Z7, Z8
+	VMULPS       Z4, Z8, Z8
+	VSUBPS       Z4, Z0, Z9
+	VMULPS       Z9, Z8, Z8
+	VMOVUPS      Z8, (AX)(R9*1)
+	VMULPS       Z3, Z7, Z3
+	VMOVAPS      Z0, Z8
+	VFNMADD231PS Z5, Z5, Z8
+	VMULPS       Z8, Z3, Z3
+	VMOVUPS      Z3, (AX)(R9*2)
+	VMULPS       Z2, Z1, Z1
+	VMULPS       Z6, Z1, Z1
+	VSUBPS       Z6, Z0, Z2
+	VMULPS       Z2, Z1, Z1
+	VMOVUPS      Z1, (AX)(R10*1)
+	VMULPS       Z4, Z7, Z7
+	VMOVUPS      Z7, (DI)
+	ADDQ         $0x40, AX
+	ADDQ         $0x40, CX
+	ADDQ         $0x40, DX
+	ADDQ         $0x40, BX
+	ADDQ         $0x40, SI
+	ADDQ         $0x40, DI
+	SUBQ         $0x10, R8
+	JMP          lstmBwdPrevAVX512_loop16
+
+lstmBwdPrevAVX512_tail:
+	TESTQ        R8, R8
+	JE           lstmBwdPrevAVX512_done
+	MOVL         $0x0000ffff, R11
+	BZHIL        R8, R11, R11
+	KMOVW        R11, K1
+	VMOVUPS.Z    (SI), K1, Z1
+	VMOVUPS.Z    (CX), K1, Z3
+	VMOVUPS.Z    (CX)(R9*1), K1, Z4
+	VMOVUPS.Z    (CX)(R9*2), K1, Z5
+	VMOVUPS.Z    (CX)(R10*1), K1, Z6
+	VMOVUPS.Z    (BX), K1, Z2
+	VMOVAPS      Z0, Z7
+	VFNMADD231PS Z2, Z2, Z7
+	VMULPS       Z6, Z1, Z8
+	VMULPS       Z7, Z8, Z8
+	VMOVUPS.Z    (DI), K1, Z7
+	VADDPS       Z8, Z7, Z7
+	VMULPS       Z5, Z7, Z8
+	VMULPS       Z3, Z8, Z8
+	VSUBPS       Z3, Z0, Z9
+	VMULPS       Z9, Z8, Z8
+	VMOVUPS      Z8, K1, (AX)
+	VMOVUPS.Z    (DX), K1, Z8
+	VMULPS       Z8, Z7, Z8
+	VMULPS       Z4, Z8, Z8
+	VSUBPS       Z4, Z0, Z9
+	VMULPS       Z9, Z8, Z8
+	VMOVUPS      Z8, K1, (AX)(R9*1)
+	VMULPS       Z3, Z7, Z3
+	VMOVAPS      Z0, Z8
+	VFNMADD231PS Z5, Z5, Z8
+	VMULPS       Z8, Z3, Z3
+	VMOVUPS      Z3, K1, (AX)(R9*2)
+	VMULPS       Z2, Z1, Z1
+	VMULPS       Z6, Z1, Z1
+	VSUBPS       Z6, Z0, Z0
+	VMULPS       Z0, Z1, Z1
+	VMOVUPS      Z1, K1, (AX)(R10*1)
+	VMULPS       Z4, Z7, Z7
+	VMOVUPS      Z7, K1, (DI)
+
+lstmBwdPrevAVX512_done:
+	VZEROUPPER
+	RET
+
+// func lstmBwdPrevRecAVX512(d *float32, a *float32, cPrev *float32, tc *float32, dy *float32, dhRec *float32, dc *float32, n int)
+// Requires: AVX, AVX512F, BMI2
+TEXT ·lstmBwdPrevRecAVX512(SB), NOSPLIT, $0-64
+	MOVQ         d+0(FP), AX
+	MOVQ         a+8(FP), CX
+	MOVQ         cPrev+16(FP), DX
+	MOVQ         tc+24(FP), BX
+	MOVQ         dy+32(FP), SI
+	MOVQ         dhRec+40(FP), DI
+	MOVQ         dc+48(FP), R8
+	MOVQ         n+56(FP), R9
+	MOVQ         R9, R10
+	SHLQ         $0x02, R10
+	LEAQ         (R10)(R10*2), R11
+	VBROADCASTSS mathvec_consts<>+40(SB), Z0
+
+lstmBwdPrevRecAVX512_loop64:
+	CMPQ         R9, $0x40
+	JL           lstmBwdPrevRecAVX512_loop16
+	VMOVUPS      (SI), Z1
+	VMOVUPS      (DI), Z2
+	VADDPS       Z2, Z1, Z1
+	VMOVUPS      (CX), Z3
+	VMOVUPS      (CX)(R10*1), Z4
+	VMOVUPS      (CX)(R10*2), Z5
+	VMOVUPS      (CX)(R11*1), Z6
+	VMOVUPS      (BX), Z2
+	VMOVAPS      Z0, Z7
+	VFNMADD231PS Z2, Z2, Z7
+	VMULPS       Z6, Z1, Z8
+	VMULPS       Z7, Z8, Z8
+	VMOVUPS      (R8), Z7
+	VADDPS       Z8, Z7, Z7
+	VMULPS       Z5, Z7, Z8
+	VMULPS       Z3, Z8, Z8
+	VSUBPS       Z3, Z0, Z9
+	VMULPS       Z9, Z8, Z8
+	VMOVUPS      Z8, (AX)
+	VMOVUPS      (DX), Z8
+	VMULPS       Z8, Z7, Z8
+	VMULPS       Z4, Z8, Z8
+	VSUBPS       Z4, Z0, Z9
+	VMULPS       Z9, Z8, Z8
+	VMOVUPS      Z8, (AX)(R10*1)
+	VMULPS       Z3, Z7, Z3
+	VMOVAPS      Z0, Z8
+	VFNMADD231PS Z5, Z5, Z8
+	VMULPS       Z8, Z3, Z3
+	VMOVUPS      Z3, (AX)(R10*2)
+	VMULPS       Z2, Z1, Z1
+	VMULPS       Z6, Z1, Z1
+	VSUBPS       Z6, Z0, Z2
+	VMULPS       Z2, Z1, Z1
+	VMOVUPS      Z1, (AX)(R11*1)
+	VMULPS       Z4, Z7, Z7
+	VMOVUPS      Z7, (R8)
+	VMOVUPS      64(SI), Z1
+	VMOVUPS      64(DI), Z2
+	VADDPS       Z2, Z1, Z1
+	VMOVUPS      64(CX), Z3
+	VMOVUPS      64(CX)(R10*1), Z4
+	VMOVUPS      64(CX)(R10*2), Z5
+	VMOVUPS      64(CX)(R11*1), Z6
+	VMOVUPS      64(BX), Z2
+	VMOVAPS      Z0, Z7
+	VFNMADD231PS Z2, Z2, Z7
+	VMULPS       Z6, Z1, Z8
+	VMULPS       Z7, Z8, Z8
+	VMOVUPS      64(R8), Z7
+	VADDPS       Z8, Z7, Z7
+	VMULPS       Z5, Z7, Z8
+	VMULPS       Z3, Z8, Z8
+	VSUBPS       Z3, Z0, Z9
+	VMULPS       Z9, Z8, Z8
+	VMOVUPS      Z8, 64(AX)
+	VMOVUPS      64(DX), Z8
+	VMULPS       Z8, Z7, Z8
+	VMULPS       Z4, Z8, Z8
+	VSUBPS       Z4, Z0, Z9
+	VMULPS       Z9, Z8, Z8
+	VMOVUPS      Z8, 64(AX)(R10*1)
+	VMULPS       Z3, Z7, Z3
+	VMOVAPS      Z0, Z8
+	VFNMADD231PS Z5, Z5, Z8
+	VMULPS       Z8, Z3, Z3
+	VMOVUPS      Z3, 64(AX)(R10*2)
+	VMULPS       Z2, Z1, Z1
+	VMULPS       Z6, Z1, Z1
+	VSUBPS       Z6, Z0, Z2
+	VMULPS       Z2, Z1, Z1
+	VMOVUPS      Z1, 64(AX)(R11*1)
+	VMULPS       Z4, Z7, Z7
+	VMOVUPS      Z7, 64(R8)
+	VMOVUPS      128(SI), Z1
+	VMOVUPS      128(DI), Z2
+	VADDPS       Z2, Z1, Z1
+	VMOVUPS      128(CX), Z3
+	VMOVUPS      128(CX)(R10*1), Z4
+	VMOVUPS      128(CX)(R10*2), Z5
+	VMOVUPS      128(CX)(R11*1), Z6
+	VMOVUPS      128(BX), Z2
+	VMOVAPS      Z0, Z7
+	VFNMADD231PS Z2, Z2, Z7
+	VMULPS       Z6, Z1, Z8
+	VMULPS       Z7, Z8, Z8
+	VMOVUPS      128(R8), Z7
+	VADDPS       Z8, Z7, Z7
+	VMULPS       Z5, Z7, Z8
+	VMULPS       Z3, Z8, Z8
+	VSUBPS       Z3, Z0, Z9
+	VMULPS       Z9, Z8, Z8
+	VMOVUPS      Z8, 128(AX)
+	VMOVUPS      128(DX), Z8
+	VMULPS       Z8, Z7, Z8
+	VMULPS       Z4, Z8, Z8
+	VSUBPS       Z4, Z0, Z9
+	VMULPS       Z9, Z8, Z8
+	VMOVUPS      Z8, 128(AX)(R10*1)
+	VMULPS       Z3, Z7, Z3
+	VMOVAPS      Z0, Z8
+	VFNMADD231PS Z5, Z5, Z8
+	VMULPS       Z8, Z3, Z3
+	VMOVUPS      Z3, 128(AX)(R10*2)
+	VMULPS       Z2, Z1, Z1
+	VMULPS       Z6, Z1, Z1
+	VSUBPS       Z6, Z0, Z2
+	VMULPS       Z2, Z1, Z1
+	VMOVUPS      Z1, 128(AX)(R11*1)
+	VMULPS       Z4, Z7, Z7
+	VMOVUPS      Z7, 128(R8)
+	VMOVUPS      192(SI), Z1
+	VMOVUPS      192(DI), Z2
+	VADDPS       Z2, Z1, Z1
+	VMOVUPS      192(CX), Z3
+	VMOVUPS      192(CX)(R10*1), Z4
+	VMOVUPS      192(CX)(R10*2), Z5
+	VMOVUPS      192(CX)(R11*1), Z6
+	VMOVUPS      192(BX), Z2
+	VMOVAPS      Z0, Z7
+	VFNMADD231PS Z2, Z2, Z7
+	VMULPS       Z6, Z1, Z8
+	VMULPS       Z7, Z8, Z8
+	VMOVUPS      192(R8), Z7
+	VADDPS       Z8, Z7, Z7
+	VMULPS       Z5, Z7, Z8
+	VMULPS       Z3, Z8, Z8
+	VSUBPS       Z3, Z0, Z9
+	VMULPS       Z9, Z8, Z8
+	VMOVUPS      Z8, 192(AX)
+	VMOVUPS      192(DX), Z8
+	VMULPS       Z8, Z7, Z8
+	VMULPS       Z4, Z8, Z8
+	VSUBPS       Z4, Z0, Z9
+	VMULPS       Z9, Z8, Z8
+	VMOVUPS      Z8, 192(AX)(R10*1)
+	VMULPS       Z3, Z7, Z3
+	VMOVAPS      Z0, Z8
+	VFNMADD231PS Z5, Z5, Z8
+	VMULPS       Z8, Z3, Z3
+	VMOVUPS      Z3, 192(AX)(R10*2)
+	VMULPS       Z2, Z1, Z1
+	VMULPS       Z6, Z1, Z1
+	VSUBPS       Z6, Z0, Z2
+	VMULPS       Z2, Z1, Z1
+	VMOVUPS      Z1, 192(AX)(R11*1)
+	VMULPS       Z4, Z7, Z7
+	VMOVUPS      Z7, 192(R8)
+	ADDQ         $0x00000100, AX
+	ADDQ         $0x00000100, CX
+	ADDQ         $0x00000100, DX
+	ADDQ         $0x00000100, BX
+	ADDQ         $0x00000100, SI
+	ADDQ         $0x00000100, DI
+	ADDQ         $0x00000100, R8
+	SUBQ         $0x40, R9
+	JMP          lstmBwdPrevRecAVX512_loop64
+
+lstmBwdPrevRecAVX512_loop16:
+	CMPQ         R9, $0x10
+	JL           lstmBwdPrevRecAVX512_tail
+	VMOVUPS      (SI), Z1
+	VMOVUPS      (DI), Z2
+	VADDPS       Z2, Z1, Z1
+	VMOVUPS      (CX), Z3
+	VMOVUPS      (CX)(R10*1), Z4
+	VMOVUPS      (CX)(R10*2), Z5
+	VMOVUPS      (CX)(R11*1), Z6
+	VMOVUPS      (BX), Z2
+	VMOVAPS      Z0, Z7
+	VFNMADD231PS Z2, Z2, Z7
+	VMULPS       Z6, Z1, Z8
+	VMULPS       Z7, Z8, Z8
+	VMOVUPS      (R8), Z7
+	VADDPS       Z8, Z7, Z7
+	VMULPS       Z5, Z7, Z8
+	VMULPS       Z3, Z8, Z8
+	VSUBPS       Z3, Z0, Z9
+	VMULPS       Z9, Z8, Z8
+	VMOVUPS      Z8, (AX)
+	VMOVUPS      (DX), Z8
+	VMULPS       Z8, Z7, Z8
+	VMULPS       Z4, Z8, Z8
+	VSUBPS       Z4, Z0, Z9
+	VMULPS       Z9, Z8, Z8
+	VMOVUPS      Z8, (AX)(R10*1)
+	VMULPS       Z3, Z7, Z3
+	VMOVAPS      Z0, Z8
+	VFNMADD231PS Z5, Z5, Z8
+	VMULPS       Z8, Z3, Z3
+	VMOVUPS      Z3, (AX)(R10*2)
+	VMULPS       Z2, Z1, Z1
+	VMULPS       Z6, Z1, Z1
+	VSUBPS       Z6, Z0, Z2
+	VMULPS       Z2, Z1, Z1
+	VMOVUPS      Z1, (AX)(R11*1)
+	VMULPS       Z4, Z7, Z7
+	VMOVUPS      Z7, (R8)
+	ADDQ         $0x40, AX
+	ADDQ         $0x40, CX
+	ADDQ         $0x40, DX
+	ADDQ         $0x40, BX
+	ADDQ         $0x40, SI
+	ADDQ         $0x40, DI
+	ADDQ         $0x40, R8
+	SUBQ         $0x10, R9
+	JMP          lstmBwdPrevRecAVX512_loop16
+
+lstmBwdPrevRecAVX512_tail:
+	TESTQ        R9, R9
+	JE           lstmBwdPrevRecAVX512_done
+	MOVL         $0x0000ffff, R12
+	BZHIL        R9, R12, R12
+	KMOVW        R12, K1
+	VMOVUPS.Z    (SI), K1, Z1
+	VMOVUPS.Z    (DI), K1, Z2
+	VADDPS       Z2, Z1, Z1
+	VMOVUPS.Z    (CX), K1, Z3
+	VMOVUPS.Z    (CX)(R10*1), K1, Z4
+	VMOVUPS.Z    (CX)(R10*2), K1, Z5
+	VMOVUPS.Z    (CX)(R11*1), K1, Z6
+	VMOVUPS.Z    (BX), K1, Z2
+	VMOVAPS      Z0, Z7
+	VFNMADD231PS Z2, Z2, Z7
+	VMULPS       Z6, Z1, Z8
+	VMULPS       Z7, Z8, Z8
+	VMOVUPS.Z    (R8), K1, Z7
+	VADDPS       Z8, Z7, Z7
+	VMULPS       Z5, Z7, Z8
+	VMULPS       Z3, Z8, Z8
+	VSUBPS       Z3, Z0, Z9
+	VMULPS       Z9, Z8, Z8
+	VMOVUPS      Z8, K1, (AX)
+	VMOVUPS.Z    (DX), K1, Z8
+	VMULPS       Z8, Z7, Z8
+	VMULPS       Z4, Z8, Z8
+	VSUBPS       Z4, Z0, Z9
+	VMULPS       Z9, Z8, Z8
+	VMOVUPS      Z8, K1, (AX)(R10*1)
+	VMULPS       Z3, Z7, Z3
+	VMOVAPS      Z0, Z8
+	VFNMADD231PS Z5, Z5, Z8
+	VMULPS       Z8, Z3, Z3
+	VMOVUPS      Z3, K1, (AX)(R10*2)
+	VMULPS       Z2, Z1, Z1
+	VMULPS       Z6, Z1, Z1
+	VSUBPS       Z6, Z0, Z0
+	VMULPS       Z0, Z1, Z1
+	VMOVUPS      Z1, K1, (AX)(R11*1)
+	VMULPS       Z4, Z7, Z7
+	VMOVUPS      Z7, K1, (R8)
+
+lstmBwdPrevRecAVX512_done:
 	VZEROUPPER
 	RET

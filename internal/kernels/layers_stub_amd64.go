@@ -54,3 +54,33 @@ func geluBwdSetAVX512(dx *float32, x *float32, cdf *float32, dy *float32, n int)
 
 // geluBwdAccAVX512 computes dx[i] += dy[i]·(cdf[i] + x[i]·φ(x[i])), the exact GELU's derivative with Φ(x) = cdf given, for i < n (AVX-512F).
 func geluBwdAccAVX512(dx *float32, x *float32, cdf *float32, dy *float32, n int)
+
+// lstmFwdAVX512 applies one LSTM row's gates for k < n: gates[k], gates[n+k], gates[3n+k] become
+// their sigmoids i, f, o and gates[2n+k] its tanh g, then c[k] = 0 + i·g, tc[k] = tanh(c[k]),
+// h[k] = o·tc[k] (AVX-512F).
+func lstmFwdAVX512(gates *float32, c *float32, tc *float32, h *float32, n int)
+
+// lstmFwdPrevAVX512 applies one LSTM row's gates for k < n: gates[k], gates[n+k], gates[3n+k] become
+// their sigmoids i, f, o and gates[2n+k] its tanh g, then c[k] = f·cPrev[k] + i·g, tc[k] = tanh(c[k]),
+// h[k] = o·tc[k] (AVX-512F).
+func lstmFwdPrevAVX512(gates *float32, cPrev *float32, c *float32, tc *float32, h *float32, n int)
+
+// lstmBwdAVX512 is the backward of one LSTM row for k < n, with acts a = (i, f, g, o) in four
+// blocks of n, dh = dy, tc = tanh(c) and cp = 0: dc' = dc + dh·o·(1 − tc²);
+// d = (dc'·g·i·(1−i), dc'·cp·f·(1−f), dc'·i·(1−g²), dh·tc·o·(1−o)); dc = dc'·f (AVX-512F).
+func lstmBwdAVX512(d *float32, a *float32, tc *float32, dy *float32, dc *float32, n int)
+
+// lstmBwdRecAVX512 is the backward of one LSTM row for k < n, with acts a = (i, f, g, o) in four
+// blocks of n, dh = dy + dhRec, tc = tanh(c) and cp = 0: dc' = dc + dh·o·(1 − tc²);
+// d = (dc'·g·i·(1−i), dc'·cp·f·(1−f), dc'·i·(1−g²), dh·tc·o·(1−o)); dc = dc'·f (AVX-512F).
+func lstmBwdRecAVX512(d *float32, a *float32, tc *float32, dy *float32, dhRec *float32, dc *float32, n int)
+
+// lstmBwdPrevAVX512 is the backward of one LSTM row for k < n, with acts a = (i, f, g, o) in four
+// blocks of n, dh = dy, tc = tanh(c) and cp = cPrev: dc' = dc + dh·o·(1 − tc²);
+// d = (dc'·g·i·(1−i), dc'·cp·f·(1−f), dc'·i·(1−g²), dh·tc·o·(1−o)); dc = dc'·f (AVX-512F).
+func lstmBwdPrevAVX512(d *float32, a *float32, cPrev *float32, tc *float32, dy *float32, dc *float32, n int)
+
+// lstmBwdPrevRecAVX512 is the backward of one LSTM row for k < n, with acts a = (i, f, g, o) in four
+// blocks of n, dh = dy + dhRec, tc = tanh(c) and cp = cPrev: dc' = dc + dh·o·(1 − tc²);
+// d = (dc'·g·i·(1−i), dc'·cp·f·(1−f), dc'·i·(1−g²), dh·tc·o·(1−o)); dc = dc'·f (AVX-512F).
+func lstmBwdPrevRecAVX512(d *float32, a *float32, cPrev *float32, tc *float32, dy *float32, dhRec *float32, dc *float32, n int)

@@ -104,6 +104,7 @@ func lstmCheck(fn string, n, hidden int) {
 
 // lstmJob holds one step's arguments; forward or backward over rows [lo, hi).
 type lstmJob struct {
+	v       *vecOps
 	forward bool
 	n, hid  int
 	gates   []float32 // forward: pre-activations in, activations out; backward: activations
@@ -129,40 +130,17 @@ func (j *lstmJob) rows(lo, hi int) {
 func (j *lstmJob) forwardRows(lo, hi int) {
 	hd := j.hid
 	for r := lo; r < hi; r++ {
-		g := j.gates[r*4*hd : (r+1)*4*hd]
-		gi, gf, gg, gO := g[:hd], g[hd:2*hd], g[2*hd:3*hd], g[3*hd:4*hd]
-		c := j.c[r*hd : (r+1)*hd]
-		tc := j.tc[r*hd : (r+1)*hd]
-		h := j.h[r*j.ldh : r*j.ldh+hd]
 		var cp []float32
 		if j.cPrev != nil {
 			cp = j.cPrev[r*hd : (r+1)*hd]
 		}
-		for k := 0; k < hd; k++ {
-			i := sigmoid32(gi[k])
-			f := sigmoid32(gf[k])
-			gv := tanh32(gg[k])
-			o := sigmoid32(gO[k])
-			gi[k], gf[k], gg[k], gO[k] = i, f, gv, o
-			cv := i * gv
-			if cp != nil {
-				cv += f * cp[k]
-			}
-			t := tanh32(cv)
-			c[k], tc[k], h[k] = cv, t, o*t
-		}
+		j.v.lstmFwd(j.gates[r*4*hd:(r+1)*4*hd], cp, j.c[r*hd:(r+1)*hd], j.tc[r*hd:(r+1)*hd], j.h[r*j.ldh:r*j.ldh+hd])
 	}
 }
 
 func (j *lstmJob) backwardRows(lo, hi int) {
 	hd := j.hid
 	for r := lo; r < hi; r++ {
-		a := j.gates[r*4*hd : (r+1)*4*hd]
-		ai, af, ag, ao := a[:hd], a[hd:2*hd], a[2*hd:3*hd], a[3*hd:4*hd]
-		d := j.dGates[r*4*hd : (r+1)*4*hd]
-		di, df, dg, do := d[:hd], d[hd:2*hd], d[2*hd:3*hd], d[3*hd:4*hd]
-		tc := j.tc[r*hd : (r+1)*hd]
-		dc := j.c[r*hd : (r+1)*hd]
 		var cp, dy, dr []float32
 		if j.cPrev != nil {
 			cp = j.cPrev[r*hd : (r+1)*hd]
@@ -173,26 +151,59 @@ func (j *lstmJob) backwardRows(lo, hi int) {
 		if j.dhRec != nil {
 			dr = j.dhRec[r*hd : (r+1)*hd]
 		}
-		for k := 0; k < hd; k++ {
-			var dh float32
-			if dy != nil {
-				dh = dy[k]
-			}
-			if dr != nil {
-				dh += dr[k]
-			}
-			i, f, g, o, t := ai[k], af[k], ag[k], ao[k], tc[k]
-			dcv := dc[k] + dh*o*(1-t*t)
-			var cpv float32
-			if cp != nil {
-				cpv = cp[k]
-			}
-			di[k] = dcv * g * i * (1 - i)
-			df[k] = dcv * cpv * f * (1 - f)
-			dg[k] = dcv * i * (1 - g*g)
-			do[k] = dh * t * o * (1 - o)
-			dc[k] = dcv * f
+		j.v.lstmBwd(j.dGates[r*4*hd:(r+1)*4*hd], j.gates[r*4*hd:(r+1)*4*hd], cp, j.tc[r*hd:(r+1)*hd], dy, dr, j.c[r*hd:(r+1)*hd])
+	}
+}
+
+// lstmFwdGeneric is vecOps.lstmFwd in Go: one row's gates g = [i | f | g | o] of
+// hidden = len(c) pre-activations become their activations, and c, tc = tanh(c) and
+// h = o·tc are written; cPrev nil is zeros.
+func lstmFwdGeneric(g, cPrev, c, tc, h []float32) {
+	hd := len(c)
+	gi, gf, gg, gO := g[:hd], g[hd:2*hd], g[2*hd:3*hd], g[3*hd:4*hd]
+	tc, h = tc[:hd], h[:hd]
+	for k := range c {
+		i := sigmoid32(gi[k])
+		f := sigmoid32(gf[k])
+		gv := tanh32(gg[k])
+		o := sigmoid32(gO[k])
+		gi[k], gf[k], gg[k], gO[k] = i, f, gv, o
+		cv := i * gv
+		if cPrev != nil {
+			cv += f * cPrev[k]
 		}
+		t := tanh32(cv)
+		c[k], tc[k], h[k] = cv, t, o*t
+	}
+}
+
+// lstmBwdGeneric is vecOps.lstmBwd in Go: the gradient of one row's pre-activations
+// into d from its activations a, tc = tanh(c), dh = dy + dhRec and dc (in: from the
+// next step's cell; out: to cPrev's); nil cPrev, dy and dhRec are zeros.
+func lstmBwdGeneric(d, a, cPrev, tc, dy, dhRec, dc []float32) {
+	hd := len(dc)
+	ai, af, ag, ao := a[:hd], a[hd:2*hd], a[2*hd:3*hd], a[3*hd:4*hd]
+	di, df, dg, do := d[:hd], d[hd:2*hd], d[2*hd:3*hd], d[3*hd:4*hd]
+	tc = tc[:hd]
+	for k := range dc {
+		var dh float32
+		if dy != nil {
+			dh = dy[k]
+		}
+		if dhRec != nil {
+			dh += dhRec[k]
+		}
+		i, f, g, o, t := ai[k], af[k], ag[k], ao[k], tc[k]
+		dcv := dc[k] + dh*o*(1-t*t)
+		var cpv float32
+		if cPrev != nil {
+			cpv = cPrev[k]
+		}
+		di[k] = dcv * g * i * (1 - i)
+		df[k] = dcv * cpv * f * (1 - f)
+		dg[k] = dcv * i * (1 - g*g)
+		do[k] = dh * t * o * (1 - o)
+		dc[k] = dcv * f
 	}
 }
 
@@ -223,6 +234,7 @@ func (t *lstmTask) done() { t.wg.Done() }
 const lstmRowCost = 40
 
 func runLSTM(j lstmJob) {
+	j.v = impl.vec
 	if runsSerial(j.n, lstmRowCost*4*j.hid) {
 		j.rows(0, j.n)
 		return

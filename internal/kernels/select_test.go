@@ -317,15 +317,7 @@ func TestSelectPaths(t *testing.T) {
 }
 
 func TestSelectPanics(t *testing.T) {
-	mustPanic := func(name string, f func()) {
-		t.Helper()
-		defer func() {
-			if recover() == nil {
-				t.Errorf("%s did not panic", name)
-			}
-		}()
-		f()
-	}
+	mustPanic := func(name string, f func()) { t.Helper(); mustPanicT(t, name, f) }
 	x := []float32{1, 2, 3}
 	mustPanic("KthLargestAbs k=0", func() { KthLargestAbs(x, 0) })
 	mustPanic("KthLargestAbs k>n", func() { KthLargestAbs(x, 4) })

@@ -51,7 +51,7 @@ func (j *gemmJob) execute() {
 	if j.nColChunks > 1 {
 		sa = j.prepackA(nw)
 	}
-	if j.nRowChunks > 1 && j.bsrc != nhwcIndirectB {
+	if j.nRowChunks > 1 && j.bsrc != nhwcIndirectB && j.sharedB == nil { // (SgemmPackedB brings its own)
 		sb = j.prepackB(nw)
 	}
 	dispatch(j, &j.wg, min(nw, j.units))
@@ -437,20 +437,27 @@ func (j *gemmJob) packB(p0, kc, j0, nc int, dst []float32) {
 // pack8, when not nil, is the implementation's vecOps.pack8, used for whole 8-row
 // slivers of a non-transposed A.
 func packA(mr int, trans bool, a []float32, lda, i0, mc, p0, kc int, dst []float32, pack8 func(dst, src []float32, lds, blocks int)) {
-	for s := 0; s < mc; s += mr {
+	s0 := 0
+	if trans && mr == 8 {
+		// The AVX-512 slivers of a transposed A, all whole ones together: op(A)[i,p] =
+		// a[p*lda+i], so for each p the block's rows are one contiguous run of a, read in
+		// order (a sliver at a time would touch a new line of a at every p, the pattern of
+		// the decoder's weight gradient dYᵀ·X, whose dY rows are 40 KB apart), and each
+		// sliver gets a fixed-size copy, not a memmove call.
+		s0 = mc / 8 * 8
+		for p := range kc {
+			row := a[(p0+p)*lda+i0 : (p0+p)*lda+i0+s0]
+			for s := 0; s < s0; s += 8 {
+				v := *(*[8]float32)(row[s : s+8]) // through a register: no memmove call
+				*(*[8]float32)(dst[s*kc+p*8 : s*kc+p*8+8]) = v
+			}
+		}
+	}
+	for s := s0; s < mc; s += mr {
 		rows := min(mr, mc-s)
 		d := dst[s*kc : s*kc+mr*kc]
 		if trans {
 			// op(A)[i,p] = a[p*lda+i]: each p is a contiguous run of rows.
-			if rows == 8 && mr == 8 {
-				// The AVX-512 sliver: a fixed-size copy, not a memmove call per p.
-				for p := range kc {
-					o := (p0+p)*lda + i0 + s
-					v := *(*[8]float32)(a[o : o+8]) // through a register: no memmove call
-					*(*[8]float32)(d[p*8 : p*8+8]) = v
-				}
-				continue
-			}
 			for p := range kc {
 				src := a[(p0+p)*lda+i0+s:]
 				dp := d[p*mr : p*mr+mr]

@@ -180,6 +180,43 @@ var avx512Vec = &vecOps{
 			geluBwdSetAVX512(&dx[0], &x[0], &cdf[0], &dy[0], n)
 		}
 	},
+	lstmFwd: func(g, cPrev, c, tc, h []float32) {
+		n := len(c)
+		if n == 0 {
+			return
+		}
+		_, _, _ = g[4*n-1], tc[n-1], h[n-1]
+		if cPrev == nil {
+			lstmFwdAVX512(&g[0], &c[0], &tc[0], &h[0], n)
+			return
+		}
+		_ = cPrev[n-1]
+		lstmFwdPrevAVX512(&g[0], &cPrev[0], &c[0], &tc[0], &h[0], n)
+	},
+	lstmBwd: func(d, a, cPrev, tc, dy, dhRec, dc []float32) {
+		n := len(dc)
+		if n == 0 {
+			return
+		}
+		if dy == nil { // not reached from nn.LSTM, which always has a gradient from above
+			lstmBwdGeneric(d, a, cPrev, tc, dy, dhRec, dc)
+			return
+		}
+		_, _, _, _ = d[4*n-1], a[4*n-1], tc[n-1], dy[n-1]
+		switch {
+		case cPrev != nil && dhRec != nil:
+			_, _ = cPrev[n-1], dhRec[n-1]
+			lstmBwdPrevRecAVX512(&d[0], &a[0], &cPrev[0], &tc[0], &dy[0], &dhRec[0], &dc[0], n)
+		case cPrev != nil:
+			_ = cPrev[n-1]
+			lstmBwdPrevAVX512(&d[0], &a[0], &cPrev[0], &tc[0], &dy[0], &dc[0], n)
+		case dhRec != nil:
+			_ = dhRec[n-1]
+			lstmBwdRecAVX512(&d[0], &a[0], &tc[0], &dy[0], &dhRec[0], &dc[0], n)
+		default:
+			lstmBwdAVX512(&d[0], &a[0], &tc[0], &dy[0], &dc[0], n)
+		}
+	},
 	pack8: func(dst, src []float32, lds, blocks int) {
 		if blocks > 0 {
 			_, _ = dst[128*blocks-1], src[7*lds+16*blocks-1]

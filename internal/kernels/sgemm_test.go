@@ -159,16 +159,19 @@ func TestSgemmZeroSizes(t *testing.T) {
 	Sgemm(false, false, 0, 0, 0, 1, nil, 0, nil, 0, 0, nil, 0)
 }
 
+// mustPanicT reports an error if f does not panic.
+func mustPanicT(t *testing.T, name string, f func()) {
+	t.Helper()
+	defer func() {
+		if recover() == nil {
+			t.Errorf("%s: no panic", name)
+		}
+	}()
+	f()
+}
+
 func TestSgemmPanics(t *testing.T) {
-	mustPanic := func(name string, f func()) {
-		t.Helper()
-		defer func() {
-			if recover() == nil {
-				t.Errorf("%s: no panic", name)
-			}
-		}()
-		f()
-	}
+	mustPanic := func(name string, f func()) { t.Helper(); mustPanicT(t, name, f) }
 	a := make([]float32, 6)
 	mustPanic("short C", func() { Sgemm(false, false, 2, 3, 3, 1, a, 3, make([]float32, 9), 3, 0, make([]float32, 5), 3) })
 	mustPanic("small lda", func() { Sgemm(false, false, 2, 3, 3, 1, a, 2, make([]float32, 9), 3, 0, make([]float32, 6), 3) })

@@ -95,9 +95,10 @@ func (j *ceJob) backward(lo, hi int) {
 			d[l] = dl + j.scale*(pl-1)
 		} else {
 			if &d[0] != &p[0] {
-				copy(d, p)
+				v.affine(d, p, 0, j.scale, 0) // d = scale·p in one pass (not a copy, then a scaling)
+			} else {
+				v.scale(j.scale, d)
 			}
-			v.scale(j.scale, d)
 			d[l] = j.scale * (pl - 1)
 		}
 	}

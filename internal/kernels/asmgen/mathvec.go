@@ -32,6 +32,10 @@ var mathConsts = []struct {
 	// erfcc's polynomial in t, highest degree first.
 	{"e9", 0.17087277}, {"e8", -0.82215223}, {"e7", 1.48851587}, {"e6", -1.13520398}, {"e5", 0.27886807},
 	{"e4", -0.18628806}, {"e3", 0.09678418}, {"e2", 0.37409196}, {"e1", 1.00002368}, {"e0", -1.26551223},
+	// tanh (lstm.go): e^(−2|x|), and below |x| = 1/16 tanh32's odd Taylor polynomial
+	// x·(1 + x²(−1/3 + x²(2/15 − 17/315·x²))); negZero is the sign bit.
+	{"negTwo", -2}, {"negZero", float32(math.Copysign(0, -1))}, {"tanhSmall", 0.0625},
+	{"t7", -17.0 / 315}, {"t5", 2.0 / 15}, {"t3", -1.0 / 3},
 }
 
 var mathTable Mem
@@ -137,6 +141,7 @@ func genMathVec() {
 	genGelu(true)
 	genGeluBwd(false)
 	genGeluBwd(true)
+	genLSTM()
 }
 
 // genExpSum emits expSumAVX512: dst[i] = e^(x[i]−shift) and the sum of the dst[i]
