@@ -58,6 +58,7 @@ import (
 //     median compute time T_c, from the end of an iteration's last routine all-reduce to the
 //     next iteration's last bucket being handed over (forward, backward, optimizer step) —
 //     averaged over the ranks, U_max = (T_c − α)/β, capped at cap·(model elements)
+//     (times are read from the group's clock, comm.Now: the simulated one on comm/simnet)
 //     (option umax=F fixes U_max = F·model instead). Then S(G^u) = (1 − loss_e/L)·U_max for
 //     epoch e+1, clamped to [0, U_max], where L is the loss at the start of training (the
 //     mean over the ranks of the first Backward's loss) and loss_e the mean training loss of
@@ -124,8 +125,9 @@ type OSP struct {
 	arN, arT, arNN, arNT float64
 	arCount              int
 	tc                   []float64
-	lastRSEnd            time.Time
-	lastFit              [3]float64 // α, β, T_c of the last EndEpoch (seconds, seconds per element)
+	lastRSEnd            time.Duration // comm.Now at the end of the last iteration's routine all-reduces
+	rsEnded              bool          // lastRSEnd is set (not after EndEpoch)
+	lastFit              [3]float64    // α, β, T_c of the last EndEpoch (seconds, seconds per element)
 
 	traceMu sync.Mutex
 	trace   []ICSEvent
@@ -278,11 +280,11 @@ func (h *OSP) run(ctx context.Context, g comm.Group, b ddp.Bucket) (ddp.Future, 
 			return nil, err
 		}
 	}
-	if b.IsLast() && !h.lastRSEnd.IsZero() && h.Budget < 0 {
+	if b.IsLast() && h.rsEnded && h.Budget < 0 {
 		if len(h.tc) == ospMaxSamples {
 			h.tc = append(h.tc[:0], h.tc[1:]...)
 		}
-		h.tc = append(h.tc, time.Since(h.lastRSEnd).Seconds())
+		h.tc = append(h.tc, (comm.Now(g) - h.lastRSEnd).Seconds())
 	}
 	var icsPos []int
 	if h.deferNow != nil {
@@ -298,7 +300,7 @@ func (h *OSP) run(ctx context.Context, g comm.Group, b ddp.Bucket) (ddp.Future, 
 	params, offs := b.Params(), b.Offsets()
 	var job *icsJob
 	rsElems := len(flat)
-	t0 := time.Now()
+	t0 := comm.Now(g) // the group's clock: simulated time on comm/simnet
 	if len(icsPos) == 0 {
 		if err := comm.AllReduce(ctx, g, b.Tag()+ospTagRS, flat, h.Algorithm); err != nil {
 			return nil, fmt.Errorf("routine all-reduce of %d elements: %w", len(flat), err)
@@ -336,7 +338,7 @@ func (h *OSP) run(ctx context.Context, g comm.Group, b ddp.Bucket) (ddp.Future, 
 		}
 		job.ev = ICSEvent{Iteration: iter, Bucket: idx, Params: len(icsPos), Elements: n, Queued: time.Now()}
 	}
-	dur := time.Since(t0).Seconds()
+	dur := (comm.Now(g) - t0).Seconds()
 
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -356,7 +358,7 @@ func (h *OSP) run(ctx context.Context, g comm.Group, b ddp.Bucket) (ddp.Future, 
 		h.jobs = append(h.jobs, job)
 	}
 	if b.IsLast() {
-		h.lastRSEnd = time.Now()
+		h.lastRSEnd, h.rsEnded = comm.Now(g), true
 		h.submit(g)
 	}
 	if job == nil {
@@ -518,7 +520,7 @@ func (h *OSP) EndEpoch(ctx context.Context, g comm.Group, e ddp.EpochInfo) error
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.epochs = e.Epoch
-	h.lastRSEnd = time.Time{} // evaluation and the like are not compute time
+	h.rsEnded = false // evaluation and the like are not compute time
 	defer func() { h.arN, h.arT, h.arNN, h.arNT, h.arCount, h.tc = 0, 0, 0, 0, 0, h.tc[:0] }()
 	if h.Budget >= 0 {
 		return nil

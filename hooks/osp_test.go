@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/spargo-dl/spargo/comm"
+	"github.com/spargo-dl/spargo/comm/simnet"
 	"github.com/spargo-dl/spargo/ddp"
 	"github.com/spargo-dl/spargo/nn"
 	"github.com/spargo-dl/spargo/optim"
@@ -869,4 +870,102 @@ func tinyNetSizes() []int {
 		sizes = append(sizes, p.Len())
 	}
 	return sizes
+}
+
+// On a simulated network OSP's budget=auto inputs are exact: it times its routine all-reduces
+// and the compute window on the group's clock (comm.Now). At P = 2 a ring all-reduce of m
+// elements is 2 rounds of α + 4·⌈m/2⌉·β (bytes at β seconds each), so the least-squares fit over
+// the buckets must give α' = 2α and β' = 4β per element (the odd halves add 4β to a few
+// buckets: a relative error of 1e-3 at most here), and T_c — from the end of an iteration's
+// last routine all-reduce to the next iteration's last bucket — is the compute charged before
+// each Backward plus the all-reduces of the buckets before the last, which run in the window
+// on this clock. U_max is then (T_c − α')/β' whole elements, capped at 0.8 of the model.
+func TestOSPFitsTheSimulatedNetwork(t *testing.T) {
+	const p, steps = 2, 5
+	const alpha, beta, compute = 200e-6, 4e-9, 0.004 // 200 µs, 250 MB/s, 4 ms per iteration
+	net, err := simnet.New(p, simnet.Config{Alpha: alpha, Beta: beta})
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups := net.Groups()
+	hs := make([]*OSP, p)
+	var buckets []ddp.BucketStats
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	errs := make([]error, p)
+	var wg sync.WaitGroup
+	for r := range p {
+		wg.Go(func() {
+			errs[r] = func() error {
+				h, err := Parse("osp:algorithm=ring")
+				if err != nil {
+					return err
+				}
+				hs[r] = h.(*OSP)
+				dp, err := ddp.New(ctx, tinyNet(3), groups[r], ddp.WithCommHook(h), ddp.WithBucketCap(1024, 1024))
+				if err != nil {
+					return err
+				}
+				opt, _ := optim.NewSGD(dp.Parameters(), optim.SGDConfig{LR: 0.1, Momentum: 0.9})
+				dp.SetCorrector(opt)
+				tape := nn.NewTape()
+				x, y := syntheticBatch(uint64(5+r), 8)
+				for s := range steps {
+					net.Advance(r, compute) // the forward and backward, on this rank's clock
+					tape.Reset()
+					opt.ZeroGrad()
+					if err := dp.Backward(ctx, nn.CrossEntropy(dp.Forward(tape.Const(x)), y)); err != nil {
+						return err
+					}
+					if s == steps-1 {
+						if err := dp.Flush(ctx); err != nil {
+							return err
+						}
+					}
+					opt.Step()
+				}
+				if r == 0 {
+					buckets = dp.Stats().Buckets
+				}
+				_, err = dp.EndEpoch(ctx)
+				return err
+			}()
+			if errs[r] != nil {
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	if len(buckets) < 3 {
+		t.Fatalf("%d buckets: the fit needs several sizes", len(buckets))
+	}
+	window := compute
+	for _, b := range buckets[:len(buckets)-1] {
+		window += 2 * (alpha + 4*float64((b.Elements+1)/2)*beta)
+	}
+	h := hs[0]
+	got := h.lastFit
+	t.Logf("buckets %v elements; fit α %.4g s, β %.4g s/element, T_c %.6g s (want %.4g, %.4g, %.6g); U_max %d", func() []int {
+		var e []int
+		for _, b := range buckets {
+			e = append(e, b.Elements)
+		}
+		return e
+	}(), got[0], got[1], got[2], 2*alpha, 4*beta, window, h.uMax)
+	// T_c to within one element per round of each bucket (an odd bucket's two halves differ by
+	// one element, and which rank's half sets a round's end depends on the round).
+	if math.Abs(got[0]-2*alpha) > 1e-3*2*alpha || math.Abs(got[1]-4*beta) > 1e-3*4*beta || math.Abs(got[2]-window) > 8*beta*float64(len(buckets))+2e-9 {
+		t.Fatalf("fit α %g, β %g, T_c %g: want %g, %g, %g", got[0], got[1], got[2], 2*alpha, 4*beta, window)
+	}
+	if want := int(min((got[2]-got[0])/got[1], OSPCap*float64(h.modelElems))); h.uMax != want || want <= 0 {
+		t.Errorf("U_max %d, want %d", h.uMax, want)
+	}
+	for r := range p {
+		if hs[r].uMax != h.uMax {
+			t.Errorf("rank %d: U_max %d, rank 0 %d", r, hs[r].uMax, h.uMax)
+		}
+	}
 }
