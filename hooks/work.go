@@ -106,16 +106,20 @@ func WorkProbes(x []float32, density float64) []WorkProbe {
 			return func() { run(dst) }
 		}
 	}
-	sparse := func(run func(c *COO, dst []float32, buf *[]byte)) func() func() {
+	// sparse probes get a COO, a byte buffer and (only those that write one) a dense vector.
+	sparse := func(withDense bool, run func(c *COO, dst []float32, buf *[]byte)) func() func() {
 		return func() func() {
 			var c COO
-			dst := make([]float32, s)
+			var dst []float32
+			if withDense {
+				dst = make([]float32, s)
+			}
 			buf := make([]byte, 0, len(wire))
 			return func() { run(&c, dst, &buf) }
 		}
 	}
 	inf := float32(math.Inf(1))
-	scan := WorkProbe{WorkScan, s, sparse(func(c *COO, _ []float32, _ *[]byte) { *c = Threshold(*c, x, inf) }), nil}
+	scan := WorkProbe{WorkScan, s, sparse(false, func(c *COO, _ []float32, _ *[]byte) { *c = Threshold(*c, x, inf) }), nil}
 	return []WorkProbe{
 		{WorkAdd, s, dense(func(dst []float32) { kernels.Add(dst, x, x) }), nil},
 		{WorkCopy, s, dense(func(dst []float32) { copy(dst, x) }), nil},
@@ -123,14 +127,14 @@ func WorkProbes(x []float32, density float64) []WorkProbe {
 		{WorkScale, s, dense(func(dst []float32) { kernels.Scale(1, dst) }), nil},
 		{WorkKth, s, dense(func([]float32) { kernels.KthLargestAbs(x, k) }), nil},
 		scan,
-		{WorkGather, m, sparse(func(c *COO, _ []float32, _ *[]byte) { *c = Threshold(*c, x, th) }), &scan},
-		{WorkAppend, m, sparse(func(c *COO, _ []float32, _ *[]byte) { c.Reset(); appendShifted(c, sel, pos, 0) }), nil},
-		{WorkPack, m, sparse(func(_ *COO, _ []float32, buf *[]byte) { *buf = sel.AppendWire((*buf)[:0]) }), nil},
-		{WorkUnpack, m, sparse(func(c *COO, _ []float32, _ *[]byte) { _ = c.SetWire(wire, s) }), nil},
-		{WorkScatterAdd, m, sparse(func(_ *COO, dst []float32, _ *[]byte) { ScatterAdd(dst, sel) }), nil},
-		{WorkScatterSet, m, sparse(func(_ *COO, dst []float32, _ *[]byte) { ScatterSet(dst, sel) }), nil},
-		{WorkWalk, sel.Len() + other.Len(), sparse(func(_ *COO, dst []float32, _ *[]byte) { clearContributed(dst, other.Idx, sel.Idx) }), nil},
-		{WorkHistogram, m, sparse(func(_ *COO, _ []float32, _ *[]byte) {
+		{WorkGather, m, sparse(false, func(c *COO, _ []float32, _ *[]byte) { *c = Threshold(*c, x, th) }), &scan},
+		{WorkAppend, m, sparse(false, func(c *COO, _ []float32, _ *[]byte) { c.Reset(); appendShifted(c, sel, pos, 0) }), nil},
+		{WorkPack, m, sparse(false, func(_ *COO, _ []float32, buf *[]byte) { *buf = sel.AppendWire((*buf)[:0]) }), nil},
+		{WorkUnpack, m, sparse(false, func(c *COO, _ []float32, _ *[]byte) { _ = c.SetWire(wire, s) }), nil},
+		{WorkScatterAdd, m, sparse(true, func(_ *COO, dst []float32, _ *[]byte) { ScatterAdd(dst, sel) }), nil},
+		{WorkScatterSet, m, sparse(true, func(_ *COO, dst []float32, _ *[]byte) { ScatterSet(dst, sel) }), nil},
+		{WorkWalk, sel.Len() + other.Len(), sparse(true, func(_ *COO, dst []float32, _ *[]byte) { clearContributed(dst, other.Idx, sel.Idx) }), nil},
+		{WorkHistogram, m, sparse(false, func(_ *COO, _ []float32, _ *[]byte) {
 			var bins [256]int64
 			radixCount(bins[:], sel.Val, 0, 31, 23, 8)
 		}), nil},
