@@ -463,8 +463,10 @@ func measureKernels(seed uint64, n int, density float64, concurrent int) kernelR
 	r.topk = func(n, k int) float64 { return topkPerElem * float64(n) }
 	for i, pr := range probes {
 		r.work[pr.Work] = t[5+i]
+	}
+	for _, pr := range probes {
 		if pr.Minus != nil { // this probe's run minus the other's, per unit of this one
-			perRun := t[5+i]*float64(pr.Units) - r.work[pr.Minus.Work]*float64(pr.Minus.Units)
+			perRun := r.work[pr.Work]*float64(pr.Units) - r.work[pr.Minus.Work]*float64(pr.Minus.Units)
 			r.work[pr.Work] = max(0, perRun) / float64(pr.Units)
 		}
 	}
