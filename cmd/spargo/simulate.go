@@ -53,7 +53,10 @@ charged at its measured rate with the size it has in that call, at that point of
 schedule. Each kernel is timed 7 times, the kernels in turn, and the fastest run kept, so
 that load from elsewhere on the machine inflates the rates as little as possible. Wall time is
 not used: P goroutines on this machine's cores say nothing about P machines. -cores C charges
-computation as if the P workers shared C cores (only for comparing with runs on one machine).
+computation as if the P workers shared C cores (only for comparing with runs on one machine):
+the kernels are timed with min(P, C) copies running at once, since workers that compute
+together share the memory bandwidth and caches, and each worker's computation is stretched
+by P/C.
 
 Memory: each worker holds its gradient and residual while it communicates (about 12 bytes an
 element). When P times the model does not fit in -mem, the vectors are scaled down by an
@@ -112,7 +115,7 @@ type simOptions struct {
 	compute       string
 	cores         int
 	rates         *kernelRates // fixed kernel rates instead of measuring them (tests)
-	concurrent    int          // time the kernels on this many goroutines at once (-validate)
+	concurrent    int          // time the kernels on this many goroutines at once, median round (-validate)
 }
 
 // simBytesPerElement is the memory a worker needs per element of its bucket while it
@@ -388,12 +391,19 @@ type timedKernel struct {
 	new   func() func()
 }
 
+// kernelTiming is how the kernels are timed: copies of each at once (the workers that compute
+// together share the memory bandwidth and caches: on this 2-core machine two copies of a dense
+// pass take 1.8 times as long as one), and the median round instead of the fastest.
+type kernelTiming struct {
+	copies    int
+	useMedian bool
+}
+
 // timeKernels returns the seconds per unit of every kernel: each is run kernelRepeats times,
-// the kernels in turn; the fastest run is kept, or with concurrent > 1 (concurrent copies at
-// once, so that the rates include the sharing of the machine by P workers, as in -validate)
-// the median.
-func timeKernels(ks []timedKernel, concurrent int, useMedian bool) []float64 {
-	copies := max(1, concurrent)
+// the kernels in turn, o.copies copies at once; the fastest round is kept, or the median
+// (-validate: the rates then include whatever else loads the machine, as the TCP run does).
+func timeKernels(ks []timedKernel, o kernelTiming) []float64 {
+	copies := max(1, o.copies)
 	runs := make([][]func(), len(ks))
 	for i, k := range ks {
 		for range copies {
@@ -419,7 +429,7 @@ func timeKernels(ks []timedKernel, concurrent int, useMedian bool) []float64 {
 	rates := make([]float64, len(ks))
 	for i, k := range ks {
 		t := slices.Min(times[i])
-		if useMedian {
+		if o.useMedian {
 			t = median(times[i])
 		}
 		rates[i] = t / float64(max(1, k.units))
@@ -428,9 +438,8 @@ func timeKernels(ks []timedKernel, concurrent int, useMedian bool) []float64 {
 }
 
 // measureKernels times the selection kernels and the pieces of hooks.Work once on a synthetic
-// gradient (timeKernels: fastest of kernelRepeats interleaved runs, or with concurrent > 1
-// the median of that many copies at once).
-func measureKernels(seed uint64, n int, density float64, concurrent int) kernelRates {
+// gradient (timeKernels).
+func measureKernels(seed uint64, n int, density float64, o kernelTiming) kernelRates {
 	s := min(n, simSample)
 	x := make([]float32, s)
 	fillSynthetic(x, syntheticCommon(seed, s), seed, 0)
@@ -457,7 +466,7 @@ func measureKernels(seed uint64, n int, density float64, concurrent int) kernelR
 	for _, pr := range probes {
 		ks = append(ks, timedKernel{pr.Units, pr.New})
 	}
-	t := timeKernels(ks, concurrent, concurrent > 1)
+	t := timeKernels(ks, o)
 	r := kernelRates{pass: t[0], filter: t[2], kth: t[3], sparseIn: t[4]}
 	topkPerElem := t[1]
 	r.topk = func(n, k int) float64 { return topkPerElem * float64(n) }
@@ -481,7 +490,7 @@ func measureKernels(seed uint64, n int, density float64, concurrent int) kernelR
 					idx = kernels.TopKAbs(idx[:0], x[b*cs:(b+1)*cs], kbs)
 				}
 			}
-		}}}, concurrent, concurrent > 1)[0]
+		}}}, o)[0]
 		return perElem * float64(n)
 	}
 	return r
@@ -546,7 +555,14 @@ func simulateHook(o simOptions, plan scalePlan, spec string, density float64) (s
 	if o.compute == "measure" {
 		rates := o.rates
 		if rates == nil {
-			m := measureKernels(o.seed, nEff, density, o.concurrent)
+			timing := kernelTiming{copies: 1}
+			switch {
+			case o.concurrent > 1: // -validate
+				timing = kernelTiming{copies: o.concurrent, useMedian: true}
+			case o.cores > 0: // min(P, C) workers compute at once
+				timing.copies = min(p, o.cores)
+			}
+			m := measureKernels(o.seed, nEff, density, timing)
 			rates = &m
 		}
 		cost = hookCost(hs[0], *rates, nEff, p, density)
