@@ -64,6 +64,8 @@
 //     call with k-entry selections, plus k-independent boundary and histogram all-reduces on
 //     repartition and re-evaluation calls. Options density, tau, tau_prime, preset, balance,
 //     guard, guard_band, dense_warmup. Debug log: one line per call (thresholds, counts, guards).
+//     It reports each piece of its local work, with its size, to a WorkMeter in the context
+//     (WithWorkMeter); WorkProbes runs each piece on a sample so that a simulator can time it.
 //   - gaussiank: Gaussiank — the magnitude threshold of a normal fit of g + ξ, corrected toward k
 //     (the reference's up to 20 steps of 1.02 into [3k/4, 5k/4]); all-gather-v of the
 //     selections: 2·ceil(log2 P) rounds, P-1 words of sizes plus 2 words per received entry.

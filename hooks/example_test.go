@@ -90,3 +90,35 @@ func ExampleMergedTopK_PlanProfile() {
 	// Output:
 	// 13 groups; predicted 940.3 ms, TopK-SGD 1011.8 ms, LAGS 1573.7 ms
 }
+
+// Ok-Topk reports its local work to a meter in the context: here rank 0's dense work (the add
+// of the residual and the division by P, one unit per element each) and whether it decoded
+// what it received, on two ranks and a bucket of 1,000 gradients. `spargo simulate` charges
+// every piece at a rate measured on hooks.WorkProbes.
+func ExampleWithWorkMeter() {
+	groups, _ := comm.NewLocal(2)
+	var units [2][hooks.NumWork]int
+	var wg sync.WaitGroup
+	for _, g := range groups {
+		h, err := hooks.Parse("oktopk:density=0.01")
+		if err != nil {
+			panic(err)
+		}
+		wg.Go(func() {
+			ctx := hooks.WithWorkMeter(context.Background(), func(w hooks.Work, n int) { units[g.Rank()][w] += n })
+			grad := make([]float32, 1000)
+			for i := range grad {
+				grad[i] = float32((i*7+g.Rank()*13)%101) - 50
+			}
+			if _, err := h.Run(ctx, g, bucket{grad}).Wait(); err != nil {
+				panic(err)
+			}
+		})
+	}
+	wg.Wait()
+	fmt.Println("add:", units[0][hooks.WorkAdd], "scale:", units[0][hooks.WorkScale])
+	fmt.Println("decoded entries:", units[0][hooks.WorkUnpack] > 0)
+	// Output:
+	// add: 1000 scale: 1000
+	// decoded entries: true
+}

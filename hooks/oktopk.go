@@ -279,7 +279,9 @@ func (h *OkTopk) step(ctx context.Context, g comm.Group, tag uint32, flat []floa
 	i := st.Calls - 1 - int64(h.DenseWarmup) // this sparse call, from 0
 	info := oktopkInfo{bucket: st.Index, call: i, n: n, k: k}
 	xi := st.Residual
+	work := workMeter(ctx)
 	kernels.Add(flat, flat, xi) // flat = acc = g + ξ
+	work(WorkAdd, n)
 
 	ws := getOktopkScratch()
 	defer putOktopkScratch(ws)
@@ -289,11 +291,17 @@ func (h *OkTopk) step(ctx context.Context, g comm.Group, tag uint32, flat []floa
 	localTh := st.Var(varLocalTh, 0)
 	if reevalLocal {
 		localTh = float64(kernels.KthLargestAbs(flat, k))
+		work(WorkKth, n)
 	}
 	ws.sel = Threshold(ws.sel, flat, float32(localTh))
+	work(WorkScan, n)
+	work(WorkGather, ws.sel.Len())
 	if lo, hi := h.guardBand(c.LocalLow, c.LocalHigh); !reevalLocal && h.Guard && outOfBand(ws.sel.Len(), localTh, k, lo, hi) {
 		localTh = float64(kernels.KthLargestAbs(flat, k))
 		ws.sel = Threshold(ws.sel, flat, float32(localTh))
+		work(WorkKth, n)
+		work(WorkScan, n)
+		work(WorkGather, ws.sel.Len())
 		info.localGuard = true
 	}
 	info.localTh = float32(localTh)
@@ -320,10 +328,14 @@ func (h *OkTopk) step(ctx context.Context, g comm.Group, tag uint32, flat []floa
 	lo, hi := bounds[r], bounds[r+1]
 	region := flat[lo:hi]
 	clear(region)
+	work(WorkCopy, n)
+	work(WorkClear, hi-lo)
 	if info.received, err = reduceScatterRegions(ctx, g, tag+okTagSizes, tag+okTagReduce, sel, bounds, region, ws); err != nil {
 		return err
 	}
 	ws.reduced = NonZeros(ws.reduced, region)
+	work(WorkScan, hi-lo)
+	work(WorkGather, ws.reduced.Len())
 
 	// 4. Global selection in the own region (indices made global), and the counts.
 	reevalGlobal := i%int64(c.TauPrime) == 0 || !st.HasVar(varGlobalTh)
@@ -339,9 +351,9 @@ func (h *OkTopk) step(ctx context.Context, g comm.Group, tag uint32, flat []floa
 	selectGlobal := func() ([]int, error) {
 		ws.pos = kernels.FilterAbs(ws.pos[:0], ws.reduced.Val, float32(globalTh))
 		ws.mine.Reset()
-		for _, e := range ws.pos {
-			ws.mine.Append(int32(lo)+ws.reduced.Idx[e], ws.reduced.Val[e])
-		}
+		appendShifted(&ws.mine, ws.reduced, ws.pos, int32(lo))
+		work(WorkScan, ws.reduced.Len())
+		work(WorkAppend, len(ws.pos))
 		return exchangeCounts(ctx, g, tag+okTagCounts, ws.mine.Len(), bounds)
 	}
 	if reevalGlobal {
@@ -378,11 +390,11 @@ func (h *OkTopk) step(ctx context.Context, g comm.Group, tag uint32, flat []floa
 	clear(flat)
 	ScatterSet(flat, final)
 	kernels.Scale(1/float32(p), flat)
-	eachIn(final.Idx, sel.Idx, func(e int, found bool) {
-		if found {
-			xi[sel.Idx[e]] = 0
-		}
-	})
+	clearContributed(xi, final.Idx, sel.Idx)
+	work(WorkClear, n)
+	work(WorkScatterSet, final.Len())
+	work(WorkScale, n)
+	work(WorkWalk, final.Len()+sel.Len())
 
 	// 7. Feedback for the next call.
 	st.SetVar(varLocalTh, feedback(localTh, info.local, k, c.LocalLow, c.LocalHigh, c.LocalScale, c.LocalScale))
@@ -451,6 +463,24 @@ func putOktopkScratch(w *oktopkScratch) {
 	}
 	w.pos, w.send, w.recv = w.pos[:0], w.send[:0], w.recv[:0]
 	oktopkScratchPool.Put(w)
+}
+
+// appendShifted appends to dst the entries pos of src (positions into it, increasing), their
+// indices shifted by off.
+func appendShifted(dst *COO, src COO, pos []int32, off int32) {
+	for _, e := range pos {
+		dst.Append(off+src.Idx[e], src.Val[e])
+	}
+}
+
+// clearContributed zeroes the residual xi at the contributed indices (sorted) that are also
+// applied (sorted): what this rank gave to an entry of the output.
+func clearContributed(xi []float32, applied, contributed []int32) {
+	eachIn(applied, contributed, func(e int, found bool) {
+		if found {
+			xi[contributed[e]] = 0
+		}
+	})
 }
 
 // regionPart returns the entries of the sorted selection sel that fall in [lo, hi).

@@ -98,11 +98,13 @@ func agreeBoundaries(ctx context.Context, g comm.Group, tag uint32, sel []int32,
 // 2, …: the same order on every run. It returns the number of entries received.
 func reduceScatterRegions(ctx context.Context, g comm.Group, sizeTag, tag uint32, sel COO, bounds []int, region []float32, ws *oktopkScratch) (int, error) {
 	p, r := g.Size(), g.Rank()
+	work := workMeter(ctx)
 	lo, hi := bounds[r], bounds[r+1]
 	own := regionPart(sel, lo, hi)
 	for e, j := range own.Idx {
 		region[int(j)-lo] += own.Val[e]
 	}
+	work(WorkScatterAdd, own.Len())
 	if p == 1 {
 		return 0, nil
 	}
@@ -145,6 +147,7 @@ func reduceScatterRegions(ctx context.Context, g comm.Group, sizeTag, tag uint32
 			ws.send = binary.LittleEndian.AppendUint32(ws.send, math.Float32bits(x))
 		}
 	}
+	work(WorkPack, sel.Len()-own.Len())
 	ws.recv = wireBuf(ws.recv, recvOff[p])
 
 	received := 0
@@ -155,6 +158,8 @@ func reduceScatterRegions(ctx context.Context, g comm.Group, sizeTag, tag uint32
 			}
 			ScatterAdd(region, ws.in)
 			received += ws.in.Len()
+			work(WorkUnpack, ws.in.Len())
+			work(WorkScatterAdd, ws.in.Len())
 		}
 		return nil
 	}
@@ -225,6 +230,7 @@ var radixDigits = [...]uint{8, 8, 8, 7}
 // Selecting |x| >= the result keeps at least k values, exactly k when the k-th magnitude is
 // unique.
 func globalKthLargestAbs(ctx context.Context, g comm.Group, tag uint32, vals []float32, k int) (float32, error) {
+	work := workMeter(ctx)
 	var prefix uint32 // the key bits fixed so far
 	top := uint(31)   // bits at and above top are fixed (none at first)
 	need := int64(k)
@@ -233,12 +239,8 @@ func globalKthLargestAbs(ctx context.Context, g comm.Group, tag uint32, vals []f
 		shift := top - width
 		bins := hist[:1<<width]
 		clear(bins)
-		for _, v := range vals {
-			key := math.Float32bits(v) &^ (1 << 31)
-			if key>>top == prefix>>top {
-				bins[key>>shift&(1<<width-1)]++
-			}
-		}
+		radixCount(bins, vals, prefix, top, shift, width)
+		work(WorkHistogram, len(vals))
 		if err := allReduceInts(ctx, g, tag, bins); err != nil {
 			return 0, fmt.Errorf("radix digit %d: %w", pass, err)
 		}
@@ -261,6 +263,17 @@ func globalKthLargestAbs(ctx context.Context, g comm.Group, tag uint32, vals []f
 		top = shift
 	}
 	return math.Float32frombits(prefix), nil
+}
+
+// radixCount adds to bins (2^width of them) the digit of bits [shift, shift+width) of the
+// magnitude key of every value whose key agrees with prefix at and above bit top.
+func radixCount(bins []int64, vals []float32, prefix uint32, top, shift, width uint) {
+	for _, v := range vals {
+		key := math.Float32bits(v) &^ (1 << 31)
+		if key>>top == prefix>>top {
+			bins[key>>shift&(1<<width-1)]++
+		}
+	}
 }
 
 // exchangeCounts all-gathers every rank's number of globally selected entries (Bruck,
@@ -295,6 +308,7 @@ func exchangeCounts(ctx context.Context, g comm.Group, tag uint32, mine int, bou
 func balanceAndAllGather(ctx context.Context, g comm.Group, tag uint32, mine COO, counts, bounds []int, policy string, ws *oktopkScratch) (COO, bool, error) {
 	p := g.Size()
 	n := bounds[p]
+	work := workMeter(ctx)
 	src := make([]int, p+1) // src[i]: where rank i's entries start in the concatenation
 	for i, c := range counts {
 		src[i+1] = src[i] + c
@@ -322,6 +336,7 @@ func balanceAndAllGather(ctx context.Context, g comm.Group, tag uint32, mine COO
 			sizes[j] = c * wireEntryBytes
 		}
 	}
+	work(WorkPack, held.Len())
 	all, err := comm.AllGatherBytesSized(ctx, g, tag+1, held.AppendWire(ws.send[:0]), sizes)
 	if err != nil {
 		return COO{}, false, fmt.Errorf("all-gather-v of the global selection: %w", err)
@@ -336,6 +351,8 @@ func balanceAndAllGather(ctx context.Context, g comm.Group, tag uint32, mine COO
 		}
 		ws.final.Idx = append(ws.final.Idx, ws.in.Idx...)
 		ws.final.Val = append(ws.final.Val, ws.in.Val...)
+		work(WorkUnpack, ws.in.Len())
+		work(WorkCopy, 2*ws.in.Len())
 	}
 	return ws.final, balance, nil
 }
@@ -346,6 +363,7 @@ func balanceAndAllGather(ctx context.Context, g comm.Group, tag uint32, mine COO
 // round; none when nothing moves). The result is in index order.
 func rebalance(ctx context.Context, g comm.Group, tag uint32, mine COO, src, dst []int, n int, ws *oktopkScratch) (COO, error) {
 	p, r := g.Size(), g.Rank()
+	work := workMeter(ctx)
 	overlap := func(i, j int) (int, int) { // entries of source i that go to j, in concatenation positions
 		return max(src[i], dst[j]), min(src[i+1], dst[j+1])
 	}
@@ -355,6 +373,7 @@ func rebalance(ctx context.Context, g comm.Group, tag uint32, mine COO, src, dst
 		if a, b := overlap(r, j); j != r && a < b {
 			part := COO{Idx: mine.Idx[a-src[r] : b-src[r]], Val: mine.Val[a-src[r] : b-src[r]]}
 			sendBufs = append(sendBufs, part.AppendWire(nil))
+			work(WorkPack, part.Len())
 			sends = append(sends, g.Isend(ctx, j, tag, sendBufs[len(sendBufs)-1]))
 		}
 	}
@@ -374,6 +393,7 @@ func rebalance(ctx context.Context, g comm.Group, tag uint32, mine COO, src, dst
 			if a, b := overlap(r, r); a < b {
 				ws.held.Idx = append(ws.held.Idx, mine.Idx[a-src[r]:b-src[r]]...)
 				ws.held.Val = append(ws.held.Val, mine.Val[a-src[r]:b-src[r]]...)
+				work(WorkCopy, 2*(b-a))
 			}
 			continue
 		}
@@ -393,6 +413,8 @@ func rebalance(ctx context.Context, g comm.Group, tag uint32, mine COO, src, dst
 		}
 		ws.held.Idx = append(ws.held.Idx, ws.in.Idx...)
 		ws.held.Val = append(ws.held.Val, ws.in.Val...)
+		work(WorkUnpack, ws.in.Len())
+		work(WorkCopy, 2*ws.in.Len())
 	}
 	if err != nil {
 		return COO{}, fmt.Errorf("data balancing: %w", err)

@@ -44,11 +44,19 @@ The network: every worker has one full-duplex NIC port of -bandwidth; a message 
 costs α + L·β (α = -latency, β = 1/bandwidth) and queues behind the sender's earlier sends and,
 at the receiver, behind messages arriving at the same time. Local computation is charged from a
 cost model measured once per run on this machine (-compute measure): the hook's selection
-kernel on the real size (exact top-k for topka/topkdsa/gtopk, per-block top-k for spardl, the
-threshold filter plus the exact k-th magnitude every τ' calls for oktopk), the dense passes
-over the gradient before and after, and decoding and adding every received byte. Wall time is
+kernel on the real size (exact top-k for topka/topkdsa/gtopk, per-block top-k for spardl), the
+dense passes over the gradient before and after, and decoding and adding every received byte.
+oktopk reports every piece of its local work as it does it (hooks.WorkMeter: the dense add,
+copy, clears and scale, exact k-th magnitudes, threshold scans and the entries they select,
+packing, decoding, scatter-adds, the radix select's histograms, the residual walk), each
+charged at its measured rate with the size it has in that call, at that point of the
+schedule. Each kernel is timed 7 times, the kernels in turn, and the fastest run kept, so
+that load from elsewhere on the machine inflates the rates as little as possible. Wall time is
 not used: P goroutines on this machine's cores say nothing about P machines. -cores C charges
-computation as if the P workers shared C cores (only for comparing with runs on one machine).
+computation as if the P workers shared C cores (only for comparing with runs on one machine):
+the kernels are timed with min(P, C) copies running at once, since workers that compute
+together share the memory bandwidth and caches, and each worker's computation is stretched
+by P/C.
 
 Memory: each worker holds its gradient and residual while it communicates (about 12 bytes an
 element). When P times the model does not fit in -mem, the vectors are scaled down by an
@@ -107,7 +115,7 @@ type simOptions struct {
 	compute       string
 	cores         int
 	rates         *kernelRates // fixed kernel rates instead of measuring them (tests)
-	concurrent    int          // time the kernels on this many goroutines at once (-validate)
+	concurrent    int          // time the kernels on this many goroutines at once, median round (-validate)
 }
 
 // simBytesPerElement is the memory a worker needs per element of its bucket while it
@@ -342,12 +350,14 @@ func planScale(o simOptions) (scalePlan, error) {
 
 // costModel is the local computation charged to a worker per call, in seconds, for the real
 // (unscaled) size: before the hook's first message (the passes over the gradient and the
-// selection), after it returns, and per received byte.
+// selection), after it returns, and per received byte. Hooks that report their work piece by
+// piece (hooks.WorkMeter: Ok-Topk) are charged from work instead, as they do it.
 type costModel struct {
 	before       func(call int) float64
 	after        float64
 	perRecvByte  float64
-	contention   float64 // multiplier from -cores
+	work         *[hooks.NumWork]float64 // set: charge the hook's reported work, nothing before or after
+	contention   float64                 // multiplier from -cores
 	selectionLbl string
 }
 
@@ -359,69 +369,130 @@ type kernelRates struct {
 	filter    float64                    // threshold filter per element
 	kth       float64                    // exact k-th magnitude per element
 	sparseIn  float64                    // decode + scatter-add per received COO entry
+	work      [hooks.NumWork]float64     // seconds per unit of every piece of hooks.Work
 }
 
 // simSample is the largest vector the kernels are timed on; larger sizes are extrapolated
 // linearly (the kernels are O(n)).
 const simSample = 1 << 22
 
-// measureKernels times the selection kernels once on a synthetic gradient. With concurrent
-// > 1 every timing runs that many copies at once and takes the median of 3 (so that the rates
-// include the contention of workers sharing this machine, as in -validate); otherwise the
-// fastest of 3 (the machine may be shared with other work).
-func measureKernels(seed uint64, n int, density float64, concurrent int) kernelRates {
+// kernelRepeats is how often each kernel is timed. The machine may be shared: load only ever
+// adds time, so the fastest of several runs estimates the kernel's own cost, and timing the
+// kernels in turn, round after round, spreads a burst of load over one round of every kernel
+// instead of every round of one (with 3 back-to-back repeats per kernel, the rates of one
+// hook moved up to 4.2× between runs on the loaded machine). Seven rounds of the kernels on
+// 4 M elements take about a second.
+const kernelRepeats = 7
+
+// timedKernel is one kernel to time: units (elements, entries) per run, and a constructor of
+// runs with their own scratch (concurrent copies must not share it).
+type timedKernel struct {
+	units int
+	new   func() func()
+}
+
+// kernelTiming is how the kernels are timed: copies of each at once (the workers that compute
+// together share the memory bandwidth and caches: on this 2-core machine two copies of a dense
+// pass take 1.8 times as long as one), and the median round instead of the fastest.
+type kernelTiming struct {
+	copies    int
+	useMedian bool
+}
+
+// timeKernels returns the seconds per unit of every kernel: each is run kernelRepeats times,
+// the kernels in turn, o.copies copies at once; the fastest round is kept, or the median
+// (-validate: the rates then include whatever else loads the machine, as the TCP run does).
+func timeKernels(ks []timedKernel, o kernelTiming) []float64 {
+	copies := max(1, o.copies)
+	runs := make([][]func(), len(ks))
+	for i, k := range ks {
+		for range copies {
+			runs[i] = append(runs[i], k.new())
+		}
+	}
+	times := make([][]float64, len(ks))
+	for range kernelRepeats {
+		for i, rs := range runs {
+			t := time.Now()
+			if copies == 1 {
+				rs[0]()
+			} else {
+				var wg sync.WaitGroup
+				for _, run := range rs {
+					wg.Go(run)
+				}
+				wg.Wait()
+			}
+			times[i] = append(times[i], time.Since(t).Seconds())
+		}
+	}
+	rates := make([]float64, len(ks))
+	for i, k := range ks {
+		t := slices.Min(times[i])
+		if o.useMedian {
+			t = median(times[i])
+		}
+		rates[i] = t / float64(max(1, k.units))
+	}
+	return rates
+}
+
+// measureKernels times the selection kernels and the pieces of hooks.Work once on a synthetic
+// gradient (timeKernels).
+func measureKernels(seed uint64, n int, density float64, o kernelTiming) kernelRates {
 	s := min(n, simSample)
 	x := make([]float32, s)
 	fillSynthetic(x, syntheticCommon(seed, s), seed, 0)
-	best := func(fn func()) float64 {
-		ts := make([]float64, 3)
-		for i := range ts {
-			t := time.Now()
-			if concurrent > 1 {
-				var wg sync.WaitGroup
-				for range concurrent - 1 {
-					wg.Go(fn)
-				}
-				fn()
-				wg.Wait()
-			} else {
-				fn()
-			}
-			ts[i] = time.Since(t).Seconds()
-		}
-		if concurrent > 1 {
-			return median(ts)
-		}
-		return slices.Min(ts)
-	}
-	var r kernelRates
-	r.pass = best(func() { kernels.Add(make([]float32, s), x, x) }) / float64(s)
 	kSample := max(1, int(float64(s)*density))
-	topkPerElem := best(func() { kernels.TopKAbs(nil, x, kSample) }) / float64(s)
+	th := kernels.KthLargestAbs(x, kSample)
+	sel := hooks.TopK(hooks.COO{}, x, kSample)
+	wire := sel.AppendWire(nil)
+	ks := []timedKernel{
+		{s, func() func() { dst := make([]float32, s); return func() { kernels.Add(dst, x, x) } }},
+		{s, func() func() { return func() { kernels.TopKAbs(nil, x, kSample) } }},
+		{s, func() func() { return func() { kernels.FilterAbs(nil, x, th) } }},
+		{s, func() func() { return func() { kernels.KthLargestAbs(x, kSample) } }},
+		{sel.Len(), func() func() {
+			dst := make([]float32, s)
+			var in hooks.COO
+			return func() {
+				if err := in.SetWire(wire, s); err == nil {
+					hooks.ScatterAdd(dst, in)
+				}
+			}
+		}},
+	}
+	probes := hooks.WorkProbes(x, density)
+	for _, pr := range probes {
+		ks = append(ks, timedKernel{pr.Units, pr.New})
+	}
+	t := timeKernels(ks, o)
+	r := kernelRates{pass: t[0], filter: t[2], kth: t[3], sparseIn: t[4]}
+	topkPerElem := t[1]
 	r.topk = func(n, k int) float64 { return topkPerElem * float64(n) }
+	for i, pr := range probes {
+		r.work[pr.Work] = t[5+i]
+	}
+	for _, pr := range probes {
+		if pr.Minus != nil { // this probe's run minus the other's, per unit of this one
+			perRun := r.work[pr.Work]*float64(pr.Units) - r.work[pr.Minus.Work]*float64(pr.Minus.Units)
+			r.work[pr.Work] = max(0, perRun) / float64(pr.Units)
+		}
+	}
 	r.blockTopk = func(c, kb, n int) float64 {
 		cs := min(c, s)
 		blocks := max(1, s/cs)
 		kbs := max(1, int(float64(kb)*float64(cs)/float64(c)))
-		t := best(func() {
-			var idx []int32
-			for b := range blocks {
-				idx = kernels.TopKAbs(idx[:0], x[b*cs:(b+1)*cs], kbs)
+		perElem := timeKernels([]timedKernel{{blocks * cs, func() func() {
+			return func() {
+				var idx []int32
+				for b := range blocks {
+					idx = kernels.TopKAbs(idx[:0], x[b*cs:(b+1)*cs], kbs)
+				}
 			}
-		})
-		return t / float64(blocks*cs) * float64(n)
+		}}}, o)[0]
+		return perElem * float64(n)
 	}
-	th := kernels.KthLargestAbs(x, kSample)
-	r.filter = best(func() { kernels.FilterAbs(nil, x, th) }) / float64(s)
-	r.kth = best(func() { kernels.KthLargestAbs(x, kSample) }) / float64(s)
-	sel := hooks.TopK(hooks.COO{}, x, kSample)
-	wire := sel.AppendWire(nil)
-	r.sparseIn = best(func() {
-		var in hooks.COO
-		if err := in.SetWire(wire, s); err == nil {
-			hooks.ScatterAdd(make([]float32, s), in)
-		}
-	}) / float64(sel.Len())
 	return r
 }
 
@@ -440,16 +511,12 @@ func hookCost(h ddp.CommHook, rates kernelRates, n, p int, density float64) cost
 		c.before = func(int) float64 { return 2*pass + sel }
 		c.selectionLbl = "per-block top-k"
 	case *hooks.OkTopk:
-		filter, kth := rates.filter*float64(n), rates.kth*float64(n)
-		tau := hk.Constants.TauPrime
-		c.before = func(call int) float64 {
-			t := 2*pass + filter
-			if call%tau == 0 { // exact thresholds: local k-th magnitude (the global one is far smaller)
-				t += kth + filter
-			}
-			return t
-		}
-		c.selectionLbl = "threshold filter (+ exact k-th every τ')"
+		// Every piece of its local work, with its real size, where it happens: the hook
+		// reports it (hooks.WorkMeter), including the decoding of what it receives.
+		c.before = func(int) float64 { return 0 }
+		c.work = &rates.work
+		c.selectionLbl = "every piece it reports (hooks.WorkMeter)"
+		return c
 	case *hooks.TopkA, *hooks.TopkDSA, *hooks.GTopk:
 		sel := rates.topk(n, k)
 		c.before = func(int) float64 { return 2*pass + sel }
@@ -488,7 +555,14 @@ func simulateHook(o simOptions, plan scalePlan, spec string, density float64) (s
 	if o.compute == "measure" {
 		rates := o.rates
 		if rates == nil {
-			m := measureKernels(o.seed, nEff, density, o.concurrent)
+			timing := kernelTiming{copies: 1}
+			switch {
+			case o.concurrent > 1: // -validate
+				timing = kernelTiming{copies: o.concurrent, useMedian: true}
+			case o.cores > 0: // min(P, C) workers compute at once
+				timing.copies = min(p, o.cores)
+			}
+			m := measureKernels(o.seed, nEff, density, timing)
 			rates = &m
 		}
 		cost = hookCost(hs[0], *rates, nEff, p, density)
@@ -534,7 +608,14 @@ func simulateHook(o simOptions, plan scalePlan, spec string, density float64) (s
 				fillSynthetic(b.flat, common, o.seed, r)
 				b.iter = int64(it)
 				net.Advance(r, cost.before(it)*cost.contention)
-				if _, err := hs[r].Run(ctx, groups[r], b).Wait(); err != nil {
+				hctx := ctx
+				if cost.work != nil { // sizes are of the scaled vectors: count them M times
+					perUnit := float64(plan.scale) * cost.contention
+					hctx = hooks.WithWorkMeter(ctx, func(w hooks.Work, units int) {
+						net.Advance(r, cost.work[w]*float64(units)*perUnit)
+					})
+				}
+				if _, err := hs[r].Run(hctx, groups[r], b).Wait(); err != nil {
 					errs[r] = fmt.Errorf("worker %d: %w", r, err)
 					return
 				}

@@ -6,6 +6,8 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/spargo-dl/spargo/hooks"
 )
 
 // simJSON runs `spargo simulate ARGS -json` and returns its lines by hook.
@@ -46,6 +48,38 @@ var fixedRates = kernelRates{
 	topk:      func(n, k int) float64 { return 3e-9 * float64(n) },
 	blockTopk: func(c, kb, n int) float64 { return 4e-9 * float64(n) },
 	filter:    5e-10, kth: 2e-9, sparseIn: 4e-9,
+	work: [hooks.NumWork]float64{hooks.WorkAdd: 1e-9, hooks.WorkCopy: 1e-9, hooks.WorkClear: 5e-10, hooks.WorkScale: 1e-9,
+		hooks.WorkKth: 2e-9, hooks.WorkScan: 5e-10, hooks.WorkGather: 3e-9, hooks.WorkAppend: 2e-9, hooks.WorkPack: 1e-9,
+		hooks.WorkUnpack: 2e-9, hooks.WorkScatterAdd: 4e-9, hooks.WorkScatterSet: 3e-9, hooks.WorkWalk: 2e-9, hooks.WorkHistogram: 1e-9},
+}
+
+// Ok-Topk is charged exactly the work it reports (hooks.WorkMeter), each unit at its rate,
+// times the down-scaling factor and the -cores contention, and nothing else: with only the
+// dense add and scale priced, every worker is charged (rate_add + rate_scale)·n per call.
+func TestSimulateOkTopkChargesReportedWork(t *testing.T) {
+	const p, nSim, scale = 4, 8000, 3
+	var rates kernelRates
+	rates.work[hooks.WorkAdd], rates.work[hooks.WorkScale] = 1e-9, 3e-9
+	o := simOptions{model: "test", workers: p, alpha: 20e-6, beta: 1e-9, bandwidthBits: 8e9, iters: 2, warmup: 1,
+		compute: "measure", rates: &rates, mem: 1 << 30, cores: 2}
+	res, err := simulateHook(o, scalePlan{nSim: nSim, scale: scale}, "oktopk:density=0.01", 0.01)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := 4e-9 * nSim * scale * (p / 2) * 1e3 // ms per call
+	if math.Abs(res.ComputeMS-want) > 1e-9*want {
+		t.Errorf("compute %.9f ms per call, want (1+3) ns × %d × M=%d × P/cores=%d = %.9f ms", res.ComputeMS, nSim, scale, p/2, want)
+	}
+	// Every piece priced: more than the two passes, and no piece is free.
+	all := o
+	all.rates = &fixedRates
+	full, err := simulateHook(all, scalePlan{nSim: nSim, scale: scale}, "oktopk:density=0.01", 0.01)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if full.ComputeMS <= res.ComputeMS {
+		t.Errorf("all pieces priced: %.6f ms, want more than add and scale alone (%.6f ms)", full.ComputeMS, res.ComputeMS)
+	}
 }
 
 // Down-scaling: a run on n/M elements per worker with every message counted M times predicts
