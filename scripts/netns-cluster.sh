@@ -81,6 +81,17 @@ rate_bits() {
 	esac
 }
 
+# wait_gone DEV: the kernel removes a deleted namespace's veth pair asynchronously, so right
+# after a `down` a host end may still exist for a moment; wait up to 10 s for DEV to vanish.
+wait_gone() {
+	local dev=$1
+	for ((t = 0; t < 100; t++)); do
+		ip link show "$dev" >/dev/null 2>&1 || return 0
+		sleep 0.1
+	done
+	die "$dev still exists 10 s after its namespace was deleted: run '$0 down' (same NETNS_* variables) and retry"
+}
+
 up() {
 	local n=${1:-} rate=${2:-}
 	[[ $n =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] && [ "$n" -le 250 ] || die "N must be 1..250 (got '${n}')"
@@ -101,6 +112,7 @@ up() {
 	fi
 	for ((i = 0; i < n; i++)); do
 		local ns=$PREFIX$i host=$VETH$i peer=$VETH${i}n
+		wait_gone "$host"
 		ip netns add "$ns"
 		ip link add "$host" type veth peer name "$peer"
 		ip link set "$peer" netns "$ns"
@@ -120,7 +132,8 @@ down() {
 	need_root
 	local found=0
 	for ns in $(ip netns list | awk '{print $1}' | grep -E "^${PREFIX}[0-9]+$" || true); do
-		ip netns del "$ns" # deletes its veth pair too
+		ip netns del "$ns" # deletes its veth pair too, asynchronously
+		wait_gone "$VETH${ns#"$PREFIX"}"
 		found=$((found + 1))
 	done
 	if ip link show "$BRIDGE" >/dev/null 2>&1; then
