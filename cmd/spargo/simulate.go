@@ -32,7 +32,7 @@ func init() {
 
 const simulateHelp = `usage: spargo simulate [-model M | -n N] -workers P [-hook SPEC]... [-bandwidth 1gbit] [-latency 50us]
                       [-density D] [-iters K] [-warmup W] [-seed S] [-scale auto|M] [-mem 2GiB]
-                      [-compute measure|none] [-cores C] [-json]
+                      [-compute measure|none] [-cores C] [-backward D] [-json]
        spargo simulate -validate -workers P [-n N] [-hook SPEC]... [-iters K]
 
 Runs each hook's real schedule (the hook code itself, through comm.Group) on P simulated workers
@@ -57,6 +57,14 @@ computation as if the P workers shared C cores (only for comparing with runs on 
 the kernels are timed with min(P, C) copies running at once, since workers that compute
 together share the memory bandwidth and caches, and each worker's computation is stretched
 by P/C.
+
+-backward D gives every call a backward pass of D before it: it is charged to every worker's
+clock (and left out of time_ms and compute_ms, which stay the hook's own cost) and the bucket
+reports it as its ready time, as DDP's buckets do (ddp.Timed). covap:interval=auto needs it:
+its profiler measures the CCR of the simulated all-reduces against D and picks I = ⌈CCR⌉, so
+a user sees the interval COVAP would choose on a cluster they do not have (the warm-up is
+raised to cover its profiling, 1 + profile_iters dense calls; the chosen I and CCR are
+printed under the hook's row and are covap_interval / covap_ccr in -json).
 
 Memory: each worker holds its gradient and residual while it communicates (about 12 bytes an
 element). When P times the model does not fit in -mem, the vectors are scaled down by an
@@ -97,6 +105,9 @@ type simResult struct {
 	Rounds        int64   `json:"rounds"`
 	Formula       string  `json:"formula"`
 	FormulaWords  float64 `json:"formula_words"`
+	BackwardMS    float64 `json:"backward_ms,omitempty"`    // -backward, outside time_ms
+	CovapInterval int     `json:"covap_interval,omitempty"` // the interval covap chose (or was given)
+	CovapCCR      float64 `json:"covap_ccr,omitempty"`      // what covap:interval=auto measured
 }
 
 // simOptions are the parsed flags of one simulation.
@@ -114,6 +125,7 @@ type simOptions struct {
 	mem           int64
 	compute       string
 	cores         int
+	backward      float64      // seconds of backward before every call (-backward)
 	rates         *kernelRates // fixed kernel rates instead of measuring them (tests)
 	concurrent    int          // time the kernels on this many goroutines at once, median round (-validate)
 }
@@ -140,12 +152,14 @@ func runSimulate(args []string, stdout io.Writer) error {
 	memFlag := fs.String("mem", "2GiB", "memory the workers' vectors may use (KiB, MiB, GiB; at most 8GiB)")
 	compute := fs.String("compute", "measure", "measure: charge local computation from kernels timed on this machine; none: communication only")
 	cores := fs.Int("cores", 0, "charge computation as if the P workers shared this many cores (0: one core per worker)")
+	backward := fs.Duration("backward", 0, "backward computation before every call: on the clock, not in time_ms, and the bucket's ready time (needed by covap:interval=auto)")
 	asJSON := fs.Bool("json", false, "print one JSON object per hook instead of a table")
 	validate := fs.Bool("validate", false, "compare with the same hooks over TCP on loopback (α, β fitted from a probe)")
 	if helped, err := parseFlags(fs, args, stdout, simulateHelp); helped || err != nil {
 		return err
 	}
-	o := simOptions{workers: *workers, iters: *iters, warmup: *warmup, seed: *seed, compute: *compute, cores: *cores, alpha: latency.Seconds()}
+	o := simOptions{workers: *workers, iters: *iters, warmup: *warmup, seed: *seed, compute: *compute, cores: *cores, alpha: latency.Seconds(),
+		backward: backward.Seconds()}
 	switch {
 	case *workers < 1:
 		return fmt.Errorf("simulate: -workers %d: want at least 1", *workers)
@@ -161,6 +175,8 @@ func runSimulate(args []string, stdout io.Writer) error {
 		return fmt.Errorf("simulate: -compute %q: want measure or none", *compute)
 	case *cores < 0:
 		return fmt.Errorf("simulate: -cores %d: want 0 (one per worker) or more", *cores)
+	case *backward < 0:
+		return fmt.Errorf("simulate: -backward %v: want 0 or more", *backward)
 	}
 	bw, err := parseBandwidth(*bandwidth)
 	if err != nil {
@@ -233,6 +249,9 @@ func runSimulate(args []string, stdout io.Writer) error {
 		}
 		fmt.Fprintf(stdout, "%-28s %10.2f %10.2f %10.2f %14d %14d %9d %7d  %s = %.0f vs %d simulated\n", res.Hook, res.TimeMS, res.CommMS, res.ComputeMS,
 			res.BytesSent, res.BytesReceived, res.Messages, res.Rounds, res.Formula, res.FormulaWords, res.WordsReceived)
+		if res.CovapCCR > 0 {
+			fmt.Fprintf(stdout, "%-28s CCR %.3f against a backward of %v: I = %d\n", "", res.CovapCCR, *backward, res.CovapInterval)
+		}
 	}
 	return nil
 }
@@ -580,13 +599,28 @@ func simulateHook(o simOptions, plan scalePlan, spec string, density float64) (s
 		return simResult{}, err
 	}
 	groups := net.Groups()
+	warmup := o.warmup
+	if c, ok := hs[0].(*hooks.COVAP); ok && c.Interval == hooks.CovapIntervalAuto {
+		if o.backward <= 0 {
+			return simResult{}, fmt.Errorf("interval=auto measures its CCR against the backward computation: give -backward (e.g. -backward 100ms), or set interval=N")
+		}
+		warmup = max(warmup, 1+c.ProfileIters) // the timed calls come after its profiling
+	}
 	common := syntheticCommon(o.seed, plan.nSim)
 	buckets := make([]*benchBucket, p)
 	res := simResult{Hook: spec, Model: o.model, Workers: p, N: nEff, NModel: o.nModel, NSim: plan.nSim, Scale: plan.scale,
 		Density: density, BandwidthBps: o.bandwidthBits, LatencyUS: o.alpha * 1e6}
 	var sumT, sumCompute float64
-	var last []comm.Stats
-	for it := range o.warmup + o.iters {
+	var last, timed []comm.Stats // the last call's traffic per worker; the timed calls' sum
+	iters := o.iters
+	for it := 0; it < warmup+iters; it++ {
+		if c, ok := hs[0].(*hooks.COVAP); ok && it == warmup {
+			// A shard goes once every I calls: time a whole number of intervals, so that the
+			// mean per call is COVAP's average cost and not the luck of which calls were timed.
+			if pl := c.Plan(); pl != nil && pl.Interval > 1 {
+				iters = (o.iters + pl.Interval - 1) / pl.Interval * pl.Interval
+			}
+		}
 		start := net.Sync()
 		computed := make([]float64, p)
 		before := make([]comm.Stats, p)
@@ -607,6 +641,11 @@ func simulateHook(o simOptions, plan scalePlan, spec string, density float64) (s
 				b := buckets[r]
 				fillSynthetic(b.flat, common, o.seed, r)
 				b.iter = int64(it)
+				var bucket ddp.Bucket = b
+				if o.backward > 0 {
+					net.Advance(r, o.backward)
+					bucket = &timedBenchBucket{b, time.Duration(o.backward * float64(time.Second))}
+				}
 				net.Advance(r, cost.before(it)*cost.contention)
 				hctx := ctx
 				if cost.work != nil { // sizes are of the scaled vectors: count them M times
@@ -615,7 +654,7 @@ func simulateHook(o simOptions, plan scalePlan, spec string, density float64) (s
 						net.Advance(r, cost.work[w]*float64(units)*perUnit)
 					})
 				}
-				if _, err := hs[r].Run(hctx, groups[r], b).Wait(); err != nil {
+				if _, err := hs[r].Run(hctx, groups[r], bucket).Wait(); err != nil {
 					errs[r] = fmt.Errorf("worker %d: %w", r, err)
 					return
 				}
@@ -639,9 +678,23 @@ func simulateHook(o simOptions, plan scalePlan, spec string, density float64) (s
 			s, rv := net.Bytes(r)
 			last[r].BytesSent, last[r].BytesRecv = int64(math.Round(s-sent0[r])), int64(math.Round(rv-recv0[r]))
 		}
-		if it >= o.warmup {
-			sumT += net.Clock(slowest) - start
-			sumCompute += net.Computed(slowest) - computed[slowest]
+		if it >= warmup { // the backward is on the clock but not the hook's cost
+			if timed == nil {
+				timed = make([]comm.Stats, p)
+			}
+			for r := range p {
+				timed[r] = timed[r].Add(last[r])
+			}
+			sumT += net.Clock(slowest) - start - o.backward
+			sumCompute += net.Computed(slowest) - computed[slowest] - o.backward
+		}
+	}
+	if _, ok := hs[0].(*hooks.COVAP); ok {
+		// COVAP's calls differ by design (a shard goes every I-th call): its traffic is the
+		// mean per timed call, a whole number of intervals.
+		for r := range timed {
+			last[r] = comm.Stats{BytesSent: timed[r].BytesSent / int64(iters), BytesRecv: timed[r].BytesRecv / int64(iters),
+				MsgsSent: timed[r].MsgsSent / int64(iters), Rounds: timed[r].Rounds / int64(iters)}
 		}
 	}
 	for _, s := range last {
@@ -651,12 +704,30 @@ func simulateHook(o simOptions, plan scalePlan, spec string, density float64) (s
 		res.Rounds = max(res.Rounds, s.Rounds)
 	}
 	res.WordsReceived = res.BytesReceived / 4
-	res.TimeMS = sumT / float64(o.iters) * 1e3
-	res.ComputeMS = sumCompute / float64(o.iters) * 1e3
+	res.TimeMS = max(0, sumT/float64(iters)*1e3) // -backward was subtracted: no rounding below 0
+	res.ComputeMS = max(0, sumCompute/float64(iters)*1e3)
 	res.CommMS = res.TimeMS - res.ComputeMS
 	res.Formula, res.FormulaWords = costFormula(hs[0], nEff, p, density)
+	res.BackwardMS = o.backward * 1e3
+	if c, ok := hs[0].(*hooks.COVAP); ok {
+		if pl := c.Plan(); pl != nil {
+			res.CovapInterval = pl.Interval
+		}
+		if pr := c.Profile(); pr != nil {
+			res.CovapCCR = pr.CCR
+		}
+	}
 	return res, nil
 }
+
+// timedBenchBucket is a bucket that reports when it was ready, as DDP's do (ddp.Timed):
+// after -backward.
+type timedBenchBucket struct {
+	*benchBucket
+	ready time.Duration
+}
+
+func (b *timedBenchBucket) ReadyAfter() time.Duration { return b.ready }
 
 // costFormula is the ALGORITHMS.md / SparDL Table I volume of a hook: words received per
 // worker, with its expression.
@@ -683,6 +754,10 @@ func costFormula(h ddp.CommHook, n, p int, density float64) (string, float64) {
 		return "≥ 4k(P-1)/P", 4 * k * (pf - 1) / pf
 	case *hooks.GTopk:
 		return "≤ 4k log2 P", 4 * k * log2(p)
+	case *hooks.COVAP:
+		if pl := hk.Plan(); pl != nil && pl.Interval > 1 { // per call on average
+			return fmt.Sprintf("2n(P-1)/(P·I), I=%d", pl.Interval), 2 * float64(n) * (pf - 1) / pf / float64(pl.Interval)
+		}
 	}
 	if density >= 1 {
 		return "2n(P-1)/P", 2 * float64(n) * (pf - 1) / pf

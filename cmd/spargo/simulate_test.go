@@ -255,3 +255,31 @@ func TestSimulateValidate(t *testing.T) {
 		}
 	}
 }
+
+// -backward: covap:interval=auto profiles the simulated all-reduce against the backward and
+// picks I = ⌈CCR⌉; its time per call is then the all-reduce's over I (a whole number of
+// intervals is timed), its traffic the mean per call; the backward itself stays out of
+// time_ms (the all-reduce's is the same with and without it); without -backward, auto is a
+// clear error.
+func TestSimulateBackwardCovapAuto(t *testing.T) {
+	args := []string{"-n", "12000", "-workers", "4", "-compute", "none", "-bandwidth", "1gbit", "-latency", "50us"}
+	plain := simJSON(t, append(args, "-hook", "allreduce:algorithm=ring")...)["allreduce:algorithm=ring"]
+	r := simJSON(t, append(args, "-backward", "400us", "-hook", "allreduce:algorithm=ring", "-hook", "covap:interval=auto,algorithm=ring")...)
+	ar, cv := r["allreduce:algorithm=ring"], r["covap:interval=auto,algorithm=ring"]
+	if math.Abs(ar.TimeMS-plain.TimeMS) > 1e-9 || ar.BackwardMS != 0.4 {
+		t.Errorf("all-reduce with -backward: %v ms (backward %v), without %v ms", ar.TimeMS, ar.BackwardMS, plain.TimeMS)
+	}
+	ccr := ar.TimeMS / 0.4 // 2·3·(50 µs + 3000·4·8 ns) = 0.876 ms against 0.4 ms: CCR 2.19, I = 3
+	if math.Abs(cv.CovapCCR-ccr) > 1e-6 || cv.CovapInterval != int(math.Ceil(ccr)) || cv.CovapInterval != 3 {
+		t.Errorf("covap: CCR %v, I %d; want %v, %d", cv.CovapCCR, cv.CovapInterval, ccr, int(math.Ceil(ccr)))
+	}
+	if math.Abs(cv.TimeMS-ar.TimeMS/3) > 1e-9 || cv.BytesReceived != ar.BytesReceived/3 || cv.FormulaWords != float64(cv.WordsReceived) {
+		t.Errorf("covap per call: %v ms, %d bytes, formula %q = %v vs %d words; want %v ms, %d bytes",
+			cv.TimeMS, cv.BytesReceived, cv.Formula, cv.FormulaWords, cv.WordsReceived, ar.TimeMS/3, ar.BytesReceived/3)
+	}
+	var out, errb bytes.Buffer
+	if code := dispatch(append([]string{"simulate"}, append(args, "-hook", "covap")...), &out, &errb); code != 1 ||
+		!strings.Contains(errb.String(), "give -backward") {
+		t.Errorf("covap auto without -backward: exit %d, %q", code, errb.String())
+	}
+}
