@@ -2,7 +2,6 @@ package hooks
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -129,38 +128,26 @@ func profileRun(t *testing.T, p int, beta float64, spec string, sizes []int, rea
 	if err != nil {
 		t.Fatal(err)
 	}
-	groups := net.Groups()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
 	hs := make([]*COVAP, p)
-	errs := make([]error, p)
-	var wg sync.WaitGroup
-	for r := range p {
-		wg.Go(func() {
-			h, err := Parse(spec)
-			if err != nil {
-				errs[r] = err
-				return
-			}
-			hs[r] = h.(*COVAP)
-			for s := range iters {
-				start := net.Clock(r)
-				for b, n := range sizes {
-					net.Advance(r, start+readyAt(r, b).Seconds()-net.Clock(r)) // nothing when the bucket was ready before
-					tb := &timedBucket{testBucket: testBucket{idx: b, iter: int64(s), last: b == len(sizes)-1, flat: heavyTailed(uint64(s), r, n)}, ready: readyAt(r, b)}
-					if _, err := hs[r].Run(ctx, groups[r], tb).Wait(); err != nil {
-						errs[r] = fmt.Errorf("rank %d: %w", r, err)
-						cancel()
-						return
-					}
+	eachRankOn(t, net.Groups(), func(ctx context.Context, g comm.Group) error {
+		r := g.Rank()
+		h, err := Parse(spec)
+		if err != nil {
+			return err
+		}
+		hs[r] = h.(*COVAP)
+		for s := range iters {
+			start := net.Clock(r)
+			for b, n := range sizes {
+				net.Advance(r, start+readyAt(r, b).Seconds()-net.Clock(r)) // nothing when the bucket was ready before
+				tb := &timedBucket{testBucket: testBucket{idx: b, iter: int64(s), last: b == len(sizes)-1, flat: heavyTailed(uint64(s), r, n)}, ready: readyAt(r, b)}
+				if _, err := hs[r].Run(ctx, g, tb).Wait(); err != nil {
+					return fmt.Errorf("rank %d: %w", r, err)
 				}
 			}
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
+		}
+		return nil
+	})
 	return hs[0]
 }
 

@@ -602,6 +602,14 @@ func eachRank(t *testing.T, p int, fn func(ctx context.Context, g comm.Group) er
 	if err != nil {
 		t.Fatal(err)
 	}
+	eachRankOn(t, groups, fn)
+}
+
+// eachRankOn runs fn on every rank of groups at once (any transport) and fails the test with
+// their errors; the first error cancels the others' context.
+func eachRankOn(t *testing.T, groups []comm.Group, fn func(ctx context.Context, g comm.Group) error) {
+	t.Helper()
+	p := len(groups)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	errs := make([]error, p)
@@ -887,58 +895,43 @@ func TestOSPFitsTheSimulatedNetwork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	groups := net.Groups()
 	hs := make([]*OSP, p)
 	var buckets []ddp.BucketStats
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	errs := make([]error, p)
-	var wg sync.WaitGroup
-	for r := range p {
-		wg.Go(func() {
-			errs[r] = func() error {
-				h, err := Parse("osp:algorithm=ring")
-				if err != nil {
-					return err
-				}
-				hs[r] = h.(*OSP)
-				dp, err := ddp.New(ctx, tinyNet(3), groups[r], ddp.WithCommHook(h), ddp.WithBucketCap(1024, 1024))
-				if err != nil {
-					return err
-				}
-				opt, _ := optim.NewSGD(dp.Parameters(), optim.SGDConfig{LR: 0.1, Momentum: 0.9})
-				dp.SetCorrector(opt)
-				tape := nn.NewTape()
-				x, y := syntheticBatch(uint64(5+r), 8)
-				for s := range steps {
-					net.Advance(r, compute) // the forward and backward, on this rank's clock
-					tape.Reset()
-					opt.ZeroGrad()
-					if err := dp.Backward(ctx, nn.CrossEntropy(dp.Forward(tape.Const(x)), y)); err != nil {
-						return err
-					}
-					if s == steps-1 {
-						if err := dp.Flush(ctx); err != nil {
-							return err
-						}
-					}
-					opt.Step()
-				}
-				if r == 0 {
-					buckets = dp.Stats().Buckets
-				}
-				_, err = dp.EndEpoch(ctx)
+	eachRankOn(t, net.Groups(), func(ctx context.Context, g comm.Group) error {
+		r := g.Rank()
+		h, err := Parse("osp:algorithm=ring")
+		if err != nil {
+			return err
+		}
+		hs[r] = h.(*OSP)
+		dp, err := ddp.New(ctx, tinyNet(3), g, ddp.WithCommHook(h), ddp.WithBucketCap(1024, 1024))
+		if err != nil {
+			return err
+		}
+		opt, _ := optim.NewSGD(dp.Parameters(), optim.SGDConfig{LR: 0.1, Momentum: 0.9})
+		dp.SetCorrector(opt)
+		tape := nn.NewTape()
+		x, y := syntheticBatch(uint64(5+r), 8)
+		for s := range steps {
+			net.Advance(r, compute) // the forward and backward, on this rank's clock
+			tape.Reset()
+			opt.ZeroGrad()
+			if err := dp.Backward(ctx, nn.CrossEntropy(dp.Forward(tape.Const(x)), y)); err != nil {
 				return err
-			}()
-			if errs[r] != nil {
-				cancel()
 			}
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
+			if s == steps-1 {
+				if err := dp.Flush(ctx); err != nil {
+					return err
+				}
+			}
+			opt.Step()
+		}
+		if r == 0 {
+			buckets = dp.Stats().Buckets
+		}
+		_, err = dp.EndEpoch(ctx)
+		return err
+	})
 	if len(buckets) < 3 {
 		t.Fatalf("%d buckets: the fit needs several sizes", len(buckets))
 	}
