@@ -75,6 +75,15 @@ type vecOps struct {
 	// hold four blocks of hidden, nil cPrev, dy or dhRec stand for zeros.
 	lstmFwd func(g, cPrev, c, tc, h []float32)
 	lstmBwd func(d, a, cPrev, tc, dy, dhRec, dc []float32)
+
+	// LayerNorm rows (transformer.go); d = len(x) ≥ 1, lengths checked by callers.
+	lnStats    func(x []float32) (mean, ss float64)                           // Σx/d and Σ(x−mean)², summed in float64
+	lnApply    func(y, x, gamma, beta []float32, mu, inv float32)             // y = (x−mu)·inv·gamma + beta
+	lnBwdStats func(dy, x, gamma []float32, mu, inv float32) (s1, s2 float32) // Σ dy·gamma, Σ dy·gamma·(x−mu)·inv
+	lnBwdDx    func(dx, dy, x, gamma []float32, mu, inv, s1, s2 float32, acc bool)
+	// lnParamGrad adds Σ_r dy[r·d+i]·(x[r·d+i]−mean[r])·rstd[r] to sg[i] and Σ_r dy[r·d+i]
+	// to sb[i] for i < len(sg), r < len(mean), in row order.
+	lnParamGrad func(sg, sb, dy, x, mean, rstd []float32, d int)
 }
 
 var genericVec = &vecOps{
@@ -85,6 +94,8 @@ var genericVec = &vecOps{
 	maxPool2x2Row: maxPool2x2RowGeneric,
 	expSum:        expSumGeneric, maxOf: maxGeneric, gelu: geluGeneric, geluBwd: geluBwdGeneric,
 	lstmFwd: lstmFwdGeneric, lstmBwd: lstmBwdGeneric,
+	lnStats: lnStatsGeneric, lnApply: lnApplyGeneric, lnBwdStats: lnBwdStatsGeneric,
+	lnBwdDx: lnBwdDxGeneric, lnParamGrad: lnParamGradGeneric,
 }
 
 // implTable holds every implementation compiled into this binary

@@ -4650,3 +4650,653 @@ lstmBwdPrevRecAVX512_tail:
 lstmBwdPrevRecAVX512_done:
 	VZEROUPPER
 	RET
+
+// func lnStatsAVX512(x *float32, n int) (mean float64, ss float64)
+// Requires: AVX, AVX512F, AVX512VL, BMI2
+TEXT ·lnStatsAVX512(SB), NOSPLIT, $0-32
+	MOVQ   x+0(FP), AX
+	MOVQ   n+8(FP), CX
+	MOVQ   AX, DX
+	MOVQ   CX, BX
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+
+lnStatsAVX512_sum_loop64:
+	CMPQ          CX, $0x40
+	JL            lnStatsAVX512_sum_loop16
+	VMOVUPS       (AX), Z8
+	VCVTPS2PD     Y8, Z9
+	VEXTRACTF64X4 $0x01, Z8, Y8
+	VCVTPS2PD     Y8, Z8
+	VADDPD        Z9, Z0, Z0
+	VADDPD        Z8, Z1, Z1
+	VMOVUPS       64(AX), Z8
+	VCVTPS2PD     Y8, Z9
+	VEXTRACTF64X4 $0x01, Z8, Y8
+	VCVTPS2PD     Y8, Z8
+	VADDPD        Z9, Z2, Z2
+	VADDPD        Z8, Z3, Z3
+	VMOVUPS       128(AX), Z8
+	VCVTPS2PD     Y8, Z9
+	VEXTRACTF64X4 $0x01, Z8, Y8
+	VCVTPS2PD     Y8, Z8
+	VADDPD        Z9, Z4, Z4
+	VADDPD        Z8, Z5, Z5
+	VMOVUPS       192(AX), Z8
+	VCVTPS2PD     Y8, Z9
+	VEXTRACTF64X4 $0x01, Z8, Y8
+	VCVTPS2PD     Y8, Z8
+	VADDPD        Z9, Z6, Z6
+	VADDPD        Z8, Z7, Z7
+	ADDQ          $0x00000100, AX
+	SUBQ          $0x40, CX
+	JMP           lnStatsAVX512_sum_loop64
+
+lnStatsAVX512_sum_loop16:
+	CMPQ          CX, $0x10
+	JL            lnStatsAVX512_sum_tail
+	VMOVUPS       (AX), Z8
+	VCVTPS2PD     Y8, Z9
+	VEXTRACTF64X4 $0x01, Z8, Y8
+	VCVTPS2PD     Y8, Z8
+	VADDPD        Z9, Z0, Z0
+	VADDPD        Z8, Z1, Z1
+	ADDQ          $0x40, AX
+	SUBQ          $0x10, CX
+	JMP           lnStatsAVX512_sum_loop16
+
+lnStatsAVX512_sum_tail:
+	TESTQ         CX, CX
+	JE            lnStatsAVX512_sum_done
+	MOVL          $0x0000ffff, SI
+	BZHIL         CX, SI, SI
+	KMOVW         SI, K1
+	VMOVUPS.Z     (AX), K1, Z8
+	VCVTPS2PD     Y8, Z9
+	VEXTRACTF64X4 $0x01, Z8, Y8
+	VCVTPS2PD     Y8, Z8
+	VADDPD        Z9, Z0, Z0
+	VADDPD        Z8, Z1, Z1
+
+lnStatsAVX512_sum_done:
+	VADDPD        Z1, Z0, Z0
+	VADDPD        Z3, Z2, Z2
+	VADDPD        Z5, Z4, Z4
+	VADDPD        Z7, Z6, Z6
+	VADDPD        Z2, Z0, Z0
+	VADDPD        Z6, Z4, Z4
+	VADDPD        Z4, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPD        Y1, Y0, Y1
+	VEXTRACTF32X4 $0x01, Y1, X0
+	VADDPD        X0, X1, X0
+	VMOVHLPS      X0, X0, X1
+	VADDSD        X1, X0, X0
+	VMOVSD        X0, mean+16(FP)
+	VMOVSD        mean+16(FP), X0
+	VCVTSI2SDQ    BX, X10, X10
+	VDIVSD        X10, X0, X0
+	VMOVSD        X0, mean+16(FP)
+	VBROADCASTSD  X0, Z0
+	VPXORD        Z11, Z11, Z11
+	VPXORD        Z12, Z12, Z12
+	VPXORD        Z13, Z13, Z13
+	VPXORD        Z14, Z14, Z14
+	VPXORD        Z15, Z15, Z15
+	VPXORD        Z16, Z16, Z16
+	VPXORD        Z17, Z17, Z17
+	VPXORD        Z18, Z18, Z18
+
+lnStatsAVX512_dev_loop64:
+	CMPQ          BX, $0x40
+	JL            lnStatsAVX512_dev_loop16
+	VMOVUPS       (DX), Z1
+	VCVTPS2PD     Y1, Z2
+	VEXTRACTF64X4 $0x01, Z1, Y1
+	VCVTPS2PD     Y1, Z1
+	VSUBPD        Z0, Z2, Z2
+	VSUBPD        Z0, Z1, Z1
+	VFMADD231PD   Z2, Z2, Z11
+	VFMADD231PD   Z1, Z1, Z12
+	VMOVUPS       64(DX), Z1
+	VCVTPS2PD     Y1, Z2
+	VEXTRACTF64X4 $0x01, Z1, Y1
+	VCVTPS2PD     Y1, Z1
+	VSUBPD        Z0, Z2, Z2
+	VSUBPD        Z0, Z1, Z1
+	VFMADD231PD   Z2, Z2, Z13
+	VFMADD231PD   Z1, Z1, Z14
+	VMOVUPS       128(DX), Z1
+	VCVTPS2PD     Y1, Z2
+	VEXTRACTF64X4 $0x01, Z1, Y1
+	VCVTPS2PD     Y1, Z1
+	VSUBPD        Z0, Z2, Z2
+	VSUBPD        Z0, Z1, Z1
+	VFMADD231PD   Z2, Z2, Z15
+	VFMADD231PD   Z1, Z1, Z16
+	VMOVUPS       192(DX), Z1
+	VCVTPS2PD     Y1, Z2
+	VEXTRACTF64X4 $0x01, Z1, Y1
+	VCVTPS2PD     Y1, Z1
+	VSUBPD        Z0, Z2, Z2
+	VSUBPD        Z0, Z1, Z1
+	VFMADD231PD   Z2, Z2, Z17
+	VFMADD231PD   Z1, Z1, Z18
+	ADDQ          $0x00000100, DX
+	SUBQ          $0x40, BX
+	JMP           lnStatsAVX512_dev_loop64
+
+lnStatsAVX512_dev_loop16:
+	CMPQ          BX, $0x10
+	JL            lnStatsAVX512_dev_tail
+	VMOVUPS       (DX), Z1
+	VCVTPS2PD     Y1, Z2
+	VEXTRACTF64X4 $0x01, Z1, Y1
+	VCVTPS2PD     Y1, Z1
+	VSUBPD        Z0, Z2, Z2
+	VSUBPD        Z0, Z1, Z1
+	VFMADD231PD   Z2, Z2, Z11
+	VFMADD231PD   Z1, Z1, Z12
+	ADDQ          $0x40, DX
+	SUBQ          $0x10, BX
+	JMP           lnStatsAVX512_dev_loop16
+
+lnStatsAVX512_dev_tail:
+	TESTQ         BX, BX
+	JE            lnStatsAVX512_dev_done
+	MOVL          $0x0000ffff, AX
+	BZHIL         BX, AX, AX
+	KMOVW         AX, K1
+	VMOVUPS.Z     (DX), K1, Z1
+	VCVTPS2PD     Y1, Z2
+	VEXTRACTF64X4 $0x01, Z1, Y1
+	VCVTPS2PD     Y1, Z1
+	VSUBPD        Z0, Z2, Z2
+	VSUBPD        Z0, Z1, Z1
+	KSHIFTRW      $0x08, K1, K2
+	VFMADD231PD   Z2, Z2, K1, Z11
+	VFMADD231PD   Z1, Z1, K2, Z12
+
+lnStatsAVX512_dev_done:
+	VADDPD        Z12, Z11, Z11
+	VADDPD        Z14, Z13, Z13
+	VADDPD        Z16, Z15, Z15
+	VADDPD        Z18, Z17, Z17
+	VADDPD        Z13, Z11, Z11
+	VADDPD        Z17, Z15, Z15
+	VADDPD        Z15, Z11, Z11
+	VEXTRACTF64X4 $0x01, Z11, Y0
+	VADDPD        Y0, Y11, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPD        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDSD        X0, X1, X1
+	VMOVSD        X1, ss+24(FP)
+	VZEROUPPER
+	RET
+
+// func lnApplyAVX512(y *float32, x *float32, gamma *float32, beta *float32, n int, mu float32, inv float32)
+// Requires: AVX, AVX512F, BMI2
+TEXT ·lnApplyAVX512(SB), NOSPLIT, $0-48
+	MOVQ         y+0(FP), AX
+	MOVQ         x+8(FP), CX
+	MOVQ         gamma+16(FP), DX
+	MOVQ         beta+24(FP), BX
+	MOVQ         n+32(FP), SI
+	VBROADCASTSS mu+40(FP), Z0
+	VBROADCASTSS inv+44(FP), Z1
+
+lnApplyAVX512_loop64:
+	CMPQ        SI, $0x40
+	JL          lnApplyAVX512_loop16
+	VMOVUPS     (CX), Z2
+	VMOVUPS     (DX), Z3
+	VMOVUPS     (BX), Z4
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VFMADD231PS Z3, Z2, Z4
+	VMOVUPS     Z4, (AX)
+	VMOVUPS     64(CX), Z2
+	VMOVUPS     64(DX), Z3
+	VMOVUPS     64(BX), Z4
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VFMADD231PS Z3, Z2, Z4
+	VMOVUPS     Z4, 64(AX)
+	VMOVUPS     128(CX), Z2
+	VMOVUPS     128(DX), Z3
+	VMOVUPS     128(BX), Z4
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VFMADD231PS Z3, Z2, Z4
+	VMOVUPS     Z4, 128(AX)
+	VMOVUPS     192(CX), Z2
+	VMOVUPS     192(DX), Z3
+	VMOVUPS     192(BX), Z4
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VFMADD231PS Z3, Z2, Z4
+	VMOVUPS     Z4, 192(AX)
+	ADDQ        $0x00000100, AX
+	ADDQ        $0x00000100, CX
+	ADDQ        $0x00000100, DX
+	ADDQ        $0x00000100, BX
+	SUBQ        $0x40, SI
+	JMP         lnApplyAVX512_loop64
+
+lnApplyAVX512_loop16:
+	CMPQ        SI, $0x10
+	JL          lnApplyAVX512_tail
+	VMOVUPS     (CX), Z2
+	VMOVUPS     (DX), Z3
+	VMOVUPS     (BX), Z4
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VFMADD231PS Z3, Z2, Z4
+	VMOVUPS     Z4, (AX)
+	ADDQ        $0x40, AX
+	ADDQ        $0x40, CX
+	ADDQ        $0x40, DX
+	ADDQ        $0x40, BX
+	SUBQ        $0x10, SI
+	JMP         lnApplyAVX512_loop16
+
+lnApplyAVX512_tail:
+	TESTQ       SI, SI
+	JE          lnApplyAVX512_done
+	MOVL        $0x0000ffff, DI
+	BZHIL       SI, DI, DI
+	KMOVW       DI, K1
+	VMOVUPS.Z   (CX), K1, Z2
+	VMOVUPS.Z   (DX), K1, Z3
+	VMOVUPS.Z   (BX), K1, Z4
+	VSUBPS      Z0, Z2, Z2
+	VMULPS      Z1, Z2, Z2
+	VFMADD231PS Z3, Z2, Z4
+	VMOVUPS     Z4, K1, (AX)
+
+lnApplyAVX512_done:
+	VZEROUPPER
+	RET
+
+// func lnBwdStatsAVX512(dy *float32, x *float32, gamma *float32, n int, mu float32, inv float32) (s1 float32, s2 float32)
+// Requires: AVX, AVX512F, AVX512VL, BMI2
+TEXT ·lnBwdStatsAVX512(SB), NOSPLIT, $0-48
+	MOVQ         dy+0(FP), AX
+	MOVQ         x+8(FP), CX
+	MOVQ         gamma+16(FP), DX
+	MOVQ         n+24(FP), BX
+	VBROADCASTSS mu+32(FP), Z0
+	VBROADCASTSS inv+36(FP), Z1
+	VPXORD       Z2, Z2, Z2
+	VPXORD       Z3, Z3, Z3
+	VPXORD       Z4, Z4, Z4
+	VPXORD       Z5, Z5, Z5
+	VPXORD       Z6, Z6, Z6
+	VPXORD       Z7, Z7, Z7
+	VPXORD       Z8, Z8, Z8
+	VPXORD       Z9, Z9, Z9
+
+lnBwdStatsAVX512_loop64:
+	CMPQ        BX, $0x40
+	JL          lnBwdStatsAVX512_loop16
+	VMOVUPS     (AX), Z10
+	VMOVUPS     (CX), Z11
+	VMOVUPS     (DX), Z12
+	VMULPS      Z12, Z10, Z10
+	VSUBPS      Z0, Z11, Z11
+	VMULPS      Z1, Z11, Z11
+	VADDPS      Z10, Z2, Z2
+	VFMADD231PS Z11, Z10, Z6
+	VMOVUPS     64(AX), Z10
+	VMOVUPS     64(CX), Z11
+	VMOVUPS     64(DX), Z12
+	VMULPS      Z12, Z10, Z10
+	VSUBPS      Z0, Z11, Z11
+	VMULPS      Z1, Z11, Z11
+	VADDPS      Z10, Z3, Z3
+	VFMADD231PS Z11, Z10, Z7
+	VMOVUPS     128(AX), Z10
+	VMOVUPS     128(CX), Z11
+	VMOVUPS     128(DX), Z12
+	VMULPS      Z12, Z10, Z10
+	VSUBPS      Z0, Z11, Z11
+	VMULPS      Z1, Z11, Z11
+	VADDPS      Z10, Z4, Z4
+	VFMADD231PS Z11, Z10, Z8
+	VMOVUPS     192(AX), Z10
+	VMOVUPS     192(CX), Z11
+	VMOVUPS     192(DX), Z12
+	VMULPS      Z12, Z10, Z10
+	VSUBPS      Z0, Z11, Z11
+	VMULPS      Z1, Z11, Z11
+	VADDPS      Z10, Z5, Z5
+	VFMADD231PS Z11, Z10, Z9
+	ADDQ        $0x00000100, AX
+	ADDQ        $0x00000100, CX
+	ADDQ        $0x00000100, DX
+	SUBQ        $0x40, BX
+	JMP         lnBwdStatsAVX512_loop64
+
+lnBwdStatsAVX512_loop16:
+	CMPQ        BX, $0x10
+	JL          lnBwdStatsAVX512_tail
+	VMOVUPS     (AX), Z10
+	VMOVUPS     (CX), Z11
+	VMOVUPS     (DX), Z12
+	VMULPS      Z12, Z10, Z10
+	VSUBPS      Z0, Z11, Z11
+	VMULPS      Z1, Z11, Z11
+	VADDPS      Z10, Z2, Z2
+	VFMADD231PS Z11, Z10, Z6
+	ADDQ        $0x40, AX
+	ADDQ        $0x40, CX
+	ADDQ        $0x40, DX
+	SUBQ        $0x10, BX
+	JMP         lnBwdStatsAVX512_loop16
+
+lnBwdStatsAVX512_tail:
+	TESTQ       BX, BX
+	JE          lnBwdStatsAVX512_done
+	MOVL        $0x0000ffff, SI
+	BZHIL       BX, SI, SI
+	KMOVW       SI, K1
+	VMOVUPS.Z   (AX), K1, Z10
+	VMOVUPS.Z   (CX), K1, Z11
+	VMOVUPS.Z   (DX), K1, Z12
+	VMULPS      Z12, Z10, Z10
+	VSUBPS.Z    Z0, Z11, K1, Z11
+	VMULPS      Z1, Z11, Z11
+	VADDPS      Z10, Z2, Z2
+	VFMADD231PS Z11, Z10, Z6
+
+lnBwdStatsAVX512_done:
+	VADDPS        Z3, Z2, Z2
+	VADDPS        Z5, Z4, Z4
+	VADDPS        Z4, Z2, Z2
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, s1+40(FP)
+	VADDPS        Z7, Z6, Z6
+	VADDPS        Z9, Z8, Z8
+	VADDPS        Z8, Z6, Z6
+	VEXTRACTF64X4 $0x01, Z6, Y0
+	VADDPS        Y0, Y6, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, s2+44(FP)
+	VZEROUPPER
+	RET
+
+// func lnBwdDxSetAVX512(dx *float32, dy *float32, x *float32, gamma *float32, n int, mu float32, inv float32, s1 float32, s2 float32)
+// Requires: AVX, AVX512F, BMI2
+TEXT ·lnBwdDxSetAVX512(SB), NOSPLIT, $0-56
+	MOVQ         dx+0(FP), AX
+	MOVQ         dy+8(FP), CX
+	MOVQ         x+16(FP), DX
+	MOVQ         gamma+24(FP), BX
+	MOVQ         n+32(FP), SI
+	VBROADCASTSS mu+40(FP), Z0
+	VBROADCASTSS inv+44(FP), Z1
+	VBROADCASTSS s1+48(FP), Z2
+	VBROADCASTSS s2+52(FP), Z3
+
+lnBwdDxSetAVX512_loop64:
+	CMPQ         SI, $0x40
+	JL           lnBwdDxSetAVX512_loop16
+	VMOVUPS      (CX), Z4
+	VMOVUPS      (DX), Z5
+	VMOVUPS      (BX), Z6
+	VMULPS       Z6, Z4, Z4
+	VSUBPS       Z0, Z5, Z5
+	VMULPS       Z1, Z5, Z5
+	VSUBPS       Z2, Z4, Z4
+	VFNMADD231PS Z3, Z5, Z4
+	VMULPS       Z1, Z4, Z4
+	VMOVUPS      Z4, (AX)
+	VMOVUPS      64(CX), Z4
+	VMOVUPS      64(DX), Z5
+	VMOVUPS      64(BX), Z6
+	VMULPS       Z6, Z4, Z4
+	VSUBPS       Z0, Z5, Z5
+	VMULPS       Z1, Z5, Z5
+	VSUBPS       Z2, Z4, Z4
+	VFNMADD231PS Z3, Z5, Z4
+	VMULPS       Z1, Z4, Z4
+	VMOVUPS      Z4, 64(AX)
+	VMOVUPS      128(CX), Z4
+	VMOVUPS      128(DX), Z5
+	VMOVUPS      128(BX), Z6
+	VMULPS       Z6, Z4, Z4
+	VSUBPS       Z0, Z5, Z5
+	VMULPS       Z1, Z5, Z5
+	VSUBPS       Z2, Z4, Z4
+	VFNMADD231PS Z3, Z5, Z4
+	VMULPS       Z1, Z4, Z4
+	VMOVUPS      Z4, 128(AX)
+	VMOVUPS      192(CX), Z4
+	VMOVUPS      192(DX), Z5
+	VMOVUPS      192(BX), Z6
+	VMULPS       Z6, Z4, Z4
+	VSUBPS       Z0, Z5, Z5
+	VMULPS       Z1, Z5, Z5
+	VSUBPS       Z2, Z4, Z4
+	VFNMADD231PS Z3, Z5, Z4
+	VMULPS       Z1, Z4, Z4
+	VMOVUPS      Z4, 192(AX)
+	ADDQ         $0x00000100, AX
+	ADDQ         $0x00000100, CX
+	ADDQ         $0x00000100, DX
+	ADDQ         $0x00000100, BX
+	SUBQ         $0x40, SI
+	JMP          lnBwdDxSetAVX512_loop64
+
+lnBwdDxSetAVX512_loop16:
+	CMPQ         SI, $0x10
+	JL           lnBwdDxSetAVX512_tail
+	VMOVUPS      (CX), Z4
+	VMOVUPS      (DX), Z5
+	VMOVUPS      (BX), Z6
+	VMULPS       Z6, Z4, Z4
+	VSUBPS       Z0, Z5, Z5
+	VMULPS       Z1, Z5, Z5
+	VSUBPS       Z2, Z4, Z4
+	VFNMADD231PS Z3, Z5, Z4
+	VMULPS       Z1, Z4, Z4
+	VMOVUPS      Z4, (AX)
+	ADDQ         $0x40, AX
+	ADDQ         $0x40, CX
+	ADDQ         $0x40, DX
+	ADDQ         $0x40, BX
+	SUBQ         $0x10, SI
+	JMP          lnBwdDxSetAVX512_loop16
+
+lnBwdDxSetAVX512_tail:
+	TESTQ        SI, SI
+	JE           lnBwdDxSetAVX512_done
+	MOVL         $0x0000ffff, DI
+	BZHIL        SI, DI, DI
+	KMOVW        DI, K1
+	VMOVUPS.Z    (CX), K1, Z4
+	VMOVUPS.Z    (DX), K1, Z5
+	VMOVUPS.Z    (BX), K1, Z6
+	VMULPS       Z6, Z4, Z4
+	VSUBPS.Z     Z0, Z5, K1, Z5
+	VMULPS       Z1, Z5, Z5
+	VSUBPS       Z2, Z4, Z4
+	VFNMADD231PS Z3, Z5, Z4
+	VMULPS       Z1, Z4, Z4
+	VMOVUPS      Z4, K1, (AX)
+
+lnBwdDxSetAVX512_done:
+	VZEROUPPER
+	RET
+
+// func lnBwdDxAccAVX512(dx *float32, dy *float32, x *float32, gamma *float32, n int, mu float32, inv float32, s1 float32, s2 float32)
+// Requires: AVX, AVX512F, BMI2
+TEXT ·lnBwdDxAccAVX512(SB), NOSPLIT, $0-56
+	MOVQ         dx+0(FP), AX
+	MOVQ         dy+8(FP), CX
+	MOVQ         x+16(FP), DX
+	MOVQ         gamma+24(FP), BX
+	MOVQ         n+32(FP), SI
+	VBROADCASTSS mu+40(FP), Z0
+	VBROADCASTSS inv+44(FP), Z1
+	VBROADCASTSS s1+48(FP), Z2
+	VBROADCASTSS s2+52(FP), Z3
+
+lnBwdDxAccAVX512_loop64:
+	CMPQ         SI, $0x40
+	JL           lnBwdDxAccAVX512_loop16
+	VMOVUPS      (CX), Z4
+	VMOVUPS      (DX), Z5
+	VMOVUPS      (BX), Z6
+	VMULPS       Z6, Z4, Z4
+	VSUBPS       Z0, Z5, Z5
+	VMULPS       Z1, Z5, Z5
+	VSUBPS       Z2, Z4, Z4
+	VFNMADD231PS Z3, Z5, Z4
+	VMOVUPS      (AX), Z5
+	VFMADD231PS  Z1, Z4, Z5
+	VMOVUPS      Z5, (AX)
+	VMOVUPS      64(CX), Z4
+	VMOVUPS      64(DX), Z5
+	VMOVUPS      64(BX), Z6
+	VMULPS       Z6, Z4, Z4
+	VSUBPS       Z0, Z5, Z5
+	VMULPS       Z1, Z5, Z5
+	VSUBPS       Z2, Z4, Z4
+	VFNMADD231PS Z3, Z5, Z4
+	VMOVUPS      64(AX), Z5
+	VFMADD231PS  Z1, Z4, Z5
+	VMOVUPS      Z5, 64(AX)
+	VMOVUPS      128(CX), Z4
+	VMOVUPS      128(DX), Z5
+	VMOVUPS      128(BX), Z6
+	VMULPS       Z6, Z4, Z4
+	VSUBPS       Z0, Z5, Z5
+	VMULPS       Z1, Z5, Z5
+	VSUBPS       Z2, Z4, Z4
+	VFNMADD231PS Z3, Z5, Z4
+	VMOVUPS      128(AX), Z5
+	VFMADD231PS  Z1, Z4, Z5
+	VMOVUPS      Z5, 128(AX)
+	VMOVUPS      192(CX), Z4
+	VMOVUPS      192(DX), Z5
+	VMOVUPS      192(BX), Z6
+	VMULPS       Z6, Z4, Z4
+	VSUBPS       Z0, Z5, Z5
+	VMULPS       Z1, Z5, Z5
+	VSUBPS       Z2, Z4, Z4
+	VFNMADD231PS Z3, Z5, Z4
+	VMOVUPS      192(AX), Z5
+	VFMADD231PS  Z1, Z4, Z5
+	VMOVUPS      Z5, 192(AX)
+	ADDQ         $0x00000100, AX
+	ADDQ         $0x00000100, CX
+	ADDQ         $0x00000100, DX
+	ADDQ         $0x00000100, BX
+	SUBQ         $0x40, SI
+	JMP          lnBwdDxAccAVX512_loop64
+
+lnBwdDxAccAVX512_loop16:
+	CMPQ         SI, $0x10
+	JL           lnBwdDxAccAVX512_tail
+	VMOVUPS      (CX), Z4
+	VMOVUPS      (DX), Z5
+	VMOVUPS      (BX), Z6
+	VMULPS       Z6, Z4, Z4
+	VSUBPS       Z0, Z5, Z5
+	VMULPS       Z1, Z5, Z5
+	VSUBPS       Z2, Z4, Z4
+	VFNMADD231PS Z3, Z5, Z4
+	VMOVUPS      (AX), Z5
+	VFMADD231PS  Z1, Z4, Z5
+	VMOVUPS      Z5, (AX)
+	ADDQ         $0x40, AX
+	ADDQ         $0x40, CX
+	ADDQ         $0x40, DX
+	ADDQ         $0x40, BX
+	SUBQ         $0x10, SI
+	JMP          lnBwdDxAccAVX512_loop16
+
+lnBwdDxAccAVX512_tail:
+	TESTQ        SI, SI
+	JE           lnBwdDxAccAVX512_done
+	MOVL         $0x0000ffff, DI
+	BZHIL        SI, DI, DI
+	KMOVW        DI, K1
+	VMOVUPS.Z    (CX), K1, Z4
+	VMOVUPS.Z    (DX), K1, Z5
+	VMOVUPS.Z    (BX), K1, Z6
+	VMULPS       Z6, Z4, Z4
+	VSUBPS.Z     Z0, Z5, K1, Z5
+	VMULPS       Z1, Z5, Z5
+	VSUBPS       Z2, Z4, Z4
+	VFNMADD231PS Z3, Z5, Z4
+	VMOVUPS.Z    (AX), K1, Z0
+	VFMADD231PS  Z1, Z4, Z0
+	VMOVUPS      Z0, K1, (AX)
+
+lnBwdDxAccAVX512_done:
+	VZEROUPPER
+	RET
+
+// func lnParamGradAVX512(sg *float32, sb *float32, dy *float32, x *float32, mean *float32, rstd *float32, rows int, d int, n int)
+// Requires: AVX, AVX512F, BMI2
+TEXT ·lnParamGradAVX512(SB), NOSPLIT, $0-72
+	MOVQ      sg+0(FP), AX
+	MOVQ      sb+8(FP), CX
+	MOVQ      dy+16(FP), DX
+	MOVQ      x+24(FP), BX
+	MOVQ      mean+32(FP), SI
+	MOVQ      rstd+40(FP), DI
+	MOVQ      rows+48(FP), R8
+	MOVQ      d+56(FP), R9
+	MOVQ      n+64(FP), R10
+	MOVL      $0x0000ffff, R11
+	BZHIL     R10, R11, R11
+	KMOVW     R11, K1
+	VMOVUPS.Z (AX), K1, Z0
+	VMOVUPS.Z (CX), K1, Z1
+	SHLQ      $0x02, R9
+
+lnParamGradAVX512_row:
+	TESTQ        R8, R8
+	JE           lnParamGradAVX512_done
+	VMOVUPS.Z    (DX), K1, Z2
+	VMOVUPS.Z    (BX), K1, Z3
+	VBROADCASTSS (SI), Z4
+	VBROADCASTSS (DI), Z5
+	VSUBPS       Z4, Z3, Z3
+	VMULPS       Z2, Z3, Z3
+	VFMADD231PS  Z5, Z3, Z0
+	VADDPS       Z2, Z1, Z1
+	ADDQ         R9, DX
+	ADDQ         R9, BX
+	ADDQ         $0x04, SI
+	ADDQ         $0x04, DI
+	DECQ         R8
+	JMP          lnParamGradAVX512_row
+
+lnParamGradAVX512_done:
+	VMOVUPS Z0, K1, (AX)
+	VMOVUPS Z1, K1, (CX)
+	VZEROUPPER
+	RET

@@ -84,3 +84,24 @@ func lstmBwdPrevAVX512(d *float32, a *float32, cPrev *float32, tc *float32, dy *
 // blocks of n, dh = dy + dhRec, tc = tanh(c) and cp = cPrev: dc' = dc + dh·o·(1 − tc²);
 // d = (dc'·g·i·(1−i), dc'·cp·f·(1−f), dc'·i·(1−g²), dh·tc·o·(1−o)); dc = dc'·f (AVX-512F).
 func lstmBwdPrevRecAVX512(d *float32, a *float32, cPrev *float32, tc *float32, dy *float32, dhRec *float32, dc *float32, n int)
+
+// lnStatsAVX512 returns mean = sum x[i] / n and ss = sum (x[i]-mean)² for i < n, n >= 1, from the
+// values widened to float64 and summed in float64 in a fixed order (AVX-512F).
+func lnStatsAVX512(x *float32, n int) (mean float64, ss float64)
+
+// lnApplyAVX512 computes y[i] = (x[i]-mu)*inv*gamma[i] + beta[i] for i < n (AVX-512F, the last step fused).
+func lnApplyAVX512(y *float32, x *float32, gamma *float32, beta *float32, n int, mu float32, inv float32)
+
+// lnBwdStatsAVX512 returns s1 = sum dy[i]*gamma[i] and s2 = sum dy[i]*gamma[i]*(x[i]-mu)*inv for i < n
+// (AVX-512F); fixed summation order.
+func lnBwdStatsAVX512(dy *float32, x *float32, gamma *float32, n int, mu float32, inv float32) (s1 float32, s2 float32)
+
+// lnBwdDxSetAVX512 computes dx[i] = inv*(dy[i]*gamma[i] - s1 - (x[i]-mu)*inv*s2) for i < n (AVX-512F).
+func lnBwdDxSetAVX512(dx *float32, dy *float32, x *float32, gamma *float32, n int, mu float32, inv float32, s1 float32, s2 float32)
+
+// lnBwdDxAccAVX512 computes dx[i] += inv*(dy[i]*gamma[i] - s1 - (x[i]-mu)*inv*s2) for i < n (AVX-512F).
+func lnBwdDxAccAVX512(dx *float32, dy *float32, x *float32, gamma *float32, n int, mu float32, inv float32, s1 float32, s2 float32)
+
+// lnParamGradAVX512 adds, for the n <= 16 columns i < n, sum over r < rows of dy[r*d+i]*(x[r*d+i]-mean[r])*rstd[r]
+// to sg[i] and of dy[r*d+i] to sb[i], in row order (AVX-512F).
+func lnParamGradAVX512(sg *float32, sb *float32, dy *float32, x *float32, mean *float32, rstd *float32, rows int, d int, n int)

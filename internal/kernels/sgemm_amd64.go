@@ -217,6 +217,36 @@ var avx512Vec = &vecOps{
 			lstmBwdAVX512(&d[0], &a[0], &tc[0], &dy[0], &dc[0], n)
 		}
 	},
+	lnStats: func(x []float32) (mean, ss float64) { return lnStatsAVX512(&x[0], len(x)) },
+	lnApply: func(y, x, gamma, beta []float32, mu, inv float32) {
+		n := len(x)
+		_, _, _ = y[n-1], gamma[n-1], beta[n-1]
+		lnApplyAVX512(&y[0], &x[0], &gamma[0], &beta[0], n, mu, inv)
+	},
+	lnBwdStats: func(dy, x, gamma []float32, mu, inv float32) (s1, s2 float32) {
+		n := len(dy)
+		_, _ = x[n-1], gamma[n-1]
+		return lnBwdStatsAVX512(&dy[0], &x[0], &gamma[0], n, mu, inv)
+	},
+	lnBwdDx: func(dx, dy, x, gamma []float32, mu, inv, s1, s2 float32, acc bool) {
+		n := len(dy)
+		_, _, _ = dx[n-1], x[n-1], gamma[n-1]
+		if acc {
+			lnBwdDxAccAVX512(&dx[0], &dy[0], &x[0], &gamma[0], n, mu, inv, s1, s2)
+		} else {
+			lnBwdDxSetAVX512(&dx[0], &dy[0], &x[0], &gamma[0], n, mu, inv, s1, s2)
+		}
+	},
+	lnParamGrad: func(sg, sb, dy, x, mean, rstd []float32, d int) {
+		rows, n := len(mean), len(sg)
+		if rows == 0 || n == 0 {
+			return
+		}
+		_, _, _, _ = sb[n-1], rstd[rows-1], dy[(rows-1)*d+n-1], x[(rows-1)*d+n-1]
+		for c := 0; c < n; c += 16 {
+			lnParamGradAVX512(&sg[c], &sb[c], &dy[c], &x[c], &mean[0], &rstd[0], rows, d, min(16, n-c))
+		}
+	},
 	pack8: func(dst, src []float32, lds, blocks int) {
 		if blocks > 0 {
 			_, _ = dst[128*blocks-1], src[7*lds+16*blocks-1]

@@ -161,25 +161,15 @@ func LayerNormForward(y, x, gamma, beta, mean, rstd []float32, rows, d int, eps 
 	mustLen(fn, "beta", len(beta), d)
 	mustLen(fn, "mean", len(mean), rows)
 	mustLen(fn, "rstd", len(rstd), rows)
+	v := impl.vec
 	parallelFor(rows, 8*d, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			xr, yr := x[r*d:(r+1)*d], y[r*d:(r+1)*d]
-			var s float64
-			for _, v := range xr {
-				s += float64(v)
-			}
-			mu := s / float64(d)
-			var ss float64
-			for _, v := range xr {
-				dv := float64(v) - mu
-				ss += dv * dv
-			}
+			mu, ss := v.lnStats(xr)
 			inv := 1 / math.Sqrt(ss/float64(d)+eps)
 			m32, i32 := float32(mu), float32(inv)
 			mean[r], rstd[r] = m32, i32
-			for i, v := range xr {
-				yr[i] = (v-m32)*i32*gamma[i] + beta[i]
-			}
+			v.lnApply(yr, xr, gamma, beta, m32, i32)
 		}
 	})
 }
@@ -198,6 +188,7 @@ func LayerNormBackward(dx, dy, x, gamma, mean, rstd []float32, rows, d int, accu
 	mustLen(fn, "gamma", len(gamma), d)
 	mustLen(fn, "mean", len(mean), rows)
 	mustLen(fn, "rstd", len(rstd), rows)
+	v := impl.vec
 	if dgamma != nil {
 		mustLen(fn, "dgamma", len(dgamma), d)
 		mustLen(fn, "dbeta", len(dbeta), d)
@@ -207,13 +198,8 @@ func LayerNormBackward(dx, dy, x, gamma, mean, rstd []float32, rows, d int, accu
 			for b := lo; b < hi; b++ {
 				c0, c1 := b*blk, min((b+1)*blk, d)
 				var sg, sb [blk]float32
-				for r := 0; r < rows; r++ {
-					xr, gr := x[r*d+c0:r*d+c1], dy[r*d+c0:r*d+c1]
-					mu, inv := mean[r], rstd[r]
-					for i, g := range gr {
-						sg[i] += g * (xr[i] - mu) * inv
-						sb[i] += g
-					}
+				if rows > 0 {
+					v.lnParamGrad(sg[:c1-c0], sb[:c1-c0], dy[c0:], x[c0:], mean, rstd, d)
 				}
 				for i := c0; i < c1; i++ {
 					dgamma[i] += sg[i-c0]
@@ -231,27 +217,71 @@ func LayerNormBackward(dx, dy, x, gamma, mean, rstd []float32, rows, d int, accu
 		for r := lo; r < hi; r++ {
 			xr, gr, dr := x[r*d:(r+1)*d], dy[r*d:(r+1)*d], dx[r*d:(r+1)*d]
 			mu, inv := mean[r], rstd[r]
-			var s1, s2 float32
-			for i, g := range gr {
-				gg := g * gamma[i]
-				s1 += gg
-				s2 += gg * (xr[i] - mu) * inv
-			}
-			s1 /= float32(d)
-			s2 /= float32(d)
-			if accumulate {
-				for i, g := range gr {
-					xh := (xr[i] - mu) * inv
-					dr[i] += inv * (g*gamma[i] - s1 - xh*s2)
-				}
-			} else {
-				for i, g := range gr {
-					xh := (xr[i] - mu) * inv
-					dr[i] = inv * (g*gamma[i] - s1 - xh*s2)
-				}
-			}
+			s1, s2 := v.lnBwdStats(gr, xr, gamma, mu, inv)
+			v.lnBwdDx(dr, gr, xr, gamma, mu, inv, s1/float32(d), s2/float32(d), accumulate)
 		}
 	})
+}
+
+// The generic LayerNorm row kernels (vecOps.lnStats, lnApply, lnBwdStats, lnBwdDx,
+// lnParamGrad); asmgen/layernorm.go evaluates the same formulas 16 lanes at a time.
+
+func lnStatsGeneric(x []float32) (mean, ss float64) {
+	var s float64
+	for _, v := range x {
+		s += float64(v)
+	}
+	mean = s / float64(len(x))
+	for _, v := range x {
+		dv := float64(v) - mean
+		ss += dv * dv
+	}
+	return mean, ss
+}
+
+func lnApplyGeneric(y, x, gamma, beta []float32, mu, inv float32) {
+	y, gamma, beta = y[:len(x)], gamma[:len(x)], beta[:len(x)]
+	for i, v := range x {
+		y[i] = (v-mu)*inv*gamma[i] + beta[i]
+	}
+}
+
+func lnBwdStatsGeneric(dy, x, gamma []float32, mu, inv float32) (s1, s2 float32) {
+	x, gamma = x[:len(dy)], gamma[:len(dy)]
+	for i, g := range dy {
+		gg := g * gamma[i]
+		s1 += gg
+		s2 += gg * (x[i] - mu) * inv
+	}
+	return s1, s2
+}
+
+func lnBwdDxGeneric(dx, dy, x, gamma []float32, mu, inv, s1, s2 float32, acc bool) {
+	dx, x, gamma = dx[:len(dy)], x[:len(dy)], gamma[:len(dy)]
+	if acc {
+		for i, g := range dy {
+			xh := (x[i] - mu) * inv
+			dx[i] += inv * (g*gamma[i] - s1 - xh*s2)
+		}
+		return
+	}
+	for i, g := range dy {
+		xh := (x[i] - mu) * inv
+		dx[i] = inv * (g*gamma[i] - s1 - xh*s2)
+	}
+}
+
+func lnParamGradGeneric(sg, sb, dy, x, mean, rstd []float32, d int) {
+	n := len(sg)
+	sb = sb[:n]
+	for r, mu := range mean {
+		xr, gr := x[r*d:r*d+n], dy[r*d:r*d+n]
+		inv := rstd[r]
+		for i, g := range gr {
+			sg[i] += g * (xr[i] - mu) * inv
+			sb[i] += g
+		}
+	}
 }
 
 // The GELU kernels split x into chunks of whole elements (no reduction), so the

@@ -22,6 +22,7 @@ func genLayers() {
 	genSGDPlain()
 	genMaxPool2x2()
 	genMathVec()
+	genLayerNorm()
 }
 
 // bcast broadcasts a float32 parameter into a fresh zmm register.
