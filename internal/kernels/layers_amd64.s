@@ -5259,7 +5259,7 @@ lnBwdDxAccAVX512_done:
 	RET
 
 // func lnParamGradAVX512(sg *float32, sb *float32, dy *float32, x *float32, mean *float32, rstd *float32, rows int, d int, n int)
-// Requires: AVX, AVX512F, BMI2
+// Requires: AVX, AVX512F, BMI2, CMOV
 TEXT ·lnParamGradAVX512(SB), NOSPLIT, $0-72
 	MOVQ      sg+0(FP), AX
 	MOVQ      sb+8(FP), CX
@@ -5270,24 +5270,70 @@ TEXT ·lnParamGradAVX512(SB), NOSPLIT, $0-72
 	MOVQ      rows+48(FP), R8
 	MOVQ      d+56(FP), R9
 	MOVQ      n+64(FP), R10
-	MOVL      $0x0000ffff, R11
-	BZHIL     R10, R11, R11
-	KMOVW     R11, K1
+	XORQ      R11, R11
+	MOVQ      R10, R13
+	SUBQ      $0x00, R13
+	CMOVQLT   R11, R13
+	MOVL      $0x0000ffff, R12
+	BZHIL     R13, R12, R12
+	KMOVW     R12, K1
 	VMOVUPS.Z (AX), K1, Z0
 	VMOVUPS.Z (CX), K1, Z1
+	MOVQ      R10, R13
+	SUBQ      $0x10, R13
+	CMOVQLT   R11, R13
+	MOVL      $0x0000ffff, R12
+	BZHIL     R13, R12, R12
+	KMOVW     R12, K2
+	VMOVUPS.Z 64(AX), K2, Z2
+	VMOVUPS.Z 64(CX), K2, Z3
+	MOVQ      R10, R13
+	SUBQ      $0x20, R13
+	CMOVQLT   R11, R13
+	MOVL      $0x0000ffff, R12
+	BZHIL     R13, R12, R12
+	KMOVW     R12, K3
+	VMOVUPS.Z 128(AX), K3, Z4
+	VMOVUPS.Z 128(CX), K3, Z5
+	MOVQ      R10, R13
+	SUBQ      $0x30, R13
+	CMOVQLT   R11, R13
+	MOVL      $0x0000ffff, R12
+	BZHIL     R13, R12, R12
+	KMOVW     R12, K4
+	VMOVUPS.Z 192(AX), K4, Z6
+	VMOVUPS.Z 192(CX), K4, Z7
 	SHLQ      $0x02, R9
 
 lnParamGradAVX512_row:
 	TESTQ        R8, R8
 	JE           lnParamGradAVX512_done
-	VMOVUPS.Z    (DX), K1, Z2
-	VMOVUPS.Z    (BX), K1, Z3
-	VBROADCASTSS (SI), Z4
-	VBROADCASTSS (DI), Z5
-	VSUBPS       Z4, Z3, Z3
-	VMULPS       Z2, Z3, Z3
-	VFMADD231PS  Z5, Z3, Z0
-	VADDPS       Z2, Z1, Z1
+	VBROADCASTSS (SI), Z8
+	VBROADCASTSS (DI), Z9
+	VMOVUPS.Z    (DX), K1, Z10
+	VMOVUPS.Z    (BX), K1, Z11
+	VSUBPS       Z8, Z11, Z11
+	VMULPS       Z10, Z11, Z11
+	VFMADD231PS  Z9, Z11, Z0
+	VADDPS       Z10, Z1, Z1
+	VMOVUPS.Z    64(DX), K2, Z10
+	VMOVUPS.Z    64(BX), K2, Z11
+	VSUBPS       Z8, Z11, Z11
+	VMULPS       Z10, Z11, Z11
+	VFMADD231PS  Z9, Z11, Z2
+	VADDPS       Z10, Z3, Z3
+	VMOVUPS.Z    128(DX), K3, Z10
+	VMOVUPS.Z    128(BX), K3, Z11
+	VSUBPS       Z8, Z11, Z11
+	VMULPS       Z10, Z11, Z11
+	VFMADD231PS  Z9, Z11, Z4
+	VADDPS       Z10, Z5, Z5
+	VMOVUPS.Z    192(DX), K4, Z10
+	VMOVUPS.Z    192(BX), K4, Z11
+	VSUBPS       Z8, Z11, Z11
+	VMULPS       Z10, Z11, Z11
+	VFMADD231PS  Z9, Z11, Z6
+	VADDPS       Z10, Z7, Z7
 	ADDQ         R9, DX
 	ADDQ         R9, BX
 	ADDQ         $0x04, SI
@@ -5298,5 +5344,11 @@ lnParamGradAVX512_row:
 lnParamGradAVX512_done:
 	VMOVUPS Z0, K1, (AX)
 	VMOVUPS Z1, K1, (CX)
+	VMOVUPS Z2, K2, 64(AX)
+	VMOVUPS Z3, K2, 64(CX)
+	VMOVUPS Z4, K3, 128(AX)
+	VMOVUPS Z5, K3, 128(CX)
+	VMOVUPS Z6, K4, 192(AX)
+	VMOVUPS Z7, K4, 192(CX)
 	VZEROUPPER
 	RET

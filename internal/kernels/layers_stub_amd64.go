@@ -102,6 +102,6 @@ func lnBwdDxSetAVX512(dx *float32, dy *float32, x *float32, gamma *float32, n in
 // lnBwdDxAccAVX512 computes dx[i] += inv*(dy[i]*gamma[i] - s1 - (x[i]-mu)*inv*s2) for i < n (AVX-512F).
 func lnBwdDxAccAVX512(dx *float32, dy *float32, x *float32, gamma *float32, n int, mu float32, inv float32, s1 float32, s2 float32)
 
-// lnParamGradAVX512 adds, for the n <= 16 columns i < n, sum over r < rows of dy[r*d+i]*(x[r*d+i]-mean[r])*rstd[r]
+// lnParamGradAVX512 adds, for the n <= 64 columns i < n, sum over r < rows of dy[r*d+i]*(x[r*d+i]-mean[r])*rstd[r]
 // to sg[i] and of dy[r*d+i] to sb[i], in row order (AVX-512F).
 func lnParamGradAVX512(sg *float32, sb *float32, dy *float32, x *float32, mean *float32, rstd *float32, rows int, d int, n int)

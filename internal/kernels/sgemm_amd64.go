@@ -243,8 +243,8 @@ var avx512Vec = &vecOps{
 			return
 		}
 		_, _, _, _ = sb[n-1], rstd[rows-1], dy[(rows-1)*d+n-1], x[(rows-1)*d+n-1]
-		for c := 0; c < n; c += 16 {
-			lnParamGradAVX512(&sg[c], &sb[c], &dy[c], &x[c], &mean[0], &rstd[0], rows, d, min(16, n-c))
+		for c := 0; c < n; c += 64 {
+			lnParamGradAVX512(&sg[c], &sb[c], &dy[c], &x[c], &mean[0], &rstd[0], rows, d, min(64, n-c))
 		}
 	},
 	pack8: func(dst, src []float32, lds, blocks int) {

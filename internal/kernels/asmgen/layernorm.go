@@ -184,37 +184,50 @@ func genLNBwdDx(acc bool) {
 	RET()
 }
 
-// genLNParamGrad emits lnParamGradAVX512: one strip of n ≤ 16 columns of the
-// dgamma / dbeta column sums over all rows, in row order (the Go loop's order per
-// column).
+// genLNParamGrad emits lnParamGradAVX512: up to 64 columns (four 16-lane strips with
+// their own masks, so four independent FMA chains) of the dgamma / dbeta column sums
+// over all rows, in row order (the Go loop's order per column).
 func genLNParamGrad() {
 	const name = "lnParamGradAVX512"
 	TEXT(name, NOSPLIT, "func(sg, sb, dy, x, mean, rstd *float32, rows, d, n int)")
-	Doc(name+" adds, for the n <= 16 columns i < n, sum over r < rows of dy[r*d+i]*(x[r*d+i]-mean[r])*rstd[r]",
+	Doc(name+" adds, for the n <= 64 columns i < n, sum over r < rows of dy[r*d+i]*(x[r*d+i]-mean[r])*rstd[r]",
 		"to sg[i] and of dy[r*d+i] to sb[i], in row order (AVX-512F).")
 	sg, sb, dy, x := gp("sg"), gp("sb"), gp("dy"), gp("x")
 	mp, rp, rows, d, n := gp("mean"), gp("rstd"), gp("rows"), gp("d"), gp("n")
-	m := GP32()
-	MOVL(U32(0xffff), m)
-	BZHIL(n.As32(), m, m)
-	k := K()
-	KMOVW(m, k)
-	zsg, zsb := ZMM(), ZMM()
-	load(Mem{Base: sg}, k, zsg)
-	load(Mem{Base: sb}, k, zsb)
+	const strips = 4
+	var ks [strips]reg.Register
+	var zsg, zsb [strips]reg.VecVirtual
+	zero, m, t := GP64(), GP32(), GP64()
+	XORQ(zero, zero)
+	for j := range strips {
+		// Lanes of strip j: clamp(n − 16j, 0, 16) (BZHI saturates at 16 by itself).
+		MOVQ(n, t)
+		SUBQ(U8(16*j), t)
+		CMOVQLT(zero, t)
+		MOVL(U32(0xffff), m)
+		BZHIL(t.As32(), m, m)
+		ks[j] = K()
+		KMOVW(m, ks[j])
+		zsg[j], zsb[j] = ZMM(), ZMM()
+		load(Mem{Base: sg, Disp: 64 * j}, ks[j], zsg[j])
+		load(Mem{Base: sb, Disp: 64 * j}, ks[j], zsb[j])
+	}
 	SHLQ(U8(2), d) // row stride in bytes
 	Label(name + "_row")
 	TESTQ(rows, rows)
 	JE(LabelRef(name + "_done"))
-	zd, zx, zmu, zinv := ZMM(), ZMM(), ZMM(), ZMM()
-	load(Mem{Base: dy}, k, zd)
-	load(Mem{Base: x}, k, zx)
+	zmu, zinv := ZMM(), ZMM()
 	VBROADCASTSS(Mem{Base: mp}, zmu)
 	VBROADCASTSS(Mem{Base: rp}, zinv)
-	VSUBPS(zmu, zx, zx)
-	VMULPS(zd, zx, zx) // dy·(x−mean)
-	VFMADD231PS(zinv, zx, zsg)
-	VADDPS(zd, zsb, zsb)
+	for j := range strips {
+		zd, zx := ZMM(), ZMM()
+		load(Mem{Base: dy, Disp: 64 * j}, ks[j], zd)
+		load(Mem{Base: x, Disp: 64 * j}, ks[j], zx)
+		VSUBPS(zmu, zx, zx)
+		VMULPS(zd, zx, zx) // dy·(x−mean), 0 outside the mask
+		VFMADD231PS(zinv, zx, zsg[j])
+		VADDPS(zd, zsb[j], zsb[j])
+	}
 	ADDQ(d, dy)
 	ADDQ(d, x)
 	ADDQ(U8(4), mp)
@@ -222,8 +235,10 @@ func genLNParamGrad() {
 	DECQ(rows)
 	JMP(LabelRef(name + "_row"))
 	Label(name + "_done")
-	store(zsg, k, Mem{Base: sg})
-	store(zsb, k, Mem{Base: sb})
+	for j := range strips {
+		store(zsg[j], ks[j], Mem{Base: sg, Disp: 64 * j})
+		store(zsb[j], ks[j], Mem{Base: sb, Disp: 64 * j})
+	}
 	VZEROUPPER()
 	RET()
 }
