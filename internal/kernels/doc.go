@@ -75,6 +75,11 @@
 // vectorised exponential (asmgen/lstm.go; TestLSTMGateAccuracy: sigmoid within
 // 1e-6 relative, tanh within 2e-7 absolute of float64).
 //
+// LayerNormForward and LayerNormBackward also run row kernels: Go loops on the
+// generic path, 16-lane ones on the avx512 path (asmgen/layernorm.go). Both widen
+// the row's values to float64 and sum the mean and variance in float64, so the
+// saved statistics agree to within one float32 rounding (TestLayerNormMatchesFloat64).
+//
 // # Packed B
 //
 // PackB packs op(B) once into the micro-kernel's panels and SgemmPackedB
