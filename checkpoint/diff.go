@@ -34,7 +34,8 @@ func (d Difference) String() string {
 }
 
 // Diff compares the checkpoints in directories a ("the first") and b ("the second") bit for
-// bit: meta.json's Meta (but not Version) and Position, and every safetensors file (the model, the optimizer, every
+// bit: meta.json's Meta (as Meta.Check compares them, a as saved and b as this run; Version is
+// not compared) and Position, and every safetensors file (the model, the optimizer, every
 // rank's file with the hook's and DDP's state, the generators and the loop's arrays) tensor
 // by tensor, with their metadata. It returns every difference found, nil when the two hold
 // the same state: the test of an exact resume, or of two runs that must agree. A directory
@@ -57,7 +58,10 @@ func Diff(a, b string) ([]Difference, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, d := range append(compareMeta(metaA, metaB), comparePositions(posA, posB)...) {
+	if err := metaA.Check(metaB); err != nil { // worded as Load words it: a as saved, b as this run
+		diffs = append(diffs, Difference{File: metaFile, What: err.Error()})
+	}
+	for _, d := range comparePositions(posA, posB) {
 		diffs = append(diffs, Difference{File: metaFile, What: d})
 	}
 	filesA, err := stFiles(a)
@@ -148,24 +152,6 @@ func onlyIn(x, y []string) []string {
 		}
 	}
 	return out
-}
-
-func compareMeta(a, b Meta) []string {
-	var d []string
-	if a.Model != b.Model || a.Hook != b.Hook || a.World != b.World {
-		d = append(d, fmt.Sprintf("model %q hook %q world %d vs model %q hook %q world %d", a.Model, a.Hook, a.World, b.Model, b.Hook, b.World))
-	}
-	for _, k := range slices.Sorted(maps.Keys(a.Config)) {
-		if v, ok := b.Config[k]; !ok || v != a.Config[k] {
-			d = append(d, fmt.Sprintf("config %s %q vs %q", k, a.Config[k], v))
-		}
-	}
-	for _, k := range slices.Sorted(maps.Keys(b.Config)) {
-		if _, ok := a.Config[k]; !ok {
-			d = append(d, fmt.Sprintf("config %s only in the second", k))
-		}
-	}
-	return d
 }
 
 func comparePositions(a, b Position) []string {

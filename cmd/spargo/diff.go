@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -28,15 +27,7 @@ func runDiff(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("spargo diff", flag.ContinueOnError)
 	fs.SetOutput(stdout)
 	asJSON := fs.Bool("json", false, "print a JSON array of {file, tensor, what}")
-	fs.Usage = func() {
-		fmt.Fprint(stdout, diffHelp)
-		fmt.Fprintln(stdout, "\nflags:")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
+	if helped, err := parseFlagArgs(fs, args, stdout, diffHelp); helped || err != nil {
 		return err
 	}
 	if fs.NArg() != 2 {

@@ -81,6 +81,18 @@ func runHooks(args []string, stdout io.Writer) error {
 // reports helped; an argument left over is an error. An empty help keeps the usage function
 // the flag set already has.
 func parseFlags(fs *flag.FlagSet, args []string, stdout io.Writer, help string) (helped bool, err error) {
+	if helped, err := parseFlagArgs(fs, args, stdout, help); helped || err != nil {
+		return helped, err
+	}
+	if fs.NArg() > 0 {
+		return false, fmt.Errorf("%s: unexpected argument %q", strings.TrimPrefix(fs.Name(), "spargo "), fs.Arg(0))
+	}
+	return false, nil
+}
+
+// parseFlagArgs is parseFlags for a subcommand that takes arguments after its flags
+// (fs.Args()): it leaves them to the caller.
+func parseFlagArgs(fs *flag.FlagSet, args []string, stdout io.Writer, help string) (helped bool, err error) {
 	if help != "" {
 		fs.Usage = func() {
 			fmt.Fprint(stdout, help)
@@ -93,9 +105,6 @@ func parseFlags(fs *flag.FlagSet, args []string, stdout io.Writer, help string) 
 			return true, nil
 		}
 		return false, err
-	}
-	if fs.NArg() > 0 {
-		return false, fmt.Errorf("%s: unexpected argument %q", strings.TrimPrefix(fs.Name(), "spargo "), fs.Arg(0))
 	}
 	return false, nil
 }

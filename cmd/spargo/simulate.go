@@ -600,24 +600,25 @@ func simulateHook(o simOptions, plan scalePlan, spec string, density float64) (s
 	}
 	groups := net.Groups()
 	warmup := o.warmup
-	if c, ok := hs[0].(*hooks.COVAP); ok && c.Interval == hooks.CovapIntervalAuto {
+	covap, _ := hs[0].(*hooks.COVAP) // nil for the other hooks
+	if covap != nil && covap.Interval == hooks.CovapIntervalAuto {
 		if o.backward <= 0 {
 			return simResult{}, fmt.Errorf("interval=auto measures its CCR against the backward computation: give -backward (e.g. -backward 100ms), or set interval=N")
 		}
-		warmup = max(warmup, 1+c.ProfileIters) // the timed calls come after its profiling
+		warmup = max(warmup, 1+covap.ProfileIters) // the timed calls come after its profiling
 	}
 	common := syntheticCommon(o.seed, plan.nSim)
 	buckets := make([]*benchBucket, p)
 	res := simResult{Hook: spec, Model: o.model, Workers: p, N: nEff, NModel: o.nModel, NSim: plan.nSim, Scale: plan.scale,
 		Density: density, BandwidthBps: o.bandwidthBits, LatencyUS: o.alpha * 1e6}
 	var sumT, sumCompute float64
-	var last, timed []comm.Stats // the last call's traffic per worker; the timed calls' sum
+	var last, timed []comm.Stats // the last call's traffic per worker; the timed calls' sum (COVAP)
 	iters := o.iters
 	for it := 0; it < warmup+iters; it++ {
-		if c, ok := hs[0].(*hooks.COVAP); ok && it == warmup {
+		if covap != nil && it == warmup {
 			// A shard goes once every I calls: time a whole number of intervals, so that the
 			// mean per call is COVAP's average cost and not the luck of which calls were timed.
-			if pl := c.Plan(); pl != nil && pl.Interval > 1 {
+			if pl := covap.Plan(); pl != nil && pl.Interval > 1 {
 				iters = (o.iters + pl.Interval - 1) / pl.Interval * pl.Interval
 			}
 		}
@@ -679,17 +680,19 @@ func simulateHook(o simOptions, plan scalePlan, spec string, density float64) (s
 			last[r].BytesSent, last[r].BytesRecv = int64(math.Round(s-sent0[r])), int64(math.Round(rv-recv0[r]))
 		}
 		if it >= warmup { // the backward is on the clock but not the hook's cost
-			if timed == nil {
-				timed = make([]comm.Stats, p)
-			}
-			for r := range p {
-				timed[r] = timed[r].Add(last[r])
+			if covap != nil {
+				if timed == nil {
+					timed = make([]comm.Stats, p)
+				}
+				for r := range p {
+					timed[r] = timed[r].Add(last[r])
+				}
 			}
 			sumT += net.Clock(slowest) - start - o.backward
 			sumCompute += net.Computed(slowest) - computed[slowest] - o.backward
 		}
 	}
-	if _, ok := hs[0].(*hooks.COVAP); ok {
+	if covap != nil {
 		// COVAP's calls differ by design (a shard goes every I-th call): its traffic is the
 		// mean per timed call, a whole number of intervals.
 		for r := range timed {
@@ -709,11 +712,11 @@ func simulateHook(o simOptions, plan scalePlan, spec string, density float64) (s
 	res.CommMS = res.TimeMS - res.ComputeMS
 	res.Formula, res.FormulaWords = costFormula(hs[0], nEff, p, density)
 	res.BackwardMS = o.backward * 1e3
-	if c, ok := hs[0].(*hooks.COVAP); ok {
-		if pl := c.Plan(); pl != nil {
+	if covap != nil {
+		if pl := covap.Plan(); pl != nil {
 			res.CovapInterval = pl.Interval
 		}
-		if pr := c.Profile(); pr != nil {
+		if pr := covap.Profile(); pr != nil {
 			res.CovapCCR = pr.CCR
 		}
 	}
