@@ -10,7 +10,7 @@
 # Environment: DATA (CIFAR-10 binaries; default ../shared/data/cifar10/approx), SEEDS (default
 # 0…15), SWAP (seeds whose halves are swapped; default 0…7), PAR (runs at once, one core each;
 # default nproc), LIMIT (seconds before the queue is stopped; default none), REPLAY (a built
-# internal/replay binary; default: built here with go), PYTHON (default /usr/bin/python3),
+# scripts/replay binary; default: built here with go), PYTHON (default /usr/bin/python3),
 # STEPS and EVAL_LIMIT (a smoke test: train the first N steps per epoch, evaluate N images).
 # Each run uses one core (GOMAXPROCS=1, one torch thread), so PAR = nproc fills the machine.
 # A spargo run on spargo's own draw is exactly examples/resnet -seed S (the replay tool feeds
@@ -22,7 +22,7 @@ OUT=${1:-/tmp/resnet_seed_study}; mkdir -p "$OUT"
 D=${DATA:-../shared/data/cifar10/approx}
 PY=${PYTHON:-/usr/bin/python3}
 W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
-if [[ -n ${REPLAY:-} ]]; then cp "$REPLAY" "$W/replay"; else go build -o "$W/replay" ./internal/replay || exit 1; fi
+if [[ -n ${REPLAY:-} ]]; then cp "$REPLAY" "$W/replay"; else go build -o "$W/replay" ./scripts/replay || exit 1; fi
 SEEDS=${SEEDS:-$(seq 0 15)}; SWAP=${SWAP:-$(seq 0 7)}
 T0=$(date +%s)
 for s in $SEEDS; do

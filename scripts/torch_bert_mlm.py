@@ -11,7 +11,7 @@ recipe and the same model, for the curves and the throughput in BENCHMARKS.md.
     OPENBLAS_NUM_THREADS=1 /usr/bin/python3 scripts/torch_bert_mlm.py --data ../shared/data/ptb \\
         --vocab vocab.txt --workers 1 --steps 30 --eval-every 0 --no-eval
 
-What is the same as spargo's examples/bert (internal/train/mlm.go, datasets/mlm.go):
+What is the same as spargo's examples/bert (train/mlm.go, datasets/mlm.go):
   - text: ptb.train.txt for training, ptb.valid.txt held out (a directory's *valid*.txt; a
     single file holds out its last --hold-out of the sentences); one sentence per line,
     blank lines between documents;

@@ -9,7 +9,7 @@
 #   OPENBLAS_NUM_THREADS=1 /usr/bin/python3 scripts/torch_lstm_ptb.py \
 #       --data ../shared/data/ptb --model small --workers 2 --epochs 1 --steps 60 --no-eval
 #
-# The recipe, as spargo's (internal/train/lm.go, datasets/ptb.go, models/lstm.go):
+# The recipe, as spargo's (train/lm.go, datasets/ptb.go, models/lstm.go):
 #   * data: every line's words + <eos>; vocabulary by decreasing count, ties by the word (the
 #     seeds' ptb_reader); the training stream cut into --workers contiguous equal parts, each
 #     laid out in --batch columns (word_language_model's batchify) and read in --bptt windows

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""PyTorch parity of a spargo model through exported weights (internal/parity).
+"""PyTorch parity of a spargo model through exported weights (models/internal/parity).
 
 spargo writes a case directory (weights, a batch, its loss, gradients and updated buffers):
 
-    go run ./internal/parity/export -model resnet20 -batch 8 /tmp/parity/resnet20
+    go run ./models/internal/parity/export -model resnet20 -batch 8 /tmp/parity/resnet20
 
 This script builds the same model in PyTorch (scripts/torch_models.py), loads the weights
 (strict: every name and shape must match), runs one training-mode forward and backward on
@@ -81,7 +81,7 @@ def summary(t, with_samples=True):
 
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("dir", help="case directory written by go run ./internal/parity/export")
+    ap.add_argument("dir", help="case directory written by go run ./models/internal/parity/export")
     ap.add_argument("--family", required=True, choices=sorted(FAMILIES))
     ap.add_argument("--model", required=True, help="catalogue name; must be the exported case's")
     ap.add_argument("--dtype", default="float64", choices=["float64", "float32"])

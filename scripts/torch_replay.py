@@ -3,15 +3,15 @@
 # (BENCHMARKS.md, "Dense all-reduce against PyTorch" for VGG-11, "ResNets (issue 10)" for
 # ResNet-20): each framework trains on the other's exact data stream (shuffle, crops, flips)
 # from the other's initial weights, which separates what that draw does to a run from what the
-# framework does. The Go side is internal/replay; the stream file format is described there
+# framework does. The Go side is scripts/replay; the stream file format is described there
 # (int32: epochs, steps, workers, batch; then index, top, left, flip per image). Any model of
 # scripts/torch_models.py's catalogue (its parameter names are spargo's).
 #
 #   # PyTorch's own stream and weights for a seed (scripts/torch_vgg_cifar.py's dense run):
 #   OPENBLAS_NUM_THREADS=1 /usr/bin/python3 scripts/torch_replay.py --write torch_s0 --seed 0
-#   go run ./internal/replay -stream torch_s0.bin -init torch_s0.safetensors
+#   go run ./scripts/replay -stream torch_s0.bin -init torch_s0.safetensors
 #   # spargo's (examples/vgg -seed 0), trained by PyTorch:
-#   go run ./internal/replay -write-stream s0.bin -write-init s0.safetensors -seed 0
+#   go run ./scripts/replay -write-stream s0.bin -write-init s0.safetensors -seed 0
 #   OPENBLAS_NUM_THREADS=1 /usr/bin/python3 scripts/torch_replay.py --stream s0.bin --init s0.safetensors
 #   # ResNet-20 with examples/resnet's recipe: add to both sides
 #   #   --model resnet20 --workers 2 --batch 128 --lr 0.1 --wd 1e-4 --schedule cosine

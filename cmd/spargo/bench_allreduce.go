@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/spargo-dl/spargo/comm"
-	"github.com/spargo-dl/spargo/dist"
+	"github.com/spargo-dl/spargo/cluster"
 )
 
 func init() {
@@ -50,7 +50,7 @@ Each iteration refills the vector, passes a barrier, and times one all-reduce on
 an iteration's time is the slowest rank's. After W untimed iterations, K timed ones give the
 median and minimum time, algbw = SIZE / median and busbw = algbw · 2(P-1)/P (MB = 10^6 bytes).
 
-Without a launcher's environment it starts P copies of itself on this machine (dist.Launch
+Without a launcher's environment it starts P copies of itself on this machine (cluster.Launch
 over 127.0.0.1) and prints rank 0's result. Under a launcher (spargo launch -n P, torchrun,
 srun, mpirun) every process is one rank and rank 0 prints; -workers, when given, must equal
 the world size:
@@ -99,7 +99,7 @@ func runBenchAllReduce(args []string, stdout io.Writer) error {
 		return err
 	}
 	if env.WorldSize > 1 {
-		ctx, stop := dist.NotifyContext(context.Background(), fmt.Sprintf("rank %d", env.Rank), nil)
+		ctx, stop := cluster.NotifyContext(context.Background(), fmt.Sprintf("rank %d", env.Rank), nil)
 		defer stop()
 		if *cpuProfile != "" && env.Rank == 0 {
 			f, err := os.Create(*cpuProfile)
@@ -149,10 +149,10 @@ func launchAllReduce(args []string, p int) (*allReduceResult, error) {
 	return &res, nil
 }
 
-// allReduceRank is one rank of the measurement: it joins the job (dist.Init), runs the
+// allReduceRank is one rank of the measurement: it joins the job (cluster.Init), runs the
 // iterations and returns the result on rank 0 (nil elsewhere).
 func allReduceRank(ctx context.Context, size int, alg comm.Algorithm, warmup, iters int) (res *allReduceResult, err error) {
-	g, env, err := dist.Init(ctx, dist.Options{})
+	g, env, err := cluster.Init(ctx, cluster.Options{})
 	if err != nil {
 		return nil, fmt.Errorf("bench allreduce: %w", err)
 	}

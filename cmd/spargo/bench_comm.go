@@ -16,7 +16,7 @@ import (
 	"sync"
 
 	"github.com/spargo-dl/spargo/comm"
-	"github.com/spargo-dl/spargo/dist"
+	"github.com/spargo-dl/spargo/cluster"
 	"github.com/spargo-dl/spargo/gradrec"
 	"github.com/spargo-dl/spargo/hooks"
 	"github.com/spargo-dl/spargo/nn"
@@ -270,9 +270,9 @@ func benchComm(args []string, stdout io.Writer, lookup func(string) (string, boo
 	ctx := context.Background()
 	if rank >= 0 {
 		var stop func()
-		ctx, stop = dist.NotifyContext(ctx, fmt.Sprintf("rank %d", rank), nil)
+		ctx, stop = cluster.NotifyContext(ctx, fmt.Sprintf("rank %d", rank), nil)
 		defer stop()
-		if g, _, err = dist.Init(ctx, dist.Options{Lookup: lookup}); err != nil {
+		if g, _, err = cluster.Init(ctx, cluster.Options{Lookup: lookup}); err != nil {
 			return fmt.Errorf("bench comm: %w", err)
 		}
 		defer func() {

@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 
 	"github.com/spargo-dl/spargo/comm"
-	"github.com/spargo-dl/spargo/dist"
+	"github.com/spargo-dl/spargo/cluster"
 )
 
 // The measurements that run one rank per process (bench allreduce, bench comm -transport
@@ -30,16 +30,16 @@ const (
 // benchLauncherEnv reads the launcher's environment through lookup (nil: the process's).
 // A world size above 1 means this process is one rank of a launched job; -workers, when
 // the user set it, must then equal the world size.
-func benchLauncherEnv(name string, lookup func(string) (string, bool), workers int, workersSet bool) (dist.Env, error) {
+func benchLauncherEnv(name string, lookup func(string) (string, bool), workers int, workersSet bool) (cluster.Env, error) {
 	if lookup == nil {
 		lookup = os.LookupEnv
 	}
-	env, err := dist.DetectEnvFrom(dist.Overrides{}, lookup)
+	env, err := cluster.DetectEnvFrom(cluster.Overrides{}, lookup)
 	if err != nil {
-		return dist.Env{}, fmt.Errorf("bench %s: %w", name, err)
+		return cluster.Env{}, fmt.Errorf("bench %s: %w", name, err)
 	}
 	if env.WorldSize > 1 && workersSet && workers != env.WorldSize {
-		return dist.Env{}, fmt.Errorf("bench %s: -workers %d, but the launcher (%s) started %d processes; leave -workers out or make it equal",
+		return cluster.Env{}, fmt.Errorf("bench %s: -workers %d, but the launcher (%s) started %d processes; leave -workers out or make it equal",
 			name, workers, env.Source, env.WorldSize)
 	}
 	return env, nil
@@ -56,7 +56,7 @@ func benchResultFile(lookup func(string) (string, bool)) string {
 }
 
 // launchBench runs this program's `bench name args` as p processes on this machine
-// (dist.Launch over 127.0.0.1) and returns what rank 0 wrote to its result file.
+// (cluster.Launch over 127.0.0.1) and returns what rank 0 wrote to its result file.
 func launchBench(name string, args []string, p int) ([]byte, error) {
 	exe, err := os.Executable()
 	if err != nil {
@@ -68,9 +68,9 @@ func launchBench(name string, args []string, p int) ([]byte, error) {
 	}
 	defer os.RemoveAll(dir)
 	resultFile := filepath.Join(dir, "result.json")
-	ctx, stop := dist.NotifyContext(context.Background(), "bench "+name, nil)
+	ctx, stop := cluster.NotifyContext(context.Background(), "bench "+name, nil)
 	defer stop()
-	err = dist.Launch(ctx, dist.LaunchConfig{
+	err = cluster.Launch(ctx, cluster.LaunchConfig{
 		NProc:   p,
 		Program: exe,
 		Args:    append([]string{"bench", name}, args...),

@@ -9,8 +9,8 @@ import (
 	"strings"
 
 	"github.com/spargo-dl/spargo/datasets"
-	"github.com/spargo-dl/spargo/dist"
-	"github.com/spargo-dl/spargo/internal/overlap"
+	"github.com/spargo-dl/spargo/cluster"
+	"github.com/spargo-dl/spargo/cmd/spargo/internal/overlap"
 	"github.com/spargo-dl/spargo/models"
 )
 
@@ -125,7 +125,7 @@ func runBenchOverlap(args []string, stdout io.Writer) error {
 		cfg.Tokens = ptb.Train
 	}
 
-	env, err := dist.DetectEnv(dist.Overrides{})
+	env, err := cluster.DetectEnv(cluster.Overrides{})
 	if err != nil {
 		return fmt.Errorf("bench overlap: %w", err)
 	}
@@ -135,7 +135,7 @@ func runBenchOverlap(args []string, stdout io.Writer) error {
 			return fmt.Errorf("bench overlap: -workers %d, but the launcher (%s) started %d processes; leave -workers out or make it equal",
 				*workers, env.Source, env.WorldSize)
 		}
-		ctx, stop := dist.NotifyContext(context.Background(), fmt.Sprintf("rank %d", env.Rank), nil)
+		ctx, stop := cluster.NotifyContext(context.Background(), fmt.Sprintf("rank %d", env.Rank), nil)
 		defer stop()
 		if rep, err = overlapRank(ctx, cfg); err != nil || rep == nil {
 			return err // rep is nil on ranks other than 0
@@ -145,7 +145,7 @@ func runBenchOverlap(args []string, stdout io.Writer) error {
 		if *workers < 1 {
 			return fmt.Errorf("bench overlap: -workers %d: want at least 1", *workers)
 		}
-		ctx, stop := dist.NotifyContext(context.Background(), "bench overlap", nil)
+		ctx, stop := cluster.NotifyContext(context.Background(), "bench overlap", nil)
 		defer stop()
 		if rep, err = overlap.RunLocal(ctx, *workers, cfg); err != nil {
 			return fmt.Errorf("bench overlap: %w", err)
@@ -157,10 +157,10 @@ func runBenchOverlap(args []string, stdout io.Writer) error {
 	return rep.WriteText(stdout)
 }
 
-// overlapRank is this process's rank of a launched job: it joins (dist.Init), measures and
+// overlapRank is this process's rank of a launched job: it joins (cluster.Init), measures and
 // returns the report on rank 0 (nil elsewhere).
 func overlapRank(ctx context.Context, cfg overlap.Config) (rep *overlap.Report, err error) {
-	g, env, err := dist.Init(ctx, dist.Options{})
+	g, env, err := cluster.Init(ctx, cluster.Options{})
 	if err != nil {
 		return nil, fmt.Errorf("bench overlap: %w", err)
 	}

@@ -8,11 +8,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/spargo-dl/spargo/internal/overlap"
+	"github.com/spargo-dl/spargo/cmd/spargo/internal/overlap"
 )
 
 // In-process, the default hooks on ResNet-20 (59 tensors): one JSON report whose rows follow
-// the hooks' plans. internal/overlap's tests check the timing invariants.
+// the hooks' plans. cmd/spargo/internal/overlap's tests check the timing invariants.
 func TestBenchOverlapJSON(t *testing.T) {
 	var out, errb bytes.Buffer
 	code := dispatch([]string{"bench", "overlap", "-model", "resnet20", "-workers", "2", "-batch", "1", "-iters", "1", "-warmup", "0", "-trace", "-json"}, &out, &errb)

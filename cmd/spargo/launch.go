@@ -8,7 +8,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/spargo-dl/spargo/dist"
+	"github.com/spargo-dl/spargo/cluster"
 )
 
 func init() {
@@ -21,7 +21,7 @@ Starts N processes of program on this machine as one data-parallel job, like
 torchrun --standalone: each gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
 MASTER_ADDR=127.0.0.1, a free MASTER_PORT, SPARGO_RUN_ID, SPARGO_RESTART_COUNT and
 a shared secret (a random SPARGO_SECRET per job unless -secret-file or an inherited
-SPARGO_SECRET / SPARGO_SECRET_FILE gives one); dist.Init in the program does the rest.
+SPARGO_SECRET / SPARGO_SECRET_FILE gives one); cluster.Init in the program does the rest.
 Output lines are prefixed with "[rank R] ". When a rank fails, the others get SIGTERM
 and, after -grace, SIGKILL; the job is restarted -restarts times (SPARGO_RESTART_COUNT
 tells the program which attempt it is, to resume from its checkpoint) and then launch
@@ -41,7 +41,7 @@ func runLaunch(args []string, stdout io.Writer) error {
 	restarts := fs.Int("restarts", 0, "restart all processes up to this many times after a failure")
 	timeout := fs.Duration("timeout", 0, "peer failure timeout given to the ranks as SPARGO_TIMEOUT (0: the ranks' default, 30s)")
 	secretFile := fs.String("secret-file", "", "file holding the job's shared secret, given to the ranks as SPARGO_SECRET_FILE")
-	grace := fs.Duration("grace", dist.DefaultGrace, "time between SIGTERM and SIGKILL when stopping ranks")
+	grace := fs.Duration("grace", cluster.DefaultGrace, "time between SIGTERM and SIGKILL when stopping ranks")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -55,9 +55,9 @@ func runLaunch(args []string, stdout io.Writer) error {
 	case len(prog) == 0:
 		return errors.New("launch: no program given; usage: spargo launch -n N -- program [args...]")
 	}
-	ctx, stop := dist.NotifyContext(context.Background(), "launch", nil)
+	ctx, stop := cluster.NotifyContext(context.Background(), "launch", nil)
 	defer stop()
-	return dist.Launch(ctx, dist.LaunchConfig{
+	return cluster.Launch(ctx, cluster.LaunchConfig{
 		NProc:      *n,
 		Program:    prog[0],
 		Args:       prog[1:],

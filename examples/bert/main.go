@@ -42,7 +42,7 @@
 package main
 
 import (
-	"github.com/spargo-dl/spargo/internal/train"
+	"github.com/spargo-dl/spargo/train"
 )
 
 // defaults are the program's flags' defaults: BERT-tiny on 2 workers of 16 sequences of 128

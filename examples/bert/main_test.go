@@ -16,7 +16,7 @@ import (
 
 	"github.com/spargo-dl/spargo/checkpoint"
 	"github.com/spargo-dl/spargo/datasets"
-	"github.com/spargo-dl/spargo/internal/train"
+	"github.com/spargo-dl/spargo/train"
 	"github.com/spargo-dl/spargo/models"
 	"github.com/spargo-dl/spargo/nn"
 	"github.com/spargo-dl/spargo/safetensors"

@@ -51,7 +51,7 @@
 // has another shape (layers, batch, hidden size) or world size is refused.
 package main
 
-import "github.com/spargo-dl/spargo/internal/train"
+import "github.com/spargo-dl/spargo/train"
 
 // defaults are the program's flags' defaults (see the package doc).
 func defaults() train.LMConfig {

@@ -15,9 +15,9 @@ import (
 
 	"github.com/spargo-dl/spargo/checkpoint"
 	"github.com/spargo-dl/spargo/ddp"
-	"github.com/spargo-dl/spargo/dist"
+	"github.com/spargo-dl/spargo/cluster"
 	"github.com/spargo-dl/spargo/hooks"
-	"github.com/spargo-dl/spargo/internal/train"
+	"github.com/spargo-dl/spargo/train"
 	"github.com/spargo-dl/spargo/models"
 	"github.com/spargo-dl/spargo/nn"
 	"github.com/spargo-dl/spargo/plot"
@@ -25,7 +25,7 @@ import (
 )
 
 // runAsLSTMVar makes this test binary run the lstm program (see TestMain), so that a test
-// can start it as processes under dist.Launch.
+// can start it as processes under cluster.Launch.
 const runAsLSTMVar = "SPARGO_TEST_RUN_AS_LSTM"
 
 func TestMain(m *testing.M) {
@@ -57,7 +57,7 @@ func TestMultiProcessMatchesInProcess(t *testing.T) {
 		t.Fatalf("in-process run: %v\n%s", err, refOut)
 	}
 	var out, errb bytes.Buffer // Launch serialises the ranks' writes
-	if err := dist.Launch(ctx, dist.LaunchConfig{NProc: 2, Program: os.Args[0], Args: flags, Env: env, Stdout: &out, Stderr: &errb, Grace: 5 * time.Second}); err != nil {
+	if err := cluster.Launch(ctx, cluster.LaunchConfig{NProc: 2, Program: os.Args[0], Args: flags, Env: env, Stdout: &out, Stderr: &errb, Grace: 5 * time.Second}); err != nil {
 		t.Fatalf("2 processes: %v\n%s\n%s", err, out.String(), errb.String())
 	}
 	timing := regexp.MustCompile(` (words_s|train_s|total_s) [0-9.]+|, [0-9.]+ words/s, [0-9]+s total`)

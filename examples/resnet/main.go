@@ -1,6 +1,6 @@
 // Command resnet trains a CIFAR ResNet (He et al. 2016: resnet20, 32, 44, 56, 110) on
 // CIFAR-10 with data-parallel workers, in one process or one rank per process under a
-// launcher, exactly as examples/vgg does: both are internal/train's CIFAR-10 program
+// launcher, exactly as examples/vgg does: both are train's CIFAR-10 program
 // (train.CIFARMain) with their own models and defaults, so every flag, the metrics, the
 // checkpoints and the launchers work the same (go doc ./examples/vgg).
 //
@@ -20,7 +20,7 @@ package main
 import (
 	"math/rand/v2"
 
-	"github.com/spargo-dl/spargo/internal/train"
+	"github.com/spargo-dl/spargo/train"
 	"github.com/spargo-dl/spargo/models"
 	"github.com/spargo-dl/spargo/nn"
 )

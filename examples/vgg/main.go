@@ -14,7 +14,7 @@
 //	    -metrics run.jsonl -log-every 10 -plot run.png          # another optimizer and schedule, plotted
 //	go run ./examples/vgg -record-grads /tmp/grads -record-every 50 -record-steps 3   # for spargo bench comm -grads
 //
-// The program is internal/train's CIFAR-10 program (train.CIFARMain), which examples/resnet
+// The program is train's CIFAR-10 program (train.CIFARMain), which examples/resnet
 // shares; this one builds VGG models and has the seeds' recipe as defaults (-lr 0.01,
 // -momentum 0.9, -wd 5e-4, constant rate; -warmup N warms up from lr/workers). The training
 // flags every example shares (-optim, -schedule, -warmup, -lr, -momentum, -wd, -metrics,
@@ -28,8 +28,8 @@
 // -data, $SPARGO_DATA, ../shared/data/cifar10/approx and the user cache directory, and
 // downloaded into the cache (md5-checked) when none has it.
 //
-// Under a launcher (dist.DetectEnv finds a world size above 1) each process joins the job with
-// dist.Init and trains one rank; -workers must then be left out, or be 1 (one per process) or
+// Under a launcher (cluster.DetectEnv finds a world size above 1) each process joins the job with
+// cluster.Init and trains one rank; -workers must then be left out, or be 1 (one per process) or
 // the world size. Rank 0 prints, shows the progress bar (when its standard error is a
 // terminal) and writes -metrics; every rank loads the data and takes its shard of each batch,
 // exactly as the in-process workers do, so the run computes the same numbers. SIGINT and
@@ -39,7 +39,7 @@ package main
 import (
 	"math/rand/v2"
 
-	"github.com/spargo-dl/spargo/internal/train"
+	"github.com/spargo-dl/spargo/train"
 	"github.com/spargo-dl/spargo/models"
 	"github.com/spargo-dl/spargo/nn"
 )

@@ -15,12 +15,12 @@ import (
 	"time"
 
 	"github.com/spargo-dl/spargo/datasets"
-	"github.com/spargo-dl/spargo/dist"
-	"github.com/spargo-dl/spargo/internal/train"
+	"github.com/spargo-dl/spargo/cluster"
+	"github.com/spargo-dl/spargo/train"
 )
 
 // runAsVGGVar makes this test binary run the vgg program (see TestMain), so that tests can
-// start it as processes, alone or under dist.Launch.
+// start it as processes, alone or under cluster.Launch.
 const runAsVGGVar = "SPARGO_TEST_RUN_AS_VGG"
 
 func TestMain(m *testing.M) {
@@ -125,7 +125,7 @@ func TestMultiProcessMatchesInProcess(t *testing.T) {
 	start = time.Now()
 	var mu sync.Mutex
 	var out, errb bytes.Buffer
-	err := dist.Launch(ctx, dist.LaunchConfig{NProc: 2, Program: os.Args[0], Args: append(flags, "-metrics", metrics), Env: env,
+	err := cluster.Launch(ctx, cluster.LaunchConfig{NProc: 2, Program: os.Args[0], Args: append(flags, "-metrics", metrics), Env: env,
 		Stdout: &lockedBuffer{mu: &mu, b: &out}, Stderr: &lockedBuffer{mu: &mu, b: &errb}, Grace: 5 * time.Second})
 	mu.Lock()
 	defer mu.Unlock()

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/spargo-dl/spargo/gradrec"
-	"github.com/spargo-dl/spargo/internal/train"
+	"github.com/spargo-dl/spargo/train"
 )
 
 // -record-grads writes one file per rank of the scheduled iterations, with the model's

@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/spargo-dl/spargo/checkpoint"
-	"github.com/spargo-dl/spargo/internal/train"
+	"github.com/spargo-dl/spargo/train"
 	"github.com/spargo-dl/spargo/models"
 	"github.com/spargo-dl/spargo/nn"
 )

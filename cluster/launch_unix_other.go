@@ -1,0 +1,7 @@
+//go:build unix && !linux
+
+package cluster
+
+import "syscall"
+
+func setParentDeathSignal(*syscall.SysProcAttr) {}

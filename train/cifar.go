@@ -1,0 +1,472 @@
+package train
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spargo-dl/spargo/checkpoint"
+	"github.com/spargo-dl/spargo/comm"
+	"github.com/spargo-dl/spargo/datasets"
+	"github.com/spargo-dl/spargo/ddp"
+	"github.com/spargo-dl/spargo/cluster"
+	"github.com/spargo-dl/spargo/gradrec"
+	"github.com/spargo-dl/spargo/hooks"
+	"github.com/spargo-dl/spargo/internal/kernels"
+	"github.com/spargo-dl/spargo/models"
+	"github.com/spargo-dl/spargo/nn"
+)
+
+// CIFARConfig is a CIFAR-10 classification run: the flags of examples/vgg and
+// examples/resnet, which differ only in their defaults and in NewModel. It is the "config"
+// of the -metrics summary.
+type CIFARConfig struct {
+	Data    string `json:"data"`
+	Model   string `json:"model"`
+	Workers int    `json:"workers"`
+	Hook    string `json:"hook"`
+	Batch   int    `json:"batch"`
+	Epochs  int    `json:"epochs"`
+	Steps   int    `json:"steps"`
+	// Flags are the shared training flags (-lr -momentum -wd -optim -schedule -warmup
+	// -metrics -log-every -plot).
+	Flags
+	Seed      uint64  `json:"seed"`
+	EvalLimit int     `json:"eval_limit"`
+	BucketMB  float64 `json:"bucket_mb"`
+	DistBN    string  `json:"dist_bn"`
+	Profile   string  `json:"profile,omitempty"`
+	Progress  bool    `json:"-"`
+	// Checkpoint is the checkpoint directory; CheckpointEvery saves every N steps besides
+	// each epoch's end; Keep keeps the newest Keep; Resume continues from the latest.
+	Checkpoint      string `json:"checkpoint,omitempty"`
+	CheckpointEvery int    `json:"checkpoint_every,omitempty"`
+	Keep            int    `json:"keep,omitempty"`
+	Resume          bool   `json:"resume,omitempty"`
+	// RecordGrads, when set, records every rank's bucket inputs (local gradients before
+	// communication) at the iterations RecordEvery/RecordSteps select (gradrec.Schedule), for
+	// `spargo bench comm -grads DIR`.
+	RecordGrads string `json:"record_grads,omitempty"`
+	RecordEvery int    `json:"record_every,omitempty"`
+	RecordSteps int    `json:"record_steps,omitempty"`
+	// LogLevel and LogFormat are -log-level and -log-format (SetupLogging).
+	LogLevel  string `json:"-"`
+	LogFormat string `json:"-"`
+
+	// ModelHelp is the -model flag's help: the names NewModel knows.
+	ModelHelp string `json:"-"`
+	// NewModel builds the model Model for CIFAR-10 (models.New's signature); required.
+	NewModel func(name string, ds models.Dataset, rng *rand.Rand) (nn.Module, error) `json:"-"`
+}
+
+// Register defines the run's flags on fs; the struct's current values are the defaults.
+func (c *CIFARConfig) Register(fs *flag.FlagSet) {
+	fs.StringVar(&c.Data, "data", c.Data, "CIFAR-10 directory (default: $SPARGO_DATA, ../shared/data/cifar10/approx, the user cache; downloaded if none has it)")
+	fs.StringVar(&c.Model, "model", c.Model, orDefault(c.ModelHelp, "model name"))
+	fs.IntVar(&c.Workers, "workers", c.Workers, "data-parallel workers (in-process ranks); under a launcher leave it out, or give 1 or the world size")
+	fs.StringVar(&c.Hook, "hook", c.Hook, "comm hook spec, e.g. allreduce:algorithm=ring (see `spargo hooks`)")
+	fs.IntVar(&c.Batch, "batch", c.Batch, "batch size per worker")
+	fs.IntVar(&c.Epochs, "epochs", c.Epochs, "epochs")
+	fs.IntVar(&c.Steps, "steps", c.Steps, "stop each epoch after this many steps (0: whole epoch)")
+	c.Flags.Register(fs)
+	fs.Uint64Var(&c.Seed, "seed", c.Seed, "seed for initialisation, shuffling and augmentation")
+	fs.IntVar(&c.EvalLimit, "eval-limit", c.EvalLimit, "evaluate on the first N test images (0: all)")
+	fs.StringVar(&c.DistBN, "dist-bn", orDefault(c.DistBN, "broadcast"), "BatchNorm running statistics across ranks: broadcast (rank 0's after every step, PyTorch DDP's default) or reduce (each rank keeps its own; their mean before each evaluation, timm's --dist-bn reduce)")
+	fs.Float64Var(&c.BucketMB, "bucket-mb", c.BucketMB, "DDP bucket cap in MiB, like PyTorch's bucket_cap_mb (0: ddp's defaults, a small first bucket then 25 MiB; hooks that plan their own buckets, such as spardl's default buckets=model, ignore it)")
+	fs.StringVar(&c.Profile, "profile", c.Profile, "for hooks that plan from measured costs (omgs): reuse the profile saved in this file when it fits the model and -workers, else measure it and save it here")
+	fs.StringVar(&c.Checkpoint, "checkpoint", c.Checkpoint, "save checkpoints into this directory at the end of every epoch (and every -checkpoint-every steps); the newest is named by DIR/latest")
+	fs.IntVar(&c.CheckpointEvery, "checkpoint-every", c.CheckpointEvery, "also save a checkpoint every N steps (0: only at epoch ends)")
+	fs.IntVar(&c.Keep, "keep", c.Keep, "keep the newest N checkpoints (0: all)")
+	fs.BoolVar(&c.Resume, "resume", c.Resume, "continue from the latest checkpoint in -checkpoint DIR, exactly where it stopped (the same flags are required; -epochs may grow)")
+	fs.StringVar(&c.RecordGrads, "record-grads", c.RecordGrads, "record every rank's local gradients (the comm hook's bucket inputs) as safetensors files in this directory, for spargo bench comm -grads")
+	fs.IntVar(&c.RecordEvery, "record-every", orDefaultInt(c.RecordEvery, 50), "with -record-grads: start a window of recorded iterations every N iterations (0: only the first window)")
+	fs.IntVar(&c.RecordSteps, "record-steps", orDefaultInt(c.RecordSteps, 3), "with -record-grads: consecutive iterations per window")
+	fs.BoolVar(&c.Progress, "progress", c.Progress, "show a progress bar per epoch (launched: on rank 0, when its stderr is a terminal)")
+	fs.StringVar(&c.LogLevel, "log-level", orDefault(c.LogLevel, "info"), "log level of the hooks' messages on stderr: debug|info|warn|error (debug: one line per bucket and call, e.g. SparDL's d, Ok-Topk's thresholds and counts)")
+	fs.StringVar(&c.LogFormat, "log-format", orDefault(c.LogFormat, "text"), "text|json")
+}
+
+// CIFARMain is the main function of a CIFAR-10 example named name (examples/vgg,
+// examples/resnet): it registers c's flags on flag.CommandLine (c holds the defaults),
+// parses the command line, and trains, in-process with -workers ranks or, under a launcher
+// (cluster.DetectEnv finds a world size above 1), one rank per process. It exits the process:
+// 0 when training ends, 2 on a flag error, 1 otherwise. SIGINT and SIGTERM stop training
+// between steps.
+func CIFARMain(name string, c CIFARConfig) {
+	c.Register(flag.CommandLine)
+	Main(Program{Name: name, Flags: &c.Flags, LogLevel: &c.LogLevel, LogFormat: &c.LogFormat, Workers: &c.Workers,
+		InProcess: func(ctx context.Context, stdout, stderr io.Writer) error {
+			_, err := RunCIFAR(ctx, c, stdout, stderr)
+			return err
+		},
+		Process: func(ctx context.Context, env cluster.Env, stdout, stderr io.Writer) error {
+			_, err := RunCIFARProcess(ctx, c, env, stdout, stderr)
+			return err
+		}})
+}
+
+// SetupLogging installs the default slog handler the hooks log through (-log-level,
+// -log-format).
+func SetupLogging(level, format string, w io.Writer) error {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return fmt.Errorf("-log-level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "text":
+		slog.SetDefault(slog.New(slog.NewTextHandler(w, opts)))
+	case "json":
+		slog.SetDefault(slog.New(slog.NewJSONHandler(w, opts)))
+	default:
+		return fmt.Errorf("-log-format %q: want text or json", format)
+	}
+	return nil
+}
+
+// CIFAREpoch is an epoch record of -metrics.
+type CIFAREpoch struct {
+	Epoch     int     `json:"epoch"`
+	Steps     int     `json:"steps"`
+	TrainLoss float64 `json:"train_loss"`
+	TrainAcc  float64 `json:"train_acc"`
+	TestLoss  float64 `json:"test_loss"`
+	TestAcc   float64 `json:"test_acc"`
+	ImgPerSec float64 `json:"img_s"`
+	TrainSec  float64 `json:"train_s"`
+	TotalSec  float64 `json:"total_s"`
+	LR        float64 `json:"lr"`
+}
+
+// CIFARSummary is a run's result, and the last line of -metrics.
+type CIFARSummary struct {
+	Config    CIFARConfig  `json:"config"`
+	Dataset   string       `json:"dataset"`
+	Kernels   string       `json:"kernels"`
+	Params    int          `json:"params"`
+	Epochs    []CIFAREpoch `json:"epochs"`
+	FinalAcc  float64      `json:"final_test_acc"`
+	TotalSec  float64      `json:"total_s"`
+	Summary   bool         `json:"summary"`
+	CommStats comm.Stats   `json:"comm_rank0"`
+	Launcher  cluster.Source  `json:"launcher,omitempty"` // who started the processes of a multi-process run
+}
+
+// RunCIFAR trains with c.Workers in-process ranks, each on its own goroutine.
+func RunCIFAR(ctx context.Context, c CIFARConfig, stdout, stderr io.Writer) (*CIFARSummary, error) {
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	dir, err := datasets.EnsureCIFAR10(ctx, c.Data, stderr)
+	if err != nil {
+		return nil, err
+	}
+	trainSet, test, err := loadCIFAR(dir, stdout)
+	if err != nil {
+		return nil, err
+	}
+	groups, err := comm.NewLocal(c.Workers)
+	if err != nil {
+		return nil, err
+	}
+	return trainCIFARRanks(ctx, c, groups, trainSet, test, stdout, stderr, "")
+}
+
+// RunCIFARProcess trains this process's rank of a multi-process job (env from
+// cluster.DetectEnv, c.Workers its world size): it joins the job with cluster.Init, loads the
+// data (local rank 0 first, so that one process per host downloads) and trains like one of
+// RunCIFAR's workers. Rank 0 prints and writes -metrics; every rank loads the data and takes
+// its shard of each batch, exactly as the in-process workers do, so the run computes the
+// same numbers.
+func RunCIFARProcess(ctx context.Context, c CIFARConfig, env cluster.Env, stdout, stderr io.Writer) (sum *CIFARSummary, err error) {
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	g, stdout, progress, err := joinJob(ctx, c.Workers, stdout, stderr, c.Progress)
+	if err != nil {
+		return nil, err
+	}
+	defer closeGroup(g, &err)
+	c.Progress = progress
+	rank := g.Rank()
+	// The first rank on each host finds (or downloads) the data, the others look once it has:
+	// one download per host. If it fails, its goodbye ends the others' wait.
+	var dir string
+	first := env.LocalRank == 0
+	if first {
+		if dir, err = datasets.EnsureCIFAR10(ctx, c.Data, stderr); err != nil {
+			err = fmt.Errorf("rank %d: %w", rank, err)
+		}
+	}
+	if berr := comm.Barrier(ctx, g, tagDataBarrier); err == nil && berr != nil {
+		err = fmt.Errorf("wait for the data: %w", berr)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !first {
+		if dir, err = datasets.EnsureCIFAR10(ctx, c.Data, stderr); err != nil {
+			return nil, fmt.Errorf("rank %d: %w", rank, err)
+		}
+	}
+	trainSet, test, err := loadCIFAR(dir, stdout)
+	if err != nil {
+		return nil, fmt.Errorf("rank %d: %w", rank, err)
+	}
+	return trainCIFARRanks(ctx, c, []comm.Group{g}, trainSet, test, stdout, stderr, env.Source)
+}
+
+// tagDataBarrier is the barrier's tag while the first rank of a host fetches the data.
+const tagDataBarrier = 99
+
+func (c *CIFARConfig) check() error {
+	if c.Workers < 1 || c.Batch < 1 || c.Epochs < 1 {
+		return fmt.Errorf("-workers, -batch and -epochs must be at least 1 (got %d, %d, %d)", c.Workers, c.Batch, c.Epochs)
+	}
+	if c.NewModel == nil {
+		return errors.New("train: CIFARConfig.NewModel is nil: the program must say how to build its models")
+	}
+	if c.DistBN == "" {
+		c.DistBN = "broadcast"
+	}
+	if c.DistBN != "broadcast" && c.DistBN != "reduce" {
+		return fmt.Errorf("-dist-bn %q: want broadcast or reduce", c.DistBN)
+	}
+	if c.CheckpointEvery < 0 || c.Keep < 0 {
+		return fmt.Errorf("-checkpoint-every %d, -keep %d: want 0 or more", c.CheckpointEvery, c.Keep)
+	}
+	if (c.Resume || c.CheckpointEvery > 0) && c.Checkpoint == "" {
+		return fmt.Errorf("-resume and -checkpoint-every need -checkpoint DIR")
+	}
+	if c.RecordGrads != "" {
+		if err := (gradrec.Schedule{Every: c.RecordEvery, Steps: c.RecordSteps}).Check(); err != nil {
+			return err
+		}
+	}
+	if c.BucketMB < 0 {
+		return fmt.Errorf("-bucket-mb %g: want a positive size in MiB, or 0 for the defaults", c.BucketMB)
+	}
+	if err := c.Flags.Check(); err != nil {
+		return err
+	}
+	_, err := hooks.Parse(c.Hook)
+	return err
+}
+
+// loadCIFAR reads CIFAR-10 from dir and describes it on stdout.
+func loadCIFAR(dir string, stdout io.Writer) (trainSet, test *datasets.Images, err error) {
+	trainSet, test, err = datasets.LoadCIFAR10(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	fmt.Fprintf(stdout, "data: %s\n%s\n%s\n", dir, trainSet.Summary, test.Summary)
+	if strings.Contains(dir, "approx") {
+		fmt.Fprintln(stdout, "note: accuracy on this copy is CIFAR-10 (JPEG-degraded, 10k-train subset)")
+	}
+	return trainSet, test, nil
+}
+
+// trainCIFARRanks trains the ranks of groups, this process's share of the job (all c.Workers
+// of them in-process, one per process when launched), each on its own goroutine. The process
+// that has rank 0 prints the results, writes -metrics and draws -plot; its summary is
+// complete, the others' have no epochs.
+func trainCIFARRanks(ctx context.Context, c CIFARConfig, groups []comm.Group, trainSet, test *datasets.Images, stdout, stderr io.Writer, launcher cluster.Source) (*CIFARSummary, error) {
+	hasRank0 := groups[0].Rank() == 0
+	var metrics *metricsLog
+	if hasRank0 {
+		m, err := openMetricsLog(c.Metrics, c.Resume) // appended to on -resume
+		if err != nil {
+			return nil, err
+		}
+		defer m.close()
+		metrics = m
+	}
+	sum := &CIFARSummary{Config: c, Dataset: trainSet.Summary, Kernels: kernels.Impl(), Summary: true, Launcher: launcher}
+	start := time.Now()
+	err := runRanks(ctx, groups, func(ctx context.Context, g comm.Group) error {
+		w := &cifarWorker{cfg: c, group: g, train: trainSet, test: test, stdout: stdout, stderr: stderr, metrics: metrics, sum: sum, start: start}
+		return w.run(ctx)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if !hasRank0 {
+		return sum, nil
+	}
+	sum.TotalSec = time.Since(start).Seconds()
+	if len(sum.Epochs) == 0 { // resumed after the last epoch
+		fmt.Fprintf(stdout, "done: nothing left to train: the checkpoint in %s is at the end of epoch %d\n", c.Checkpoint, c.Epochs)
+		return sum, nil
+	}
+	last := sum.Epochs[len(sum.Epochs)-1]
+	sum.FinalAcc = last.TestAcc
+	fmt.Fprintf(stdout, "done: %s %s, %d workers × batch %d, %d epochs: test acc %.2f%%, train loss %.4f, %.1f img/s, %.0fs total\n",
+		c.Model, c.Hook, c.Workers, c.Batch, c.Epochs, 100*last.TestAcc, last.TrainLoss, last.ImgPerSec, sum.TotalSec)
+	if err := metrics.finish(sum, &c.Flags, stdout); err != nil {
+		return nil, err
+	}
+	return sum, nil
+}
+
+// cifarWorker is one rank of a CIFAR run.
+type cifarWorker struct {
+	cfg         CIFARConfig
+	group       comm.Group
+	train, test *datasets.Images
+	stdout      io.Writer
+	stderr      io.Writer
+	metrics     *metricsLog // rank 0's, with -metrics
+	sum         *CIFARSummary
+	start       time.Time
+}
+
+func (w *cifarWorker) run(ctx context.Context) error {
+	c, g := w.cfg, w.group
+	rank, world := g.Rank(), g.Size()
+	model, err := c.NewModel(c.Model, models.CIFAR10, nn.NewRand(c.Seed))
+	if err != nil {
+		return err
+	}
+	hook, err := hooks.Parse(c.Hook)
+	if err != nil {
+		return err
+	}
+	opts := []ddp.Option{ddp.WithCommHook(hook), ddp.WithBroadcastBuffers(c.DistBN == "broadcast")}
+	opts = append(opts, bucketCap(c.BucketMB)...)
+	opts, err = withProfile(ctx, g, model, hook, c.Profile, w.stdout, opts, func() (ddp.ProfileStep, func(), error) {
+		return w.profileStep(ctx, model)
+	})
+	if err != nil {
+		return err
+	}
+	traffic := g.Counters().Snapshot() // the summary counts training's traffic, not the set-up's (omgs's profile)
+	if c.RecordGrads != "" {
+		rec, err := gradrec.NewRecorder(gradrec.Config{Dir: c.RecordGrads, Schedule: gradrec.Schedule{Every: c.RecordEvery, Steps: c.RecordSteps},
+			Model: c.Model, Hook: c.Hook, Params: nn.Parameters(model)})
+		if err != nil {
+			return err
+		}
+		opts = append(opts, ddp.WithBucketObserver(rec))
+	}
+	dp, err := ddp.New(ctx, model, g, opts...)
+	if err != nil {
+		return err
+	}
+	opt, err := c.NewOptimizer(dp, hook) // also LGP's corrector for hooks that deliver results late (osp)
+	if err != nil {
+		return err
+	}
+	loader, err := datasets.NewLoader(w.train, CIFARTrainLoader(c.Batch, rank, world, c.Seed))
+	if err != nil {
+		return err
+	}
+	const evalBatch = 250
+	evalLoader, err := datasets.NewLoader(w.test, datasets.LoaderOptions{Batch: evalBatch, Mean: datasets.CIFAR10Mean, Std: datasets.CIFAR10Std})
+	if err != nil {
+		return err
+	}
+	steps := loader.NumBatches()
+	if c.Steps > 0 && c.Steps < steps {
+		steps = c.Steps
+	}
+	sched, err := c.NewSchedule(c.Epochs, steps, world)
+	if err != nil {
+		return err
+	}
+	if rank == 0 {
+		w.sum.Params = nn.NumParams(dp.Parameters())
+		fmt.Fprintf(w.stdout, "model %s: %d parameters in %d tensors, %d buckets; hook %s; %d workers × batch %d; kernels %s, GOMAXPROCS %d\n",
+			c.Model, w.sum.Params, len(dp.Parameters()), len(dp.Plan()), c.Hook, world, c.Batch, kernels.Impl(), runtime.GOMAXPROCS(0))
+	}
+	tape := nn.NewTape()
+	loop := &Loop[datasets.Batch]{
+		Group: g, DDP: dp, Model: model, Optimizer: opt, Schedule: sched, Epochs: c.Epochs, StepsPerEpoch: steps,
+		AverageBuffers: c.DistBN == "reduce",
+		Batches:        loader.EpochFrom,
+		Step:           ClassifierStep(dp, tape, 3, 32, 32),
+		EndEpoch: func(ctx context.Context, es EpochStats) error {
+			testLoss, testAcc, err := Evaluate(ctx, g, dp, model, tape, evalLoader, c.EvalLimit, 3, 32, 32)
+			if err != nil {
+				return err
+			}
+			if rank != 0 {
+				return nil
+			}
+			res := CIFAREpoch{Epoch: es.Epoch, Steps: es.Steps, TrainLoss: es.Loss, TrainAcc: es.Acc, TestLoss: testLoss, TestAcc: testAcc,
+				ImgPerSec: es.Samples / es.TrainSec, TrainSec: es.TrainSec, TotalSec: time.Since(w.start).Seconds(), LR: opt.LR()}
+			w.sum.Epochs = append(w.sum.Epochs, res)
+			w.sum.CommStats = g.Counters().Snapshot().Sub(traffic)
+			fmt.Fprintf(w.stdout, "epoch %d train_loss %.4f train_acc %.4f test_loss %.4f test_acc %.4f img_s %.1f train_s %.1f total_s %.1f\n",
+				res.Epoch, res.TrainLoss, res.TrainAcc, res.TestLoss, res.TestAcc, res.ImgPerSec, res.TrainSec, res.TotalSec)
+			return w.metrics.Write(res)
+		},
+		LogEvery: c.LogEvery,
+		Start:    w.start,
+	}
+	if c.Checkpoint != "" {
+		loop.Checkpoints = &Checkpointer{Dir: c.Checkpoint, Every: c.CheckpointEvery, Keep: c.Keep, Resume: c.Resume, Meta: c.checkpointMeta(world)}
+	}
+	loop.report(rank, w.metrics, c.Progress, w.stdout, w.stderr, func(pos checkpoint.Position) string {
+		return fmt.Sprintf("epoch %d, step %d, iteration %d", pos.Epoch+1, pos.Step, pos.Iteration)
+	})
+	return loop.Run(ctx)
+}
+
+// CIFARTrainLoader is the training loader's options of the CIFAR program on rank of world:
+// batch images per rank, reshuffled every epoch from seed, random crop and flip, the last
+// short batch dropped, CIFAR-10's normalisation.
+func CIFARTrainLoader(batch, rank, world int, seed uint64) datasets.LoaderOptions {
+	return datasets.LoaderOptions{Batch: batch, Rank: rank, World: world, Seed: seed, Shuffle: true, Augment: true,
+		DropLast: true, Mean: datasets.CIFAR10Mean, Std: datasets.CIFAR10Std}
+}
+
+// ClassifierStep is a Loop's Step for a classifier trained with cross-entropy: it runs the
+// batch (inputs of shape sample, e.g. 3, 32, 32) forward through dp on tape and backward
+// with dp.Backward, and reports the loss and the correct predictions.
+func ClassifierStep(dp *ddp.DDP, tape *nn.Tape, sample ...int) func(context.Context, datasets.Batch) (StepResult, error) {
+	shape := append([]int{0}, sample...)
+	return func(ctx context.Context, b datasets.Batch) (StepResult, error) {
+		shape[0] = b.N
+		x, err := nn.FromSlice(b.X, shape...)
+		if err != nil {
+			return StepResult{}, err
+		}
+		tape.Reset()
+		tape.SetGradEnabled(true)
+		logits := dp.Forward(tape.Const(x))
+		loss := nn.CrossEntropy(logits, b.Y)
+		if err := dp.Backward(ctx, loss); err != nil {
+			return StepResult{}, err
+		}
+		return StepResult{Loss: float64(loss.Item()), Correct: float64(nn.Accuracy(logits.Value, b.Y)), N: b.N}, nil
+	}
+}
+
+// checkpointMeta describes the run for checkpoints: resuming requires the same model, hook,
+// world size and the flags that change the trajectory (-epochs may grow; -data, -eval-limit,
+// -metrics, -log-every, -plot and -progress may change).
+func (c CIFARConfig) checkpointMeta(world int) checkpoint.Meta {
+	cfg := c.Flags.MetaConfig()
+	cfg["batch"] = strconv.Itoa(c.Batch)
+	cfg["steps"] = strconv.Itoa(c.Steps)
+	cfg["seed"] = strconv.FormatUint(c.Seed, 10)
+	cfg["bucket_mb"] = formatFloat(c.BucketMB)
+	cfg["dist_bn"] = c.DistBN
+	return checkpoint.Meta{Model: c.Model, Hook: c.Hook, World: world, Config: cfg}
+}
+
+// orDefaultInt is v, or def when v is 0 (a flag default for a zero-valued config field).
+func orDefaultInt(v, def int) int {
+	if v == 0 {
+		return def
+	}
+	return v
+}

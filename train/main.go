@@ -1,0 +1,243 @@
+package train
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+
+	"github.com/spargo-dl/spargo/checkpoint"
+	"github.com/spargo-dl/spargo/comm"
+	"github.com/spargo-dl/spargo/ddp"
+	"github.com/spargo-dl/spargo/cluster"
+)
+
+// Program is what Main needs from an example: its flags (registered on flag.CommandLine
+// before Main parses them) and how it trains in-process or as one rank of a launched job.
+type Program struct {
+	// Name prefixes every message (the command's name).
+	Name string
+	// Flags are the program's shared training flags, checked after parsing.
+	Flags *Flags
+	// LogLevel and LogFormat are the -log-level and -log-format values (SetupLogging).
+	LogLevel, LogFormat *string
+	// Workers is -workers, reconciled with a launcher's world size.
+	Workers *int
+	// AfterParse, when set, runs after flag parsing with a test of which flags were given
+	// (a program whose defaults depend on another flag fills them in here).
+	AfterParse func(set func(flag string) bool)
+	// InProcess trains with *Workers ranks in this process.
+	InProcess func(ctx context.Context, stdout, stderr io.Writer) error
+	// Process trains this process's rank of a job that a launcher started (env.WorldSize > 1).
+	Process func(ctx context.Context, env cluster.Env, stdout, stderr io.Writer) error
+}
+
+// Main parses the command line (the program has registered its flags on
+// flag.CommandLine) and trains, in-process with -workers ranks or, under a launcher
+// (cluster.DetectEnv finds a world size above 1), one rank per process. It exits the process:
+// 0 when training ends (or for -optim help / -schedule help), 2 on a flag error, 1
+// otherwise. SIGINT and SIGTERM stop training between steps.
+func Main(p Program) {
+	name := p.Name
+	flag.Parse()
+	if p.AfterParse != nil {
+		given := map[string]bool{}
+		flag.Visit(func(f *flag.Flag) { given[f.Name] = true })
+		p.AfterParse(func(name string) bool { return given[name] })
+	}
+	if err := p.Flags.Check(); errors.Is(err, ErrHelp) {
+		fmt.Print(HelpText())
+		os.Exit(0)
+	} else if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		os.Exit(2)
+	}
+	if err := SetupLogging(*p.LogLevel, *p.LogFormat, os.Stderr); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		os.Exit(2)
+	}
+	env, err := cluster.DetectEnv(cluster.Overrides{})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		os.Exit(2)
+	}
+	trainFn := p.InProcess
+	if env.WorldSize > 1 {
+		// One rank per process.
+		name = fmt.Sprintf("%s: rank %d", name, env.Rank)
+		workersSet := false
+		flag.Visit(func(f *flag.Flag) { workersSet = workersSet || f.Name == "workers" })
+		if err := checkWorkers(p.Workers, workersSet, env); err != nil {
+			fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+			os.Exit(2)
+		}
+		trainFn = func(ctx context.Context, stdout, stderr io.Writer) error { return p.Process(ctx, env, stdout, stderr) }
+	}
+	ctx, stop := cluster.NotifyContext(context.Background(), name, nil)
+	defer stop()
+	if err := trainFn(ctx, os.Stdout, os.Stderr); err != nil {
+		var sig *cluster.SignalError
+		if errors.As(context.Cause(ctx), &sig) {
+			fmt.Fprintf(os.Stderr, "%s: stopped: %v\n", name, sig)
+		} else {
+			fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		}
+		stop()
+		os.Exit(1)
+	}
+}
+
+// checkWorkers reconciles -workers with a launcher's world size: left out, 1 (one worker per
+// process) or equal to it are fine, and *workers becomes the world size.
+func checkWorkers(workers *int, workersSet bool, env cluster.Env) error {
+	if workersSet && *workers != 1 && *workers != env.WorldSize {
+		return fmt.Errorf("-workers %d, but %s started %d processes: one worker per process; leave -workers out or give 1 or %d",
+			*workers, env.Source, env.WorldSize, env.WorldSize)
+	}
+	*workers = env.WorldSize
+	return nil
+}
+
+// joinJob joins this process's rank of a launched job of workers ranks (cluster.Init) and
+// returns its group, the writer rank 0 prints on (io.Discard on the other ranks) and whether
+// a progress bar may be drawn (not on a launcher's pipe, whose log the bar's carriage
+// returns would garble). The caller closes the group (closeGroup).
+func joinJob(ctx context.Context, workers int, stdout, stderr io.Writer, progress bool) (comm.Group, io.Writer, bool, error) {
+	g, _, err := cluster.Init(ctx, cluster.Options{})
+	if err != nil {
+		return nil, nil, false, err
+	}
+	if g.Size() != workers {
+		g.Close()
+		return nil, nil, false, fmt.Errorf("joined a group of %d ranks, expected %d", g.Size(), workers)
+	}
+	if g.Rank() != 0 {
+		stdout = io.Discard
+	} else if fi, err := os.Stderr.Stat(); stderr == os.Stderr && (err != nil || fi.Mode()&os.ModeCharDevice == 0) {
+		progress = false
+	}
+	return g, stdout, progress, nil
+}
+
+// closeGroup closes g at the end of a launched rank's run and keeps the run's error, if any,
+// else reports the close's.
+func closeGroup(g comm.Group, err *error) {
+	if cerr := g.Close(); *err == nil && cerr != nil {
+		*err = fmt.Errorf("close the group: %w", cerr)
+	}
+}
+
+// runRanks runs rank(ctx, g) for every group on its own goroutine and returns their distinct
+// errors joined; the first failure cancels the others' context so that no rank waits for it.
+func runRanks(ctx context.Context, groups []comm.Group, rank func(ctx context.Context, g comm.Group) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make([]error, len(groups))
+	var wg sync.WaitGroup
+	for i, g := range groups {
+		wg.Go(func() {
+			if errs[i] = rank(ctx, g); errs[i] != nil {
+				cancel() // unblock the other ranks
+			}
+		})
+	}
+	wg.Wait()
+	// Ranks that fail alike (a flag every rank checks) report it once.
+	var distinct []error
+	seen := map[string]bool{}
+	for _, err := range errs {
+		if err != nil && !seen[err.Error()] {
+			seen[err.Error()] = true
+			distinct = append(distinct, err)
+		}
+	}
+	return errors.Join(distinct...)
+}
+
+// metricsLog is rank 0's -metrics file: JSON lines of records, then the run's summary. A nil
+// *metricsLog (no -metrics, or another rank) writes nothing.
+type metricsLog struct {
+	f   *os.File
+	enc *json.Encoder
+}
+
+// openMetricsLog opens path (OpenMetrics: appended to when resuming); nil when path is empty.
+func openMetricsLog(path string, resume bool) (*metricsLog, error) {
+	if path == "" {
+		return nil, nil
+	}
+	f, err := OpenMetrics(path, resume)
+	if err != nil {
+		return nil, err
+	}
+	return &metricsLog{f: f, enc: json.NewEncoder(f)}, nil
+}
+
+// Write appends one record.
+func (m *metricsLog) Write(v any) error {
+	if m == nil {
+		return nil
+	}
+	return m.enc.Encode(v)
+}
+
+// close closes the file (after finish, or on an error path).
+func (m *metricsLog) close() {
+	if m != nil {
+		m.f.Close()
+	}
+}
+
+// finish writes the summary as the last line, closes the file and draws -plot from it.
+func (m *metricsLog) finish(summary any, f *Flags, stdout io.Writer) error {
+	if m == nil {
+		return nil
+	}
+	if err := m.enc.Encode(summary); err != nil {
+		return err
+	}
+	if err := m.f.Close(); err != nil {
+		return fmt.Errorf("-metrics: %w", err)
+	}
+	if err := f.DrawPlot(); err != nil {
+		return err
+	}
+	if f.Plot != "" {
+		fmt.Fprintf(stdout, "plot: %s\n", f.Plot)
+	}
+	return nil
+}
+
+// report makes the loop of rank rank report as a program's rank 0 does: step records into
+// metrics, a progress bar on stderr when progress is set, and a line on stdout per saved
+// checkpoint (describe says where in the run it is). Other ranks report nothing.
+func (l *Loop[B]) report(rank int, metrics *metricsLog, progress bool, stdout, stderr io.Writer, describe func(checkpoint.Position) string) {
+	if rank != 0 {
+		return
+	}
+	if metrics != nil {
+		l.LogStep = func(rec StepRecord) error { return metrics.Write(rec) }
+	}
+	if progress {
+		l.Progress = stderr
+	}
+	if l.Checkpoints != nil {
+		l.Checkpoints.Saved = func(path string, pos checkpoint.Position) {
+			fmt.Fprintf(stdout, "checkpoint %s (%s)\n", path, describe(pos))
+		}
+	}
+}
+
+// bucketCap is the DDP option of -bucket-mb: a cap of mb MiB on every bucket, or none
+// (ddp's defaults) when mb is 0.
+func bucketCap(mb float64) []ddp.Option {
+	if mb <= 0 {
+		return nil
+	}
+	capBytes := int(mb * (1 << 20))
+	return []ddp.Option{ddp.WithBucketCap(capBytes, capBytes)}
+}
