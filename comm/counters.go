@@ -80,7 +80,7 @@ func (s Stats) Add(o Stats) Stats {
 	}
 }
 
-// WordsRecv is BytesRecv in 4-byte words, the unit of the cost formulas in ALGORITHMS.md.
+// WordsRecv is BytesRecv in 4-byte words, the unit of the cost formulas in docs/ALGORITHMS.md.
 func (s Stats) WordsRecv() float64 { return float64(s.BytesRecv) / 4 }
 
 func (s Stats) String() string {

@@ -30,7 +30,7 @@
 // transport) and rounds (counted by the collectives). A round is one communication step on a
 // rank: the messages it posts together and then waits for together (a send and a receive
 // exchanged with neighbours are one round). A word is 4 bytes; the cost formulas in each
-// collective's doc and in ALGORITHMS.md count words received per rank. Measure an operation
+// collective's doc and in docs/ALGORITHMS.md count words received per rank. Measure an operation
 // with Snapshot before and after and Stats.Sub. Counters of one rank are shared by all
 // collectives running on it.
 //

@@ -14,7 +14,7 @@ import (
 	"github.com/spargo-dl/spargo/nn"
 )
 
-// OSP is Overlapped Synchronization Parallel (Chen et al., ICPP 2023; ALGORITHMS.md §7) on
+// OSP is Overlapped Synchronization Parallel (Chen et al., ICPP 2023; docs/ALGORITHMS.md §7) on
 // all-reduce groups instead of the paper's parameter server. A "layer" is one parameter
 // tensor (a weight or a bias), as in LAGS.
 //

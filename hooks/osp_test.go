@@ -167,7 +167,7 @@ func TestOSPZeroBudgetIsAllreduce(t *testing.T) {
 	}
 }
 
-// Replica consistency (ALGORITHMS.md §0) with deferral and LGP on: after every step the true
+// Replica consistency (docs/ALGORITHMS.md §0) with deferral and LGP on: after every step the true
 // parameters are bit-identical on every rank, while the forwards run on per-rank
 // LGP-corrected values (which differ between ranks).
 func TestOSPReplicaConsistency(t *testing.T) {
@@ -308,7 +308,7 @@ func TestOSPAppliesEveryGlobalGradientOnce(t *testing.T) {
 	}
 }
 
-// The split follows PGP (ALGORITHMS.md §7): at every iteration t ≥ 1 the deferred layers are
+// The split follows PGP (docs/ALGORITHMS.md §7): at every iteration t ≥ 1 the deferred layers are
 // exactly the greedy fill of S(G^u) from the least important, with I_l = Σ|Ĝ_l·W_l| where W is
 // the true value after the last step and Ĝ_l the last global gradient already applied to l
 // (G_{t-1}, or G_{t-2} for a layer deferred at t-1). The test computes Ĝ in float64 from the
