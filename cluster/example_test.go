@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/spargo-dl/spargo/comm"
 	"github.com/spargo-dl/spargo/cluster"
+	"github.com/spargo-dl/spargo/comm"
 )
 
 // A training program joins its job with Init. Started on its own, as here, it is a job of one

@@ -11,9 +11,9 @@ import (
 	"sync"
 
 	"github.com/spargo-dl/spargo/checkpoint"
+	"github.com/spargo-dl/spargo/cluster"
 	"github.com/spargo-dl/spargo/comm"
 	"github.com/spargo-dl/spargo/ddp"
-	"github.com/spargo-dl/spargo/cluster"
 )
 
 // Program is what Main needs from an example: its flags (registered on flag.CommandLine

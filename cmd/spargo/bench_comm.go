@@ -15,8 +15,8 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/spargo-dl/spargo/comm"
 	"github.com/spargo-dl/spargo/cluster"
+	"github.com/spargo-dl/spargo/comm"
 	"github.com/spargo-dl/spargo/gradrec"
 	"github.com/spargo-dl/spargo/hooks"
 	"github.com/spargo-dl/spargo/nn"

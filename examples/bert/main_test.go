@@ -16,10 +16,10 @@ import (
 
 	"github.com/spargo-dl/spargo/checkpoint"
 	"github.com/spargo-dl/spargo/datasets"
-	"github.com/spargo-dl/spargo/train"
 	"github.com/spargo-dl/spargo/models"
 	"github.com/spargo-dl/spargo/nn"
 	"github.com/spargo-dl/spargo/safetensors"
+	"github.com/spargo-dl/spargo/train"
 )
 
 // writeCorpus writes a small corpus directory in PTB's layout (train.txt and valid.txt,

@@ -37,10 +37,10 @@ import (
 	"github.com/spargo-dl/spargo/ddp"
 	"github.com/spargo-dl/spargo/hooks"
 	"github.com/spargo-dl/spargo/internal/kernels"
-	"github.com/spargo-dl/spargo/train"
 	"github.com/spargo-dl/spargo/nn"
 	sgorgonia "github.com/spargo-dl/spargo/nn/gorgonia"
 	"github.com/spargo-dl/spargo/optim"
+	"github.com/spargo-dl/spargo/train"
 )
 
 type config struct {

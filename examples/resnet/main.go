@@ -20,9 +20,9 @@ package main
 import (
 	"math/rand/v2"
 
-	"github.com/spargo-dl/spargo/train"
 	"github.com/spargo-dl/spargo/models"
 	"github.com/spargo-dl/spargo/nn"
+	"github.com/spargo-dl/spargo/train"
 )
 
 // defaults are the program's flags' defaults: resnet20 with He et al.'s recipe (see the

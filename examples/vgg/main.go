@@ -39,9 +39,9 @@ package main
 import (
 	"math/rand/v2"
 
-	"github.com/spargo-dl/spargo/train"
 	"github.com/spargo-dl/spargo/models"
 	"github.com/spargo-dl/spargo/nn"
+	"github.com/spargo-dl/spargo/train"
 )
 
 // defaults are the program's flags' defaults: VGG-11, 2 workers of batch 32, 3 epochs, SGD

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spargo-dl/spargo/datasets"
 	"github.com/spargo-dl/spargo/cluster"
+	"github.com/spargo-dl/spargo/datasets"
 	"github.com/spargo-dl/spargo/train"
 )
 

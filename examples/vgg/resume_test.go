@@ -11,9 +11,9 @@ import (
 	"testing"
 
 	"github.com/spargo-dl/spargo/checkpoint"
-	"github.com/spargo-dl/spargo/train"
 	"github.com/spargo-dl/spargo/models"
 	"github.com/spargo-dl/spargo/nn"
+	"github.com/spargo-dl/spargo/train"
 )
 
 // tinyVGG is a VGG-shaped network small enough for several runs per test: two conv-BN-ReLU-

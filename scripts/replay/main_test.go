@@ -8,9 +8,9 @@ import (
 	"testing"
 
 	"github.com/spargo-dl/spargo/datasets"
-	"github.com/spargo-dl/spargo/train"
 	"github.com/spargo-dl/spargo/nn"
 	"github.com/spargo-dl/spargo/safetensors"
+	"github.com/spargo-dl/spargo/train"
 )
 
 // A written stream reads back as the training loaders' plans, step by step and rank by rank,
