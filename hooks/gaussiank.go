@@ -108,8 +108,7 @@ func gaussianThreshold(x []float32, density float64) float64 {
 func (h *GaussianK) step(ctx context.Context, g comm.Group, tag uint32, flat []float32, st *BucketState) error {
 	p, n := g.Size(), len(flat)
 	k := h.k(n)
-	xi := st.Residual
-	kernels.Add(flat, flat, xi)
+	st.Residual.Compensate(flat)
 	info := gaussiankInfo{k: k, fit: gaussianThreshold(flat, h.Density)}
 	ws := getWireScratch()
 	defer putWireScratch(ws)
@@ -125,10 +124,7 @@ func (h *GaussianK) step(ctx context.Context, g comm.Group, tag uint32, flat []f
 		ws.sel = Threshold(ws.sel, flat, float32(th))
 	}
 	info.threshold, info.count = th, ws.sel.Len()
-	copy(xi, flat)
-	for _, j := range ws.sel.Idx {
-		xi[j] = 0
-	}
+	st.Residual.Update(flat, ws.sel.Idx)
 	ws.msg = ws.sel.AppendWire(ws.msg[:0])
 	all, err := comm.AllGatherBytes(ctx, g, tag, ws.msg)
 	if err != nil {

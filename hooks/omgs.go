@@ -364,13 +364,13 @@ func mergedStep(ctx context.Context, g comm.Group, tag uint32, flat []float32, s
 	if nd == 0 {
 		return topkaStep(ctx, g, tag, flat, st, k, marks)
 	}
-	xi := st.Residual
 	part := make([]float32, 0, nd)
 	for _, s := range dense {
-		kernels.Add(flat[s.lo:s.hi], flat[s.lo:s.hi], xi[s.lo:s.hi])
+		xi := st.Residual[s.lo:s.hi]
+		xi.Compensate(flat[s.lo:s.hi])
+		xi.MarkAllSent()
 		part = append(part, flat[s.lo:s.hi]...)
 		clear(flat[s.lo:s.hi])
-		clear(xi[s.lo:s.hi])
 	}
 	if err := comm.AllReduce(ctx, g, tag+tagDense, part, comm.Auto); err != nil {
 		return fmt.Errorf("all-reduce of the small tensors: %w", err)
