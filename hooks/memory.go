@@ -126,6 +126,17 @@ func NewMemory(hook string) *Memory {
 	return &Memory{hook: hook, buckets: map[int]*BucketState{}}
 }
 
+// lazyMemory returns *mem, first creating it for the named hook under mu: a hook built as a
+// struct literal gets its Memory on its first call, which DDP makes before any other.
+func lazyMemory(mu *sync.Mutex, mem **Memory, hook string) *Memory {
+	mu.Lock()
+	defer mu.Unlock()
+	if *mem == nil {
+		*mem = NewMemory(hook)
+	}
+	return *mem
+}
+
 // Bucket returns the state of b's bucket, creating a zero residual of len(b.Flat()) on first
 // use and checking restored state against the bucket.
 func (m *Memory) Bucket(g comm.Group, b ddp.Bucket) (*BucketState, error) {

@@ -130,14 +130,7 @@ const (
 // Name returns "powersgd".
 func (h *PowerSGD) Name() string { return "powersgd" }
 
-func (h *PowerSGD) memory() *Memory {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.mem == nil {
-		h.mem = NewMemory("powersgd")
-	}
-	return h.mem
-}
+func (h *PowerSGD) memory() *Memory { return lazyMemory(&h.mu, &h.mem, "powersgd") }
 
 // SetAllReduce replaces the all-reduce of the uncompressed tensors, P and Q and of the calls
 // before StartIter (DenseAllReducer); nil restores AllReduce32.

@@ -161,14 +161,7 @@ func (h *SparDL) check() error {
 // Name returns "spardl".
 func (h *SparDL) Name() string { return "spardl" }
 
-func (h *SparDL) memory() *Memory {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.mem == nil {
-		h.mem = NewMemory("spardl")
-	}
-	return h.mem
-}
+func (h *SparDL) memory() *Memory { return lazyMemory(&h.mu, &h.mem, "spardl") }
 
 // State returns the residuals and per-bucket scalars (ddp.Stateful).
 func (h *SparDL) State() (map[string][]float32, error) { return h.memory().State() }
