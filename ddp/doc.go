@@ -50,11 +50,10 @@
 //     per-bucket state (residuals, thresholds) assumes the buckets of one rank run in order.
 //     A hook that wants more overlap defers work (LateFuture) rather than returning early.
 //
-// MeasureProfile measures, before New, what cost-model planners need (OMGS-SGD): when each
-// parameter's gradient becomes ready in backward, the top-k selection's cost on this CPU
-// (γ·n·log2 n) and the all-gather's on this group (α + β·bytes), every rank getting rank 0's
-// numbers. A hook that plans from it implements ProfiledPlanner; pass the profile with
-// WithProfile. A Profile prints (%v, %+v) and saves as JSON (Save, LoadProfile) for reuse.
+// A hook that plans from measured costs (OMGS-SGD: when each parameter's gradient becomes
+// ready, what top-k and the all-gather cost) holds its profile itself: package hooks/profile
+// measures one before New and the hook takes it (hooks.ProfiledPlanner); DDP keeps only the
+// Planner hook point.
 //
 // # Late results (two-stage hooks such as OSP)
 //

@@ -103,10 +103,10 @@ func (f *thenFuture) Wait() ([]float32, error) {
 // Planner is implemented by hooks that choose the buckets themselves (OMGS merges
 // layers by a cost model). Plan returns groups of indices into params (the model's
 // parameters in declaration order); every index must appear exactly once. A nil plan
-// (and nil error) keeps DDP's size-capped default. prof is the measured profile, or nil
-// when none was measured.
+// (and nil error) keeps DDP's size-capped default. What a planner plans from (OMGS: costs
+// measured before New, package hooks/profile) it holds itself: DDP only asks.
 type Planner interface {
-	Plan(params []*nn.Param, prof *Profile) ([][]int, error)
+	Plan(params []*nn.Param) ([][]int, error)
 }
 
 // Stateful hooks save and restore their state with checkpoints.

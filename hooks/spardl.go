@@ -117,7 +117,7 @@ const (
 // trains like a plain PyTorch simulation of the paper's procedure on the flattened model
 // (train loss 1.56 vs 1.54 after 3 epochs), while DDP's three buckets of VGG-11 (76 k, 2.4 M
 // and 6.8 M elements, each with its own 1 % budget) train worse (1.61 and 1.66).
-func (h *SparDL) Plan(params []*nn.Param, _ *ddp.Profile) ([][]int, error) {
+func (h *SparDL) Plan(params []*nn.Param) ([][]int, error) {
 	if h.Buckets == BucketsDDP {
 		return nil, nil
 	}

@@ -14,14 +14,15 @@ import (
 	"time"
 
 	"github.com/spargo-dl/spargo/checkpoint"
-	"github.com/spargo-dl/spargo/ddp"
 	"github.com/spargo-dl/spargo/cluster"
+	"github.com/spargo-dl/spargo/ddp"
 	"github.com/spargo-dl/spargo/hooks"
-	"github.com/spargo-dl/spargo/train"
+	"github.com/spargo-dl/spargo/hooks/profile"
 	"github.com/spargo-dl/spargo/models"
 	"github.com/spargo-dl/spargo/nn"
 	"github.com/spargo-dl/spargo/plot"
 	"github.com/spargo-dl/spargo/safetensors"
+	"github.com/spargo-dl/spargo/train"
 )
 
 // runAsLSTMVar makes this test binary run the lstm program (see TestMain), so that a test
@@ -155,7 +156,7 @@ func TestOMGSMeasuresAndReusesProfile(t *testing.T) {
 		}
 		outs = append(outs, out.String())
 	}
-	prof, err := ddp.LoadProfile(c.Profile)
+	prof, err := profile.Load(c.Profile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +175,8 @@ func TestOMGSMeasuresAndReusesProfile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plan, err := h.(ddp.Planner).Plan(nn.Parameters(model), prof)
+	h.(hooks.ProfiledPlanner).SetProfile(prof)
+	plan, err := h.(ddp.Planner).Plan(nn.Parameters(model))
 	if err != nil {
 		t.Fatal(err)
 	}
