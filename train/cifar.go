@@ -14,10 +14,10 @@ import (
 	"time"
 
 	"github.com/spargo-dl/spargo/checkpoint"
-	"github.com/spargo-dl/spargo/cluster"
 	"github.com/spargo-dl/spargo/comm"
 	"github.com/spargo-dl/spargo/datasets"
 	"github.com/spargo-dl/spargo/ddp"
+	"github.com/spargo-dl/spargo/cluster"
 	"github.com/spargo-dl/spargo/gradrec"
 	"github.com/spargo-dl/spargo/hooks"
 	"github.com/spargo-dl/spargo/hooks/profile"
@@ -149,16 +149,16 @@ type CIFAREpoch struct {
 
 // CIFARSummary is a run's result, and the last line of -metrics.
 type CIFARSummary struct {
-	Config    CIFARConfig    `json:"config"`
-	Dataset   string         `json:"dataset"`
-	Kernels   string         `json:"kernels"`
-	Params    int            `json:"params"`
-	Epochs    []CIFAREpoch   `json:"epochs"`
-	FinalAcc  float64        `json:"final_test_acc"`
-	TotalSec  float64        `json:"total_s"`
-	Summary   bool           `json:"summary"`
-	CommStats comm.Stats     `json:"comm_rank0"`
-	Launcher  cluster.Source `json:"launcher,omitempty"` // who started the processes of a multi-process run
+	Config    CIFARConfig  `json:"config"`
+	Dataset   string       `json:"dataset"`
+	Kernels   string       `json:"kernels"`
+	Params    int          `json:"params"`
+	Epochs    []CIFAREpoch `json:"epochs"`
+	FinalAcc  float64      `json:"final_test_acc"`
+	TotalSec  float64      `json:"total_s"`
+	Summary   bool         `json:"summary"`
+	CommStats comm.Stats   `json:"comm_rank0"`
+	Launcher  cluster.Source  `json:"launcher,omitempty"` // who started the processes of a multi-process run
 }
 
 // RunCIFAR trains with c.Workers in-process ranks, each on its own goroutine.

@@ -9,9 +9,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/spargo-dl/spargo/cluster"
 	"github.com/spargo-dl/spargo/datasets"
 	"github.com/spargo-dl/spargo/hooks/profile"
+	"github.com/spargo-dl/spargo/cluster"
 	"github.com/spargo-dl/spargo/models"
 	"github.com/spargo-dl/spargo/nn"
 )

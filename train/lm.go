@@ -13,10 +13,10 @@ import (
 	"time"
 
 	"github.com/spargo-dl/spargo/checkpoint"
-	"github.com/spargo-dl/spargo/cluster"
 	"github.com/spargo-dl/spargo/comm"
 	"github.com/spargo-dl/spargo/datasets"
 	"github.com/spargo-dl/spargo/ddp"
+	"github.com/spargo-dl/spargo/cluster"
 	"github.com/spargo-dl/spargo/hooks"
 	"github.com/spargo-dl/spargo/hooks/profile"
 	"github.com/spargo-dl/spargo/internal/kernels"
@@ -165,17 +165,17 @@ type LMEvalRecord struct {
 
 // LMSummary is a run's result, and the last line of -metrics.
 type LMSummary struct {
-	Config    LMConfig       `json:"config"`
-	Dataset   string         `json:"dataset"`
-	Kernels   string         `json:"kernels"`
-	Params    int            `json:"params"`
-	Epochs    []LMEpoch      `json:"epochs"`
-	FinalPPL  float64        `json:"final_val_ppl,omitempty"`
-	FinalAcc  float64        `json:"final_test_acc,omitempty"`
-	TestPPL   float64        `json:"test_ppl"`
-	TotalSec  float64        `json:"total_s"`
-	Summary   bool           `json:"summary"`
-	CommStats comm.Stats     `json:"comm_rank0"`
+	Config    LMConfig    `json:"config"`
+	Dataset   string      `json:"dataset"`
+	Kernels   string      `json:"kernels"`
+	Params    int         `json:"params"`
+	Epochs    []LMEpoch   `json:"epochs"`
+	FinalPPL  float64     `json:"final_val_ppl,omitempty"`
+	FinalAcc  float64     `json:"final_test_acc,omitempty"`
+	TestPPL   float64     `json:"test_ppl"`
+	TotalSec  float64     `json:"total_s"`
+	Summary   bool        `json:"summary"`
+	CommStats comm.Stats  `json:"comm_rank0"`
 	Launcher  cluster.Source `json:"launcher,omitempty"`
 }
 

@@ -19,10 +19,10 @@ import (
 	"time"
 
 	"github.com/spargo-dl/spargo/checkpoint"
-	"github.com/spargo-dl/spargo/cluster"
 	"github.com/spargo-dl/spargo/comm"
 	"github.com/spargo-dl/spargo/datasets"
 	"github.com/spargo-dl/spargo/ddp"
+	"github.com/spargo-dl/spargo/cluster"
 	"github.com/spargo-dl/spargo/hooks"
 	"github.com/spargo-dl/spargo/hooks/profile"
 	"github.com/spargo-dl/spargo/internal/kernels"
@@ -350,17 +350,17 @@ type MLMRound struct {
 
 // MLMSummary is a run's result, and the last line of -metrics.
 type MLMSummary struct {
-	Config    MLMConfig      `json:"config"`
-	Corpus    string         `json:"corpus"`
-	Vocab     int            `json:"vocab"`
-	Kernels   string         `json:"kernels"`
-	Params    int            `json:"params"`
-	Rounds    []MLMRound     `json:"epochs"`
-	ValLoss   float64        `json:"final_val_loss"`
-	ValAcc    float64        `json:"final_val_acc"`
-	TotalSec  float64        `json:"total_s"`
-	Summary   bool           `json:"summary"`
-	CommStats comm.Stats     `json:"comm_rank0"`
+	Config    MLMConfig   `json:"config"`
+	Corpus    string      `json:"corpus"`
+	Vocab     int         `json:"vocab"`
+	Kernels   string      `json:"kernels"`
+	Params    int         `json:"params"`
+	Rounds    []MLMRound  `json:"epochs"`
+	ValLoss   float64     `json:"final_val_loss"`
+	ValAcc    float64     `json:"final_val_acc"`
+	TotalSec  float64     `json:"total_s"`
+	Summary   bool        `json:"summary"`
+	CommStats comm.Stats  `json:"comm_rank0"`
 	Launcher  cluster.Source `json:"launcher,omitempty"`
 }
 

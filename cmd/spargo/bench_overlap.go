@@ -8,9 +8,9 @@ import (
 	"io"
 	"strings"
 
+	"github.com/spargo-dl/spargo/datasets"
 	"github.com/spargo-dl/spargo/cluster"
 	"github.com/spargo-dl/spargo/cmd/spargo/internal/overlap"
-	"github.com/spargo-dl/spargo/datasets"
 	"github.com/spargo-dl/spargo/models"
 )
 

@@ -14,15 +14,15 @@ import (
 	"time"
 
 	"github.com/spargo-dl/spargo/checkpoint"
-	"github.com/spargo-dl/spargo/cluster"
 	"github.com/spargo-dl/spargo/ddp"
+	"github.com/spargo-dl/spargo/cluster"
 	"github.com/spargo-dl/spargo/hooks"
 	"github.com/spargo-dl/spargo/hooks/profile"
+	"github.com/spargo-dl/spargo/train"
 	"github.com/spargo-dl/spargo/models"
 	"github.com/spargo-dl/spargo/nn"
 	"github.com/spargo-dl/spargo/plot"
 	"github.com/spargo-dl/spargo/safetensors"
-	"github.com/spargo-dl/spargo/train"
 )
 
 // runAsLSTMVar makes this test binary run the lstm program (see TestMain), so that a test
