@@ -128,6 +128,17 @@ func parseBaseline(o Values) (density float64, denseWarmup int, err error) {
 	return density, denseWarmup, nil
 }
 
+// newBaseline is the registry's constructor of a baseline: its options read, then ctor.
+func newBaseline[H ddp.CommHook](ctor func(density float64, denseWarmup int) (H, error)) func(Values) (ddp.CommHook, error) {
+	return func(o Values) (ddp.CommHook, error) {
+		density, warm, err := parseBaseline(o)
+		if err != nil {
+			return nil, err
+		}
+		return ctor(density, warm)
+	}
+}
+
 // newSparseHook checks the options of a baseline.
 func newSparseHook(name string, density float64, denseWarmup int) (sparseHook, error) {
 	h := sparseHook{name: name, Density: density, DenseWarmup: denseWarmup, mem: NewMemory(name)}

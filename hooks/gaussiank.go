@@ -149,12 +149,6 @@ func init() {
 		Name:    "gaussiank",
 		Summary: "Gaussiank: magnitude threshold from a normal fit (Φ⁻¹(1-density/2)·σ at μ = 0), corrected toward k; all-gather-v of the selections; 2⌈log2 P⌉ rounds",
 		Options: baselineOptions,
-		New: func(o Values) (ddp.CommHook, error) {
-			density, warm, err := parseBaseline(o)
-			if err != nil {
-				return nil, err
-			}
-			return NewGaussianK(density, warm)
-		},
+		New:     newBaseline(NewGaussianK),
 	})
 }

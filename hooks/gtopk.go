@@ -92,12 +92,6 @@ func init() {
 		Name:    "gtopk",
 		Summary: "gTopk: local top-k, tree reduction keeping the top-k of each 2k merge, broadcast; power-of-two P only; 2 log2 P rounds, ≤ 4k log2 P words",
 		Options: baselineOptions,
-		New: func(o Values) (ddp.CommHook, error) {
-			density, warm, err := parseBaseline(o)
-			if err != nil {
-				return nil, err
-			}
-			return NewGTopk(density, warm)
-		},
+		New:     newBaseline(NewGTopk),
 	})
 }

@@ -92,12 +92,6 @@ func init() {
 		Name:    "topka",
 		Summary: "SparCML TopkA: local top-k, all-gather of the P·k pairs, scatter-add; 2k(P-1) words, ⌈log2 P⌉ rounds",
 		Options: baselineOptions,
-		New: func(o Values) (ddp.CommHook, error) {
-			density, warm, err := parseBaseline(o)
-			if err != nil {
-				return nil, err
-			}
-			return NewTopkA(density, warm)
-		},
+		New:     newBaseline(NewTopkA),
 	})
 }

@@ -142,12 +142,6 @@ func init() {
 		Name:    "topkdsa",
 		Summary: "SparCML TopkDSA: local top-k, rotated sparse reduce-scatter over P regions, sparse (or, past n/3 non-zeros, dense) all-gather; P-1+2⌈log2 P⌉ rounds",
 		Options: baselineOptions,
-		New: func(o Values) (ddp.CommHook, error) {
-			density, warm, err := parseBaseline(o)
-			if err != nil {
-				return nil, err
-			}
-			return NewTopkDSA(density, warm)
-		},
+		New:     newBaseline(NewTopkDSA),
 	})
 }
