@@ -129,7 +129,9 @@
 // threshold selection on the internal/kernels selection kernels (TopK, TopKNonZero, Threshold,
 // TopKOf), scatter-add and merge (ScatterAdd, Merge), and Memory, the error-feedback state per
 // bucket index (residual, call counter, scalars such as B-SAG's h) that the hooks save and
-// restore through ddp.Stateful. Every sparse hook takes dense_warmup=N.
+// restore through ddp.Stateful. Its Residual owns GRACE's two error-feedback verbs
+// (Compensate; Update, or Keep then MarkSent or MarkApplied), which every sparse hook calls.
+// Every sparse hook takes dense_warmup=N.
 //
 // # Guarantees the tests check
 //
