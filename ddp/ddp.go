@@ -29,7 +29,6 @@ type config struct {
 	firstBucketBytes int
 	bucketBytesCap   int
 	plan             [][]int
-	profile          *Profile
 	broadcastBuffers bool
 	observer         BucketObserver
 }
@@ -50,9 +49,6 @@ func WithBucketCap(firstBytes, capBytes int) Option {
 // WithPlan fixes the buckets: groups of indices into the model's parameters in
 // declaration order, communicated in the given order.
 func WithPlan(plan [][]int) Option { return func(c *config) { c.plan = plan } }
-
-// WithProfile hands a measured profile to a Planner hook.
-func WithProfile(p *Profile) Option { return func(c *config) { c.profile = p } }
 
 // WithBroadcastBuffers chooses whether rank 0's buffers (BatchNorm running statistics)
 // are broadcast after every synchronised step (default true, like PyTorch's
@@ -103,7 +99,7 @@ func New(ctx context.Context, model nn.Module, g comm.Group, opts ...Option) (*D
 		d.plan = cfg.plan
 	default:
 		if p, ok := cfg.hook.(Planner); ok {
-			plan, err := p.Plan(d.params, cfg.profile)
+			plan, err := p.Plan(d.params)
 			if err != nil {
 				return nil, fmt.Errorf("ddp: hook %s: planning buckets: %w", cfg.hook.Name(), err)
 			}

@@ -30,11 +30,30 @@
 //
 // NoSync runs backward passes without communication for gradient accumulation.
 //
-// MeasureProfile measures, before New, what cost-model planners need (OMGS-SGD): when each
-// parameter's gradient becomes ready in backward, the top-k selection's cost on this CPU
-// (γ·n·log2 n) and the all-gather's on this group (α + β·bytes), every rank getting rank 0's
-// numbers. A hook that plans from it implements ProfiledPlanner; pass the profile with
-// WithProfile. A Profile prints (%v, %+v) and saves as JSON (Save, LoadProfile) for reuse.
+// # Futures
+//
+// CommHook.Run returns a Future, and every hook in this module finishes its bucket inside
+// Run (Ready); the Reducer waits on the next line. The Future stays, for three reasons, and
+// the Reducer keeps one bucket in flight on purpose:
+//
+//   - It is PyTorch's comm-hook contract (register_comm_hook: a hook returns a
+//     torch.futures.Future), so a hook ported from PyTorch keeps its shape, and wrappers
+//     compose as PyTorch's do with Future.then: Then applies a function to a hook's result
+//     when it is waited for (the 16-bit wrappers round their inner hook's result with it).
+//   - Some results really are pending: a two-stage hook's Deferred.Result (OSP's
+//     In-Computation Synchronization) completes while the next iteration computes, and it
+//     travels as a LateFuture, which is a Future.
+//   - spargo's collectives run on the goroutine that calls them, not on a device stream:
+//     overlap with computation comes from running the hooks on DDP's communication
+//     goroutine while backward goes on. A second bucket in flight would need a goroutine per
+//     bucket and would compete with the first for the same links and cores, and the hooks'
+//     per-bucket state (residuals, thresholds) assumes the buckets of one rank run in order.
+//     A hook that wants more overlap defers work (LateFuture) rather than returning early.
+//
+// A hook that plans from measured costs (OMGS-SGD: when each parameter's gradient becomes
+// ready, what top-k and the all-gather cost) holds its profile itself: package hooks/profile
+// measures one before New and the hook takes it (hooks.ProfiledPlanner); DDP keeps only the
+// Planner hook point.
 //
 // # Late results (two-stage hooks such as OSP)
 //

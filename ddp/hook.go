@@ -2,6 +2,7 @@ package ddp
 
 import (
 	"context"
+	"sync"
 
 	"github.com/spargo-dl/spargo/comm"
 	"github.com/spargo-dl/spargo/nn"
@@ -52,7 +53,8 @@ type CommHook interface {
 	Run(ctx context.Context, g comm.Group, b Bucket) Future
 }
 
-// Future is the pending result of a hook.
+// Future is the pending result of a hook (PyTorch's torch.futures.Future). Why Run returns
+// one although every hook here completes inside Run is in the package doc ("Futures").
 type Future interface {
 	Wait() ([]float32, error)
 }
@@ -67,13 +69,44 @@ type readyFuture struct {
 
 func (f readyFuture) Wait() ([]float32, error) { return f.v, f.err }
 
+// Then returns a Future whose result is fn applied to f's (PyTorch's Future.then): a wrapper
+// hook (the 16-bit wrappers) transforms its inner hook's result when it is waited for,
+// without waiting inside Run. fn runs once, on the first Wait, and only when f succeeded;
+// f's error passes through. When f is a LateFuture its Late part passes through unchanged:
+// fn sees only the result of now.
+func Then(f Future, fn func([]float32) ([]float32, error)) Future {
+	t := &thenFuture{inner: f, fn: fn}
+	if lf, ok := f.(LateFuture); ok {
+		return Defer(t, lf.Late())
+	}
+	return t
+}
+
+type thenFuture struct {
+	inner Future
+	fn    func([]float32) ([]float32, error)
+	once  sync.Once
+	v     []float32
+	err   error
+}
+
+func (f *thenFuture) Wait() ([]float32, error) {
+	f.once.Do(func() {
+		f.v, f.err = f.inner.Wait()
+		if f.err == nil {
+			f.v, f.err = f.fn(f.v)
+		}
+	})
+	return f.v, f.err
+}
+
 // Planner is implemented by hooks that choose the buckets themselves (OMGS merges
 // layers by a cost model). Plan returns groups of indices into params (the model's
 // parameters in declaration order); every index must appear exactly once. A nil plan
-// (and nil error) keeps DDP's size-capped default. prof is the measured profile, or nil
-// when none was measured.
+// (and nil error) keeps DDP's size-capped default. What a planner plans from (OMGS: costs
+// measured before New, package hooks/profile) it holds itself: DDP only asks.
 type Planner interface {
-	Plan(params []*nn.Param, prof *Profile) ([][]int, error)
+	Plan(params []*nn.Param) ([][]int, error)
 }
 
 // Stateful hooks save and restore their state with checkpoints.

@@ -55,32 +55,58 @@ func (h *sparseHook) k(n int) int { return min(n, max(1, int(float64(n)*h.Densit
 // averaged result on return; st.Residual is ξ.
 type sparseStep func(ctx context.Context, g comm.Group, tag uint32, flat []float32, st *BucketState) error
 
-// run does what every baseline does around its sparse step: checks, state, dense warm-up.
+// run does what every baseline does around its sparse step: the prologue (beginCall), the
+// dense warm-up, and the error naming the hook and the bucket.
 func (h *sparseHook) run(ctx context.Context, g comm.Group, b ddp.Bucket, step sparseStep) ddp.Future {
-	out, err := func() ([]float32, error) {
-		if err := h.check(); err != nil {
-			return nil, err
-		}
-		flat := b.Flat()
-		if err := checkIndexable(h.name, len(flat)); err != nil {
-			return nil, err
-		}
-		st, err := h.memory().Bucket(g, b)
-		if err != nil {
-			return nil, err
-		}
-		call := st.Calls
-		st.Calls++
-		if call < int64(h.DenseWarmup) {
-			return denseAverage(ctx, g, b.Tag()+tagDense, flat, st.Residual)
-		}
-		if len(flat) == 0 {
-			return flat, nil
-		}
-		return flat, step(ctx, g, b.Tag(), flat, st)
-	}()
+	out, err := h.call(ctx, g, b, step)
+	return result(h.name, b, out, err)
+}
+
+func (h *sparseHook) call(ctx context.Context, g comm.Group, b ddp.Bucket, step sparseStep) ([]float32, error) {
+	st, call, err := beginCall(h.memory(), g, b, h.check, indexable(h.name, b))
 	if err != nil {
-		return ddp.Ready(nil, fmt.Errorf("hooks: %s: bucket %d: %w", h.name, b.Index(), err))
+		return nil, err
+	}
+	flat := b.Flat()
+	if call < int64(h.DenseWarmup) {
+		return denseAverage(ctx, g, b.Tag()+tagDense, flat, st.Residual)
+	}
+	if len(flat) == 0 {
+		return flat, nil
+	}
+	return flat, step(ctx, g, b.Tag(), flat, st)
+}
+
+// beginCall is the prologue every hook with a Memory runs before its algorithm (the
+// baselines, spardl, powersgd): the checks in order (its options, then what it needs of the
+// bucket; the first error stops), the bucket's state (created, or a restored one checked
+// against the bucket) and the call counter. It returns the state and this call's number on
+// the bucket, from 0, dense warm-up calls included.
+func beginCall(mem *Memory, g comm.Group, b ddp.Bucket, checks ...func() error) (*BucketState, int64, error) {
+	for _, check := range checks {
+		if err := check(); err != nil {
+			return nil, 0, err
+		}
+	}
+	st, err := mem.Bucket(g, b)
+	if err != nil {
+		return nil, 0, err
+	}
+	call := st.Calls
+	st.Calls++
+	return st, call, nil
+}
+
+// indexable is the check of a hook that sends COO indices: b's positions fit int32.
+func indexable(hook string, b ddp.Bucket) func() error {
+	return func() error { return checkIndexable(hook, len(b.Flat())) }
+}
+
+// result is the completed Future of a hook that did its work inside Run: out, or err
+// prefixed with the hook and the bucket.
+func result(hook string, b ddp.Bucket, out []float32, err error) ddp.Future {
+	if err != nil {
+		return ddp.Ready(nil, fmt.Errorf("hooks: %s: bucket %d: %w", hook, b.Index(), err))
 	}
 	return ddp.Ready(out, nil)
 }
@@ -100,6 +126,17 @@ func parseBaseline(o Values) (density float64, denseWarmup int, err error) {
 		return 0, 0, err
 	}
 	return density, denseWarmup, nil
+}
+
+// newBaseline is the registry's constructor of a baseline: its options read, then ctor.
+func newBaseline[H ddp.CommHook](ctor func(density float64, denseWarmup int) (H, error)) func(Values) (ddp.CommHook, error) {
+	return func(o Values) (ddp.CommHook, error) {
+		density, warm, err := parseBaseline(o)
+		if err != nil {
+			return nil, err
+		}
+		return ctor(density, warm)
+	}
 }
 
 // newSparseHook checks the options of a baseline.

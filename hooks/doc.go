@@ -34,7 +34,7 @@
 //     the hook makes itself (ddp.Planner), in backward order, so groups are communicated while
 //     backward runs: lags one bucket per tensor (LAGS-SGD), mgs consecutive tensors merged
 //     until threshold elements (default 8192), omgs the merge plan of least predicted
-//     iteration time on a measured ddp.Profile (ddp.MeasureProfile, ddp.WithProfile): the
+//     iteration time on a measured profile (package hooks/profile: profile.Measure, then SetProfile): the
 //     exact optimum over all 2^(L-1) plans by default, or the paper's Algorithm 1
 //     (planner=paper), which misses it on some models; timeline=ddp|paper chooses whether the
 //     cost model puts the selection on DDP's communication goroutine or, as the paper does, on
@@ -129,7 +129,9 @@
 // threshold selection on the internal/kernels selection kernels (TopK, TopKNonZero, Threshold,
 // TopKOf), scatter-add and merge (ScatterAdd, Merge), and Memory, the error-feedback state per
 // bucket index (residual, call counter, scalars such as B-SAG's h) that the hooks save and
-// restore through ddp.Stateful. Every sparse hook takes dense_warmup=N.
+// restore through ddp.Stateful. Its Residual owns GRACE's two error-feedback verbs
+// (Compensate; Update, or Keep then MarkSent or MarkApplied), which every sparse hook calls.
+// Every sparse hook takes dense_warmup=N.
 //
 // # Guarantees the tests check
 //

@@ -8,6 +8,7 @@ import (
 	"github.com/spargo-dl/spargo/comm"
 	"github.com/spargo-dl/spargo/ddp"
 	"github.com/spargo-dl/spargo/hooks"
+	"github.com/spargo-dl/spargo/hooks/profile"
 	"github.com/spargo-dl/spargo/nn"
 )
 
@@ -69,12 +70,12 @@ func Example() {
 // (what `spargo plan` prints): the profile's all-gather replaced by the OMGS reference's
 // 1 GbE costs at P = 16, every tensor sparsified at density 0.001 (the paper's algorithm).
 func ExampleMergedTopK_PlanProfile() {
-	prof, err := ddp.LoadProfile("testdata/vgg16_p4.profile.json")
+	prof, err := profile.Load("testdata/vgg16_p4.profile.json")
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	prof.AllGather = ddp.AllGatherCost{Alpha: 22e-3, Beta: 272e-9}
+	prof.AllGather = profile.AllGatherCost{Alpha: 22e-3, Beta: 272e-9}
 	h, err := hooks.Parse("omgs:density=0.001,dense_below=0")
 	if err != nil {
 		fmt.Println(err)

@@ -108,8 +108,7 @@ func gaussianThreshold(x []float32, density float64) float64 {
 func (h *GaussianK) step(ctx context.Context, g comm.Group, tag uint32, flat []float32, st *BucketState) error {
 	p, n := g.Size(), len(flat)
 	k := h.k(n)
-	xi := st.Residual
-	kernels.Add(flat, flat, xi)
+	st.Residual.Compensate(flat)
 	info := gaussiankInfo{k: k, fit: gaussianThreshold(flat, h.Density)}
 	ws := getWireScratch()
 	defer putWireScratch(ws)
@@ -125,10 +124,7 @@ func (h *GaussianK) step(ctx context.Context, g comm.Group, tag uint32, flat []f
 		ws.sel = Threshold(ws.sel, flat, float32(th))
 	}
 	info.threshold, info.count = th, ws.sel.Len()
-	copy(xi, flat)
-	for _, j := range ws.sel.Idx {
-		xi[j] = 0
-	}
+	st.Residual.Update(flat, ws.sel.Idx)
 	ws.msg = ws.sel.AppendWire(ws.msg[:0])
 	all, err := comm.AllGatherBytes(ctx, g, tag, ws.msg)
 	if err != nil {
@@ -153,12 +149,6 @@ func init() {
 		Name:    "gaussiank",
 		Summary: "Gaussiank: magnitude threshold from a normal fit (Φ⁻¹(1-density/2)·σ at μ = 0), corrected toward k; all-gather-v of the selections; 2⌈log2 P⌉ rounds",
 		Options: baselineOptions,
-		New: func(o Values) (ddp.CommHook, error) {
-			density, warm, err := parseBaseline(o)
-			if err != nil {
-				return nil, err
-			}
-			return NewGaussianK(density, warm)
-		},
+		New:     newBaseline(NewGaussianK),
 	})
 }

@@ -44,8 +44,7 @@ func (h *GTopk) Run(ctx context.Context, g comm.Group, b ddp.Bucket) ddp.Future 
 func (h *GTopk) step(ctx context.Context, g comm.Group, tag uint32, flat []float32, st *BucketState) error {
 	p, r, n := g.Size(), g.Rank(), len(flat)
 	k := h.k(n)
-	xi := st.Residual
-	kernels.Add(flat, flat, xi)
+	st.Residual.Compensate(flat)
 	local := TopK(COO{}, flat, k) // exactly k entries: every message has 8k bytes
 	cur := local
 	var in COO
@@ -80,12 +79,8 @@ func (h *GTopk) step(ctx context.Context, g comm.Group, tag uint32, flat []float
 	if err := fin.SetWire(final, n); err != nil {
 		return fmt.Errorf("global top-k from rank 0: %w", err)
 	}
-	copy(xi, flat)
-	eachIn(fin.Idx, local.Idx, func(e int, found bool) {
-		if found {
-			xi[local.Idx[e]] = 0
-		}
-	})
+	st.Residual.Keep(flat)
+	st.Residual.MarkApplied(local.Idx, fin.Idx)
 	clear(flat)
 	ScatterSet(flat, fin)
 	kernels.Scale(1/float32(p), flat)
@@ -97,12 +92,6 @@ func init() {
 		Name:    "gtopk",
 		Summary: "gTopk: local top-k, tree reduction keeping the top-k of each 2k merge, broadcast; power-of-two P only; 2 log2 P rounds, ≤ 4k log2 P words",
 		Options: baselineOptions,
-		New: func(o Values) (ddp.CommHook, error) {
-			density, warm, err := parseBaseline(o)
-			if err != nil {
-				return nil, err
-			}
-			return NewGTopk(density, warm)
-		},
+		New:     newBaseline(NewGTopk),
 	})
 }

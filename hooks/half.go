@@ -296,20 +296,10 @@ func (w *Wrapped16) Name() string { return w.Format.String() + "+" + w.Inner.Nam
 // Run rounds the bucket to Format, runs Inner and rounds its result when it is waited for.
 func (w *Wrapped16) Run(ctx context.Context, g comm.Group, b ddp.Bucket) ddp.Future {
 	w.Format.roundInPlace(b.Flat())
-	return rounded16{w.Format, w.Inner.Run(ctx, g, b)}
-}
-
-type rounded16 struct {
-	f     Format16
-	inner ddp.Future
-}
-
-func (r rounded16) Wait() ([]float32, error) {
-	out, err := r.inner.Wait()
-	if err == nil {
-		r.f.roundInPlace(out)
-	}
-	return out, err
+	return ddp.Then(w.Inner.Run(ctx, g, b), func(out []float32) ([]float32, error) {
+		w.Format.roundInPlace(out)
+		return out, nil
+	})
 }
 
 // State returns Inner's state when Inner is ddp.Stateful, else none.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/spargo-dl/spargo/comm"
 	"github.com/spargo-dl/spargo/ddp"
+	"github.com/spargo-dl/spargo/hooks/profile"
 	"github.com/spargo-dl/spargo/nn"
 	"github.com/spargo-dl/spargo/optim"
 )
@@ -162,7 +163,7 @@ type ddpTraining struct {
 	check     func(dp *ddp.DDP) error                    // called on every rank after the last step
 	// profiles[r], when profile is set: rank r's profile, measured by the first run that finds
 	// it nil and reused by the next (runs that must plan the same buckets)
-	profiles []*ddp.Profile
+	profiles []*profile.Profile
 	// begin is called on every rank once DDP and the optimizer exist, before the first step
 	// (restore a checkpoint); end after the last step (save one)
 	begin, end func(ctx context.Context, r int, model nn.Module, dp *ddp.DDP, opt *optim.SGD) error
@@ -218,17 +219,17 @@ func trainDDP(t testing.TB, spec string, p, steps int, o ddpTraining) ddpTrained
 			opts = append(opts, ddp.WithBucketCap(o.bucketCap[0], o.bucketCap[1]))
 		}
 		if o.profile && o.profiles != nil && o.profiles[r] != nil {
-			opts = append(opts, ddp.WithProfile(o.profiles[r]))
+			setProfile(h, o.profiles[r])
 		} else if o.profile {
 			po := quickProfile
-			if pp, ok := h.(ddp.ProfiledPlanner); ok {
+			if pp, ok := h.(ProfiledPlanner); ok {
 				po.Density = pp.ProfileOptions().Density
 			}
-			prof, err := ddp.MeasureProfile(ctx, model, groups[r], profileStep(model, uint64(50+r)), po)
+			prof, err := profile.Measure(ctx, model, groups[r], profileStep(model, uint64(50+r)), po)
 			if err != nil {
 				return err
 			}
-			opts = append(opts, ddp.WithProfile(prof))
+			setProfile(h, prof)
 			if o.profiles != nil {
 				o.profiles[r] = prof
 			}
@@ -341,6 +342,11 @@ func hookMemory(h ddp.CommHook) *Memory {
 		panic(fmt.Sprintf("no memory in %T", h))
 	}
 	return m.memory()
+}
+
+// setProfile gives h, a hook that plans from a profile (lags, mgs, omgs), its profile.
+func setProfile(h ddp.CommHook, prof *profile.Profile) {
+	h.(interface{ SetProfile(*profile.Profile) }).SetProfile(prof)
 }
 
 // heavyTailed returns rank r's gradient: Student-t-like values (a normal over the square root

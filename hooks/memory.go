@@ -10,6 +10,7 @@ import (
 
 	"github.com/spargo-dl/spargo/comm"
 	"github.com/spargo-dl/spargo/ddp"
+	"github.com/spargo-dl/spargo/internal/kernels"
 )
 
 // Memory is a sparse hook's state, kept per bucket index (GRACE's Memory): the residual
@@ -39,13 +40,64 @@ type Memory struct {
 type BucketState struct {
 	Index int
 	// Residual is ξ, what the hook kept back for later iterations, in sum units.
-	Residual []float32
+	Residual Residual
 	// Calls counts the hook's calls on this bucket (dense warm-up included).
 	Calls int64
 	vars  map[string]float64
 	rank  int // for restored state: the rank and world size that saved it
 	size  int
 }
+
+// Residual is a bucket's error-feedback memory ξ (or a range of it: slice it as a
+// []float32), with GRACE's two verbs. Compensate adds it to the local gradient before the
+// hook compresses, giving the compensated gradient G = g + ξ; Update stores what G did not
+// send. Most hooks update in two steps, because their accumulator becomes scratch before
+// they know what was sent: Keep stores G, then MarkSent or MarkApplied zero the positions
+// that left the rank. The hooks keep their algorithms (which positions count as sent, and
+// what SparDL's global residual collection adds back); the arithmetic is here.
+type Residual []float32
+
+// Compensate adds ξ to g in place: g becomes G = g + ξ (GRACE's Memory.compensate).
+func (xi Residual) Compensate(g []float32) { kernels.Add(g, g, xi) }
+
+// Update stores what G did not send (GRACE's Memory.update for a sparse selection): ξ = G,
+// zero at the positions sent. It is Keep then MarkSent.
+func (xi Residual) Update(acc []float32, sent []int32) {
+	xi.Keep(acc)
+	xi.MarkSent(sent)
+}
+
+// UpdateDense stores what a lossy approximation of G missed (GRACE's Memory.update for a
+// dense compressor such as PowerSGD): ξ = G - approx, element by element.
+func (xi Residual) UpdateDense(acc, approx []float32) {
+	for i, x := range acc {
+		xi[i] = x - approx[i]
+	}
+}
+
+// Keep sets ξ = G: everything is kept back until the hook knows what it sent.
+func (xi Residual) Keep(acc []float32) { copy(xi, acc) }
+
+// MarkSent zeroes ξ at the positions sent (indices into xi).
+func (xi Residual) MarkSent(sent []int32) {
+	for _, j := range sent {
+		xi[j] = 0
+	}
+}
+
+// MarkApplied zeroes ξ at the positions this rank contributed that the result applied (both
+// increasing): a contribution dropped on the way (gTopk's tree, Ok-Topk's global selection)
+// stays in ξ.
+func (xi Residual) MarkApplied(contributed, applied []int32) {
+	eachIn(applied, contributed, func(e int, found bool) {
+		if found {
+			xi[contributed[e]] = 0
+		}
+	})
+}
+
+// MarkAllSent empties ξ: the whole of G was sent (a dense all-reduce).
+func (xi Residual) MarkAllSent() { clear(xi) }
 
 // Var returns the named scalar, or def when it was never set.
 func (s *BucketState) Var(name string, def float64) float64 {
@@ -72,6 +124,17 @@ func (s *BucketState) HasVar(name string) bool {
 // NewMemory returns an empty Memory for the named hook (the name prefixes the state keys).
 func NewMemory(hook string) *Memory {
 	return &Memory{hook: hook, buckets: map[int]*BucketState{}}
+}
+
+// lazyMemory returns *mem, first creating it for the named hook under mu: a hook built as a
+// struct literal gets its Memory on its first call, which DDP makes before any other.
+func lazyMemory(mu *sync.Mutex, mem **Memory, hook string) *Memory {
+	mu.Lock()
+	defer mu.Unlock()
+	if *mem == nil {
+		*mem = NewMemory(hook)
+	}
+	return *mem
 }
 
 // Bucket returns the state of b's bucket, creating a zero residual of len(b.Flat()) on first

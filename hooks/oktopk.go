@@ -280,7 +280,7 @@ func (h *OkTopk) step(ctx context.Context, g comm.Group, tag uint32, flat []floa
 	info := oktopkInfo{bucket: st.Index, call: i, n: n, k: k}
 	xi := st.Residual
 	work := workMeter(ctx)
-	kernels.Add(flat, flat, xi) // flat = acc = g + ξ
+	xi.Compensate(flat) // flat = acc = g + ξ
 	work(WorkAdd, n)
 
 	ws := getOktopkScratch()
@@ -324,7 +324,7 @@ func (h *OkTopk) step(ctx context.Context, g comm.Group, tag uint32, flat []floa
 	info.bounds = bounds
 
 	// 3. Split and reduce into the own region; flat becomes scratch once acc is in ξ.
-	copy(xi, flat)
+	xi.Keep(flat)
 	lo, hi := bounds[r], bounds[r+1]
 	region := flat[lo:hi]
 	clear(region)
@@ -390,7 +390,7 @@ func (h *OkTopk) step(ctx context.Context, g comm.Group, tag uint32, flat []floa
 	clear(flat)
 	ScatterSet(flat, final)
 	kernels.Scale(1/float32(p), flat)
-	clearContributed(xi, final.Idx, sel.Idx)
+	xi.MarkApplied(sel.Idx, final.Idx)
 	work(WorkClear, n)
 	work(WorkScatterSet, final.Len())
 	work(WorkScale, n)
@@ -471,16 +471,6 @@ func appendShifted(dst *COO, src COO, pos []int32, off int32) {
 	for _, e := range pos {
 		dst.Append(off+src.Idx[e], src.Val[e])
 	}
-}
-
-// clearContributed zeroes the residual xi at the contributed indices (sorted) that are also
-// applied (sorted): what this rank gave to an entry of the output.
-func clearContributed(xi []float32, applied, contributed []int32) {
-	eachIn(applied, contributed, func(e int, found bool) {
-		if found {
-			xi[contributed[e]] = 0
-		}
-	})
 }
 
 // regionPart returns the entries of the sorted selection sel that fall in [lo, hi).

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spargo-dl/spargo/comm"
 	"github.com/spargo-dl/spargo/ddp"
+	"github.com/spargo-dl/spargo/hooks/profile"
 	"github.com/spargo-dl/spargo/internal/kernels"
 	"github.com/spargo-dl/spargo/nn"
 )
@@ -23,7 +24,7 @@ import (
 //   - lags: one bucket per parameter tensor (LAGS-SGD); the residual is per tensor;
 //   - mgs: consecutive tensors merged until a group has at least threshold elements;
 //   - omgs: the merge plan of least predicted iteration time under the paper's cost model,
-//     fed with a measured ddp.Profile (see omgs_plan.go). planner=exact (default) finds the
+//     fed with a measured profile.Profile (see omgs_plan.go). planner=exact (default) finds the
 //     true optimum over the 2^(L-1) plans; planner=paper runs the paper's Algorithm 1, which
 //     is not always optimal (a counterexample is in the tests). timeline=ddp (default) models
 //     spargo's DDP, where a group is selected on the communication goroutine while backward
@@ -43,7 +44,7 @@ import (
 // (ddp.Bucket.Params nil) is sparsified whole.
 //
 // Backward order is the profile's measured order of grad-ready events when DDP is given a
-// profile (ddp.WithProfile), reverse declaration order otherwise. On its first call on rank 0
+// profile (SetProfile), reverse declaration order otherwise. On its first call on rank 0
 // the hook logs its plan (slog, info) and, with a profile, the predicted iteration time next to
 // the single group of TopK-SGD and the no-merging of LAGS. Its state (per-bucket residuals)
 // saves with ddp.Stateful and refuses to restore under a different plan.
@@ -60,22 +61,23 @@ type MergedTopK struct {
 
 	mu       sync.Mutex
 	report   *PlanReport
-	planHash float64 // identifies the plan in the saved state; 0 before Plan
-	profileP int     // the world size omgs's profile was measured at; 0 when none
+	planHash float64          // identifies the plan in the saved state; 0 before Plan
+	prof     *profile.Profile // SetProfile's, for Plan; nil when none
+	profileP int              // the world size omgs's profile was measured at; 0 when none
 	logged   bool
 	phaseLog
 }
 
 // OMGS is the omgs hook: a MergedTopK whose plan rests on a measured profile, so it tells a
-// program how to measure one (ddp.ProfiledPlanner). lags and mgs only use a profile when
-// given one (for the measured backward order and the logged predictions).
+// program how to measure one (ProfiledPlanner). lags and mgs only use a profile when
+// given one (SetProfile) (for the measured backward order and the logged predictions).
 type OMGS struct{ MergedTopK }
 
 var (
-	_ ddp.CommHook        = (*MergedTopK)(nil)
-	_ ddp.Stateful        = (*MergedTopK)(nil)
-	_ ddp.Planner         = (*MergedTopK)(nil)
-	_ ddp.ProfiledPlanner = (*OMGS)(nil)
+	_ ddp.CommHook    = (*MergedTopK)(nil)
+	_ ddp.Stateful    = (*MergedTopK)(nil)
+	_ ddp.Planner     = (*MergedTopK)(nil)
+	_ ProfiledPlanner = (*OMGS)(nil)
 )
 
 // DefaultMGSThreshold is the reference implementation's merge threshold in elements.
@@ -142,9 +144,31 @@ func (h *MergedTopK) checkDenseBelow() error {
 	return nil
 }
 
-// ProfileOptions are the options omgs needs its profile measured with (ddp.ProfiledPlanner).
-func (h *OMGS) ProfileOptions() ddp.ProfileOptions {
-	return ddp.ProfileOptions{Density: h.Density}
+// ProfiledPlanner is a ddp.Planner whose plan rests on a measured profile (omgs). A program
+// measures one before ddp.New with profile.Measure(ctx, model, group, step,
+// h.ProfileOptions()) (or loads a saved one) and hands it over with SetProfile; Plan, which
+// ddp.New calls, returns an error that says so when the hook has none.
+type ProfiledPlanner interface {
+	ddp.Planner
+	// ProfileOptions are the options the planner needs the profile measured with (its
+	// density, for the top-k and all-gather sizes).
+	ProfileOptions() profile.Options
+	// SetProfile gives the planner its profile; the next Plan plans from it.
+	SetProfile(*profile.Profile)
+}
+
+// ProfileOptions are the options omgs needs its profile measured with (ProfiledPlanner).
+func (h *OMGS) ProfileOptions() profile.Options {
+	return profile.Options{Density: h.Density}
+}
+
+// SetProfile gives the hook the measured profile its next Plan plans from (ProfiledPlanner):
+// omgs needs one, lags and mgs take the measured backward order from it and log their
+// predicted times. nil removes it.
+func (h *MergedTopK) SetProfile(prof *profile.Profile) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.prof = prof
 }
 
 // PlanReport describes the plan a hook chose, for the log and the tests. Times are predicted
@@ -169,7 +193,10 @@ func (h *MergedTopK) Report() *PlanReport {
 }
 
 // Plan chooses the buckets (ddp.Planner): groups of parameter indices in backward order.
-func (h *MergedTopK) Plan(params []*nn.Param, prof *ddp.Profile) ([][]int, error) {
+func (h *MergedTopK) Plan(params []*nn.Param) ([][]int, error) {
+	h.mu.Lock()
+	prof := h.prof
+	h.mu.Unlock()
 	if len(params) == 0 {
 		return nil, fmt.Errorf("hooks: %s: no parameters to plan", h.name)
 	}
@@ -217,7 +244,7 @@ func (h *MergedTopK) Plan(params []*nn.Param, prof *ddp.Profile) ([][]int, error
 // PlanProfile returns the plan Plan would choose for a model that prof fits, from the
 // profile alone (its parameters' names and sizes), with the predicted times: what
 // `spargo plan` prints. It leaves the hook's own plan and state alone.
-func (h *MergedTopK) PlanProfile(prof *ddp.Profile) (*PlanReport, error) {
+func (h *MergedTopK) PlanProfile(prof *profile.Profile) (*PlanReport, error) {
 	if prof == nil {
 		return nil, fmt.Errorf("hooks: %s: PlanProfile needs a profile", h.name)
 	}
@@ -237,7 +264,7 @@ func (h *MergedTopK) PlanProfile(prof *ddp.Profile) (*PlanReport, error) {
 
 // planReport plans the tensors of sizes (backward order; order are their indices in the
 // model) on prof, which may be nil for lags and mgs, and fills the report.
-func (h *MergedTopK) planReport(order, sizes []int, prof *ddp.Profile) (*PlanReport, error) {
+func (h *MergedTopK) planReport(order, sizes []int, prof *profile.Profile) (*PlanReport, error) {
 	if err := h.check(); err != nil {
 		return nil, err
 	}
@@ -262,8 +289,8 @@ func (h *MergedTopK) planReport(order, sizes []int, prof *ddp.Profile) (*PlanRep
 	case "omgs":
 		if prof == nil {
 			return nil, fmt.Errorf("hooks: omgs: no measured profile: omgs plans its buckets from measured costs; " +
-				"measure them before ddp.New with ddp.MeasureProfile(ctx, model, group, step, hook.ProfileOptions()) and pass the result " +
-				"with ddp.WithProfile (examples/vgg does so for -hook omgs, and -profile FILE saves it for reuse)")
+				"measure them before ddp.New with profile.Measure(ctx, model, group, step, hook.ProfileOptions()) and give the result " +
+				"to the hook with SetProfile (examples/vgg does so for -hook omgs, and -profile FILE saves it for reuse)")
 		}
 		var err error
 		if h.Planner == "paper" {
@@ -364,13 +391,13 @@ func mergedStep(ctx context.Context, g comm.Group, tag uint32, flat []float32, s
 	if nd == 0 {
 		return topkaStep(ctx, g, tag, flat, st, k, marks)
 	}
-	xi := st.Residual
 	part := make([]float32, 0, nd)
 	for _, s := range dense {
-		kernels.Add(flat[s.lo:s.hi], flat[s.lo:s.hi], xi[s.lo:s.hi])
+		xi := st.Residual[s.lo:s.hi]
+		xi.Compensate(flat[s.lo:s.hi])
+		xi.MarkAllSent()
 		part = append(part, flat[s.lo:s.hi]...)
 		clear(flat[s.lo:s.hi])
-		clear(xi[s.lo:s.hi])
 	}
 	if err := comm.AllReduce(ctx, g, tag+tagDense, part, comm.Auto); err != nil {
 		return fmt.Errorf("all-reduce of the small tensors: %w", err)
@@ -479,7 +506,7 @@ func init() {
 	})
 	Register(Spec{
 		Name:    "omgs",
-		Summary: "OMGS-SGD: TopkA on the merge plan of least predicted iteration time; needs a measured profile (ddp.MeasureProfile, ddp.WithProfile)",
+		Summary: "OMGS-SGD: TopkA on the merge plan of least predicted iteration time; needs a measured profile (profile.Measure, then SetProfile)",
 		Options: mergedOptions(
 			Option{Name: "planner", Default: "exact", Help: "exact (optimum over all merge plans) | paper (the paper's Algorithm 1, not always optimal; needs timeline=paper)"},
 			Option{Name: "timeline", Default: "ddp", Help: "ddp (selection on DDP's communication goroutine) | paper (selection holds up backward, the paper's model)"}),

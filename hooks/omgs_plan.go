@@ -6,7 +6,7 @@ import (
 	"slices"
 	"sort"
 
-	"github.com/spargo-dl/spargo/ddp"
+	"github.com/spargo-dl/spargo/hooks/profile"
 )
 
 // This file is OMGS-SGD's planner (paper 003, §II-IV): the cost model of an iteration of
@@ -61,8 +61,8 @@ type MergeModel struct {
 	Sizes    []int
 	// TopK is the selection's cost (Gamma·n·log2 n), AllGather the communication's
 	// (Alpha + Beta·bytes per rank).
-	TopK      ddp.TopKCost
-	AllGather ddp.AllGatherCost
+	TopK      profile.TopKCost
+	AllGather profile.AllGatherCost
 	// Density is k/n: a group of n sparse elements sends Density·n COO pairs of 8 bytes per
 	// rank (continuous, as in the paper's linear model).
 	Density  float64
@@ -70,12 +70,12 @@ type MergeModel struct {
 	// DenseBelow: tensors with fewer elements are all-reduced densely (4 bytes per element
 	// per rank, AllReduce's cost) and cost no selection; 0 sparsifies every tensor.
 	DenseBelow int
-	AllReduce  ddp.AllReduceCost
+	AllReduce  profile.AllReduceCost
 }
 
 // NewMergeModel builds the model of a measured profile for the tensors in order (indices into
 // the profile's parameters, backward order: prof.Order()).
-func NewMergeModel(prof *ddp.Profile, order []int, density float64, tl Timeline) MergeModel {
+func NewMergeModel(prof *profile.Profile, order []int, density float64, tl Timeline) MergeModel {
 	m := MergeModel{Forward: prof.Forward.Seconds(), TopK: prof.TopK, AllGather: prof.AllGather, AllReduce: prof.AllReduce,
 		Density: density, Timeline: tl}
 	for j, d := range prof.LayerBackward(order) {

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/spargo-dl/spargo/comm"
-	"github.com/spargo-dl/spargo/ddp"
+	"github.com/spargo-dl/spargo/hooks/profile"
 	"github.com/spargo-dl/spargo/nn"
 )
 
@@ -24,8 +24,8 @@ func randomModel(rng *rand.Rand, l int, tl Timeline) MergeModel {
 		m.Backward = append(m.Backward, rng.ExpFloat64()*1e-3)
 	}
 	scale := math.Pow(10, rng.Float64()*4-2) // comm / compute from 1/100 to 100
-	m.AllGather = ddp.AllGatherCost{Alpha: rng.Float64() * 1e-3 * scale, Beta: rng.Float64() * 1e-8 * scale}
-	m.TopK = ddp.TopKCost{Gamma: rng.Float64() * 1e-9 * math.Pow(10, rng.Float64()*2-1), Density: m.Density}
+	m.AllGather = profile.AllGatherCost{Alpha: rng.Float64() * 1e-3 * scale, Beta: rng.Float64() * 1e-8 * scale}
+	m.TopK = profile.TopKCost{Gamma: rng.Float64() * 1e-9 * math.Pow(10, rng.Float64()*2-1), Density: m.Density}
 	return m
 }
 
@@ -33,7 +33,7 @@ func randomModel(rng *rand.Rand, l int, tl Timeline) MergeModel {
 // random all-reduce cost on the scale of its all-gather's.
 func withDense(rng *rand.Rand, m MergeModel) MergeModel {
 	m.DenseBelow = int(math.Pow(10, 2+3*rng.Float64()))
-	m.AllReduce = ddp.AllReduceCost{Alpha: m.AllGather.Alpha * 2 * rng.Float64(), Beta: m.AllGather.Beta * 4 * rng.Float64()}
+	m.AllReduce = profile.AllReduceCost{Alpha: m.AllGather.Alpha * 2 * rng.Float64(), Beta: m.AllGather.Beta * 4 * rng.Float64()}
 	return m
 }
 
@@ -154,8 +154,8 @@ func TestFindMergedLayersCounterexample(t *testing.T) {
 		Forward:   0.002594840551858134,
 		Backward:  []float64{0.0024800826897380477, 0.000121410429532481, 0.0014970797247714476, 0.0010572109683817006},
 		Sizes:     []int{4, 394524, 154, 155},
-		TopK:      ddp.TopKCost{Gamma: 3.2930552177582466e-10, Density: 0.1},
-		AllGather: ddp.AllGatherCost{Alpha: 0.001602490550155035, Beta: 4.963320166475872e-09},
+		TopK:      profile.TopKCost{Gamma: 3.2930552177582466e-10, Density: 0.1},
+		AllGather: profile.AllGatherCost{Alpha: 0.001602490550155035, Beta: 4.963320166475872e-09},
 		Density:   0.1,
 		Timeline:  PaperTimeline,
 	}
@@ -209,7 +209,7 @@ func TestOptimalMergeLargeModels(t *testing.T) {
 // and two densities; and on a 14-tensor MLP profiled here on 4 in-process ranks. Algorithm 1's
 // misses are logged.
 func TestOptimalMergeOnRealProfiles(t *testing.T) {
-	vgg, err := ddp.LoadProfile("testdata/vgg16_p4.profile.json")
+	vgg, err := profile.Load("testdata/vgg16_p4.profile.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,9 +217,9 @@ func TestOptimalMergeOnRealProfiles(t *testing.T) {
 	// the all-gather's α and β; on 1 GbE a ring all-reduce moves about twice the bytes.
 	vgg.AllReduce = vgg.AllGather
 	gbe := *vgg
-	gbe.AllGather = ddp.AllGatherCost{Alpha: 2.7e-3, Beta: 1.3e-8}
-	gbe.AllReduce = ddp.AllReduceCost{Alpha: 2.7e-3, Beta: 2.6e-8}
-	profiles := map[string]*ddp.Profile{"vgg16 in-process": vgg, "vgg16 compute + 1GbE": &gbe, "mlp14 in-process": measureMLP(t, 7)}
+	gbe.AllGather = profile.AllGatherCost{Alpha: 2.7e-3, Beta: 1.3e-8}
+	gbe.AllReduce = profile.AllReduceCost{Alpha: 2.7e-3, Beta: 2.6e-8}
+	profiles := map[string]*profile.Profile{"vgg16 in-process": vgg, "vgg16 compute + 1GbE": &gbe, "mlp14 in-process": measureMLP(t, 7)}
 	for name, prof := range profiles {
 		order := prof.Order()
 		windows, missed, worst := 0, 0, 0.0
@@ -256,13 +256,13 @@ func TestOptimalMergeOnRealProfiles(t *testing.T) {
 }
 
 // measureMLP profiles an MLP of 2·layers tensors on 4 in-process ranks.
-func measureMLP(t *testing.T, layers int) *ddp.Profile {
+func measureMLP(t *testing.T, layers int) *profile.Profile {
 	t.Helper()
 	groups, err := comm.NewLocal(4)
 	if err != nil {
 		t.Fatal(err)
 	}
-	profs := make([]*ddp.Profile, 4)
+	profs := make([]*profile.Profile, 4)
 	errs := make([]error, 4)
 	var wg sync.WaitGroup
 	for r, g := range groups {
@@ -277,7 +277,7 @@ func measureMLP(t *testing.T, layers int) *ddp.Profile {
 				in = out
 			}
 			m := nn.NewSequential(mods[:len(mods)-1]...)
-			profs[r], errs[r] = ddp.MeasureProfile(context.Background(), m, g, profileStep(m, uint64(r)), quickProfile)
+			profs[r], errs[r] = profile.Measure(context.Background(), m, g, profileStep(m, uint64(r)), quickProfile)
 		})
 	}
 	wg.Wait()

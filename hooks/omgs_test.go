@@ -14,6 +14,7 @@ import (
 
 	"github.com/spargo-dl/spargo/comm"
 	"github.com/spargo-dl/spargo/ddp"
+	"github.com/spargo-dl/spargo/hooks/profile"
 	"github.com/spargo-dl/spargo/nn"
 )
 
@@ -102,7 +103,7 @@ func specWith(spec, opt string) string {
 }
 
 // profileStep is a ProfileStep on tinyNet's synthetic batches.
-func profileStep(m nn.Module, seed uint64) ddp.ProfileStep {
+func profileStep(m nn.Module, seed uint64) profile.Step {
 	tape := nn.NewTape()
 	s := uint64(0)
 	return func(backward func(*nn.Var) error) error {
@@ -113,8 +114,8 @@ func profileStep(m nn.Module, seed uint64) ddp.ProfileStep {
 	}
 }
 
-// quickProfile is MeasureProfile with few iterations and sizes, for tests.
-var quickProfile = ddp.ProfileOptions{Warmup: 1, Iterations: 2, Repeats: 1, TopKSizes: []int{256, 4096}, AllGatherBytes: []int{8, 512}}
+// quickProfile is profile.Measure with few iterations and sizes, for tests.
+var quickProfile = profile.Options{Warmup: 1, Iterations: 2, Repeats: 1, TopKSizes: []int{256, 4096}, AllGatherBytes: []int{8, 512}}
 
 // Replica consistency (ALGORITHMS.md §0) under DDP, with the hooks' own plans: lags without a
 // profile (reverse declaration order) and with one (measured order), mgs, omgs on a measured
@@ -153,10 +154,10 @@ func namedParams(sizes ...int) []*nn.Param {
 	return ps
 }
 
-func profileOf(ps []*nn.Param, ready ...time.Duration) *ddp.Profile {
-	p := &ddp.Profile{P: 2, ParamBackward: ready, Forward: time.Millisecond, Backward: slices.Max(ready),
-		TopK: ddp.TopKCost{Gamma: 1e-9, Density: 0.01}, AllGather: ddp.AllGatherCost{Alpha: 1e-4, Beta: 1e-9},
-		AllReduce: ddp.AllReduceCost{Alpha: 5e-5, Beta: 2e-9, Samples: []ddp.CostSample{{Size: 64, Seconds: 5e-5}, {Size: 4096, Seconds: 6e-5}}}}
+func profileOf(ps []*nn.Param, ready ...time.Duration) *profile.Profile {
+	p := &profile.Profile{P: 2, ParamBackward: ready, Forward: time.Millisecond, Backward: slices.Max(ready),
+		TopK: profile.TopKCost{Gamma: 1e-9, Density: 0.01}, AllGather: profile.AllGatherCost{Alpha: 1e-4, Beta: 1e-9},
+		AllReduce: profile.AllReduceCost{Alpha: 5e-5, Beta: 2e-9, Samples: []profile.CostSample{{Size: 64, Seconds: 5e-5}, {Size: 4096, Seconds: 6e-5}}}}
 	for _, q := range ps {
 		p.Params = append(p.Params, q.Name)
 		p.Sizes = append(p.Sizes, q.Len())
@@ -171,13 +172,14 @@ func profileOf(ps []*nn.Param, ready ...time.Duration) *ddp.Profile {
 func TestMergedTopKPlans(t *testing.T) {
 	ps := namedParams(100, 10, 5000, 20, 30)
 	prof := profileOf(ps, 5*time.Millisecond, 4*time.Millisecond, 1*time.Millisecond, 2*time.Millisecond, 3*time.Millisecond)
-	plan := func(spec string, prof *ddp.Profile) [][]int {
+	plan := func(spec string, prof *profile.Profile) [][]int {
 		t.Helper()
 		h, err := Parse(spec)
 		if err != nil {
 			t.Fatal(err)
 		}
-		pl, err := h.(ddp.Planner).Plan(ps, prof)
+		setProfile(h, prof)
+		pl, err := h.(ddp.Planner).Plan(ps)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -185,7 +187,7 @@ func TestMergedTopKPlans(t *testing.T) {
 	}
 	for _, c := range []struct {
 		spec string
-		prof *ddp.Profile
+		prof *profile.Profile
 		want [][]int
 	}{
 		{"lags", nil, [][]int{{4}, {3}, {2}, {1}, {0}}},
@@ -213,15 +215,16 @@ func TestMergedTopKPlans(t *testing.T) {
 		t.Errorf("omgs plan %v, want groups %v of order %v", got, groups, prof.Order())
 	}
 	for spec, want := range map[string]bool{"lags": false, "mgs": false, "omgs": true} {
-		if _, ok := MustParse(spec).(ddp.ProfiledPlanner); ok != want {
-			t.Errorf("%s is a ddp.ProfiledPlanner: %v, want %v (only omgs needs a profile)", spec, ok, want)
+		if _, ok := MustParse(spec).(ProfiledPlanner); ok != want {
+			t.Errorf("%s is a ProfiledPlanner: %v, want %v (only omgs needs a profile)", spec, ok, want)
 		}
 	}
 	h := MustParse("omgs")
-	if _, err := h.(ddp.Planner).Plan(ps, nil); err == nil || !strings.Contains(err.Error(), "ddp.MeasureProfile") || !strings.Contains(err.Error(), "ddp.WithProfile") {
+	if _, err := h.(ddp.Planner).Plan(ps); err == nil || !strings.Contains(err.Error(), "profile.Measure") || !strings.Contains(err.Error(), "SetProfile") {
 		t.Errorf("omgs without a profile: %v", err)
 	}
-	if _, err := h.(ddp.Planner).Plan(ps[:4], prof); err == nil || !strings.Contains(err.Error(), "does not fit the model") {
+	setProfile(h, prof)
+	if _, err := h.(ddp.Planner).Plan(ps[:4]); err == nil || !strings.Contains(err.Error(), "does not fit the model") {
 		t.Errorf("omgs with another model's profile: %v", err)
 	}
 	for spec, want := range map[string]string{
@@ -376,17 +379,16 @@ func TestMergedTopKRefusesOtherPlans(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	// step runs one DDP step of twinNet on every rank with the hooks and profiles given.
-	step := func(hs []ddp.CommHook, prof *ddp.Profile) []error {
+	step := func(hs []ddp.CommHook, prof *profile.Profile) []error {
 		errs := make([]error, p)
 		var wg sync.WaitGroup
 		for r := range p {
 			wg.Go(func() {
 				errs[r] = func() error {
-					opts := []ddp.Option{ddp.WithCommHook(hs[r])}
 					if prof != nil {
-						opts = append(opts, ddp.WithProfile(prof))
+						setProfile(hs[r], prof)
 					}
-					dp, err := ddp.New(ctx, twinNet(1), groups[r], opts...)
+					dp, err := ddp.New(ctx, twinNet(1), groups[r], ddp.WithCommHook(hs[r]))
 					if err != nil {
 						return err
 					}
@@ -450,7 +452,7 @@ func TestMergedTopKRefusesOtherPlans(t *testing.T) {
 	for _, c := range []struct {
 		from []ddp.CommHook
 		spec string
-		prof *ddp.Profile
+		prof *profile.Profile
 		want string
 	}{
 		{first, "lags", swapped, "saved under a different bucket plan"},

@@ -130,14 +130,7 @@ const (
 // Name returns "powersgd".
 func (h *PowerSGD) Name() string { return "powersgd" }
 
-func (h *PowerSGD) memory() *Memory {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.mem == nil {
-		h.mem = NewMemory("powersgd")
-	}
-	return h.mem
-}
+func (h *PowerSGD) memory() *Memory { return lazyMemory(&h.mu, &h.mem, "powersgd") }
 
 // SetAllReduce replaces the all-reduce of the uncompressed tensors, P and Q and of the calls
 // before StartIter (DenseAllReducer); nil restores AllReduce32.
@@ -176,27 +169,19 @@ func (h *PowerSGD) check() error {
 // Run communicates one bucket.
 func (h *PowerSGD) Run(ctx context.Context, g comm.Group, b ddp.Bucket) ddp.Future {
 	out, err := h.run(ctx, g, b)
-	if err != nil {
-		return ddp.Ready(nil, fmt.Errorf("hooks: powersgd: bucket %d: %w", b.Index(), err))
-	}
-	return ddp.Ready(out, nil)
+	return result("powersgd", b, out, err)
 }
 
 func (h *PowerSGD) run(ctx context.Context, g comm.Group, b ddp.Bucket) ([]float32, error) {
-	if err := h.check(); err != nil {
+	var pl powerPlan
+	st, call, err := beginCall(h.memory(), g, b, h.check, func() (err error) {
+		pl, err = h.plan(b)
+		return err
+	})
+	if err != nil {
 		return nil, err
 	}
 	flat := b.Flat()
-	pl, err := h.plan(b)
-	if err != nil {
-		return nil, err
-	}
-	st, err := h.memory().Bucket(g, b)
-	if err != nil {
-		return nil, err
-	}
-	call := st.Calls
-	st.Calls++
 	h.mu.Lock()
 	allReduce := h.allReduce
 	h.mu.Unlock()
@@ -218,7 +203,7 @@ func (h *PowerSGD) run(ctx context.Context, g comm.Group, b ddp.Bucket) ([]float
 		return nil, err
 	}
 	if h.UseErrorFeedback {
-		kernels.Add(flat, flat, st.Residual)
+		st.Residual.Compensate(flat)
 		pb.input = append(pb.input[:0], flat...)
 	}
 
@@ -278,10 +263,7 @@ func (h *PowerSGD) run(ctx context.Context, g comm.Group, b ddp.Bucket) ([]float
 		}
 	}
 	if h.UseErrorFeedback {
-		e := st.Residual
-		for i, x := range pb.input {
-			e[i] = x - flat[i]
-		}
+		st.Residual.UpdateDense(pb.input, flat)
 	}
 	h.mu.Lock()
 	pb.haveQ = h.WarmStart

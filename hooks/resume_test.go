@@ -10,6 +10,7 @@ import (
 	"github.com/spargo-dl/spargo/checkpoint"
 	"github.com/spargo-dl/spargo/comm"
 	"github.com/spargo-dl/spargo/ddp"
+	"github.com/spargo-dl/spargo/hooks/profile"
 	"github.com/spargo-dl/spargo/nn"
 	"github.com/spargo-dl/spargo/optim"
 )
@@ -53,8 +54,8 @@ func TestResumeIsExactForEveryHook(t *testing.T) {
 		}
 		t.Run(s.Name, func(t *testing.T) {
 			o := ddpTraining{bucketCap: smallBuckets, anyLoss: s.Name == "noop", lgp: true}
-			if _, ok := mustParse(t, spec).(ddp.ProfiledPlanner); ok {
-				o.profile, o.profiles = true, make([]*ddp.Profile, p) // measured once, the same plan in every run
+			if _, ok := mustParse(t, spec).(ProfiledPlanner); ok {
+				o.profile, o.profiles = true, make([]*profile.Profile, p) // measured once, the same plan in every run
 			}
 			if strings.HasPrefix(spec, "spardl") {
 				o.bucketCap = [2]int{} // spardl plans one bucket

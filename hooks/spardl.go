@@ -12,7 +12,6 @@ import (
 
 	"github.com/spargo-dl/spargo/comm"
 	"github.com/spargo-dl/spargo/ddp"
-	"github.com/spargo-dl/spargo/internal/kernels"
 	"github.com/spargo-dl/spargo/nn"
 )
 
@@ -118,7 +117,7 @@ const (
 // trains like a plain PyTorch simulation of the paper's procedure on the flattened model
 // (train loss 1.56 vs 1.54 after 3 epochs), while DDP's three buckets of VGG-11 (76 k, 2.4 M
 // and 6.8 M elements, each with its own 1 % budget) train worse (1.61 and 1.66).
-func (h *SparDL) Plan(params []*nn.Param, _ *ddp.Profile) ([][]int, error) {
+func (h *SparDL) Plan(params []*nn.Param) ([][]int, error) {
 	if h.Buckets == BucketsDDP {
 		return nil, nil
 	}
@@ -162,14 +161,7 @@ func (h *SparDL) check() error {
 // Name returns "spardl".
 func (h *SparDL) Name() string { return "spardl" }
 
-func (h *SparDL) memory() *Memory {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.mem == nil {
-		h.mem = NewMemory("spardl")
-	}
-	return h.mem
-}
+func (h *SparDL) memory() *Memory { return lazyMemory(&h.mu, &h.mem, "spardl") }
 
 // State returns the residuals and per-bucket scalars (ddp.Stateful).
 func (h *SparDL) State() (map[string][]float32, error) { return h.memory().State() }
@@ -187,26 +179,15 @@ func (h *SparDL) logger() *slog.Logger {
 // Run communicates one bucket and returns the averaged sparse gradient.
 func (h *SparDL) Run(ctx context.Context, g comm.Group, b ddp.Bucket) ddp.Future {
 	out, err := h.run(ctx, g, b)
-	if err != nil {
-		return ddp.Ready(nil, fmt.Errorf("hooks: spardl: bucket %d: %w", b.Index(), err))
-	}
-	return ddp.Ready(out, nil)
+	return result("spardl", b, out, err)
 }
 
 func (h *SparDL) run(ctx context.Context, g comm.Group, b ddp.Bucket) ([]float32, error) {
-	if err := h.check(); err != nil {
-		return nil, err
-	}
-	flat := b.Flat()
-	if err := checkIndexable("spardl", len(flat)); err != nil {
-		return nil, err
-	}
-	st, err := h.memory().Bucket(g, b)
+	st, call, err := beginCall(h.memory(), g, b, h.check, indexable("spardl", b))
 	if err != nil {
 		return nil, err
 	}
-	call := st.Calls
-	st.Calls++
+	flat := b.Flat()
 	info := spardlInfo{bucket: b.Index(), n: len(flat)}
 	if call < int64(h.DenseWarmup) {
 		info.dense = true
@@ -359,8 +340,8 @@ func (h *SparDL) sparse(ctx context.Context, g comm.Group, tag uint32, flat []fl
 	blockLen := func(i int) int { lo, hi := blockBounds(i, c, n); return hi - lo }
 
 	xi := st.Residual
-	kernels.Add(flat, flat, xi) // flat = G = g + ξ, the accumulator of Spar-Reduce-Scatter
-	copy(xi, flat)              // ξ = G, the rank's own values, until the final sets are known
+	xi.Compensate(flat) // flat = G = g + ξ, the accumulator of Spar-Reduce-Scatter
+	xi.Keep(flat)       // ξ = G, the rank's own values, until the final sets are known
 	var locals []COO
 	if h.Residual != ResidualGlobal {
 		locals = make([]COO, nt)
@@ -425,15 +406,9 @@ func (h *SparDL) sparse(ctx context.Context, g comm.Group, tag uint32, flat []fl
 				})
 			}
 		case ResidualPartial:
-			eachIn(locals[i].Idx, blk.Idx, func(e int, found bool) {
-				if found {
-					xi[lo+int(blk.Idx[e])] = 0
-				}
-			})
+			xi[lo:].MarkApplied(locals[i].Idx, blk.Idx)
 		case ResidualLocal:
-			for _, j := range locals[i].Idx {
-				xi[lo+int(j)] = 0
-			}
+			xi[lo:].MarkSent(locals[i].Idx)
 		}
 	}
 	clear(flat)

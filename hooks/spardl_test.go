@@ -270,7 +270,7 @@ func TestSparDLPlan(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plan, err := h.(ddp.Planner).Plan(params, nil)
+	plan, err := h.(ddp.Planner).Plan(params)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,7 +286,7 @@ func TestSparDLPlan(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if plan, err := h.(ddp.Planner).Plan(params, nil); err != nil || plan != nil {
+	if plan, err := h.(ddp.Planner).Plan(params); err != nil || plan != nil {
 		t.Fatalf("buckets=ddp: plan %v, err %v; want nil (DDP's default)", plan, err)
 	}
 	if _, err := Parse("spardl:buckets=layers"); err == nil || !strings.Contains(err.Error(), "buckets") {

@@ -191,9 +191,9 @@ func eachIn(a []int32, b []int32, fn func(e int, found bool)) {
 
 // denseAverage is the dense fallback every sparse hook shares (dense_warmup): it all-reduces
 // the compensated gradient G = g + ξ, empties the residual and averages.
-func denseAverage(ctx context.Context, g comm.Group, tag uint32, flat, residual []float32) ([]float32, error) {
-	kernels.Add(flat, flat, residual)
-	clear(residual)
+func denseAverage(ctx context.Context, g comm.Group, tag uint32, flat []float32, xi Residual) ([]float32, error) {
+	xi.Compensate(flat)
+	xi.MarkAllSent()
 	if err := comm.AllReduce(ctx, g, tag, flat, comm.Auto); err != nil {
 		return nil, err
 	}

@@ -55,15 +55,11 @@ type stepMarks struct{ selected, gathered time.Time }
 // topkaStep is TopkA's sparse step with k entries per rank; marks may be nil.
 func topkaStep(ctx context.Context, g comm.Group, tag uint32, flat []float32, st *BucketState, k int, marks *stepMarks) error {
 	p, n := g.Size(), len(flat)
-	xi := st.Residual
-	kernels.Add(flat, flat, xi)
+	st.Residual.Compensate(flat)
 	ws := getWireScratch()
 	defer putWireScratch(ws)
 	ws.sel = TopK(ws.sel, flat, k)
-	copy(xi, flat)
-	for _, j := range ws.sel.Idx {
-		xi[j] = 0
-	}
+	st.Residual.Update(flat, ws.sel.Idx)
 	sizes := make([]int, p)
 	for i := range sizes {
 		sizes[i] = k * wireEntryBytes
@@ -96,12 +92,6 @@ func init() {
 		Name:    "topka",
 		Summary: "SparCML TopkA: local top-k, all-gather of the P·k pairs, scatter-add; 2k(P-1) words, ⌈log2 P⌉ rounds",
 		Options: baselineOptions,
-		New: func(o Values) (ddp.CommHook, error) {
-			density, warm, err := parseBaseline(o)
-			if err != nil {
-				return nil, err
-			}
-			return NewTopkA(density, warm)
-		},
+		New:     newBaseline(NewTopkA),
 	})
 }

@@ -49,13 +49,9 @@ func (h *TopkDSA) step(ctx context.Context, g comm.Group, tag uint32, flat []flo
 	k := h.k(n)
 	c := (n + p - 1) / p
 	region := func(i int) (int, int) { return blockBounds(i, c, n) }
-	xi := st.Residual
-	kernels.Add(flat, flat, xi)
+	st.Residual.Compensate(flat)
 	sel := TopKNonZero(COO{}, flat, k)
-	copy(xi, flat)
-	for _, j := range sel.Idx {
-		xi[j] = 0
-	}
+	st.Residual.Update(flat, sel.Idx)
 	// part(i) is the slice of sel that falls in region i.
 	part := func(i int) COO {
 		lo, hi := region(i)
@@ -146,12 +142,6 @@ func init() {
 		Name:    "topkdsa",
 		Summary: "SparCML TopkDSA: local top-k, rotated sparse reduce-scatter over P regions, sparse (or, past n/3 non-zeros, dense) all-gather; P-1+2⌈log2 P⌉ rounds",
 		Options: baselineOptions,
-		New: func(o Values) (ddp.CommHook, error) {
-			density, warm, err := parseBaseline(o)
-			if err != nil {
-				return nil, err
-			}
-			return NewTopkDSA(density, warm)
-		},
+		New:     newBaseline(NewTopkDSA),
 	})
 }

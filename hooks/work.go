@@ -133,7 +133,7 @@ func WorkProbes(x []float32, density float64) []WorkProbe {
 		{WorkUnpack, m, sparse(false, func(c *COO, _ []float32, _ *[]byte) { _ = c.SetWire(wire, s) }), nil},
 		{WorkScatterAdd, m, sparse(true, func(_ *COO, dst []float32, _ *[]byte) { ScatterAdd(dst, sel) }), nil},
 		{WorkScatterSet, m, sparse(true, func(_ *COO, dst []float32, _ *[]byte) { ScatterSet(dst, sel) }), nil},
-		{WorkWalk, sel.Len() + other.Len(), sparse(true, func(_ *COO, dst []float32, _ *[]byte) { clearContributed(dst, other.Idx, sel.Idx) }), nil},
+		{WorkWalk, sel.Len() + other.Len(), sparse(true, func(_ *COO, dst []float32, _ *[]byte) { Residual(dst).MarkApplied(sel.Idx, other.Idx) }), nil},
 		{WorkHistogram, m, sparse(false, func(_ *COO, _ []float32, _ *[]byte) {
 			var bins [256]int64
 			radixCount(bins[:], sel.Val, 0, 31, 23, 8)

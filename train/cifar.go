@@ -20,6 +20,7 @@ import (
 	"github.com/spargo-dl/spargo/ddp"
 	"github.com/spargo-dl/spargo/gradrec"
 	"github.com/spargo-dl/spargo/hooks"
+	"github.com/spargo-dl/spargo/hooks/profile"
 	"github.com/spargo-dl/spargo/internal/kernels"
 	"github.com/spargo-dl/spargo/models"
 	"github.com/spargo-dl/spargo/nn"
@@ -341,7 +342,7 @@ func (w *cifarWorker) run(ctx context.Context) error {
 	}
 	opts := []ddp.Option{ddp.WithCommHook(hook), ddp.WithBroadcastBuffers(c.DistBN == "broadcast")}
 	opts = append(opts, bucketCap(c.BucketMB)...)
-	opts, err = withProfile(ctx, g, model, hook, c.Profile, w.stdout, opts, func() (ddp.ProfileStep, func(), error) {
+	opts, err = withProfile(ctx, g, model, hook, c.Profile, w.stdout, opts, func() (profile.Step, func(), error) {
 		return w.profileStep(ctx, model)
 	})
 	if err != nil {

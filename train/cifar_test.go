@@ -11,7 +11,7 @@ import (
 
 	"github.com/spargo-dl/spargo/cluster"
 	"github.com/spargo-dl/spargo/datasets"
-	"github.com/spargo-dl/spargo/ddp"
+	"github.com/spargo-dl/spargo/hooks/profile"
 	"github.com/spargo-dl/spargo/models"
 	"github.com/spargo-dl/spargo/nn"
 )
@@ -60,7 +60,7 @@ func TestCIFAROMGSMeasuresAndReusesProfile(t *testing.T) {
 			t.Fatalf("run %d: output lacks %q:\n%s", i+1, want, out.String())
 		}
 	}
-	prof, err := ddp.LoadProfile(path)
+	prof, err := profile.Load(path)
 	if err != nil {
 		t.Fatal(err)
 	}

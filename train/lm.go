@@ -18,6 +18,7 @@ import (
 	"github.com/spargo-dl/spargo/datasets"
 	"github.com/spargo-dl/spargo/ddp"
 	"github.com/spargo-dl/spargo/hooks"
+	"github.com/spargo-dl/spargo/hooks/profile"
 	"github.com/spargo-dl/spargo/internal/kernels"
 	"github.com/spargo-dl/spargo/models"
 	"github.com/spargo-dl/spargo/nn"
@@ -412,7 +413,7 @@ func (w *lmWorker) run(ctx context.Context) error {
 	}
 	opts := []ddp.Option{ddp.WithCommHook(hook)}
 	opts = append(opts, bucketCap(c.BucketMB)...)
-	opts, err = withProfile(ctx, g, model, hook, c.Profile, w.stdout, opts, func() (ddp.ProfileStep, func(), error) {
+	opts, err = withProfile(ctx, g, model, hook, c.Profile, w.stdout, opts, func() (profile.Step, func(), error) {
 		return w.profileStep(model, data), func() {}, nil
 	})
 	if err != nil {
@@ -561,7 +562,7 @@ func lmStateArrays(s *nn.LSTMState) map[string]checkpoint.Array {
 // profileStep is the profile step of -hook omgs: one forward and backward of model (before
 // DDP wraps it) on this rank's next training window, from the zero state carried over the
 // windows like training's.
-func (w *lmWorker) profileStep(model *models.LSTMLM, data *datasets.LMBatches) ddp.ProfileStep {
+func (w *lmWorker) profileStep(model *models.LSTMLM, data *datasets.LMBatches) profile.Step {
 	c := w.cfg
 	state, tape := model.NewState(c.Batch), nn.NewTape()
 	xs, ys := make([]float32, c.Bptt*c.Batch), make([]int, c.Bptt*c.Batch)

@@ -24,6 +24,7 @@ import (
 	"github.com/spargo-dl/spargo/datasets"
 	"github.com/spargo-dl/spargo/ddp"
 	"github.com/spargo-dl/spargo/hooks"
+	"github.com/spargo-dl/spargo/hooks/profile"
 	"github.com/spargo-dl/spargo/internal/kernels"
 	"github.com/spargo-dl/spargo/models"
 	"github.com/spargo-dl/spargo/nn"
@@ -629,7 +630,7 @@ func (w *mlmWorker) run(ctx context.Context) error {
 	tape := nn.NewTape()
 	opts := []ddp.Option{ddp.WithCommHook(hook)}
 	opts = append(opts, bucketCap(c.BucketMB)...)
-	opts, err = withProfile(ctx, g, model, hook, c.Profile, w.stdout, opts, func() (ddp.ProfileStep, func(), error) {
+	opts, err = withProfile(ctx, g, model, hook, c.Profile, w.stdout, opts, func() (profile.Step, func(), error) {
 		next, stop := iter.Pull2(batches(ctx, 0))
 		nn.SetTraining(model, true)
 		return func(backward func(*nn.Var) error) error {

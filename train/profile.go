@@ -11,10 +11,12 @@ import (
 	"github.com/spargo-dl/spargo/comm"
 	"github.com/spargo-dl/spargo/datasets"
 	"github.com/spargo-dl/spargo/ddp"
+	"github.com/spargo-dl/spargo/hooks"
+	"github.com/spargo-dl/spargo/hooks/profile"
 	"github.com/spargo-dl/spargo/nn"
 )
 
-// A hook that plans its buckets from measured costs (omgs: ddp.ProfiledPlanner) gets its
+// A hook that plans its buckets from measured costs (omgs: hooks.ProfiledPlanner) gets its
 // profile (withProfile) from a few steps on real batches before DDP starts, in every
 // program (CIFAR, MLM, the PTB language model, IMDB): fewer than the OMGS reference's
 // 5 warm-up + 50 measured iterations, because a VGG step takes a second or more on the
@@ -27,15 +29,15 @@ const (
 	tagProfileAgree = 102
 )
 
-// withProfile appends to opts ddp.WithProfile with the profile a hook that plans its
-// buckets from measured costs (omgs: a ddp.ProfiledPlanner) needs for model: loaded from path
+// withProfile gives a hook that plans its buckets from measured costs (omgs: a
+// hooks.ProfiledPlanner) the profile it needs for model (SetProfile): loaded from path
 // (the programs' -profile) when every rank could load one that fits, otherwise measured on
-// the training steps newStep makes (see loadOrMeasureProfile). For any other hook it returns
-// opts as they are and measures nothing. Every rank must call it: measuring is collective.
+// the training steps newStep makes (see loadOrMeasureProfile). It returns opts as they are;
+// for any other hook it measures nothing. Every rank must call it: measuring is collective.
 // The programs call it before ddp.New; the traffic it causes is set-up, not training.
 func withProfile(ctx context.Context, g comm.Group, model nn.Module, hook ddp.CommHook, path string, stdout io.Writer,
-	opts []ddp.Option, newStep func() (step ddp.ProfileStep, stop func(), err error)) ([]ddp.Option, error) {
-	pp, ok := hook.(ddp.ProfiledPlanner)
+	opts []ddp.Option, newStep func() (step profile.Step, stop func(), err error)) ([]ddp.Option, error) {
+	pp, ok := hook.(hooks.ProfiledPlanner)
 	if !ok {
 		return opts, nil
 	}
@@ -48,7 +50,8 @@ func withProfile(ctx context.Context, g comm.Group, model nn.Module, hook ddp.Co
 	if err != nil {
 		return nil, err
 	}
-	return append(opts, ddp.WithProfile(prof)), nil
+	pp.SetProfile(prof)
+	return opts, nil
 }
 
 // epochCycle pulls batches from epochs 0, 1, 2, … of epoch in turn, for profile steps that
@@ -74,7 +77,7 @@ func epochCycle[B any](ctx context.Context, epoch func(ctx context.Context, epoc
 
 // profileStep makes the CIFAR program's profile step: one forward and backward of model on
 // this rank's next training batch.
-func (w *cifarWorker) profileStep(ctx context.Context, model nn.Module) (ddp.ProfileStep, func(), error) {
+func (w *cifarWorker) profileStep(ctx context.Context, model nn.Module) (profile.Step, func(), error) {
 	c, g := w.cfg, w.group
 	loader, err := datasets.NewLoader(w.train, CIFARTrainLoader(c.Batch, g.Rank(), g.Size(), c.Seed))
 	if err != nil {
@@ -99,15 +102,15 @@ func (w *cifarWorker) profileStep(ctx context.Context, model nn.Module) (ddp.Pro
 
 // loadOrMeasureProfile returns the profile pp needs for model: the one saved at path when
 // every rank could load one measured on this model and world size, otherwise one measured
-// now with step (ddp.MeasureProfile's: one forward and backward on a training batch); rank 0
+// now with step (profile.Measure's: one forward and backward on a training batch); rank 0
 // prints it and saves it to path. path may be empty (measure, save nothing). Every rank
 // must call it: measuring is collective.
-func loadOrMeasureProfile(ctx context.Context, g comm.Group, model nn.Module, pp ddp.ProfiledPlanner, path string, stdout io.Writer,
-	step func(backward func(*nn.Var) error) error) (*ddp.Profile, error) {
+func loadOrMeasureProfile(ctx context.Context, g comm.Group, model nn.Module, pp hooks.ProfiledPlanner, path string, stdout io.Writer,
+	step func(backward func(*nn.Var) error) error) (*profile.Profile, error) {
 	params := nn.Parameters(model)
-	var loaded *ddp.Profile
+	var loaded *profile.Profile
 	if path != "" {
-		prof, err := ddp.LoadProfile(path)
+		prof, err := profile.Load(path)
 		switch {
 		case err == nil && prof.P == g.Size() && prof.Check(params) == nil:
 			loaded = prof
@@ -136,7 +139,7 @@ func loadOrMeasureProfile(ctx context.Context, g comm.Group, model nn.Module, pp
 
 	opts := pp.ProfileOptions()
 	opts.Warmup, opts.Iterations = profileWarmup, profileIterations
-	prof, err := ddp.MeasureProfile(ctx, model, g, step, opts)
+	prof, err := profile.Measure(ctx, model, g, step, opts)
 	if err != nil {
 		return nil, err
 	}

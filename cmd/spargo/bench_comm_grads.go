@@ -77,7 +77,7 @@ func recordedSource(rec *gradrec.Recording, p int, workers []int) (*gradSource, 
 // returns one, else PyTorch's size-capped default.
 func hookPlan(h ddp.CommHook, params []*nn.Param) ([][]int, error) {
 	if p, ok := h.(ddp.Planner); ok {
-		plan, err := p.Plan(params, nil)
+		plan, err := p.Plan(params)
 		if err != nil {
 			return nil, fmt.Errorf("planning buckets: %w", err)
 		}

@@ -35,7 +35,7 @@ iteration's groups: gradients ready, hook called, selected, all-gathered ("sent"
 waiting for the other ranks), done. Image classifiers get random images; the LSTM language
 models random tokens, or consecutive windows of PTB's training set with -data.
 
-omgs plans on a profile measured first (ddp.MeasureProfile, -profile-warmup + -profile-iters
+omgs plans on a profile measured first (profile.Measure, -profile-warmup + -profile-iters
 steps); lags and mgs then get the same profile (its measured backward order). Hooks that do
 not plan their buckets (topka, allreduce, ...) get one bucket for the whole model with
 -buckets single (TopK-SGD's single group, the default) or DDP's 1 MiB + 25 MiB buckets with

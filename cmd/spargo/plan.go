@@ -17,6 +17,7 @@ import (
 	"github.com/spargo-dl/spargo/comm"
 	"github.com/spargo-dl/spargo/ddp"
 	"github.com/spargo-dl/spargo/hooks"
+	"github.com/spargo-dl/spargo/hooks/profile"
 	"github.com/spargo-dl/spargo/models"
 	"github.com/spargo-dl/spargo/nn"
 )
@@ -34,14 +35,14 @@ Prints the bucket plans that the merging hooks (lags, mgs, omgs: OMGS-SGD, paper
 choose for a model, with the iteration time the OMGS cost model predicts for each, next to
 TopK-SGD's (the whole model as one group) and LAGS's (no merging), without training. The
 plans come from the hooks' own planner (hooks.MergedTopK.PlanProfile), the one DDP calls
-before the first step, on a ddp.Profile: per-tensor backward times, forward time, the top-k
+before the first step, on a profile.Profile: per-tensor backward times, forward time, the top-k
 cost γ·n·log2 n and the all-gather and all-reduce costs α + β·bytes.
 
 The profile is read from -profile FILE (saved by examples/vgg -profile, or by -save here) or
 measured now with -measure: -workers in-process ranks each run -model on random inputs of
 -batch images (-size: their side, default the data set's) or, for the LSTM language models,
 -batch columns of -bptt random words, -warmup steps unmeasured and -iters measured, then the
-top-k kernel and the all-gather and all-reduce of those ranks are timed (ddp.MeasureProfile).
+top-k kernel and the all-gather and all-reduce of those ranks are timed (profile.Measure).
 
 Cost overrides apply to a copy of the profile: -compute-scale multiplies the forward and every
 backward time (0.1 stands for a GPU ten times faster than the profiled CPU); -allgather-alpha
@@ -107,7 +108,7 @@ type planCosts struct {
 }
 
 // apply returns a copy of prof with the overrides applied.
-func (c planCosts) apply(prof *ddp.Profile) *ddp.Profile {
+func (c planCosts) apply(prof *profile.Profile) *profile.Profile {
 	q := *prof
 	q.ParamBackward = slices.Clone(prof.ParamBackward)
 	scale := func(d time.Duration) time.Duration { return time.Duration(math.Round(float64(d) * c.computeScale)) }
@@ -118,10 +119,10 @@ func (c planCosts) apply(prof *ddp.Profile) *ddp.Profile {
 	if c.networkBits > 0 {
 		p := float64(c.networkWorkers)
 		perByte := 8 / c.networkBits
-		q.AllGather = ddp.AllGatherCost{Alpha: (p - 1) * c.networkLatency, Beta: (p - 1) * perByte}
-		q.AllReduce = ddp.AllReduceCost{Alpha: 2 * (p - 1) * c.networkLatency, Beta: 2 * (p - 1) / p * perByte}
+		q.AllGather = profile.AllGatherCost{Alpha: (p - 1) * c.networkLatency, Beta: (p - 1) * perByte}
+		q.AllReduce = profile.AllReduceCost{Alpha: 2 * (p - 1) * c.networkLatency, Beta: 2 * (p - 1) / p * perByte}
 	}
-	set := func(dst *ddp.AllGatherCost, alpha, beta *float64) {
+	set := func(dst *profile.AllGatherCost, alpha, beta *float64) {
 		if alpha == nil && beta == nil {
 			return
 		}
@@ -152,7 +153,7 @@ func runPlan(args []string, stdout io.Writer) error {
 	fs.SetOutput(stdout)
 	var specs hookList
 	fs.Var(&specs, "hook", "a merging hook spec: lags, mgs or omgs with options (repeat for several; default: lags, mgs and omgs's three planner/timeline variants)")
-	profileFile := fs.String("profile", "", "read the profile from this JSON file (ddp.Profile.Save; examples/vgg -profile)")
+	profileFile := fs.String("profile", "", "read the profile from this JSON file (profile.Profile.Save; examples/vgg -profile)")
 	measure := fs.Bool("measure", false, "measure the profile now on -workers in-process ranks (needs -model)")
 	model := fs.String("model", "", "a model of spargo models: checked against -profile, or measured with -measure")
 	workers := fs.Int("workers", 4, "-measure: in-process ranks (they share this machine's cores)")
@@ -239,7 +240,7 @@ func runPlan(args []string, stdout io.Writer) error {
 		return err
 	}
 
-	var prof *ddp.Profile
+	var prof *profile.Profile
 	if *measure {
 		m := planMeasure{model: *model, workers: *workers, batch: *batch, size: *size, bptt: *bptt, warmup: *warmup, iters: *iters,
 			density: planners[0].Density, seed: *seed}
@@ -252,7 +253,7 @@ func runPlan(args []string, stdout io.Writer) error {
 			}
 		}
 	} else {
-		if prof, err = ddp.LoadProfile(*profileFile); err != nil {
+		if prof, err = profile.Load(*profileFile); err != nil {
 			return fmt.Errorf("plan: %w", err)
 		}
 		if *model != "" {
@@ -330,7 +331,7 @@ func planRows(specs []string, density float64, denseBelow int) ([]string, []*hoo
 
 // planTable plans q with every row's hook, with a topk-sgd row before the first row of each
 // timeline.
-func planTable(q *ddp.Profile, rows []string, planners []*hooks.MergedTopK) ([]planRow, error) {
+func planTable(q *profile.Profile, rows []string, planners []*hooks.MergedTopK) ([]planRow, error) {
 	var out []planRow
 	seen := map[hooks.Timeline]bool{}
 	for i, h := range planners {
@@ -361,7 +362,7 @@ func reportRow(plan string, rep *hooks.PlanReport) planRow {
 
 // topkSGDRow is TopK-SGD's row on timeline tl: mgs with a threshold above the model's size
 // makes the one group of the whole model.
-func topkSGDRow(q *ddp.Profile, density float64, denseBelow int, tl hooks.Timeline) (planRow, error) {
+func topkSGDRow(q *profile.Profile, density float64, denseBelow int, tl hooks.Timeline) (planRow, error) {
 	elements := 0
 	for _, n := range q.Sizes {
 		elements += n
@@ -407,7 +408,7 @@ func withOption(spec, key, value string) string {
 
 func ms(d time.Duration) float64 { return float64(d) / 1e6 }
 
-func printPlans(w io.Writer, q *ddp.Profile, out planOutput, c planCosts) {
+func printPlans(w io.Writer, q *profile.Profile, out planOutput, c planCosts) {
 	name := out.Model
 	if name == "" {
 		name = out.ProfileFile
@@ -454,7 +455,7 @@ func groupList(groups []int) string {
 
 // measurePlanProfile measures a profile of m.model on m.workers in-process ranks with random
 // inputs.
-func measurePlanProfile(m planMeasure) (*ddp.Profile, error) {
+func measurePlanProfile(m planMeasure) (*profile.Profile, error) {
 	entry, err := models.Lookup(m.model)
 	if err != nil {
 		return nil, err
@@ -474,7 +475,7 @@ func measurePlanProfile(m planMeasure) (*ddp.Profile, error) {
 		}
 	}()
 	ctx := context.Background()
-	profs := make([]*ddp.Profile, m.workers)
+	profs := make([]*profile.Profile, m.workers)
 	errs := make([]error, m.workers)
 	var wg sync.WaitGroup
 	for r, g := range groups {
@@ -490,8 +491,8 @@ func measurePlanProfile(m planMeasure) (*ddp.Profile, error) {
 				return
 			}
 			nn.SetTraining(model, true)
-			profs[r], errs[r] = ddp.MeasureProfile(ctx, model, g, step,
-				ddp.ProfileOptions{Warmup: m.warmup, Iterations: m.iters, Density: m.density})
+			profs[r], errs[r] = profile.Measure(ctx, model, g, step,
+				profile.Options{Warmup: m.warmup, Iterations: m.iters, Density: m.density})
 		})
 	}
 	wg.Wait()
@@ -501,9 +502,9 @@ func measurePlanProfile(m planMeasure) (*ddp.Profile, error) {
 	return profs[0], nil
 }
 
-// randomStep is a ddp.ProfileStep of model on random inputs: images and labels for an image
+// randomStep is a profile.Step of model on random inputs: images and labels for an image
 // classifier, words and next words for an LSTM language model.
-func randomStep(entry models.Entry, model nn.Module, m planMeasure, rank uint64) (ddp.ProfileStep, error) {
+func randomStep(entry models.Entry, model nn.Module, m planMeasure, rank uint64) (profile.Step, error) {
 	rng := nn.NewRand(m.seed + 1 + rank)
 	tape := nn.NewTape()
 	if in := entry.Input; in.Size > 0 {

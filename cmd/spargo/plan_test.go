@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spargo-dl/spargo/ddp"
 	"github.com/spargo-dl/spargo/hooks"
+	"github.com/spargo-dl/spargo/hooks/profile"
 )
 
 // vggProfile is the VGG-16 profile measured by examples/vgg at P = 4 in-process (see
@@ -40,7 +40,7 @@ func planJSON(t *testing.T, args ...string) planOutput {
 
 // expectedRows plans prof with the planner functions directly: TopK-SGD, lags, mgs and omgs
 // exact on the DDP timeline; TopK-SGD, omgs exact and Algorithm 1 on the paper's.
-func expectedRows(t *testing.T, prof *ddp.Profile, density float64) []planRow {
+func expectedRows(t *testing.T, prof *profile.Profile, density float64) []planRow {
 	t.Helper()
 	order := prof.Order()
 	var rows []planRow
@@ -102,7 +102,7 @@ func checkRows(t *testing.T, got []planRow, want []planRow) {
 // The plans printed for the committed VGG-16 profile are the planner functions' plans, as
 // JSON and in the table; and cost overrides change the predictions as the cost model says.
 func TestPlanVGG16Profile(t *testing.T) {
-	prof, err := ddp.LoadProfile(vggProfile)
+	prof, err := profile.Load(vggProfile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +135,7 @@ func TestPlanVGG16Profile(t *testing.T) {
 	// profile with those costs.
 	over := planJSON(t, append(base, "-allgather-alpha", "22ms", "-allgather-beta", "272", "-compute-scale", "0.1")...)
 	q := *prof
-	q.AllGather = ddp.AllGatherCost{Alpha: 22e-3, Beta: 272e-9}
+	q.AllGather = profile.AllGatherCost{Alpha: 22e-3, Beta: 272e-9}
 	q.Forward, q.Backward = prof.Forward/10, prof.Backward/10
 	q.ParamBackward = nil
 	for _, d := range prof.ParamBackward {
@@ -167,7 +167,7 @@ func TestPlanVGG16Profile(t *testing.T) {
 		t.Errorf("ring costs: all-gather %+v, all-reduce %+v", ring.AllGather, ring.AllReduce)
 	}
 	q = *prof
-	q.AllGather = ddp.AllGatherCost{Alpha: 15 * 50e-6, Beta: 15 * 8e-9}
+	q.AllGather = profile.AllGatherCost{Alpha: 15 * 50e-6, Beta: 15 * 8e-9}
 	checkRows(t, ring.Rows, expectedRows(t, &q, 0.001))
 }
 

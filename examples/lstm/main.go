@@ -25,7 +25,7 @@
 // validates on the first N tokens of the validation stream only (the test perplexity stays
 // on the whole test stream).
 //
-// -hook omgs plans its buckets from costs measured before training (ddp.MeasureProfile: the
+// -hook omgs plans its buckets from costs measured before training (profile.Measure: the
 // backward's per-tensor timings on a few training windows, top-k and collective costs);
 // -profile FILE saves that profile and reuses it on the next run with the same model and
 // number of workers.

@@ -17,6 +17,11 @@ import (
 	"github.com/spargo-dl/spargo/cluster"
 	"github.com/spargo-dl/spargo/ddp"
 	"github.com/spargo-dl/spargo/hooks"
+<<<<<<< HEAD
+=======
+	"github.com/spargo-dl/spargo/hooks/profile"
+	"github.com/spargo-dl/spargo/train"
+>>>>>>> wip-ef
 	"github.com/spargo-dl/spargo/models"
 	"github.com/spargo-dl/spargo/nn"
 	"github.com/spargo-dl/spargo/plot"
@@ -155,7 +160,7 @@ func TestOMGSMeasuresAndReusesProfile(t *testing.T) {
 		}
 		outs = append(outs, out.String())
 	}
-	prof, err := ddp.LoadProfile(c.Profile)
+	prof, err := profile.Load(c.Profile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +179,8 @@ func TestOMGSMeasuresAndReusesProfile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plan, err := h.(ddp.Planner).Plan(nn.Parameters(model), prof)
+	h.(hooks.ProfiledPlanner).SetProfile(prof)
+	plan, err := h.(ddp.Planner).Plan(nn.Parameters(model))
 	if err != nil {
 		t.Fatal(err)
 	}

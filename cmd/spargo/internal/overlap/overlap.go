@@ -29,6 +29,7 @@ import (
 	"github.com/spargo-dl/spargo/comm"
 	"github.com/spargo-dl/spargo/ddp"
 	"github.com/spargo-dl/spargo/hooks"
+	"github.com/spargo-dl/spargo/hooks/profile"
 	"github.com/spargo-dl/spargo/models"
 	"github.com/spargo-dl/spargo/nn"
 )
@@ -54,7 +55,7 @@ type Config struct {
 	Tokens []int32
 	// Warmup iterations run unmeasured per hook, then Iters are measured.
 	Warmup, Iters int
-	// ProfileWarmup and ProfileIterations are the profile's steps (ddp.MeasureProfile), when a
+	// ProfileWarmup and ProfileIterations are the profile's steps (profile.Measure), when a
 	// hook needs one (omgs); 0 takes 1 and 3.
 	ProfileWarmup, ProfileIterations int
 	// Seed seeds the weights (the same on every rank) and the data (rank-dependent).
@@ -226,11 +227,11 @@ func Run(ctx context.Context, g comm.Group, cfg Config) (*Report, error) {
 	}
 	// One profile per distinct profile density (omgs's), measured on the probe model before
 	// any hook runs, so that every planner hook can plan on it whatever the order.
-	profiles := map[float64]*ddp.Profile{}
-	var first *ddp.Profile
+	profiles := map[float64]*profile.Profile{}
+	var first *profile.Profile
 	for _, spec := range cfg.Hooks {
 		h, _ := hooks.Parse(spec) // checked
-		pp, ok := h.(ddp.ProfiledPlanner)
+		pp, ok := h.(hooks.ProfiledPlanner)
 		if !ok {
 			continue
 		}
@@ -241,7 +242,7 @@ func Run(ctx context.Context, g comm.Group, cfg Config) (*Report, error) {
 		}
 		tape := nn.NewTape()
 		nn.SetTraining(probe, true)
-		prof, err := ddp.MeasureProfile(ctx, probe, g, func(backward func(*nn.Var) error) error {
+		prof, err := profile.Measure(ctx, probe, g, func(backward func(*nn.Var) error) error {
 			loss, err := data.loss(tape, probe.Forward)
 			if err != nil {
 				return err
@@ -272,7 +273,7 @@ func Run(ctx context.Context, g comm.Group, cfg Config) (*Report, error) {
 
 // measureHook trains with one hook and returns rank 0's statistics (every rank returns them;
 // only rank 0's are reported).
-func measureHook(ctx context.Context, g comm.Group, cfg Config, spec string, profiles map[float64]*ddp.Profile, first *ddp.Profile) (HookReport, error) {
+func measureHook(ctx context.Context, g comm.Group, cfg Config, spec string, profiles map[float64]*profile.Profile, first *profile.Profile) (HookReport, error) {
 	hook, err := hooks.Parse(spec)
 	if err != nil {
 		return HookReport{}, err
@@ -291,11 +292,11 @@ func measureHook(ctx context.Context, g comm.Group, cfg Config, spec string, pro
 	case planner:
 		hr.Plan = "hook"
 		prof := first // lags and mgs: the measured backward order, when a profile exists
-		if pp, ok := hook.(ddp.ProfiledPlanner); ok {
+		if pp, ok := hook.(hooks.ProfiledPlanner); ok {
 			prof = profiles[pp.ProfileOptions().Density]
 		}
-		if prof != nil {
-			opts = append(opts, ddp.WithProfile(prof))
+		if setter, ok := hook.(interface{ SetProfile(*profile.Profile) }); ok && prof != nil {
+			setter.SetProfile(prof)
 			hr.Profiled = true
 		}
 	case cfg.SingleBucket:

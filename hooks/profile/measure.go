@@ -1,4 +1,4 @@
-package ddp
+package profile
 
 import (
 	"bytes"
@@ -17,39 +17,7 @@ import (
 	"github.com/spargo-dl/spargo/nn"
 )
 
-// The profiler measures, before training, the inputs of a cost-model planner (OMGS-SGD's
-// Algorithm 1, paper 003):
-//
-//   - per-parameter backward time: the step runs Warmup times unmeasured, then Iterations
-//     times with a grad-ready hook that stamps every parameter's gradient; the stamps are
-//     averaged;
-//   - the top-k cost γ·n·log2 n: the real selection kernel (kernels.TopKAbs, then the gather
-//     of the values, as the sparse hooks do) is timed on heavy-tailed data at several sizes,
-//     at the planner's density, on every rank at once (as in training, where all ranks select
-//     at the same time); γ is fitted by least squares;
-//   - the all-gather cost α + β·bytes: the all-gather the sparse hooks use
-//     (comm.AllGatherBytesSized) is timed on the real group at several sizes per rank, each
-//     the median of Repeats runs that start together after a barrier; α and β are fitted by
-//     least squares on the relative error;
-//   - the all-reduce cost α + β·bytes of the dense all-reduce (comm.AllReduce, comm.Auto)
-//     that the layer-wise hooks use for small tensors, timed and fitted the same way at
-//     small sizes (64 bytes to 64 KiB by default).
-//
-// Every rank measures, and every rank returns rank 0's profile (broadcast as JSON), so all
-// ranks plan identically. Before the collectives the ranks exchange their status, so a rank
-// whose step failed makes every rank return an error naming it instead of hanging.
-
-// ProfiledPlanner is a Planner whose plan rests on a measured Profile (OMGS). A program
-// measures one with MeasureProfile(ctx, model, group, step, h.ProfileOptions()) before New
-// and passes it with WithProfile; Plan returns an error that says so when it gets none.
-type ProfiledPlanner interface {
-	Planner
-	// ProfileOptions are the options the planner needs the profile measured with (its
-	// density, for the top-k and all-gather sizes).
-	ProfileOptions() ProfileOptions
-}
-
-// ProfileStep runs one training step's forward on the model being profiled and calls
+// Step runs one training step's forward on the model being profiled and calls
 // backward with the loss exactly once (it must not call ddp's Backward or an optimizer):
 //
 //	step := func(backward func(*nn.Var) error) error {
@@ -57,19 +25,19 @@ type ProfiledPlanner interface {
 //		tape.Reset()
 //		return backward(nn.CrossEntropy(model.Forward(tape.Const(x)), y))
 //	}
-type ProfileStep func(backward func(loss *nn.Var) error) error
+type Step func(backward func(loss *nn.Var) error) error
 
-// Defaults of ProfileOptions: the OMGS reference's 5 warm-up and 50 measured iterations,
+// Defaults of Options: the OMGS reference's 5 warm-up and 50 measured iterations,
 // the density the sparse hooks default to, and 5 repeats per timed size.
 const (
-	DefaultProfileWarmup     = 5
-	DefaultProfileIterations = 50
-	DefaultProfileDensity    = 0.01
-	DefaultProfileRepeats    = 5
+	DefaultWarmup     = 5
+	DefaultIterations = 50
+	DefaultDensity    = 0.01
+	DefaultRepeats    = 5
 )
 
-// ProfileOptions configure MeasureProfile; zero fields take the defaults.
-type ProfileOptions struct {
+// Options configure Measure; zero fields take the defaults.
+type Options struct {
 	// Warmup steps run unmeasured, then Iterations steps are measured.
 	Warmup     int
 	Iterations int
@@ -95,34 +63,35 @@ type ProfileOptions struct {
 	clock func() time.Time
 }
 
-// Tags of the profiler, in DDP's own range below the buckets'. MeasureProfile must not run
-// concurrently with other users of these tags (DDP's buckets use other tags).
+// Tags of the profiler: above the tags ddp.New uses for its start-up checks and broadcasts
+// (1 to 4) and below its buckets' (from 1<<16). Measure must not run concurrently with other
+// users of these tags; it runs before ddp.New.
 const (
-	tagProfileStatus  uint32 = 16
-	tagProfileBarrier uint32 = 17
-	tagProfileGather  uint32 = 18
-	tagProfileReduce  uint32 = 20
-	tagProfileResult  uint32 = 19
+	tagStatus  uint32 = 16
+	tagBarrier uint32 = 17
+	tagGather  uint32 = 18
+	tagReduce  uint32 = 20
+	tagResult  uint32 = 19
 )
 
-func (o ProfileOptions) withDefaults(elements int) (ProfileOptions, error) {
+func (o Options) withDefaults(elements int) (Options, error) {
 	if o.Warmup == 0 {
-		o.Warmup = DefaultProfileWarmup
+		o.Warmup = DefaultWarmup
 	}
 	if o.Iterations == 0 {
-		o.Iterations = DefaultProfileIterations
+		o.Iterations = DefaultIterations
 	}
 	if o.Density == 0 {
-		o.Density = DefaultProfileDensity
+		o.Density = DefaultDensity
 	}
 	if o.Repeats == 0 {
-		o.Repeats = DefaultProfileRepeats
+		o.Repeats = DefaultRepeats
 	}
 	switch {
 	case o.Warmup < 0 || o.Iterations < 1 || o.Repeats < 1:
-		return o, fmt.Errorf("ddp: profile: warm-up %d, iterations %d, repeats %d: want >= 0, >= 1, >= 1", o.Warmup, o.Iterations, o.Repeats)
+		return o, fmt.Errorf("profile: warm-up %d, iterations %d, repeats %d: want >= 0, >= 1, >= 1", o.Warmup, o.Iterations, o.Repeats)
 	case !(o.Density > 0 && o.Density <= 1):
-		return o, fmt.Errorf("ddp: profile: density %v, want a number in (0, 1]", o.Density)
+		return o, fmt.Errorf("profile: density %v, want a number in (0, 1]", o.Density)
 	}
 	if o.TopKSizes == nil {
 		for n := 256; n < elements; n *= 4 {
@@ -145,27 +114,27 @@ func (o ProfileOptions) withDefaults(elements int) (ProfileOptions, error) {
 	distinctReduce := map[int]bool{}
 	for _, b := range o.AllReduceBytes {
 		if b < 0 || b%4 != 0 {
-			return o, fmt.Errorf("ddp: profile: all-reduce size %d bytes, want a multiple of 4 (float32 elements)", b)
+			return o, fmt.Errorf("profile: all-reduce size %d bytes, want a multiple of 4 (float32 elements)", b)
 		}
 		distinctReduce[b] = true
 	}
 	if len(distinctReduce) < 2 {
-		return o, fmt.Errorf("ddp: profile: all-reduce sizes %v: want two different sizes at least, to fit α and β", o.AllReduceBytes)
+		return o, fmt.Errorf("profile: all-reduce sizes %v: want two different sizes at least, to fit α and β", o.AllReduceBytes)
 	}
 	for _, n := range o.TopKSizes {
 		if n < 2 || n > math.MaxInt32 {
-			return o, fmt.Errorf("ddp: profile: top-k size %d, want 2..2^31-1", n)
+			return o, fmt.Errorf("profile: top-k size %d, want 2..2^31-1", n)
 		}
 	}
 	distinct := map[int]bool{}
 	for _, b := range o.AllGatherBytes {
 		if b < 0 {
-			return o, fmt.Errorf("ddp: profile: all-gather size %d bytes", b)
+			return o, fmt.Errorf("profile: all-gather size %d bytes", b)
 		}
 		distinct[b] = true
 	}
 	if len(distinct) < 2 {
-		return o, fmt.Errorf("ddp: profile: all-gather sizes %v: want two different sizes at least, to fit α and β", o.AllGatherBytes)
+		return o, fmt.Errorf("profile: all-gather sizes %v: want two different sizes at least, to fit α and β", o.AllGatherBytes)
 	}
 	if o.TopK == nil {
 		var val []float32
@@ -182,14 +151,14 @@ func (o ProfileOptions) withDefaults(elements int) (ProfileOptions, error) {
 	return o, nil
 }
 
-// MeasureProfile measures model's profile on group g (see the top of this file); every rank
-// calls it with its own replica and step, before New. It leaves the parameters, their
+// Measure measures model's profile on group g (see the package doc); every rank calls it
+// with its own replica and step, before ddp.New. It leaves the parameters, their
 // gradients and the buffers (BatchNorm statistics) as it found them. Every rank returns the
 // same profile: rank 0's.
-func MeasureProfile(ctx context.Context, model nn.Module, g comm.Group, step ProfileStep, opts ProfileOptions) (*Profile, error) {
+func Measure(ctx context.Context, model nn.Module, g comm.Group, step Step, opts Options) (*Profile, error) {
 	params := nn.Parameters(model)
 	if len(params) == 0 {
-		return nil, errors.New("ddp: profile: the model has no parameters")
+		return nil, errors.New("profile: the model has no parameters")
 	}
 	elements := 0
 	for _, p := range params {
@@ -217,10 +186,10 @@ func MeasureProfile(ctx context.Context, model nn.Module, g comm.Group, step Pro
 	// rather than during the all-gather timings.
 	runtime.GC()
 	if err := measureAllGather(ctx, g, prof, o); err != nil {
-		return nil, fmt.Errorf("ddp: profile: timing the all-gather: %w", err)
+		return nil, fmt.Errorf("profile: timing the all-gather: %w", err)
 	}
 	if err := measureAllReduce(ctx, g, prof, o); err != nil {
-		return nil, fmt.Errorf("ddp: profile: timing the all-reduce: %w", err)
+		return nil, fmt.Errorf("profile: timing the all-reduce: %w", err)
 	}
 	return broadcastProfile(ctx, g, prof)
 }
@@ -247,7 +216,7 @@ func restoreState(params []*nn.Param, buffers []*nn.Buffer) func() {
 }
 
 // measureBackward runs the steps and fills ParamBackward, Forward, Backward and Unused.
-func measureBackward(prof *Profile, params []*nn.Param, step ProfileStep, o ProfileOptions) error {
+func measureBackward(prof *Profile, params []*nn.Param, step Step, o Options) error {
 	index := make(map[*nn.Param]int, len(params))
 	for i, p := range params {
 		index[p] = i
@@ -299,10 +268,10 @@ func measureBackward(prof *Profile, params []*nn.Param, step ProfileStep, o Prof
 		}
 		stepStart = o.clock()
 		if err := step(bw); err != nil {
-			return fmt.Errorf("ddp: profile: step %d: %w", it+1, err)
+			return fmt.Errorf("profile: step %d: %w", it+1, err)
 		}
 		if !called {
-			return fmt.Errorf("ddp: profile: step %d returned without calling backward", it+1)
+			return fmt.Errorf("profile: step %d returned without calling backward", it+1)
 		}
 	}
 	n := time.Duration(o.Iterations)
@@ -319,14 +288,14 @@ func measureBackward(prof *Profile, params []*nn.Param, step ProfileStep, o Prof
 
 // measureTopK times o.TopK at every size and fits γ. The repeats go round the sizes, so that
 // a burst of load on a shared machine slows all sizes alike rather than one.
-func measureTopK(ctx context.Context, prof *Profile, o ProfileOptions) error {
+func measureTopK(ctx context.Context, prof *Profile, o Options) error {
 	x := heavyTailed(slices.Max(o.TopKSizes))
 	var idx []int32
 	times := make([][]float64, len(o.TopKSizes))
 	for r := -1; r < o.Repeats; r++ { // r = -1: untimed, warms caches and pools
 		for s, n := range o.TopKSizes {
 			if err := ctx.Err(); err != nil {
-				return fmt.Errorf("ddp: profile: %w", err)
+				return fmt.Errorf("profile: %w", err)
 			}
 			k := min(n, max(1, int(float64(n)*o.Density)))
 			t0 := time.Now()
@@ -361,19 +330,19 @@ func agreeStatus(ctx context.Context, g comm.Group, local error) error {
 	if local != nil {
 		msg = []byte(local.Error())
 	}
-	all, err := comm.AllGatherBytes(ctx, g, tagProfileStatus, msg)
+	all, err := comm.AllGatherBytes(ctx, g, tagStatus, msg)
 	if err != nil {
 		if local != nil {
 			return local
 		}
-		return fmt.Errorf("ddp: profile: exchanging the ranks' status: %w", err)
+		return fmt.Errorf("profile: exchanging the ranks' status: %w", err)
 	}
 	if local != nil {
 		return local
 	}
 	for r, m := range all {
 		if len(m) > 0 {
-			return fmt.Errorf("ddp: profile: rank %d failed: %s", r, m)
+			return fmt.Errorf("profile: rank %d failed: %s", r, m)
 		}
 	}
 	return nil
@@ -381,7 +350,7 @@ func agreeStatus(ctx context.Context, g comm.Group, local error) error {
 
 // measureAllGather times the all-gather at every size (the repeats going round the sizes, as
 // in measureTopK), each run starting after a barrier, and fits α and β.
-func measureAllGather(ctx context.Context, g comm.Group, prof *Profile, o ProfileOptions) error {
+func measureAllGather(ctx context.Context, g comm.Group, prof *Profile, o Options) error {
 	p := g.Size()
 	var err error
 	prof.AllGather, err = timeCollective(ctx, g, o.AllGatherBytes, o.Repeats, func(b int) error {
@@ -389,17 +358,17 @@ func measureAllGather(ctx context.Context, g comm.Group, prof *Profile, o Profil
 		for i := range sizes {
 			sizes[i] = b
 		}
-		_, err := comm.AllGatherBytesSized(ctx, g, tagProfileGather, make([]byte, b), sizes)
+		_, err := comm.AllGatherBytesSized(ctx, g, tagGather, make([]byte, b), sizes)
 		return err
 	})
 	return err
 }
 
 // measureAllReduce times the dense all-reduce the same way.
-func measureAllReduce(ctx context.Context, g comm.Group, prof *Profile, o ProfileOptions) error {
+func measureAllReduce(ctx context.Context, g comm.Group, prof *Profile, o Options) error {
 	var err error
 	prof.AllReduce, err = timeCollective(ctx, g, o.AllReduceBytes, o.Repeats, func(b int) error {
-		return comm.AllReduce(ctx, g, tagProfileReduce, make([]float32, b/4), comm.Auto)
+		return comm.AllReduce(ctx, g, tagReduce, make([]float32, b/4), comm.Auto)
 	})
 	return err
 }
@@ -411,7 +380,7 @@ func timeCollective(ctx context.Context, g comm.Group, sizes []int, repeats int,
 	times := make([][]float64, len(sizes))
 	for r := -1; r < repeats; r++ { // r = -1: untimed
 		for s, b := range sizes {
-			if err := comm.Barrier(ctx, g, tagProfileBarrier); err != nil {
+			if err := comm.Barrier(ctx, g, tagBarrier); err != nil {
 				return AllGatherCost{}, err
 			}
 			t0 := time.Now()
@@ -436,23 +405,23 @@ func broadcastProfile(ctx context.Context, g comm.Group, prof *Profile) (*Profil
 	var buf bytes.Buffer
 	if g.Rank() == 0 {
 		if err := prof.WriteJSON(&buf); err != nil {
-			return nil, fmt.Errorf("ddp: profile: encoding: %w", err)
+			return nil, fmt.Errorf("profile: encoding: %w", err)
 		}
 	}
 	n := binary.LittleEndian.AppendUint64(nil, uint64(buf.Len()))
-	if err := comm.BroadcastBytes(ctx, g, tagProfileResult, 0, n); err != nil {
-		return nil, fmt.Errorf("ddp: profile: broadcasting rank 0's profile: %w", err)
+	if err := comm.BroadcastBytes(ctx, g, tagResult, 0, n); err != nil {
+		return nil, fmt.Errorf("profile: broadcasting rank 0's profile: %w", err)
 	}
 	msg := buf.Bytes()
 	if g.Rank() != 0 {
 		msg = make([]byte, binary.LittleEndian.Uint64(n))
 	}
-	if err := comm.BroadcastBytes(ctx, g, tagProfileResult, 0, msg); err != nil {
-		return nil, fmt.Errorf("ddp: profile: broadcasting rank 0's profile: %w", err)
+	if err := comm.BroadcastBytes(ctx, g, tagResult, 0, msg); err != nil {
+		return nil, fmt.Errorf("profile: broadcasting rank 0's profile: %w", err)
 	}
-	out, err := ReadProfile(bytes.NewReader(msg))
+	out, err := Read(bytes.NewReader(msg))
 	if err != nil {
-		return nil, fmt.Errorf("ddp: profile: rank 0's profile: %w", err)
+		return nil, fmt.Errorf("profile: rank 0's profile: %w", err)
 	}
 	return out, nil
 }

@@ -1,4 +1,4 @@
-package ddp
+package profile
 
 import (
 	"bytes"
@@ -110,8 +110,8 @@ func newMLP(seed uint64, layers, width int, spare bool) *mlp {
 	return m
 }
 
-// mlpStep returns a ProfileStep on random batches of model.
-func mlpStep(model nn.Module, seed uint64) ProfileStep {
+// mlpStep returns a Step on random batches of model.
+func mlpStep(model nn.Module, seed uint64) Step {
 	tape := nn.NewTape()
 	rng := nn.NewRand(seed)
 	return func(backward func(*nn.Var) error) error {
@@ -128,7 +128,7 @@ func mlpStep(model nn.Module, seed uint64) ProfileStep {
 	}
 }
 
-// measureAll runs MeasureProfile on every rank of groups and returns the profiles.
+// measureAll runs Measure on every rank of groups and returns the profiles.
 func measureAll(t *testing.T, groups []comm.Group, fn func(r int, g comm.Group) (*Profile, error)) []*Profile {
 	t.Helper()
 	profs := make([]*Profile, len(groups))
@@ -162,7 +162,7 @@ func TestProfileAllGatherFitRecoversImposedNetwork(t *testing.T) {
 		groups := newSlowGroups(t, p, alpha0, delta)
 		profs := measureAll(t, groups, func(r int, g comm.Group) (*Profile, error) {
 			m := newMLP(1, 2, 8, false)
-			return MeasureProfile(context.Background(), m, g, mlpStep(m, uint64(r)), ProfileOptions{
+			return Measure(context.Background(), m, g, mlpStep(m, uint64(r)), Options{
 				Warmup: 1, Iterations: 1, Repeats: 3, TopKSizes: []int{256, 1024}, AllGatherBytes: []int{2048, 8192, 32768},
 				AllReduceBytes: []int{64, 4096}})
 		})
@@ -199,7 +199,7 @@ func TestProfileTopKFitRecoversSyntheticCost(t *testing.T) {
 			return append(idx[:0], make([]int32, k)...)
 		}
 		m := newMLP(1, 2, 8, false)
-		return MeasureProfile(context.Background(), m, g, mlpStep(m, uint64(r)), ProfileOptions{
+		return Measure(context.Background(), m, g, mlpStep(m, uint64(r)), Options{
 			Warmup: 1, Iterations: 1, Repeats: 3, TopK: synthetic, TopKSizes: []int{2048, 8192, 32768}, AllGatherBytes: []int{8, 64}})
 	})
 	tk := profs[0].TopK
@@ -207,7 +207,7 @@ func TestProfileTopKFitRecoversSyntheticCost(t *testing.T) {
 	if math.Abs(tk.Gamma/gamma0-1) > 0.15 {
 		t.Errorf("γ = %.4g, imposed %.4g (rank 1's is %.4g: rank 0's must win)", tk.Gamma, gamma0, 3*gamma0)
 	}
-	if tk.Density != DefaultProfileDensity || len(tk.Samples) != 3 {
+	if tk.Density != DefaultDensity || len(tk.Samples) != 3 {
 		t.Errorf("density %v, %d samples", tk.Density, len(tk.Samples))
 	}
 }
@@ -279,7 +279,7 @@ func TestProfileBackwardTimesAreRank0Averages(t *testing.T) {
 			}
 			return nil
 		}
-		prof, err := MeasureProfile(context.Background(), m, g, run, ProfileOptions{Warmup: warmup, Iterations: iters, Repeats: 1,
+		prof, err := Measure(context.Background(), m, g, run, Options{Warmup: warmup, Iterations: iters, Repeats: 1,
 			TopKSizes: []int{64, 256}, AllGatherBytes: []int{8, 64}, clock: clk.Now})
 		if r == 0 {
 			want = make([]time.Duration, len(params))
@@ -323,7 +323,7 @@ func TestProfileBackwardTimesAreRank0Averages(t *testing.T) {
 	}
 }
 
-// MeasureProfile leaves the parameters, gradients and buffers as it found them.
+// Measure leaves the parameters, gradients and buffers as it found them.
 func TestProfileLeavesModelUnchanged(t *testing.T) {
 	groups, err := comm.NewLocal(2)
 	if err != nil {
@@ -351,11 +351,14 @@ func TestProfileLeavesModelUnchanged(t *testing.T) {
 		before := snap()
 		tape := nn.NewTape()
 		step := func(bw func(*nn.Var) error) error {
-			x, y := syntheticBatch(uint64(r), 4)
+			x, rng := nn.NewTensor(4, 3, 8, 8), nn.NewRand(uint64(r))
+			for i := range x.Data {
+				x.Data[i] = float32(rng.NormFloat64())
+			}
 			tape.Reset()
-			return bw(nn.CrossEntropy(m.Forward(tape.Const(x)), y))
+			return bw(nn.CrossEntropy(m.Forward(tape.Const(x)), []int{0, 1, 2, 3}))
 		}
-		prof, err := MeasureProfile(context.Background(), m, g, step, ProfileOptions{Warmup: 1, Iterations: 2, Repeats: 1,
+		prof, err := Measure(context.Background(), m, g, step, Options{Warmup: 1, Iterations: 2, Repeats: 1,
 			TopKSizes: []int{64, 256}, AllGatherBytes: []int{8, 64}})
 		if err == nil && !reflect.DeepEqual(snap(), before) {
 			err = fmt.Errorf("the model's parameters, gradients or buffers changed")
@@ -381,7 +384,7 @@ func TestProfileStepErrorsReachEveryRank(t *testing.T) {
 			if r == 1 {
 				step = func(func(*nn.Var) error) error { return nil } // never calls backward
 			}
-			_, errs[r] = MeasureProfile(ctx, m, g, step, ProfileOptions{Warmup: 1, Iterations: 1, Repeats: 1, TopKSizes: []int{64}, AllGatherBytes: []int{8, 64}})
+			_, errs[r] = Measure(ctx, m, g, step, Options{Warmup: 1, Iterations: 1, Repeats: 1, TopKSizes: []int{64}, AllGatherBytes: []int{8, 64}})
 		})
 	}
 	wg.Wait()
@@ -405,7 +408,7 @@ func testProfile() *Profile {
 		AllReduce: AllReduceCost{Alpha: 2e-5, Beta: 2e-9, Samples: []CostSample{{64, 2e-5}, {4096, 2.8e-5}}, MaxRelErr: 0.02}}
 }
 
-// A profile survives Save and LoadProfile exactly, prints a summary with %v and one line per
+// A profile survives Save and Load exactly, prints a summary with %v and one line per
 // parameter with %+v, and a broken file is refused with the reason.
 func TestProfileSaveLoadAndFormat(t *testing.T) {
 	p := testProfile()
@@ -413,7 +416,7 @@ func TestProfileSaveLoadAndFormat(t *testing.T) {
 	if err := p.Save(path); err != nil {
 		t.Fatal(err)
 	}
-	q, err := LoadProfile(path)
+	q, err := Load(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -433,8 +436,8 @@ func TestProfileSaveLoadAndFormat(t *testing.T) {
 		t.Errorf("String() = %q, %%v = %q", p.String(), short)
 	}
 	for _, bad := range []string{`{"p": 4, "nope": 1}`, `{"p": 0}`, `{"p": 2, "params": ["a"], "sizes": [1], "param_backward_ns": [1], "topk": {"density": 0}}`} {
-		if _, err := ReadProfile(strings.NewReader(bad)); err == nil {
-			t.Errorf("ReadProfile(%s) accepted it", bad)
+		if _, err := Read(strings.NewReader(bad)); err == nil {
+			t.Errorf("Read(%s) accepted it", bad)
 		}
 	}
 	var buf bytes.Buffer

@@ -1,4 +1,4 @@
-package ddp
+package profile
 
 import (
 	"encoding/json"
@@ -15,11 +15,11 @@ import (
 )
 
 // Profile holds the costs that planners (OMGS) and simulators use, measured by
-// MeasureProfile on one model, one group and one machine: when each parameter's gradient
+// Measure on one model, one group and one machine: when each parameter's gradient
 // becomes ready in backward, what an exact top-k selection costs on this CPU, and what an
 // all-gather costs on this group. Every rank gets rank 0's numbers, so every rank plans the
 // same buckets. It prints with %v (a summary) or %+v (and one line per parameter), and saves
-// to and loads from JSON (Save, LoadProfile) so a run can reuse it.
+// to and loads from JSON (Save, Load) so a run can reuse it.
 type Profile struct {
 	// P is the world size the all-gather was timed at.
 	P int `json:"p"`
@@ -96,14 +96,14 @@ type CostSample struct {
 // and sizes in declaration order); the error names the first difference.
 func (p *Profile) Check(params []*nn.Param) error {
 	if p == nil {
-		return errors.New("ddp: no profile")
+		return errors.New("profile: no profile")
 	}
 	if len(p.Params) != len(params) || len(p.Sizes) != len(params) || len(p.ParamBackward) != len(params) {
-		return fmt.Errorf("ddp: the profile has %d parameters (%d sizes, %d times), the model %d: measured on another model", len(p.Params), len(p.Sizes), len(p.ParamBackward), len(params))
+		return fmt.Errorf("profile: the profile has %d parameters (%d sizes, %d times), the model %d: measured on another model", len(p.Params), len(p.Sizes), len(p.ParamBackward), len(params))
 	}
 	for i, q := range params {
 		if p.Params[i] != q.Name || p.Sizes[i] != q.Len() {
-			return fmt.Errorf("ddp: the profile's parameter %d is %s (%d elements), the model's %s (%d elements): measured on another model", i, p.Params[i], p.Sizes[i], q.Name, q.Len())
+			return fmt.Errorf("profile: the profile's parameter %d is %s (%d elements), the model's %s (%d elements): measured on another model", i, p.Params[i], p.Sizes[i], q.Name, q.Len())
 		}
 	}
 	return nil
@@ -193,13 +193,13 @@ func (p *Profile) WriteJSON(w io.Writer) error {
 	return enc.Encode(p)
 }
 
-// ReadProfile reads a profile written by WriteJSON and checks that it is complete.
-func ReadProfile(r io.Reader) (*Profile, error) {
+// Read reads a profile written by WriteJSON and checks that it is complete.
+func Read(r io.Reader) (*Profile, error) {
 	dec := json.NewDecoder(r)
 	dec.DisallowUnknownFields()
 	var p Profile
 	if err := dec.Decode(&p); err != nil {
-		return nil, fmt.Errorf("ddp: reading a profile: %w", err)
+		return nil, fmt.Errorf("profile: reading a profile: %w", err)
 	}
 	if err := p.validate(); err != nil {
 		return nil, err
@@ -211,19 +211,19 @@ func ReadProfile(r io.Reader) (*Profile, error) {
 func (p *Profile) validate() error {
 	switch {
 	case p.P < 1:
-		return fmt.Errorf("ddp: profile: P = %d", p.P)
+		return fmt.Errorf("profile: P = %d", p.P)
 	case len(p.Params) == 0 || len(p.Sizes) != len(p.Params) || len(p.ParamBackward) != len(p.Params):
-		return fmt.Errorf("ddp: profile: %d parameters, %d sizes, %d backward times", len(p.Params), len(p.Sizes), len(p.ParamBackward))
+		return fmt.Errorf("profile: %d parameters, %d sizes, %d backward times", len(p.Params), len(p.Sizes), len(p.ParamBackward))
 	case !(p.TopK.Gamma >= 0) || !(p.TopK.Density > 0 && p.TopK.Density <= 1):
-		return fmt.Errorf("ddp: profile: top-k cost γ = %v at density %v", p.TopK.Gamma, p.TopK.Density)
+		return fmt.Errorf("profile: top-k cost γ = %v at density %v", p.TopK.Gamma, p.TopK.Density)
 	case !(p.AllGather.Alpha >= 0) || !(p.AllGather.Beta >= 0):
-		return fmt.Errorf("ddp: profile: all-gather cost α = %v, β = %v", p.AllGather.Alpha, p.AllGather.Beta)
+		return fmt.Errorf("profile: all-gather cost α = %v, β = %v", p.AllGather.Alpha, p.AllGather.Beta)
 	case !(p.AllReduce.Alpha >= 0) || !(p.AllReduce.Beta >= 0):
-		return fmt.Errorf("ddp: profile: all-reduce cost α = %v, β = %v", p.AllReduce.Alpha, p.AllReduce.Beta)
+		return fmt.Errorf("profile: all-reduce cost α = %v, β = %v", p.AllReduce.Alpha, p.AllReduce.Beta)
 	}
 	for i, d := range p.ParamBackward {
 		if d < 0 {
-			return fmt.Errorf("ddp: profile: parameter %s ready at %v", p.Params[i], d)
+			return fmt.Errorf("profile: parameter %s ready at %v", p.Params[i], d)
 		}
 	}
 	return nil
@@ -233,26 +233,26 @@ func (p *Profile) validate() error {
 func (p *Profile) Save(path string) error {
 	f, err := os.Create(path)
 	if err != nil {
-		return fmt.Errorf("ddp: saving the profile: %w", err)
+		return fmt.Errorf("profile: saving the profile: %w", err)
 	}
 	if err := p.WriteJSON(f); err != nil {
 		f.Close()
-		return fmt.Errorf("ddp: saving the profile to %s: %w", path, err)
+		return fmt.Errorf("profile: saving the profile to %s: %w", path, err)
 	}
 	if err := f.Close(); err != nil {
-		return fmt.Errorf("ddp: saving the profile to %s: %w", path, err)
+		return fmt.Errorf("profile: saving the profile to %s: %w", path, err)
 	}
 	return nil
 }
 
-// LoadProfile reads a profile saved with Save.
-func LoadProfile(path string) (*Profile, error) {
+// Load reads a profile saved with Save.
+func Load(path string) (*Profile, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("ddp: loading a profile: %w", err)
+		return nil, fmt.Errorf("profile: loading a profile: %w", err)
 	}
 	defer f.Close()
-	p, err := ReadProfile(f)
+	p, err := Read(f)
 	if err != nil {
 		return nil, fmt.Errorf("%w (file %s)", err, path)
 	}

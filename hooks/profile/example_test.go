@@ -1,4 +1,4 @@
-package ddp_test
+package profile_test
 
 import (
 	"context"
@@ -7,13 +7,14 @@ import (
 	"github.com/spargo-dl/spargo/comm"
 	"github.com/spargo-dl/spargo/ddp"
 	"github.com/spargo-dl/spargo/hooks"
+	"github.com/spargo-dl/spargo/hooks/profile"
 	"github.com/spargo-dl/spargo/nn"
 )
 
 // A hook that plans from measured costs (omgs) gets its profile before DDP starts: a few
 // forward passes on real batches through the step, then the top-k and all-gather timings.
 // Every rank runs this with its own replica and batches.
-func ExampleMeasureProfile() {
+func ExampleMeasure() {
 	ctx := context.Background()
 	groups, _ := comm.NewLocal(1) // one rank here; every rank of a job does the same
 	g := groups[0]
@@ -27,14 +28,16 @@ func ExampleMeasureProfile() {
 		tape.Reset()
 		return backward(nn.CrossEntropy(model.Forward(tape.Const(x)), []int{0, 1, 2, 0}))
 	}
-	opts := hook.(ddp.ProfiledPlanner).ProfileOptions()
+	pp := hook.(hooks.ProfiledPlanner)
+	opts := pp.ProfileOptions()
 	opts.Warmup, opts.Iterations = 2, 5
-	prof, err := ddp.MeasureProfile(ctx, model, g, step, opts)
+	prof, err := profile.Measure(ctx, model, g, step, opts)
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	dp, err := ddp.New(ctx, model, g, ddp.WithCommHook(hook), ddp.WithProfile(prof))
+	pp.SetProfile(prof) // the hook plans from it when ddp.New asks for its buckets
+	dp, err := ddp.New(ctx, model, g, ddp.WithCommHook(hook))
 	if err != nil {
 		fmt.Println(err)
 		return
