@@ -17,11 +17,7 @@ import (
 	"github.com/spargo-dl/spargo/cluster"
 	"github.com/spargo-dl/spargo/ddp"
 	"github.com/spargo-dl/spargo/hooks"
-<<<<<<< HEAD
-=======
 	"github.com/spargo-dl/spargo/hooks/profile"
-	"github.com/spargo-dl/spargo/train"
->>>>>>> wip-ef
 	"github.com/spargo-dl/spargo/models"
 	"github.com/spargo-dl/spargo/nn"
 	"github.com/spargo-dl/spargo/plot"
