@@ -172,6 +172,22 @@ func (s Spec) With(key, value string, kind Kind) (Spec, error) {
 	return out, nil
 }
 
+// Recast rewrites key's value in the canonical form of kind, leaving Given as it is: for
+// owners that learn an option's kind after Bind (hooks learns it from how a hook reads it).
+func (s Spec) Recast(key string, kind Kind) (Spec, error) {
+	v, ok := s.vals[key]
+	if !ok || v == "" {
+		return s, nil
+	}
+	c, err := Canonical(kind, v)
+	if err != nil {
+		return Spec{}, fmt.Errorf("%s: option %s: %w", s.name, key, err)
+	}
+	out := s.clone()
+	out.vals[key] = c
+	return out, nil
+}
+
 // WithInner returns the spec with its wrapped spec replaced by inner.
 func (s Spec) WithInner(inner Spec) Spec {
 	out := s.clone()

@@ -15,8 +15,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/spargo-dl/spargo/comm"
 	"github.com/spargo-dl/spargo/cluster"
+	"github.com/spargo-dl/spargo/comm"
 )
 
 func init() {

@@ -8,8 +8,8 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/spargo-dl/spargo/comm"
 	"github.com/spargo-dl/spargo/cluster"
+	"github.com/spargo-dl/spargo/comm"
 )
 
 // The measurements that run one rank per process (bench allreduce, bench comm -transport
