@@ -36,6 +36,10 @@ const (
 	Float
 	// Bool values are anything strconv.ParseBool takes, written back as true or false.
 	Bool
+	// Ints are whole numbers separated by '/' ("150/250"), each written back as Int.
+	Ints
+	// Floats are numbers separated by '/' ("0.9/0.999"), each written back as Float.
+	Floats
 )
 
 // Option is one key a name takes. An empty Default means the option is unset unless given:
@@ -248,6 +252,20 @@ func Canonical(kind Kind, value string) (string, error) {
 			return "", fmt.Errorf("%q is not true or false", value)
 		}
 		return strconv.FormatBool(b), nil
+	case Ints, Floats:
+		one, what := Int, "whole numbers"
+		if kind == Floats {
+			one, what = Float, "numbers"
+		}
+		parts := strings.Split(value, "/")
+		for i, p := range parts {
+			c, err := Canonical(one, strings.TrimSpace(p))
+			if err != nil {
+				return "", fmt.Errorf("%q is not %s separated by / (%w)", value, what, err)
+			}
+			parts[i] = c
+		}
+		return strings.Join(parts, "/"), nil
 	}
 	return value, nil
 }

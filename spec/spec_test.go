@@ -11,6 +11,8 @@ var testOptions = []Option{
 	{Name: "mode", Default: "fast"},
 	{Name: "exact", Default: "false", Kind: Bool},
 	{Name: "limit", Kind: Int}, // unset unless given
+	{Name: "betas", Default: "0.9/0.999", Kind: Floats},
+	{Name: "at", Kind: Ints},
 }
 
 func bind(t *testing.T, s string) Spec {
@@ -27,16 +29,18 @@ func bind(t *testing.T, s string) Spec {
 }
 
 func TestCanonicalString(t *testing.T) {
-	const want = "h:density=0.01,teams=1,mode=fast,exact=false"
+	const want = "h:density=0.01,teams=1,mode=fast,exact=false,betas=0.9/0.999"
 	for _, s := range []string{"h", "h:", " h : density=0.010", "h:teams=1,density=1e-2", "h:exact=0,mode=fast", "h:teams=01"} {
 		if got := bind(t, s).String(); got != want {
 			t.Errorf("%q: String() = %q, want %q", s, got, want)
 		}
 	}
 	for s, want := range map[string]string{
-		"h:density=0.1":        "h:density=0.1,teams=1,mode=fast,exact=false",
-		"h:limit=7,exact=TRUE": "h:density=0.01,teams=1,mode=fast,exact=true,limit=7",
-		"h:mode=slow ":         "h:density=0.01,teams=1,mode=slow,exact=false",
+		"h:density=0.1":               "h:density=0.1,teams=1,mode=fast,exact=false,betas=0.9/0.999",
+		"h:limit=7,exact=TRUE":        "h:density=0.01,teams=1,mode=fast,exact=true,limit=7,betas=0.9/0.999",
+		"h:mode=slow ":                "h:density=0.01,teams=1,mode=slow,exact=false,betas=0.9/0.999",
+		"h:betas=0.90/9.99e-1,at=015": "h:density=0.01,teams=1,mode=fast,exact=false,betas=0.9/0.999,at=15",
+		"h:at=150 / 250":              "h:density=0.01,teams=1,mode=fast,exact=false,betas=0.9/0.999,at=150/250",
 	} {
 		if got := bind(t, s).String(); got != want {
 			t.Errorf("%q: String() = %q, want %q", s, got, want)
@@ -53,7 +57,7 @@ func TestGivenAndWith(t *testing.T) {
 	if err != nil || w.Get("density") != "0.5" || !w.Given("density") || b.Get("density") != "0.01" {
 		t.Fatalf("With: %v %q; original now %q", err, w.Get("density"), b.Get("density"))
 	}
-	if _, err := b.With("rank", "4", Int); err == nil || !strings.Contains(err.Error(), `h has no option "rank" (options: density, teams, mode, exact, limit)`) {
+	if _, err := b.With("rank", "4", Int); err == nil || !strings.Contains(err.Error(), `h has no option "rank" (options: density, teams, mode, exact, limit, betas, at)`) {
 		t.Errorf("With(rank) = %v", err)
 	}
 	if _, err := b.With("teams", "two", Int); err == nil || !strings.Contains(err.Error(), `h: option teams: "two" is not an integer`) {
@@ -99,11 +103,13 @@ func TestErrors(t *testing.T) {
 		}
 	}
 	for _, tc := range []struct{ spec, want string }{
-		{"h:rank=4", `h has no option "rank" (options: density, teams, mode, exact, limit)`},
+		{"h:rank=4", `h has no option "rank" (options: density, teams, mode, exact, limit, betas, at)`},
 		{"h:density=lots", `h: option density: "lots" is not a number`},
 		{"h:density=NaN", `h: option density: "NaN" is not a number`},
 		{"h:teams=1.5", `h: option teams: "1.5" is not an integer`},
 		{"h:exact=yes", `h: option exact: "yes" is not true or false`},
+		{"h:betas=0.9/x", `h: option betas: "0.9/x" is not numbers separated by / ("x" is not a number)`},
+		{"h:at=150/2.5", `h: option at: "150/2.5" is not whole numbers separated by / ("2.5" is not an integer)`},
 	} {
 		p, err := Parse(tc.spec)
 		if err != nil {
