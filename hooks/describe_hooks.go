@@ -9,8 +9,8 @@ import (
 )
 
 // The self-descriptions of the registered hooks (describe.go lists the interfaces). Each
-// cost formula is the hook's volume in words received per worker, as docs/ALGORITHMS.md
-// derives it; k = max(1, ⌊n·density⌋).
+// cost formula is the hook's volume in words received per worker, as its type's doc derives
+// it (SparDL's from the paper's Table I); k = max(1, ⌊n·density⌋).
 
 var (
 	_ ddp.WorldSizeChecker = (*GTopk)(nil)
