@@ -72,7 +72,9 @@ func WithBucketObserver(o BucketObserver) Option { return func(c *config) { c.ob
 // replica. It checks that all ranks have the same parameter names and shapes (the
 // error names the first mismatch and the ranks), broadcasts rank 0's parameters and
 // buffers, and builds the bucket plan: WithPlan's, else the hook's own if it is a Planner
-// that returns one, else size-capped like PyTorch.
+// that returns one, else size-capped like PyTorch. A hook that cannot run at the group's
+// world size (a WorldSizeChecker: gTopk needs a power of two) is refused first, with an
+// error naming the hook and P.
 func New(ctx context.Context, model nn.Module, g comm.Group, opts ...Option) (*DDP, error) {
 	cfg := config{firstBucketBytes: DefaultFirstBucketBytes, bucketBytesCap: DefaultBucketBytesCap, broadcastBuffers: true}
 	for _, o := range opts {
@@ -83,6 +85,9 @@ func New(ctx context.Context, model nn.Module, g comm.Group, opts ...Option) (*D
 	}
 	if cfg.firstBucketBytes <= 0 || cfg.bucketBytesCap <= 0 {
 		return nil, fmt.Errorf("ddp: bucket caps must be positive, got first %d and cap %d bytes", cfg.firstBucketBytes, cfg.bucketBytesCap)
+	}
+	if err := CheckWorldSize(cfg.hook, g.Size()); err != nil {
+		return nil, err // every rank refuses alike, before any message
 	}
 	d := &DDP{model: model, params: nn.Parameters(model), buffers: nn.Buffers(model), group: g, cfg: cfg}
 	if len(d.params) == 0 {

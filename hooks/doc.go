@@ -1,15 +1,23 @@
 // Package hooks holds spargo's gradient-communication algorithms (comm hooks) and
-// hooks.Parse, which turns a one-line spec into a hook so that any program swaps the
-// algorithm with one option:
+// hooks.ParseConfig, which turns a one-line spec into a validated configuration so that any
+// program swaps the algorithm with one option:
 //
-//	h, err := hooks.Parse("spardl:density=0.01,teams=2")
+//	cfg, err := hooks.ParseConfig("spardl:density=0.01,teams=2") // once
+//	h, err := cfg.New()                                           // on every rank
 //	dp, err := ddp.New(ctx, model, group, ddp.WithCommHook(h))
 //
 // A spec is a registered name, optionally followed by a colon and comma-separated
 // key=value options, or a wrapper's name, a plus sign and a spec ("fp16+powersgd:rank=4":
-// the options belong to the wrapped hook). `spargo hooks` lists every registered hook with its options and
-// defaults. Build one hook per rank (Parse once per worker): sparse hooks keep per-rank
-// state.
+// the options belong to the wrapped hook); package spec holds the grammar. `spargo hooks`
+// lists every registered hook with its options and defaults. Config.String is the canonical
+// spec (defaults filled in, keys in order, numbers in one form), which checkpoints compare.
+// Build one hook per rank (Config.New once per worker): sparse hooks keep per-rank state.
+// Parse is ParseConfig and New in one call.
+//
+// A hook says what else a program must know about it through optional interfaces: the world
+// sizes it runs at (ddp.WorldSizeChecker: ddp.New refuses gtopk at P=6), whether it needs the
+// optimizer as a corrector (ddp.CorrectorNeeder: osp), its cost formula, its selection and its
+// control tags (CostDescriber, SelectionDescriber, ControlTagger: spargo simulate).
 //
 // # The hooks
 //

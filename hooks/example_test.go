@@ -31,8 +31,12 @@ func Example() {
 	ctx := context.Background()
 	outs := make([][]float32, len(groups))
 	var wg sync.WaitGroup
+	cfg, err := hooks.ParseConfig("spardl:density=0.05") // parsed and checked once
+	if err != nil {
+		panic(err)
+	}
 	for _, g := range groups {
-		h, err := hooks.Parse("spardl:density=0.05") // one hook per rank
+		h, err := cfg.New() // one hook per rank
 		if err != nil {
 			panic(err)
 		}

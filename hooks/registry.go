@@ -5,16 +5,15 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/spargo-dl/spargo/ddp"
+	"github.com/spargo-dl/spargo/spec"
 )
 
-// Option documents one option of a hook.
-type Option struct {
-	Name    string
-	Default string
-	Help    string
-}
+// Option documents one option of a hook (spec.Option). A hook may leave Kind at spec.Text:
+// ParseConfig then learns it from how the hook's New reads the option (see Config).
+type Option = spec.Option
 
 // Spec describes a registered hook.
 type Spec struct {
@@ -33,6 +32,9 @@ type Spec struct {
 type Values struct {
 	hook string
 	m    map[string]string
+	// read records the options a numeric accessor parsed, and as what: ParseConfig writes
+	// those back canonically.
+	read map[string]spec.Kind
 }
 
 // String returns an option's raw value.
@@ -44,6 +46,7 @@ func (v Values) Float(name string) (float64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("hooks: %s: option %s=%q is not a number", v.hook, name, v.m[name])
 	}
+	v.learn(name, spec.Float)
 	return f, nil
 }
 
@@ -53,7 +56,15 @@ func (v Values) Int(name string) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("hooks: %s: option %s=%q is not an integer", v.hook, name, v.m[name])
 	}
+	v.learn(name, spec.Int)
 	return i, nil
+}
+
+// learn notes that name's value parsed as kind (an integer parse wins over a float one).
+func (v Values) learn(name string, kind spec.Kind) {
+	if v.read != nil && v.read[name] != spec.Int {
+		v.read[name] = kind
+	}
 }
 
 // Enum checks that an option is one of choices.
@@ -67,105 +78,73 @@ func (v Values) Enum(name string, choices ...string) (string, error) {
 	return "", fmt.Errorf("hooks: %s: option %s=%q, want one of %s", v.hook, name, s, strings.Join(choices, "|"))
 }
 
-var registry = map[string]Spec{}
+// The registry is written by init functions and read by any goroutine that parses a spec;
+// like database/sql's drivers it is guarded, so that a late Register is safe too.
+var (
+	registryMu sync.RWMutex
+	registry   = map[string]Spec{}
+)
 
 // Register adds a hook. It panics on a duplicate name or a spec without New: both are
-// programming errors found at start-up.
+// programming errors found at start-up. It is safe to call from several goroutines.
 func Register(s Spec) {
-	if _, dup := registry[s.Name]; dup || s.New == nil || s.Name == "" {
+	registryMu.Lock()
+	defer registryMu.Unlock()
+	if _, dup := registry[s.Name]; dup || s.New == nil || s.Name == "" || strings.ContainsAny(s.Name, "+:,=") {
 		panic(fmt.Sprintf("hooks: bad or duplicate registration %q", s.Name))
 	}
 	registry[s.Name] = s
 }
 
+// lookup returns the registered hook called name.
+func lookup(name string) (Spec, bool) {
+	registryMu.RLock()
+	defer registryMu.RUnlock()
+	s, ok := registry[name]
+	return s, ok
+}
+
 // Registered returns every registered hook, sorted by name.
 func Registered() []Spec {
+	registryMu.RLock()
 	specs := make([]Spec, 0, len(registry))
 	for _, s := range registry {
 		specs = append(specs, s)
 	}
+	registryMu.RUnlock()
 	sort.Slice(specs, func(i, j int) bool { return specs[i].Name < specs[j].Name })
 	return specs
 }
 
-func names() string {
+func names(wrappersOnly bool) string {
 	var ns []string
 	for _, s := range Registered() {
-		ns = append(ns, s.Name)
-	}
-	return strings.Join(ns, ", ")
-}
-
-// Parse builds a hook from "name" or "name:key=value,key=value", or a wrapper around one
-// from "wrapper+spec" (e.g. "fp16+powersgd:rank=4,start_iter=10": the options after the colon
-// belong to the wrapped hook; a '+' counts only before the first colon).
-func Parse(spec string) (ddp.CommHook, error) {
-	if head, _, _ := strings.Cut(spec, ":"); strings.Contains(head, "+") {
-		return parseWrapped(spec)
-	}
-	name, rest, hasOpts := strings.Cut(strings.TrimSpace(spec), ":")
-	s, ok := registry[name]
-	if !ok {
-		return nil, fmt.Errorf("hooks: unknown hook %q in %q (registered: %s)", name, spec, names())
-	}
-	vals := Values{hook: name, m: map[string]string{}}
-	known := map[string]bool{}
-	var optNames []string
-	for _, o := range s.Options {
-		vals.m[o.Name] = o.Default
-		known[o.Name] = true
-		optNames = append(optNames, o.Name)
-	}
-	if hasOpts && rest != "" {
-		for _, kv := range strings.Split(rest, ",") {
-			k, v, ok := strings.Cut(kv, "=")
-			k = strings.TrimSpace(k)
-			if !ok || k == "" {
-				return nil, fmt.Errorf("hooks: %s: option %q is not key=value", name, kv)
-			}
-			if !known[k] {
-				if len(optNames) == 0 {
-					return nil, fmt.Errorf("hooks: %s takes no options, got %q", name, k)
-				}
-				return nil, fmt.Errorf("hooks: %s has no option %q (options: %s)", name, k, strings.Join(optNames, ", "))
-			}
-			vals.m[k] = strings.TrimSpace(v)
-		}
-	}
-	return s.New(vals)
-}
-
-// parseWrapped parses "wrapper+inner-spec".
-func parseWrapped(spec string) (ddp.CommHook, error) {
-	outer, innerSpec, _ := strings.Cut(spec, "+")
-	outer = strings.TrimSpace(outer)
-	s, ok := registry[outer]
-	if !ok {
-		return nil, fmt.Errorf("hooks: unknown hook %q in %q (registered: %s)", outer, spec, names())
-	}
-	if s.Wrap == nil {
-		return nil, fmt.Errorf("hooks: %s in %q cannot wrap another hook (wrappers: %s)", outer, spec, wrapperNames())
-	}
-	inner, err := Parse(innerSpec)
-	if err != nil {
-		return nil, fmt.Errorf("%w (in the hook wrapped by %s in %q)", err, outer, spec)
-	}
-	return s.Wrap(inner)
-}
-
-func wrapperNames() string {
-	var ns []string
-	for _, s := range Registered() {
-		if s.Wrap != nil {
+		if !wrappersOnly || s.Wrap != nil {
 			ns = append(ns, s.Name)
 		}
 	}
 	return strings.Join(ns, ", ")
 }
 
+// Parse builds a hook from "name" or "name:key=value,key=value", or a wrapper around one
+// from "wrapper+spec" (e.g. "fp16+powersgd:rank=4,start_iter=10": the options after the colon
+// belong to the wrapped hook; a '+' counts only before the first colon). It is ParseConfig
+// followed by Config.New.
+//
+// A hook keeps per-rank state (residuals, thresholds, plans): every rank of a group needs its
+// own instance. A program that builds several parses the spec once with ParseConfig and calls
+// Config.New once per rank.
+func Parse(s string) (ddp.CommHook, error) {
+	c, err := ParseConfig(s)
+	if err != nil {
+		return nil, err
+	}
+	return c.New()
+}
+
 // MustParse is Parse for specs fixed in the program; it panics on error.
-func MustParse(spec string) ddp.CommHook {
-	h, err := Parse(spec)
+func MustParse(s string) ddp.CommHook {
+	h, err := Parse(s)
 	if err != nil {
 		panic(err)
 	}

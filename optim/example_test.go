@@ -62,3 +62,28 @@ func ExampleParseOptimizer() {
 	fmt.Printf("%T lr %g\n", opt, opt.LR())
 	// Output: *optim.Adam lr 0.0003
 }
+
+// An -optim flag's spec parses once into a configuration whose String is canonical; a
+// program's -momentum and -wd fill in what the spec leaves out, without writing a string.
+func ExampleParseOptimizerConfig() {
+	c, err := optim.ParseOptimizerConfig("sgd:nesterov=true,momentum=0.90")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	c, err = c.WithDefault("wd", 5e-4) // -wd, as the spec sets none
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(c)
+	opt, err := c.New([]*nn.Param{nn.NewParam("fc.weight", 4)}, 0.1)
+	fmt.Println(opt.LR(), err)
+
+	s, _ := optim.ParseScheduleConfig("cosine:per=step,warmup=2.0")
+	fmt.Println(s)
+	// Output:
+	// sgd:momentum=0.9,dampening=0,nesterov=true,wd=0.0005
+	// 0.1 <nil>
+	// cosine:warmup=2,min=0,per=step
+}

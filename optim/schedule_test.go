@@ -141,7 +141,9 @@ func TestParseScheduleErrors(t *testing.T) {
 		{"step:size=0", 5, 10, "option size: 0 is below 1"},
 		{"multistep:gamma=0.5", 5, 10, "option milestones: required"},
 		{"multistep:milestones=3,x", 5, 10, `option "x" is not key=value`},
-		{"multistep:milestones=3;5", 5, 10, `option milestones: "3;5" is not a non-negative epoch`},
+		{"multistep:milestones=3;5", 5, 10, `option milestones: "3;5" is not whole numbers separated by /`},
+		{"multistep:milestones=3/-5", 5, 10, `option milestones: "-5" is not a non-negative epoch`},
+		{"cosine+constant", 5, 10, `schedule cosine in "cosine+constant" wraps nothing`},
 		{"constant:lr=1", 5, 10, `constant takes no options, got "lr"`},
 	} {
 		_, err := ParseSchedule(tc.spec, 0.1, tc.epochs, tc.steps)
@@ -161,8 +163,8 @@ func TestScheduleHelpListsEverySchedule(t *testing.T) {
 			t.Errorf("ScheduleHelp lacks %s", s.name)
 		}
 		for _, o := range s.options {
-			if !strings.Contains(h, "    "+o.name+" ") {
-				t.Errorf("ScheduleHelp lacks %s's option %s", s.name, o.name)
+			if !strings.Contains(h, "    "+o.Name+" ") {
+				t.Errorf("ScheduleHelp lacks %s's option %s", s.name, o.Name)
 			}
 		}
 	}
@@ -172,5 +174,62 @@ func TestApplySetsTheRate(t *testing.T) {
 	opt, _ := NewSGD(nil, SGDConfig{LR: 1})
 	if lr := Apply(opt, LinearWarmupDecay{Base: 0.2, WarmupSteps: 2, TotalSteps: 10}, 0, 1, 4); lr != 0.1 || opt.LR() != 0.1 {
 		t.Errorf("Apply: %v, LR %v", lr, opt.LR())
+	}
+}
+
+func mustSchedule(t *testing.T, s string) ScheduleConfig {
+	t.Helper()
+	c, err := ParseScheduleConfig(s)
+	if err != nil {
+		t.Fatalf("ParseScheduleConfig(%q): %v", s, err)
+	}
+	return c
+}
+
+// The same schedule written differently has one canonical String; different ones differ.
+func TestScheduleConfigCanonical(t *testing.T) {
+	for want, same := range map[string][]string{
+		"constant":                               {"", " ", "constant"},
+		"cosine:warmup=2,min=0,per=step":         {"cosine:warmup=2", "cosine:per=step,warmup=2.0", "cosine : warmup=2,min=0"},
+		"cosine:warmup_steps=2,min=0,per=step":   {"cosine:warmup_steps=02"},
+		"multistep:milestones=150/250,gamma=0.1": {"multistep:milestones=150/250", "multistep:milestones=150 / 0250,gamma=0.10"},
+		"ptb:after=4,decay=0.5":                  {"ptb", "ptb:decay=5e-1"},
+	} {
+		for _, s := range same {
+			if got := mustSchedule(t, s).String(); got != want {
+				t.Errorf("ParseScheduleConfig(%q).String() = %q, want %q", s, got, want)
+			}
+		}
+	}
+	// The canonical form builds the same schedule.
+	for _, s := range []string{"cosine:warmup=0.5,min=1e-4", "warmupstep:warmup=2,from=0.025,milestones=3/4", "linear:warmup_steps=7,total_steps=40"} {
+		a, errA := ParseSchedule(s, 0.1, 5, 10)
+		b, errB := mustSchedule(t, s).New(0.1, 5, 10)
+		if errA != nil || errB != nil || fmt.Sprintf("%#v", a) != fmt.Sprintf("%#v", b) {
+			t.Errorf("%s: %#v (%v) vs canonical %#v (%v)", s, a, errA, b, errB)
+		}
+	}
+}
+
+// What depends on the run's length is New's to check; With sets an option (a program's
+// -warmup) and refuses what the schedule refuses.
+func TestScheduleConfigRunLengthAndWith(t *testing.T) {
+	c := mustSchedule(t, "cosine:warmup=5")
+	if _, err := c.New(0.1, 5, 10); err == nil || !strings.Contains(err.Error(), "the warm-up (50 steps) must be shorter than the run (50 steps)") {
+		t.Errorf("cosine:warmup=5 for 5 epochs: %v", err)
+	}
+	mustSchedule(t, "cosine:warmup=1,total_steps=500")
+	w, err := mustSchedule(t, "cosine:min=1e-4").With("warmup", "3")
+	if err != nil || !w.Given("warmup") || w.Given("min") == false || w.Option("warmup") != "3" {
+		t.Errorf("With(warmup=3): %v, given %v, %q", err, w.Given("warmup"), w.Option("warmup"))
+	}
+	if _, err := mustSchedule(t, "cosine:warmup_steps=10").With("warmup", "3"); err == nil || !strings.Contains(err.Error(), "not both") {
+		t.Errorf("warmup_steps then With(warmup) = %v", err)
+	}
+	if _, err := mustSchedule(t, "step:size=3").With("warmup", "3"); err == nil || !strings.Contains(err.Error(), `schedule step has no option "warmup" (options: size, gamma)`) {
+		t.Errorf("step With(warmup) = %v", err)
+	}
+	if c.Name() != "cosine" || !c.Given("warmup") || c.Given("min") {
+		t.Errorf("cosine:warmup=5: name %q, given warmup %v min %v", c.Name(), c.Given("warmup"), c.Given("min"))
 	}
 }

@@ -16,9 +16,12 @@
 // norm weights without decay). Both satisfy Optimizer, which schedules and checkpoints use.
 //
 // Schedules: Constant, StepLR, MultiStep, WarmupStep, Cosine (optional warm-up),
-// LinearWarmupDecay (BERT's), checked against torch.optim.lr_scheduler. Programs build
-// optimizers and schedules from flag strings with ParseOptimizer ("adamw:wd=0.01,no_decay=true")
-// and ParseSchedule ("cosine:warmup=2"); OptimizerHelp and ScheduleHelp list the choices.
+// LinearWarmupDecay (BERT's), checked against torch.optim.lr_scheduler. Programs parse
+// optimizer and schedule flags once with ParseOptimizerConfig ("adamw:wd=0.01,no_decay=true")
+// and ParseScheduleConfig ("cosine:warmup=2"), in package spec's grammar: the configurations
+// have a canonical String (defaults filled in, numbers in one form) and build with New.
+// SGDSpec is the typed way to an SGD configuration; ParseOptimizer and ParseSchedule parse and
+// build in one call; OptimizerHelp and ScheduleHelp list the choices.
 package optim
 
 import (

@@ -17,6 +17,7 @@ import (
 
 	"github.com/spargo-dl/spargo/cluster"
 	"github.com/spargo-dl/spargo/comm"
+	"github.com/spargo-dl/spargo/ddp"
 	"github.com/spargo-dl/spargo/gradrec"
 	"github.com/spargo-dl/spargo/hooks"
 	"github.com/spargo-dl/spargo/nn"
@@ -55,6 +56,9 @@ type commResult struct {
 	Transport    string  `json:"transport"`
 	Formula      string  `json:"formula"`
 	FormulaWords float64 `json:"formula_words"`
+	// Refused is why the hook cannot run at this world size (ddp.CheckWorldSize); the
+	// row has no measurement then.
+	Refused string `json:"refused,omitempty"`
 }
 
 // overlapHooks are the hooks whose rows get the top-k union and overlap: their volumes
@@ -207,24 +211,12 @@ func benchComm(args []string, stdout io.Writer, lookup func(string) (string, boo
 	case !(*density > 0 && *density <= 1):
 		return fmt.Errorf("bench comm: -density %v: want a number in (0, 1]", *density)
 	}
-	if len(specs) == 0 {
-		for _, h := range defaultCommHooks {
-			if h == "gtopk" && *workers&(*workers-1) != 0 {
-				continue // power-of-two P only
-			}
-			specs = append(specs, h)
-		}
-	}
-	// Check every spec before generating gigabytes of gradients.
-	full := make([]string, len(specs))
-	dens := make([]float64, len(specs))
-	for i, s := range specs {
-		if full[i], dens[i], err = withDensity(s, *density); err != nil {
-			return fmt.Errorf("bench comm: -hook %q: %w", s, err)
-		}
-		if _, err := hooks.Parse(full[i]); err != nil {
-			return fmt.Errorf("bench comm: -hook: %w", err)
-		}
+	// Parse every spec before generating gigabytes of gradients. The default set leaves out
+	// the hooks that cannot run on this many workers (gtopk needs a power of two); a -hook
+	// that cannot gets its refusal printed in its row.
+	rows, err := hookRows(specs, defaultCommHooks, *density, *workers)
+	if err != nil {
+		return fmt.Errorf("bench comm: %w", err)
 	}
 
 	// The workers this process holds: all of them in-process, its own as a rank, none when it
@@ -296,32 +288,39 @@ func benchComm(args []string, stdout io.Writer, lookup func(string) (string, boo
 		fmt.Fprintf(stdout, "%-36s %8s %7s %10s %7s %15s %15s %8s %8s\n", "hook", "density", "buckets", "time_ms", "rounds", "bytes_received", "words_received", "union/k", "overlap")
 	}
 	var results []commResult
-	for i, spec := range full {
+	for i, row := range rows {
 		var res commResult
+		h, err := row.config.New() // for its description; the runs build their own
+		if err != nil {
+			return fmt.Errorf("bench comm: %s: %w", row.label, err)
+		}
+		refusal := ddp.CheckWorldSize(h, *workers)
 		switch {
 		case launched != nil:
 			if i >= len(launched) {
-				return fmt.Errorf("bench comm: rank 0 returned %d results for %d hooks", len(launched), len(full))
+				return fmt.Errorf("bench comm: rank 0 returned %d results for %d hooks", len(launched), len(rows))
 			}
 			res = launched[i]
+		case refusal != nil:
+			res = commResult{Hook: row.label, Workers: *workers, N: nn.NumParams(src.params), Refused: refusal.Error()}
 		case rank >= 0:
 			runtime.GC() // the previous hook's residuals are garbage: do not bill their collection here
-			if res, err = rankHook(ctx, g, spec, src, *warmup, *iters); err != nil {
-				return fmt.Errorf("bench comm: %s: %w", spec, err)
+			if res, err = rankHook(ctx, g, row, src, *warmup, *iters); err != nil {
+				return fmt.Errorf("bench comm: %s: %w", row.label, err)
 			}
 		default:
 			runtime.GC()
 			o := benchOptions{workers: *workers, warmup: *warmup, iters: *iters, transport: *transport}
-			if name, _, _ := strings.Cut(spec, ":"); slices.Contains(overlapHooks, name) {
-				o.overlapDensity = dens[i]
+			if slices.Contains(overlapHooks, row.config.Name()) {
+				o.overlapDensity = row.density
 			}
-			if res, err = benchHook(spec, src, o); err != nil {
-				return fmt.Errorf("bench comm: %s: %w", spec, err)
+			if res, err = benchHook(row, src, o); err != nil {
+				return fmt.Errorf("bench comm: %s: %w", row.label, err)
 			}
 		}
-		res.Density, res.Transport = dens[i], *transport
-		if h, err := hooks.Parse(spec); err == nil {
-			res.Formula, res.FormulaWords = costFormula(h, res.N, *workers, dens[i])
+		res.Density, res.Transport = row.density, *transport
+		if res.Refused == "" {
+			res.Formula, res.FormulaWords = costFormula(h, res.N, *workers, row.density)
 		}
 		if rec != nil {
 			res.Model, res.Grads = rec.Model, rec.Dir
@@ -350,6 +349,10 @@ func printCommResult(w io.Writer, res commResult, asJSON bool) error {
 	if asJSON {
 		return json.NewEncoder(w).Encode(res)
 	}
+	if res.Refused != "" {
+		_, err := fmt.Fprintf(w, "%-36s %8g refused: %s\n", res.Hook, res.Density, res.Refused)
+		return err
+	}
 	union, overlap := "-", "-"
 	if res.UnionK != nil {
 		union, overlap = fmt.Sprintf("%.3f", *res.UnionK), fmt.Sprintf("%.3f", *res.Overlap)
@@ -361,38 +364,63 @@ func printCommResult(w io.Writer, res commResult, asJSON bool) error {
 	return nil
 }
 
-// withDensity adds density=D to a spec whose hook takes a density and whose spec does not set
-// one; it returns the spec and the density the hook will use (1 for dense hooks).
-func withDensity(spec string, density float64) (string, float64, error) {
-	name, opts, _ := strings.Cut(spec, ":")
-	var hookSpec *hooks.Spec
-	for _, s := range hooks.Registered() {
-		if s.Name == name {
-			hookSpec = &s
-			break
-		}
+// hookRow is one -hook of a command: its label (the spec as given, with density=D added
+// where the hook takes a density and the spec sets none), its parsed configuration (with that
+// density) and the density the hook uses (1 for dense hooks).
+type hookRow struct {
+	label   string
+	config  hooks.Config
+	density float64
+}
+
+// withDensity parses spec, giving it density unless the spec sets one.
+func withDensity(spec string, density float64) (hookRow, error) {
+	c, err := hooks.ParseConfig(spec)
+	if err != nil {
+		return hookRow{}, err
 	}
-	if hookSpec == nil {
-		_, err := hooks.Parse(spec) // the registry's error lists the hooks
-		return "", 0, err
+	if !c.Has("density") {
+		return hookRow{spec, c, 1}, nil
 	}
-	if !slices.ContainsFunc(hookSpec.Options, func(o hooks.Option) bool { return o.Name == "density" }) {
-		return spec, 1, nil
-	}
-	for _, kv := range strings.Split(opts, ",") {
-		if k, v, ok := strings.Cut(kv, "="); ok && strings.TrimSpace(k) == "density" {
-			d, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			if err != nil {
-				return "", 0, fmt.Errorf("density=%q is not a number", v)
-			}
-			return spec, d, nil
-		}
+	if c.Given("density") {
+		d, err := c.Float("density")
+		return hookRow{spec, c, d}, err
 	}
 	d := strconv.FormatFloat(density, 'g', -1, 64)
-	if opts == "" {
-		return name + ":density=" + d, density, nil
+	if c, err = c.With("density", d); err != nil {
+		return hookRow{}, err
 	}
-	return spec + ",density=" + d, density, nil
+	if _, opts, _ := strings.Cut(spec, ":"); opts == "" {
+		return hookRow{strings.TrimSuffix(spec, ":") + ":density=" + d, c, density}, nil
+	}
+	return hookRow{spec + ",density=" + d, c, density}, nil
+}
+
+// hookRows parses the -hook specs (defaults when none are given) with withDensity. Of the
+// defaults, the hooks that cannot run on p workers (ddp.CheckWorldSize) are left out.
+func hookRows(specs, defaults []string, density float64, p int) ([]hookRow, error) {
+	given := len(specs) > 0
+	if !given {
+		specs = defaults
+	}
+	var rows []hookRow
+	for _, s := range specs {
+		row, err := withDensity(s, density)
+		if err != nil {
+			return nil, fmt.Errorf("-hook %q: %w", s, err)
+		}
+		if !given {
+			h, err := row.config.New()
+			if err != nil {
+				return nil, fmt.Errorf("-hook %q: %w", s, err)
+			}
+			if ddp.CheckWorldSize(h, p) != nil {
+				continue
+			}
+		}
+		rows = append(rows, row)
+	}
+	return rows, nil
 }
 
 // syntheticGradients returns the gradients of the given workers, in that order: heavy-tailed

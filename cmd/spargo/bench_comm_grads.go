@@ -159,12 +159,12 @@ func benchGroups(o benchOptions) ([]comm.Group, func(), error) {
 	}, nil
 }
 
-// benchHook runs warmup+iters calls of spec on o.workers in-process workers; each call
+// benchHook runs warmup+iters calls of row's hook on o.workers in-process workers; each call
 // refills every worker's buckets from src (untimed) and then runs the hook on every bucket in
 // plan order, all workers at once, one bucket in flight as in DDP. The time of a call is the
 // wall time of all its buckets; counts are the maxima over workers, averaged over the timed
 // calls.
-func benchHook(spec string, src *gradSource, o benchOptions) (commResult, error) {
+func benchHook(row hookRow, src *gradSource, o benchOptions) (commResult, error) {
 	p := o.workers
 	groups, closeGroups, err := benchGroups(o)
 	if err != nil {
@@ -173,7 +173,7 @@ func benchHook(spec string, src *gradSource, o benchOptions) (commResult, error)
 	defer closeGroups()
 	hs := make([]ddp.CommHook, p)
 	for r := range p {
-		if hs[r], err = hooks.Parse(spec); err != nil { // one hook per worker
+		if hs[r], err = row.config.New(); err != nil { // one hook per worker
 			return commResult{}, err
 		}
 	}
@@ -237,7 +237,7 @@ func benchHook(spec string, src *gradSource, o benchOptions) (commResult, error)
 		rounds += callRounds
 		bytes += callBytes
 	}
-	res := commSummary(spec, p, nn.NumParams(src.params), len(plan), times, rounds, bytes)
+	res := commSummary(row.label, p, nn.NumParams(src.params), len(plan), times, rounds, bytes)
 	if overlap != nil {
 		u, ov := overlap.result()
 		res.UnionK, res.Overlap = &u, &ov
@@ -260,8 +260,8 @@ func commSummary(spec string, p, n, buckets int, times []float64, rounds, bytes 
 // runs the hook on every bucket in plan order, as DDP does; a call's time is the slowest
 // rank's and its counts the maxima over ranks, so every rank returns what benchHook would.
 // Overlap is not measured (no process sees the others' selections).
-func rankHook(ctx context.Context, g comm.Group, spec string, src *gradSource, warmup, iters int) (commResult, error) {
-	h, err := hooks.Parse(spec)
+func rankHook(ctx context.Context, g comm.Group, row hookRow, src *gradSource, warmup, iters int) (commResult, error) {
+	h, err := row.config.New()
 	if err != nil {
 		return commResult{}, err
 	}
@@ -302,7 +302,7 @@ func rankHook(ctx context.Context, g comm.Group, spec string, src *gradSource, w
 		rounds += int64(worst[3*i+1])
 		bytes += int64(worst[3*i+2])
 	}
-	return commSummary(spec, g.Size(), nn.NumParams(src.params), len(plan), times, rounds, bytes), nil
+	return commSummary(row.label, g.Size(), nn.NumParams(src.params), len(plan), times, rounds, bytes), nil
 }
 
 // fill copies every worker's gradients of call c into its buckets, workers in parallel.

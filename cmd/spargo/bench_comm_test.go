@@ -103,14 +103,49 @@ func TestBenchCommErrors(t *testing.T) {
 		{[]string{"-transport", "udp"}, `-transport "udp"`},
 		{[]string{"-hook", "nosuch"}, `unknown hook "nosuch"`},
 		{[]string{"-hook", "spardl:density=x"}, `density="x"`},
-		{[]string{"-hook", "gtopk", "-workers", "3", "-n", "100"}, "power-of-two number of workers, have P=3"},
-		{[]string{"-hook", "spardl:teams=2", "-workers", "3", "-n", "100"}, "teams=2 does not divide the world size P=3"},
 	} {
 		var out, errb bytes.Buffer
 		args := append([]string{"bench", "comm"}, tc.args...)
 		if code := dispatch(args, &out, &errb); code != 1 || !strings.Contains(errb.String(), tc.want) {
 			t.Errorf("%v: exit %d, stderr %q, want %q", tc.args, code, errb.String(), tc.want)
 		}
+	}
+}
+
+// A hook that cannot run at this world size gets its refusal in its row (ddp.CheckWorldSize,
+// what ddp.New refuses), and the other -hooks still run.
+func TestBenchCommRefusesAndGoesOn(t *testing.T) {
+	var out, errb bytes.Buffer
+	args := []string{"bench", "comm", "-workers", "6", "-n", "600", "-iters", "1", "-warmup", "0",
+		"-hook", "gtopk", "-hook", "spardl:teams=4", "-hook", "topka"}
+	if code := dispatch(args, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	lines := strings.Split(out.String(), "\n")
+	for _, want := range []string{
+		"gtopk:density=0.01 ", "refused: ddp: hook gtopk cannot run at world size P=6: gtopk needs a power-of-two number of workers",
+		"spardl:teams=4,density=0.01 ", "refused: ddp: hook spardl cannot run at world size P=6: spardl option teams=4 does not divide the world size (divisors of 6: [1 2 3 6]",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	var topka string
+	for _, l := range lines {
+		if strings.HasPrefix(l, "topka:density=0.01 ") {
+			topka = l
+		}
+	}
+	// 600 elements, k = 6, P = 6: TopkA's all-gather brings 5·6 pairs of 8 bytes.
+	if f := strings.Fields(topka); len(f) < 6 || f[5] != "240" {
+		t.Errorf("topka's row %q: want it measured after the refusals, 240 bytes received:\n%s", topka, out.String())
+	}
+	out.Reset()
+	if code := dispatch(append(args, "-json"), &out, &errb); code != 0 {
+		t.Fatalf("-json: exit %d: %s", code, errb.String())
+	}
+	if !strings.Contains(out.String(), `"refused":"ddp: hook gtopk cannot run at world size P=6`) {
+		t.Errorf("-json lacks gtopk's refusal:\n%s", out.String())
 	}
 }
 

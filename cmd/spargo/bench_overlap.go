@@ -105,13 +105,15 @@ func runBenchOverlap(args []string, stdout io.Writer) error {
 	if len(specs) == 0 {
 		specs = defaultOverlapHooks
 	}
-	full := make([]string, len(specs))
+	hs := make([]overlap.Hook, len(specs))
 	for i, s := range specs {
-		if full[i], _, err = withDensity(s, *density); err != nil {
+		row, err := withDensity(s, *density)
+		if err != nil {
 			return fmt.Errorf("bench overlap: -hook %q: %w", s, err)
 		}
+		hs[i] = overlap.Hook{Label: row.label, Config: row.config}
 	}
-	cfg := overlap.Config{Model: entry, Hooks: full, SingleBucket: *buckets == "single", Batch: *batch, BPTT: *bptt,
+	cfg := overlap.Config{Model: entry, Hooks: hs, SingleBucket: *buckets == "single", Batch: *batch, BPTT: *bptt,
 		Warmup: *warmup, Iters: *iters, ProfileWarmup: *profWarmup, ProfileIterations: *profIters, Seed: *seed, Trace: *withTrace}
 	if *data != "" {
 		dir, err := datasets.FindPTB(*data)

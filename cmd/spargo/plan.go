@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/spargo-dl/spargo/comm"
-	"github.com/spargo-dl/spargo/ddp"
 	"github.com/spargo-dl/spargo/hooks"
 	"github.com/spargo-dl/spargo/hooks/profile"
 	"github.com/spargo-dl/spargo/models"
@@ -306,16 +305,22 @@ func planRows(specs []string, density float64, denseBelow int) ([]string, []*hoo
 		if name, _, _ := strings.Cut(s, ":"); name != "lags" && name != "mgs" && name != "omgs" {
 			return nil, nil, fmt.Errorf("plan: -hook %q: %s does not merge tensors into groups; spargo plan takes lags, mgs and omgs", s, name)
 		}
-		full, _, err := withDensity(s, density)
+		row, err := withDensity(s, density)
 		if err != nil {
 			return nil, nil, fmt.Errorf("plan: -hook %q: %w", s, err)
 		}
-		full = withOption(full, "dense_below", strconv.Itoa(denseBelow))
-		h, err := hooks.Parse(full)
+		full := row.label
+		if !row.config.Given("dense_below") {
+			full += ",dense_below=" + strconv.Itoa(denseBelow) // withDensity's label has options
+			if row.config, err = row.config.With("dense_below", strconv.Itoa(denseBelow)); err != nil {
+				return nil, nil, fmt.Errorf("plan: -hook %q: %w", s, err)
+			}
+		}
+		h, err := row.config.New()
 		if err != nil {
 			return nil, nil, fmt.Errorf("plan: -hook: %w", err)
 		}
-		mt := mergingHook(h)
+		mt := hooks.Merged(h)
 		if mt == nil {
 			return nil, nil, fmt.Errorf("plan: -hook %q: %s is not a merging hook", s, h.Name())
 		}
@@ -379,31 +384,6 @@ func topkSGDRow(q *profile.Profile, density float64, denseBelow int, tl hooks.Ti
 	r := reportRow("topk-sgd", rep)
 	r.Algorithm1MS = 0
 	return r, nil
-}
-
-// mergingHook returns h as the merging family's hook, or nil.
-func mergingHook(h ddp.CommHook) *hooks.MergedTopK {
-	switch t := h.(type) {
-	case *hooks.MergedTopK:
-		return t
-	case *hooks.OMGS:
-		return &t.MergedTopK
-	}
-	return nil
-}
-
-// withOption adds key=value to spec unless the spec sets key.
-func withOption(spec, key, value string) string {
-	name, opts, _ := strings.Cut(spec, ":")
-	for _, kv := range strings.Split(opts, ",") {
-		if k, _, ok := strings.Cut(kv, "="); ok && strings.TrimSpace(k) == key {
-			return spec
-		}
-	}
-	if opts == "" {
-		return name + ":" + key + "=" + value
-	}
-	return spec + "," + key + "=" + value
 }
 
 func ms(d time.Duration) float64 { return float64(d) / 1e6 }

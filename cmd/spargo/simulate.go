@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"math/bits"
 	"regexp"
 	"runtime"
 	"slices"
@@ -115,8 +114,9 @@ type simOptions struct {
 	model         string
 	nModel        int
 	workers       int
-	specs         []string // with density filled in
+	specs         []string // the rows' labels, with density filled in
 	densities     []float64
+	rows          []hookRow
 	alpha, beta   float64
 	bandwidthBits float64
 	iters, warmup int
@@ -205,23 +205,21 @@ func runSimulate(args []string, stdout io.Writer) error {
 		}
 		o.model, o.nModel = *model, nn.NumParams(nn.Parameters(m))
 	}
-	if len(specs) == 0 {
-		for _, h := range []string{"spardl", "oktopk", "topka", "gtopk", "allreduce"} {
-			if h == "gtopk" && !isPowerOfTwo(o.workers) {
-				continue
-			}
-			specs = append(specs, h)
-		}
+	// The default set leaves out the hooks that cannot run on -workers (gtopk needs a power
+	// of two); a -hook that cannot is refused here, before any measuring.
+	rows, err := hookRows(specs, []string{"spardl", "oktopk", "topka", "gtopk", "allreduce"}, *density, o.workers)
+	if err != nil {
+		return fmt.Errorf("simulate: %w", err)
 	}
-	for _, s := range specs {
-		full, d, err := withDensity(s, *density)
+	for _, row := range rows {
+		h, err := row.config.New()
+		if err == nil {
+			err = ddp.CheckWorldSize(h, o.workers)
+		}
 		if err != nil {
-			return fmt.Errorf("simulate: -hook %q: %w", s, err)
+			return fmt.Errorf("simulate: -hook %s: %w", row.label, err)
 		}
-		if _, err := hooks.Parse(full); err != nil {
-			return fmt.Errorf("simulate: -hook: %w", err)
-		}
-		o.specs, o.densities = append(o.specs, full), append(o.densities, d)
+		o.specs, o.densities, o.rows = append(o.specs, row.label), append(o.densities, row.density), append(o.rows, row)
 	}
 	if *validate {
 		return runValidate(o, *nFlag != "", stdout, *asJSON)
@@ -235,11 +233,11 @@ func runSimulate(args []string, stdout io.Writer) error {
 			o.model, o.nModel, plan.nSim*plan.scale, plan.scale, plan.nSim, o.workers, formatBandwidth(o.bandwidthBits), *latency, o.compute)
 		fmt.Fprintf(stdout, "%-28s %10s %10s %10s %14s %14s %9s %7s  %s\n", "hook", "time_ms", "comm_ms", "compute_ms", "bytes_sent", "bytes_recv", "messages", "rounds", "formula (words received per worker)")
 	}
-	for i, spec := range o.specs {
+	for _, row := range o.rows {
 		runtime.GC()
-		res, err := simulateHook(o, plan, spec, o.densities[i])
+		res, err := simulateHook(o, plan, row)
 		if err != nil {
-			return fmt.Errorf("simulate: %s: %w", spec, err)
+			return fmt.Errorf("simulate: %s: %w", row.label, err)
 		}
 		if *asJSON {
 			if err := json.NewEncoder(stdout).Encode(res); err != nil {
@@ -515,30 +513,26 @@ func measureKernels(seed uint64, n int, density float64, o kernelTiming) kernelR
 	return r
 }
 
-// hookCost builds the cost model of one hook spec for the real size n on p workers.
+// hookCost builds the cost model of one hook for the real size n on p workers, from what
+// the hook says it selects (hooks.SelectionOf).
 func hookCost(h ddp.CommHook, rates kernelRates, n, p int, density float64) costModel {
-	k := max(1, int(float64(n)*density))
 	c := costModel{contention: 1}
 	pass := rates.pass * float64(n)
-	switch hk := h.(type) {
-	case *hooks.SparDL:
-		d := max(1, hk.Teams)
-		nt := p / d
-		cb := (n + nt - 1) / nt
-		kb := max(1, int(float64(cb)*density))
-		sel := rates.blockTopk(cb, kb, n)
-		c.before = func(int) float64 { return 2*pass + sel }
+	switch sel := hooks.SelectionOf(h, n, p); sel.Kind {
+	case hooks.SelectBlockTopK:
+		cost := rates.blockTopk(sel.Block, sel.K, n)
+		c.before = func(int) float64 { return 2*pass + cost }
 		c.selectionLbl = "per-block top-k"
-	case *hooks.OkTopk:
+	case hooks.SelectMetered:
 		// Every piece of its local work, with its real size, where it happens: the hook
 		// reports it (hooks.WorkMeter), including the decoding of what it receives.
 		c.before = func(int) float64 { return 0 }
 		c.work = &rates.work
 		c.selectionLbl = "every piece it reports (hooks.WorkMeter)"
 		return c
-	case *hooks.TopkA, *hooks.TopkDSA, *hooks.GTopk:
-		sel := rates.topk(n, k)
-		c.before = func(int) float64 { return 2*pass + sel }
+	case hooks.SelectTopK:
+		cost := rates.topk(n, sel.K)
+		c.before = func(int) float64 { return 2*pass + cost }
 		c.selectionLbl = "exact top-k"
 	default:
 		if density < 1 { // another sparse hook: the passes only
@@ -559,14 +553,14 @@ func hookCost(h ddp.CommHook, rates kernelRates, n, p int, density float64) cost
 	return c
 }
 
-// simulateHook runs warmup+iters calls of spec on the simulated network.
-func simulateHook(o simOptions, plan scalePlan, spec string, density float64) (simResult, error) {
-	p := o.workers
+// simulateHook runs warmup+iters calls of row's hook on the simulated network.
+func simulateHook(o simOptions, plan scalePlan, row hookRow) (simResult, error) {
+	p, density := o.workers, row.density
 	nEff := plan.nSim * plan.scale
 	hs := make([]ddp.CommHook, p)
 	for r := range p {
 		var err error
-		if hs[r], err = hooks.Parse(spec); err != nil {
+		if hs[r], err = row.config.New(); err != nil {
 			return simResult{}, err
 		}
 	}
@@ -609,7 +603,7 @@ func simulateHook(o simOptions, plan scalePlan, spec string, density float64) (s
 	}
 	common := syntheticCommon(o.seed, plan.nSim)
 	buckets := make([]*benchBucket, p)
-	res := simResult{Hook: spec, Model: o.model, Workers: p, N: nEff, NModel: o.nModel, NSim: plan.nSim, Scale: plan.scale,
+	res := simResult{Hook: row.label, Model: o.model, Workers: p, N: nEff, NModel: o.nModel, NSim: plan.nSim, Scale: plan.scale,
 		Density: density, BandwidthBps: o.bandwidthBits, LatencyUS: o.alpha * 1e6}
 	var sumT, sumCompute float64
 	var last, timed []comm.Stats // the last call's traffic per worker; the timed calls' sum (COVAP)
@@ -732,37 +726,15 @@ type timedBenchBucket struct {
 
 func (b *timedBenchBucket) ReadyAfter() time.Duration { return b.ready }
 
-// costFormula is the ALGORITHMS.md / SparDL Table I volume of a hook: words received per
-// worker, with its expression.
+// costFormula is the ALGORITHMS.md / SparDL Table I volume of a hook (hooks.CostFormula):
+// words received per worker, with its expression; a dense all-reduce's for the hooks
+// without a formula of their own at density 1.
 func costFormula(h ddp.CommHook, n, p int, density float64) (string, float64) {
-	k := float64(max(1, int(float64(n)*density)))
-	pf := float64(p)
-	log2 := func(x int) float64 { return float64(bits.Len(uint(x - 1))) } // ceil(log2 x)
-	switch hk := h.(type) {
-	case *hooks.SparDL:
-		d := max(1, hk.Teams)
-		switch {
-		case d == 1:
-			return "4k(P-1)/P", 4 * k * (pf - 1) / pf
-		case isPowerOfTwo(d):
-			df := float64(d)
-			return "2k((2P-2d)/P+(d/P)log2 d)", 2 * k * ((2*pf-2*df)/pf + df/pf*log2(d))
-		}
-		return "B-SAG: h adapts, no closed form", 0
-	case *hooks.OkTopk:
-		return "≤ 6k(P-1)/P", 6 * k * (pf - 1) / pf
-	case *hooks.TopkA:
-		return "2k(P-1)", 2 * k * (pf - 1)
-	case *hooks.TopkDSA:
-		return "≥ 4k(P-1)/P", 4 * k * (pf - 1) / pf
-	case *hooks.GTopk:
-		return "≤ 4k log2 P", 4 * k * log2(p)
-	case *hooks.COVAP:
-		if pl := hk.Plan(); pl != nil && pl.Interval > 1 { // per call on average
-			return fmt.Sprintf("2n(P-1)/(P·I), I=%d", pl.Interval), 2 * float64(n) * (pf - 1) / pf / float64(pl.Interval)
-		}
+	if expr, words, ok := hooks.CostFormula(h, n, p); ok {
+		return expr, words
 	}
 	if density >= 1 {
+		pf := float64(p)
 		return "2n(P-1)/P", 2 * float64(n) * (pf - 1) / pf
 	}
 	return "-", 0

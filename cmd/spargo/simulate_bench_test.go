@@ -25,11 +25,11 @@ func BenchmarkSimulateComputeVsLocal(b *testing.B) {
 					iters: 3, warmup: 1, compute: "measure", cores: runtime.GOMAXPROCS(0), mem: 1 << 32}
 				var measured, charged float64
 				for b.Loop() {
-					meas, err := benchHook(spec, src, benchOptions{workers: p, warmup: 1, iters: 3})
+					meas, err := benchHook(testRow(b, spec), src, benchOptions{workers: p, warmup: 1, iters: 3})
 					if err != nil {
 						b.Fatal(err)
 					}
-					sim, err := simulateHook(o, scalePlan{nSim: n, scale: 1}, spec, density)
+					sim, err := simulateHook(o, scalePlan{nSim: n, scale: 1}, testRow(b, spec))
 					if err != nil {
 						b.Fatal(err)
 					}

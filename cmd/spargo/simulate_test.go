@@ -62,7 +62,7 @@ func TestSimulateOkTopkChargesReportedWork(t *testing.T) {
 	rates.work[hooks.WorkAdd], rates.work[hooks.WorkScale] = 1e-9, 3e-9
 	o := simOptions{model: "test", workers: p, alpha: 20e-6, beta: 1e-9, bandwidthBits: 8e9, iters: 2, warmup: 1,
 		compute: "measure", rates: &rates, mem: 1 << 30, cores: 2}
-	res, err := simulateHook(o, scalePlan{nSim: nSim, scale: scale}, "oktopk:density=0.01", 0.01)
+	res, err := simulateHook(o, scalePlan{nSim: nSim, scale: scale}, testRow(t, "oktopk:density=0.01"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func TestSimulateOkTopkChargesReportedWork(t *testing.T) {
 	// Every piece priced: more than the two passes, and no piece is free.
 	all := o
 	all.rates = &fixedRates
-	full, err := simulateHook(all, scalePlan{nSim: nSim, scale: scale}, "oktopk:density=0.01", 0.01)
+	full, err := simulateHook(all, scalePlan{nSim: nSim, scale: scale}, testRow(t, "oktopk:density=0.01"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,15 +92,11 @@ func TestSimulateScaledMatchesFull(t *testing.T) {
 	base := simOptions{model: "test", workers: p, alpha: 20e-6, beta: 1e-9, bandwidthBits: 8e9, iters: 2, warmup: 1,
 		compute: "measure", rates: &fixedRates, mem: 1 << 30}
 	for _, spec := range specs {
-		d := 1.0
-		if strings.Contains(spec, "density") {
-			d = 0.01
-		}
-		scaled, err := simulateHook(base, scalePlan{nSim: 800 * 10, scale: 16}, spec, d)
+		scaled, err := simulateHook(base, scalePlan{nSim: 800 * 10, scale: 16}, testRow(t, spec))
 		if err != nil {
 			t.Fatal(err)
 		}
-		full, err := simulateHook(base, scalePlan{nSim: 800 * 10 * 16, scale: 1}, spec, d)
+		full, err := simulateHook(base, scalePlan{nSim: 800 * 10 * 16, scale: 1}, testRow(t, spec))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -162,11 +158,11 @@ func TestSimulateDeterministic(t *testing.T) {
 	o := simOptions{model: "test", workers: 6, alpha: 5e-5, beta: 8e-9, bandwidthBits: 1e9, iters: 2, warmup: 1,
 		compute: "measure", rates: &fixedRates, mem: 1 << 30, seed: 3}
 	for _, spec := range []string{"spardl:density=0.01,teams=3", "oktopk:density=0.01", "topkdsa:density=0.01"} {
-		a, err := simulateHook(o, scalePlan{nSim: 60000, scale: 1}, spec, 0.01)
+		a, err := simulateHook(o, scalePlan{nSim: 60000, scale: 1}, testRow(t, spec))
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := simulateHook(o, scalePlan{nSim: 60000, scale: 1}, spec, 0.01)
+		b, err := simulateHook(o, scalePlan{nSim: 60000, scale: 1}, testRow(t, spec))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -216,7 +212,7 @@ func TestSimulateErrors(t *testing.T) {
 		{[]string{"-workers", "4", "-iters", "0"}, "-iters 0"},
 		{[]string{"-workers", "4", "-density", "0"}, "-density 0"},
 		{[]string{"-workers", "4", "-hook", "nosuch"}, `unknown hook "nosuch"`},
-		{[]string{"-workers", "3", "-n", "3000", "-hook", "gtopk"}, "power-of-two number of workers, have P=3"},
+		{[]string{"-workers", "3", "-n", "3000", "-hook", "gtopk"}, "hook gtopk cannot run at world size P=3: gtopk needs a power-of-two number of workers"},
 		{[]string{"-workers", "64", "-n", "1M", "-scale", "1", "-mem", "1MiB"}, "-scale 1: 64 workers"},
 		{[]string{"-workers", "1024", "-n", "1M", "-mem", "1MiB"}, "-mem 1 MiB is too small"},
 		{[]string{"-workers", "1", "-validate"}, "-workers 1: want at least 2"},
@@ -282,4 +278,14 @@ func TestSimulateBackwardCovapAuto(t *testing.T) {
 		!strings.Contains(errb.String(), "give -backward") {
 		t.Errorf("covap auto without -backward: exit %d, %q", code, errb.String())
 	}
+}
+
+// testRow parses spec as a -hook row; the spec sets its density (dense hooks: 1).
+func testRow(t testing.TB, spec string) hookRow {
+	t.Helper()
+	row, err := withDensity(spec, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return row
 }

@@ -139,13 +139,14 @@ func runValidate(o simOptions, nGiven bool, stdout io.Writer, asJSON bool) error
 	// The kernels are timed on P goroutines at once: the rates then include the sharing of
 	// this machine's cores (and whatever else runs on it), as the TCP run does.
 	so.scale, so.mem, so.compute, so.cores, so.concurrent = 1, math.MaxInt64/4, "measure", 0, p
-	for i, spec := range o.specs {
+	for _, row := range o.rows {
 		runtime.GC()
-		meas, err := benchHook(spec, src, benchOptions{workers: p, warmup: o.warmup, iters: o.iters, groups: groups})
+		spec := row.label
+		meas, err := benchHook(row, src, benchOptions{workers: p, warmup: o.warmup, iters: o.iters, groups: groups})
 		if err != nil {
 			return fmt.Errorf("simulate -validate: %s over TCP: %w", spec, err)
 		}
-		pred, err := simulateHook(so, scalePlan{nSim: n, scale: 1}, spec, o.densities[i])
+		pred, err := simulateHook(so, scalePlan{nSim: n, scale: 1}, row)
 		if err != nil {
 			return fmt.Errorf("simulate -validate: %s simulated: %w", spec, err)
 		}

@@ -59,6 +59,8 @@ type config struct {
 	EvalLimit  int
 	PrintEvery int
 	Progress   bool
+
+	hook hooks.Config // Hook, parsed by check; each rank builds its own hook from it
 }
 
 func main() {
@@ -97,7 +99,8 @@ func (c *config) check() error {
 	if c.Head != "gorgonia" && c.Head != "spargo" {
 		return fmt.Errorf("-head %q: want gorgonia or spargo", c.Head)
 	}
-	_, err := hooks.Parse(c.Hook)
+	var err error
+	c.hook, err = hooks.ParseConfig(c.Hook)
 	return err
 }
 
@@ -230,7 +233,7 @@ func (w *worker) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	hook, err := hooks.Parse(c.Hook)
+	hook, err := c.hook.New()
 	if err != nil {
 		return err
 	}

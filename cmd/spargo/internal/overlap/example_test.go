@@ -17,8 +17,12 @@ func ExampleRunLocal() {
 		fmt.Println(err)
 		return
 	}
-	cfg := overlap.Config{Model: entry, Hooks: []string{"topka:density=0.01", "omgs:density=0.01"},
-		SingleBucket: true, Batch: 2, Warmup: 1, Iters: 3, Trace: true}
+	hs, err := overlap.ParseHooks("topka:density=0.01", "omgs:density=0.01")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	cfg := overlap.Config{Model: entry, Hooks: hs, SingleBucket: true, Batch: 2, Warmup: 1, Iters: 3, Trace: true}
 	rep, err := overlap.RunLocal(context.Background(), 2, cfg)
 	if err != nil {
 		fmt.Println(err)

@@ -39,7 +39,11 @@ func BenchmarkNonOverlapped(b *testing.B) {
 	}
 	for _, spec := range []string{"topka:density=0.01", "lags:density=0.01", "mgs:density=0.01", "omgs:density=0.01"} {
 		b.Run(fmt.Sprintf("%s/%s/P=%d", name, spec, workers), func(b *testing.B) {
-			cfg := overlap.Config{Model: entry, Hooks: []string{spec}, SingleBucket: true, Batch: batch, BPTT: 35,
+			hs, err := overlap.ParseHooks(spec)
+			if err != nil {
+				b.Fatal(err)
+			}
+			cfg := overlap.Config{Model: entry, Hooks: hs, SingleBucket: true, Batch: batch, BPTT: 35,
 				Warmup: 1, Iters: b.N, Seed: 1, Trace: os.Getenv("SPARGO_BENCH_TRACE") != ""}
 			rep, err := overlap.RunLocal(context.Background(), workers, cfg)
 			if err != nil {

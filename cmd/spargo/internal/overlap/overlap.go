@@ -11,8 +11,8 @@
 // one measurement. `spargo bench overlap` is its command line; the VGG example's
 // BenchmarkNonOverlapped its go test -bench form.
 //
-//	cfg := overlap.Config{Model: entry, Hooks: []string{"topka:density=0.01", "omgs:density=0.01"},
-//		SingleBucket: true, Batch: 16, Warmup: 1, Iters: 5}
+//	hs, err := overlap.ParseHooks("topka:density=0.01", "omgs:density=0.01")
+//	cfg := overlap.Config{Model: entry, Hooks: hs, SingleBucket: true, Batch: 16, Warmup: 1, Iters: 5}
 //	rep, err := overlap.RunLocal(ctx, 4, cfg) // rank 0's report
 //	rep.WriteText(os.Stdout)
 package overlap
@@ -39,8 +39,8 @@ type Config struct {
 	// Model is a catalogue entry (models.Lookup): an image classifier (Input.Size > 0) fed
 	// random images, or an LSTM language model (*models.LSTMLM) fed token windows.
 	Model models.Entry
-	// Hooks are comm hook specs (hooks.Parse), measured one after the other.
-	Hooks []string
+	// Hooks are the comm hooks (ParseHooks), measured one after the other.
+	Hooks []Hook
 	// SingleBucket gives hooks that do not plan their own buckets (topka, allreduce, …) the
 	// whole model as one bucket: TopK-SGD's single group. False: DDP's size-capped plan
 	// (1 MiB first, 25 MiB after). Planner hooks (lags, mgs, omgs) always use their own plan.
@@ -155,12 +155,31 @@ func (cfg *Config) check() error {
 	if cfg.ProfileIterations == 0 {
 		cfg.ProfileIterations = DefaultProfileIterations
 	}
-	for _, s := range cfg.Hooks {
-		if _, err := hooks.Parse(s); err != nil {
-			return fmt.Errorf("overlap: %w", err)
+	for i, h := range cfg.Hooks {
+		if h.Config.Name() == "" {
+			return fmt.Errorf("overlap: hook %d (%q) has no configuration: build Hooks with ParseHooks", i, h.Label)
 		}
 	}
 	return nil
+}
+
+// Hook is one comm hook to measure: its parsed spec and the label its report row carries.
+type Hook struct {
+	Label  string
+	Config hooks.Config
+}
+
+// ParseHooks parses comm hook specs (hooks.ParseConfig), each labelled as written.
+func ParseHooks(specs ...string) ([]Hook, error) {
+	hs := make([]Hook, len(specs))
+	for i, s := range specs {
+		c, err := hooks.ParseConfig(s)
+		if err != nil {
+			return nil, fmt.Errorf("overlap: %w", err)
+		}
+		hs[i] = Hook{Label: s, Config: c}
+	}
+	return hs, nil
 }
 
 // RunLocal runs the measurement on p in-process workers (comm.NewLocal) and returns rank 0's
@@ -229,8 +248,11 @@ func Run(ctx context.Context, g comm.Group, cfg Config) (*Report, error) {
 	// any hook runs, so that every planner hook can plan on it whatever the order.
 	profiles := map[float64]*profile.Profile{}
 	var first *profile.Profile
-	for _, spec := range cfg.Hooks {
-		h, _ := hooks.Parse(spec) // checked
+	for _, hk := range cfg.Hooks {
+		h, err := hk.Config.New()
+		if err != nil {
+			return nil, fmt.Errorf("overlap: %s: %w", hk.Label, err)
+		}
 		pp, ok := h.(hooks.ProfiledPlanner)
 		if !ok {
 			continue
@@ -250,18 +272,18 @@ func Run(ctx context.Context, g comm.Group, cfg Config) (*Report, error) {
 			return backward(loss)
 		}, po)
 		if err != nil {
-			return nil, fmt.Errorf("overlap: rank %d: profile for %s: %w", g.Rank(), spec, err)
+			return nil, fmt.Errorf("overlap: rank %d: profile for %s: %w", g.Rank(), hk.Label, err)
 		}
 		profiles[po.Density] = prof
 		if first == nil {
 			first = prof
 		}
 	}
-	for _, spec := range cfg.Hooks {
+	for _, hk := range cfg.Hooks {
 		runtime.GC() // the previous hook's model and residuals are garbage: do not bill them here
-		hr, err := measureHook(ctx, g, cfg, spec, profiles, first)
+		hr, err := measureHook(ctx, g, cfg, hk, profiles, first)
 		if err != nil {
-			return nil, fmt.Errorf("overlap: rank %d: %s: %w", g.Rank(), spec, err)
+			return nil, fmt.Errorf("overlap: rank %d: %s: %w", g.Rank(), hk.Label, err)
 		}
 		rep.Hooks = append(rep.Hooks, hr)
 	}
@@ -273,8 +295,8 @@ func Run(ctx context.Context, g comm.Group, cfg Config) (*Report, error) {
 
 // measureHook trains with one hook and returns rank 0's statistics (every rank returns them;
 // only rank 0's are reported).
-func measureHook(ctx context.Context, g comm.Group, cfg Config, spec string, profiles map[float64]*profile.Profile, first *profile.Profile) (HookReport, error) {
-	hook, err := hooks.Parse(spec)
+func measureHook(ctx context.Context, g comm.Group, cfg Config, hk Hook, profiles map[float64]*profile.Profile, first *profile.Profile) (HookReport, error) {
+	hook, err := hk.Config.New()
 	if err != nil {
 		return HookReport{}, err
 	}
@@ -286,7 +308,7 @@ func measureHook(ctx context.Context, g comm.Group, cfg Config, spec string, pro
 	if err != nil {
 		return HookReport{}, err
 	}
-	hr := HookReport{Hook: spec}
+	hr := HookReport{Hook: hk.Label}
 	opts := []ddp.Option{ddp.WithCommHook(hook)}
 	switch _, planner := hook.(ddp.Planner); {
 	case planner:

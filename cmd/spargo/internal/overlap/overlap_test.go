@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -26,6 +27,15 @@ var tinyLM = models.Entry{Name: "tiny-lm", Family: "lstm",
 // dense_below=0: every tensor of these tiny models is sparsified, so each group has phases.
 var overlapSpecs = []string{"topka:density=0.1", "lags:density=0.1,dense_below=0", "mgs:density=0.1,dense_below=0,threshold=40", "omgs:density=0.1,dense_below=0"}
 
+func mustHooks(t *testing.T, specs ...string) []Hook {
+	t.Helper()
+	hs, err := ParseHooks(specs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return hs
+}
+
 // checkReport checks what holds for any report, whatever the timings.
 func checkReport(t *testing.T, rep *Report, cfg Config) {
 	t.Helper()
@@ -33,8 +43,8 @@ func checkReport(t *testing.T, rep *Report, cfg Config) {
 		t.Fatalf("report header %+v for %d hooks", rep, len(cfg.Hooks))
 	}
 	for i, h := range rep.Hooks {
-		if h.Hook != cfg.Hooks[i] {
-			t.Errorf("hook %d is %q, want %q (in the order given)", i, h.Hook, cfg.Hooks[i])
+		if h.Hook != cfg.Hooks[i].Label {
+			t.Errorf("hook %d is %q, want %q (in the order given)", i, h.Hook, cfg.Hooks[i].Label)
 		}
 		sum := 0
 		for _, n := range h.GroupElements {
@@ -57,7 +67,7 @@ func checkReport(t *testing.T, rep *Report, cfg Config) {
 				t.Errorf("omgs planned without a profile")
 			}
 		}
-		if h.Plan == "hook" && h.Profiled != strings.Contains(strings.Join(cfg.Hooks, " "), "omgs") {
+		if h.Plan == "hook" && h.Profiled != slices.ContainsFunc(cfg.Hooks, func(h Hook) bool { return h.Config.Name() == "omgs" }) {
 			t.Errorf("%s: profiled %v, but a profile is measured exactly when omgs is among the hooks", h.Hook, h.Profiled)
 		}
 		if len(h.NonOverlappedEach) != cfg.Iters || len(h.BackwardEach) != cfg.Iters || len(h.IterationEach) != cfg.Iters {
@@ -99,7 +109,7 @@ func checkReport(t *testing.T, rep *Report, cfg Config) {
 }
 
 func TestRunLocalImageInvariants(t *testing.T) {
-	cfg := Config{Model: tinyCNN, Hooks: overlapSpecs, SingleBucket: true, Batch: 3, Warmup: 1, Iters: 3, Seed: 5, Trace: true}
+	cfg := Config{Model: tinyCNN, Hooks: mustHooks(t, overlapSpecs...), SingleBucket: true, Batch: 3, Warmup: 1, Iters: 3, Seed: 5, Trace: true}
 	rep, err := RunLocal(context.Background(), 2, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -125,7 +135,7 @@ func TestRunLocalLanguageModelInvariants(t *testing.T) {
 	}{{"random", nil, "random tokens (uniform over 23), windows of 4 × 3"}, {"stream", tokens, "token windows of 4 × 3, consecutive in each rank's shard (200 of 400 tokens)"}} {
 		t.Run(tc.name, func(t *testing.T) {
 			// lags and mgs without omgs: no profile, reverse declaration order.
-			cfg := Config{Model: tinyLM, Hooks: overlapSpecs[:3], SingleBucket: true, Batch: 3, BPTT: 4, Tokens: tc.tokens, Warmup: 1, Iters: 2, Seed: 1, Trace: true}
+			cfg := Config{Model: tinyLM, Hooks: mustHooks(t, overlapSpecs[:3]...), SingleBucket: true, Batch: 3, BPTT: 4, Tokens: tc.tokens, Warmup: 1, Iters: 2, Seed: 1, Trace: true}
 			rep, err := RunLocal(context.Background(), 2, cfg)
 			if err != nil {
 				t.Fatal(err)
@@ -139,13 +149,13 @@ func TestRunLocalLanguageModelInvariants(t *testing.T) {
 }
 
 func TestRunLocalErrors(t *testing.T) {
-	base := Config{Model: tinyLM, Hooks: []string{"topka"}, Batch: 2, BPTT: 3, Iters: 1}
+	base := Config{Model: tinyLM, Hooks: mustHooks(t, "topka"), Batch: 2, BPTT: 3, Iters: 1}
 	for _, tc := range []struct {
 		name string
 		edit func(c *Config)
 		want string
 	}{
-		{"bad hook", func(c *Config) { c.Hooks = []string{"nosuchhook"} }, "nosuchhook"},
+		{"unparsed hook", func(c *Config) { c.Hooks = []Hook{{Label: "topka"}} }, `hook 0 ("topka") has no configuration`},
 		{"no hooks", func(c *Config) { c.Hooks = nil }, "no hook"},
 		{"token out of vocabulary", func(c *Config) { c.Tokens = []int32{1, 2, 30, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14} }, "vocabulary of 23"},
 		{"no bptt", func(c *Config) { c.BPTT = 0 }, "bptt 0"},
@@ -161,5 +171,8 @@ func TestRunLocalErrors(t *testing.T) {
 				t.Fatalf("error %v, want one that mentions %q", err, tc.want)
 			}
 		})
+	}
+	if _, err := ParseHooks("topka", "nosuchhook"); err == nil || !strings.Contains(err.Error(), `unknown hook "nosuchhook"`) {
+		t.Errorf("ParseHooks(nosuchhook) = %v", err)
 	}
 }

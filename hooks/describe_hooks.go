@@ -1,0 +1,178 @@
+package hooks
+
+import (
+	"errors"
+	"fmt"
+	"math/bits"
+
+	"github.com/spargo-dl/spargo/ddp"
+)
+
+// The self-descriptions of the registered hooks (describe.go lists the interfaces). Each
+// cost formula is the hook's volume in words received per worker, as its type's doc derives
+// it (SparDL's from the paper's Table I); k = max(1, ⌊n·density⌋).
+
+var (
+	_ ddp.WorldSizeChecker = (*GTopk)(nil)
+	_ ddp.WorldSizeChecker = (*SparDL)(nil)
+	_ ddp.WorldSizeChecker = (*Wrapped16)(nil)
+	_ ddp.CorrectorNeeder  = (*OSP)(nil)
+	_ ddp.CorrectorNeeder  = (*Wrapped16)(nil)
+
+	_ CostDescriber      = (*SparDL)(nil)
+	_ CostDescriber      = (*OkTopk)(nil)
+	_ CostDescriber      = (*TopkA)(nil)
+	_ CostDescriber      = (*TopkDSA)(nil)
+	_ CostDescriber      = (*GTopk)(nil)
+	_ CostDescriber      = (*COVAP)(nil)
+	_ CostDescriber      = (*Wrapped16)(nil)
+	_ SelectionDescriber = (*SparDL)(nil)
+	_ SelectionDescriber = (*OkTopk)(nil)
+	_ SelectionDescriber = (*TopkA)(nil)
+	_ SelectionDescriber = (*TopkDSA)(nil)
+	_ SelectionDescriber = (*GTopk)(nil)
+	_ SelectionDescriber = (*Wrapped16)(nil)
+	_ ControlTagger      = (*OkTopk)(nil)
+	_ ControlTagger      = (*TopkDSA)(nil)
+	_ ControlTagger      = (*Wrapped16)(nil)
+	_ Merger             = (*MergedTopK)(nil)
+	_ Merger             = (*OMGS)(nil)
+)
+
+// topK is k for a bucket of n elements at density d, as the cost formulas count it.
+func topK(n int, d float64) int { return max(1, int(float64(n)*d)) }
+
+// log2Ceil is ⌈log2 x⌉ for x ≥ 1.
+func log2Ceil(x int) float64 { return float64(bits.Len(uint(x - 1))) }
+
+// CheckWorldSize refuses a world size that is not a power of two (ddp.WorldSizeChecker):
+// the tree reduction pairs ranks r and r+2^s.
+func (h *GTopk) CheckWorldSize(p int) error {
+	if !isPow2(p) {
+		return errors.New("gtopk needs a power-of-two number of workers (use topka, topkdsa or spardl)")
+	}
+	return nil
+}
+
+// CostFormula is gTopk's bound, ≤ 4k log2 P words (CostDescriber).
+func (h *GTopk) CostFormula(n, p int) (string, float64, bool) {
+	return "≤ 4k log2 P", 4 * float64(topK(n, h.Density)) * log2Ceil(p), true
+}
+
+// Selection is an exact top-k of the bucket (SelectionDescriber).
+func (h *GTopk) Selection(n, p int) Selection {
+	return Selection{Kind: SelectTopK, K: topK(n, h.Density)}
+}
+
+// CostFormula is TopkA's all-gather of every rank's k pairs, 2k(P-1) words (CostDescriber).
+func (h *TopkA) CostFormula(n, p int) (string, float64, bool) {
+	return "2k(P-1)", 2 * float64(topK(n, h.Density)) * float64(p-1), true
+}
+
+// Selection is an exact top-k of the bucket (SelectionDescriber).
+func (h *TopkA) Selection(n, p int) Selection {
+	return Selection{Kind: SelectTopK, K: topK(n, h.Density)}
+}
+
+// CostFormula is TopkDSA's lower bound, ≥ 4k(P-1)/P words (CostDescriber).
+func (h *TopkDSA) CostFormula(n, p int) (string, float64, bool) {
+	pf := float64(p)
+	return "≥ 4k(P-1)/P", 4 * float64(topK(n, h.Density)) * (pf - 1) / pf, true
+}
+
+// Selection is an exact top-k of the bucket (SelectionDescriber).
+func (h *TopkDSA) Selection(n, p int) Selection {
+	return Selection{Kind: SelectTopK, K: topK(n, h.Density)}
+}
+
+// ControlTagOffsets is the all-gather of the reduced regions' counts (ControlTagger).
+func (h *TopkDSA) ControlTagOffsets() []uint32 { return []uint32{1} }
+
+// CheckWorldSize refuses a teams=T that does not divide P (ddp.WorldSizeChecker);
+// teams=auto runs at any P.
+func (h *SparDL) CheckWorldSize(p int) error {
+	if h.Teams != TeamsAuto && (h.Teams < 1 || p%h.Teams != 0) {
+		return fmt.Errorf("spardl option teams=%d does not divide the world size (divisors of %d: %v; or teams=auto)", h.Teams, p, divisors(p))
+	}
+	return nil
+}
+
+// spardlTeams is the team count d the formulas assume (teams=auto counts as 1).
+func (h *SparDL) spardlTeams() int { return max(1, h.Teams) }
+
+// CostFormula is SparDL's Table I volume: 4k(P-1)/P at d = 1 team, R-SAG's for d a power of
+// two, and no closed form for B-SAG, whose h adapts (CostDescriber).
+func (h *SparDL) CostFormula(n, p int) (string, float64, bool) {
+	k, pf, d := float64(topK(n, h.Density)), float64(p), h.spardlTeams()
+	switch {
+	case d == 1:
+		return "4k(P-1)/P", 4 * k * (pf - 1) / pf, true
+	case isPow2(d):
+		df := float64(d)
+		return "2k((2P-2d)/P+(d/P)log2 d)", 2 * k * ((2*pf-2*df)/pf + df/pf*log2Ceil(d)), true
+	}
+	return "B-SAG: h adapts, no closed form", 0, true
+}
+
+// Selection is a top-k of each of the P/d blocks the Spar-Reduce-Scatter cuts the bucket
+// into (SelectionDescriber).
+func (h *SparDL) Selection(n, p int) Selection {
+	nt := p / h.spardlTeams()
+	block := (n + nt - 1) / nt
+	return Selection{Kind: SelectBlockTopK, Block: block, K: topK(block, h.Density)}
+}
+
+// CostFormula is Ok-Topk's bound, ≤ 6k(P-1)/P words (CostDescriber).
+func (h *OkTopk) CostFormula(n, p int) (string, float64, bool) {
+	pf := float64(p)
+	return "≤ 6k(P-1)/P", 6 * float64(topK(n, h.Density)) * (pf - 1) / pf, true
+}
+
+// Selection: Ok-Topk reports every piece of its local work to the context's WorkMeter
+// (SelectionDescriber).
+func (h *OkTopk) Selection(n, p int) Selection { return Selection{Kind: SelectMetered} }
+
+// ControlTagOffsets are the boundaries' all-reduce, the message sizes' all-to-all, the
+// threshold histograms and the global counts' all-gather (ControlTagger).
+func (h *OkTopk) ControlTagOffsets() []uint32 {
+	return []uint32{okTagBounds, okTagSizes, okTagThreshold, okTagCounts}
+}
+
+// CostFormula is COVAP's dense all-reduce of one shard in I per call on average, once its
+// interval is known and above 1 (CostDescriber).
+func (h *COVAP) CostFormula(n, p int) (string, float64, bool) {
+	pl := h.Plan()
+	if pl == nil || pl.Interval <= 1 {
+		return "", 0, false
+	}
+	pf := float64(p)
+	return fmt.Sprintf("2n(P-1)/(P·I), I=%d", pl.Interval), 2 * float64(n) * (pf - 1) / pf / float64(pl.Interval), true
+}
+
+// NeedsCorrector reports whether OSP's local-gradient prediction is on (ddp.CorrectorNeeder):
+// with lgp=true the optimizer must be a ddp.Corrector (optim.SGD).
+func (h *OSP) NeedsCorrector() bool { return h.LGP }
+
+// Merged returns the hook itself (Merger); OMGS inherits it.
+func (h *MergedTopK) Merged() *MergedTopK { return h }
+
+// CheckWorldSize is the inner hook's (ddp.WorldSizeChecker).
+func (w *Wrapped16) CheckWorldSize(p int) error {
+	if c, ok := w.Inner.(ddp.WorldSizeChecker); ok {
+		return c.CheckWorldSize(p)
+	}
+	return nil
+}
+
+// NeedsCorrector is the inner hook's (ddp.CorrectorNeeder).
+func (w *Wrapped16) NeedsCorrector() bool { return ddp.NeedsCorrector(w.Inner) }
+
+// CostFormula is the inner hook's (CostDescriber): the wrapper rounds the values, not the
+// number of words.
+func (w *Wrapped16) CostFormula(n, p int) (string, float64, bool) { return CostFormula(w.Inner, n, p) }
+
+// Selection is the inner hook's (SelectionDescriber).
+func (w *Wrapped16) Selection(n, p int) Selection { return SelectionOf(w.Inner, n, p) }
+
+// ControlTagOffsets are the inner hook's (ControlTagger).
+func (w *Wrapped16) ControlTagOffsets() []uint32 { return ControlTagOffsets(w.Inner) }
