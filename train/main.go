@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/spargo-dl/spargo/cluster"
 	"github.com/spargo-dl/spargo/comm"
@@ -174,4 +175,47 @@ func RunRanks(ctx context.Context, groups []comm.Group, rank func(ctx context.Co
 		}
 	}
 	return errors.Join(distinct...)
+}
+
+// Job runs this process's ranks of a program's run with rank 0's -metrics open: all of
+// them in-process, or one launched rank.
+type Job struct {
+	Groups []comm.Group
+	// Flags are the run's -metrics (appended to when Resume) and -plot.
+	Flags  *Flags
+	Resume bool
+	Stdout io.Writer // where -plot's line goes
+	// Start is when the run started (zero: when Run is called), for Done's seconds.
+	Start time.Time
+}
+
+// Run opens -metrics in the process that has rank 0, runs rank on every group (RunRanks)
+// with it (nil in the other processes: a nil *MetricsLog writes nothing), and then, in the
+// process that has rank 0, calls done with the run's seconds: it prints the result and
+// returns the summary that ends -metrics (nil: the run trained nothing, and the file gets no
+// summary). Finish then closes the file and draws -plot.
+func (j Job) Run(ctx context.Context, rank func(ctx context.Context, g comm.Group, metrics *MetricsLog) error, done func(totalSec float64) (summary any)) error {
+	start := j.Start
+	if start.IsZero() {
+		start = time.Now()
+	}
+	hasRank0 := j.Groups[0].Rank() == 0
+	var metrics *MetricsLog
+	if hasRank0 {
+		m, err := OpenMetricsLog(j.Flags.Metrics, j.Resume)
+		if err != nil {
+			return err
+		}
+		defer m.Close()
+		metrics = m
+	}
+	err := RunRanks(ctx, j.Groups, func(ctx context.Context, g comm.Group) error { return rank(ctx, g, metrics) })
+	if err != nil || !hasRank0 {
+		return err
+	}
+	summary := done(time.Since(start).Seconds())
+	if summary == nil {
+		return nil
+	}
+	return metrics.Finish(summary, j.Flags, j.Stdout)
 }

@@ -92,10 +92,8 @@ func RunMLMProcess(ctx context.Context, c MLMConfig, env cluster.Env, stdout, st
 
 // trainMLMRanks trains this process's ranks (rank 0 prints the results, writes -metrics and draws -plot).
 func trainMLMRanks(ctx context.Context, c MLMConfig, groups []comm.Group, corpus *MLMCorpus, stdout, stderr io.Writer, launcher cluster.Source) (*MLMSummary, error) {
-	hasRank0 := groups[0].Rank() == 0
 	vocab := corpus.Tokenizer.Vocab()
-	var metrics *train.MetricsLog
-	if hasRank0 {
+	if groups[0].Rank() == 0 {
 		fmt.Fprintln(stdout, corpus.Summary)
 		if c.SaveVocab != "" {
 			if err := vocab.Save(c.SaveVocab); err != nil {
@@ -103,35 +101,27 @@ func trainMLMRanks(ctx context.Context, c MLMConfig, groups []comm.Group, corpus
 			}
 			fmt.Fprintf(stdout, "vocabulary: %s\n", c.SaveVocab)
 		}
-		m, err := train.OpenMetricsLog(c.Metrics, c.Resume)
-		if err != nil {
-			return nil, err
-		}
-		defer m.Close()
-		metrics = m
 	}
 	sum := &MLMSummary{Config: c, Corpus: corpus.Summary, Vocab: vocab.Size(), Kernels: kernels.Impl(), Summary: true, Launcher: launcher}
 	start := time.Now()
-	err := train.RunRanks(ctx, groups, func(ctx context.Context, g comm.Group) error {
-		w := &mlmWorker{cfg: c, group: g, corpus: corpus, stdout: stdout, stderr: stderr, metrics: metrics, sum: sum, start: start}
-		return w.run(ctx)
-	})
+	err := train.Job{Groups: groups, Flags: &c.Flags, Resume: c.Resume, Stdout: stdout, Start: start}.Run(ctx,
+		func(ctx context.Context, g comm.Group, metrics *train.MetricsLog) error {
+			w := &mlmWorker{cfg: c, group: g, corpus: corpus, stdout: stdout, stderr: stderr, metrics: metrics, sum: sum, start: start}
+			return w.run(ctx)
+		},
+		func(totalSec float64) any {
+			sum.TotalSec = totalSec
+			if len(sum.Rounds) == 0 {
+				fmt.Fprintf(stdout, "done: nothing left to train: the checkpoint in %s is at the end of the run\n", c.Checkpoint)
+				return nil
+			}
+			last := sum.Rounds[len(sum.Rounds)-1]
+			sum.ValLoss, sum.ValAcc = last.ValLoss, last.ValAcc
+			fmt.Fprintf(stdout, "done: bert-%s %s, %d workers × batch %d × %d tokens, %d steps: held-out MLM loss %.4f, accuracy %.2f%%, NSP accuracy %.2f%%, %.0fs total\n",
+				c.Model, c.Hook, c.Workers, c.Batch, c.Seq, last.AtStep, last.ValLoss, 100*last.ValAcc, 100*last.ValNSPAcc, sum.TotalSec)
+			return sum
+		})
 	if err != nil {
-		return nil, err
-	}
-	if !hasRank0 {
-		return sum, nil
-	}
-	sum.TotalSec = time.Since(start).Seconds()
-	if len(sum.Rounds) == 0 {
-		fmt.Fprintf(stdout, "done: nothing left to train: the checkpoint in %s is at the end of the run\n", c.Checkpoint)
-		return sum, nil
-	}
-	last := sum.Rounds[len(sum.Rounds)-1]
-	sum.ValLoss, sum.ValAcc = last.ValLoss, last.ValAcc
-	fmt.Fprintf(stdout, "done: bert-%s %s, %d workers × batch %d × %d tokens, %d steps: held-out MLM loss %.4f, accuracy %.2f%%, NSP accuracy %.2f%%, %.0fs total\n",
-		c.Model, c.Hook, c.Workers, c.Batch, c.Seq, last.AtStep, last.ValLoss, 100*last.ValAcc, 100*last.ValNSPAcc, sum.TotalSec)
-	if err := metrics.Finish(sum, &c.Flags, stdout); err != nil {
 		return nil, err
 	}
 	return sum, nil

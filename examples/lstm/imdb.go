@@ -156,35 +156,26 @@ func RunIMDBProcess(ctx context.Context, c IMDBConfig, env cluster.Env, stdout, 
 }
 
 func trainIMDBRanks(ctx context.Context, c IMDBConfig, groups []comm.Group, data *datasets.IMDB, summary string, stdout, stderr io.Writer, launcher cluster.Source) (*IMDBSummary, error) {
-	hasRank0 := groups[0].Rank() == 0
-	var metrics *train.MetricsLog
-	if hasRank0 {
-		m, err := train.OpenMetricsLog(c.Metrics, c.Resume)
-		if err != nil {
-			return nil, err
-		}
-		defer m.Close()
-		metrics = m
-	}
 	sum := &IMDBSummary{Config: c, Dataset: summary, Kernels: kernels.Impl(), Summary: true, Launcher: launcher}
 	start := time.Now()
-	err := train.RunRanks(ctx, groups, func(ctx context.Context, g comm.Group) error {
-		w := &imdbWorker{cfg: c, group: g, data: data, stdout: stdout, stderr: stderr, metrics: metrics, sum: sum, start: start}
-		return w.run(ctx)
-	})
-	if err != nil || !hasRank0 {
-		return sum, err
-	}
-	sum.TotalSec = time.Since(start).Seconds()
-	if len(sum.Epochs) == 0 {
-		fmt.Fprintf(stdout, "done: nothing left to train: the checkpoint in %s is at the end of epoch %d\n", c.Checkpoint, c.Epochs)
-		return sum, nil
-	}
-	last := sum.Epochs[len(sum.Epochs)-1]
-	sum.FinalAcc = last.TestAcc
-	fmt.Fprintf(stdout, "done: %s %s, %d workers × batch %d, %d epochs: test acc %.2f%%, train loss %.4f, %.0f words/s, %.0fs total\n",
-		c.Model, c.Hook, c.Workers, c.Batch, c.Epochs, 100*last.TestAcc, last.TrainLoss, last.WordsSec, sum.TotalSec)
-	if err := metrics.Finish(sum, &c.Flags, stdout); err != nil {
+	err := train.Job{Groups: groups, Flags: &c.Flags, Resume: c.Resume, Stdout: stdout, Start: start}.Run(ctx,
+		func(ctx context.Context, g comm.Group, metrics *train.MetricsLog) error {
+			w := &imdbWorker{cfg: c, group: g, data: data, stdout: stdout, stderr: stderr, metrics: metrics, sum: sum, start: start}
+			return w.run(ctx)
+		},
+		func(totalSec float64) any {
+			sum.TotalSec = totalSec
+			if len(sum.Epochs) == 0 {
+				fmt.Fprintf(stdout, "done: nothing left to train: the checkpoint in %s is at the end of epoch %d\n", c.Checkpoint, c.Epochs)
+				return nil
+			}
+			last := sum.Epochs[len(sum.Epochs)-1]
+			sum.FinalAcc = last.TestAcc
+			fmt.Fprintf(stdout, "done: %s %s, %d workers × batch %d, %d epochs: test acc %.2f%%, train loss %.4f, %.0f words/s, %.0fs total\n",
+				c.Model, c.Hook, c.Workers, c.Batch, c.Epochs, 100*last.TestAcc, last.TrainLoss, last.WordsSec, sum.TotalSec)
+			return sum
+		})
+	if err != nil {
 		return nil, err
 	}
 	return sum, nil

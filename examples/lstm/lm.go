@@ -298,38 +298,26 @@ func RunLMProcess(ctx context.Context, c LMConfig, env cluster.Env, stdout, stde
 }
 
 func trainLMRanks(ctx context.Context, c LMConfig, groups []comm.Group, data *datasets.PTB, stdout, stderr io.Writer, launcher cluster.Source) (*LMSummary, error) {
-	hasRank0 := groups[0].Rank() == 0
-	var metrics *train.MetricsLog
-	if hasRank0 {
-		m, err := train.OpenMetricsLog(c.Metrics, c.Resume)
-		if err != nil {
-			return nil, err
-		}
-		defer m.Close()
-		metrics = m
-	}
 	sum := &LMSummary{Config: c, Dataset: data.Summary(), Kernels: kernels.Impl(), Summary: true, Launcher: launcher}
 	start := time.Now()
-	err := train.RunRanks(ctx, groups, func(ctx context.Context, g comm.Group) error {
-		w := &lmWorker{cfg: c, group: g, corpus: data, stdout: stdout, stderr: stderr, metrics: metrics, sum: sum, start: start}
-		return w.run(ctx)
-	})
+	err := train.Job{Groups: groups, Flags: &c.Flags, Resume: c.Resume, Stdout: stdout, Start: start}.Run(ctx,
+		func(ctx context.Context, g comm.Group, metrics *train.MetricsLog) error {
+			w := &lmWorker{cfg: c, group: g, corpus: data, stdout: stdout, stderr: stderr, metrics: metrics, sum: sum, start: start}
+			return w.run(ctx)
+		},
+		func(totalSec float64) any {
+			sum.TotalSec = totalSec
+			if len(sum.Epochs) == 0 {
+				fmt.Fprintf(stdout, "done: nothing left to train: the checkpoint in %s is at the end of epoch %d\n", c.Checkpoint, c.Epochs)
+				return nil
+			}
+			last := sum.Epochs[len(sum.Epochs)-1]
+			sum.FinalPPL = last.ValPPL
+			fmt.Fprintf(stdout, "done: %s %s, %d workers × batch %d × bptt %d, %d epochs: valid ppl %.2f, test ppl %.2f, %.0f words/s, %.0fs total\n",
+				c.Model, c.Hook, c.Workers, c.Batch, c.Bptt, c.Epochs, last.ValPPL, sum.TestPPL, last.WordsSec, sum.TotalSec)
+			return sum
+		})
 	if err != nil {
-		return nil, err
-	}
-	if !hasRank0 {
-		return sum, nil
-	}
-	sum.TotalSec = time.Since(start).Seconds()
-	if len(sum.Epochs) == 0 {
-		fmt.Fprintf(stdout, "done: nothing left to train: the checkpoint in %s is at the end of epoch %d\n", c.Checkpoint, c.Epochs)
-		return sum, nil
-	}
-	last := sum.Epochs[len(sum.Epochs)-1]
-	sum.FinalPPL = last.ValPPL
-	fmt.Fprintf(stdout, "done: %s %s, %d workers × batch %d × bptt %d, %d epochs: valid ppl %.2f, test ppl %.2f, %.0f words/s, %.0fs total\n",
-		c.Model, c.Hook, c.Workers, c.Batch, c.Bptt, c.Epochs, last.ValPPL, sum.TestPPL, last.WordsSec, sum.TotalSec)
-	if err := metrics.Finish(sum, &c.Flags, stdout); err != nil {
 		return nil, err
 	}
 	return sum, nil

@@ -269,38 +269,26 @@ func load(dir string, stdout io.Writer) (trainSet, test *datasets.Images, err er
 // that has rank 0 prints the results, writes -metrics and draws -plot; its summary is
 // complete, the others' have no epochs.
 func trainRanks(ctx context.Context, c Config, groups []comm.Group, trainSet, test *datasets.Images, stdout, stderr io.Writer, launcher cluster.Source) (*Summary, error) {
-	hasRank0 := groups[0].Rank() == 0
-	var metrics *train.MetricsLog
-	if hasRank0 {
-		m, err := train.OpenMetricsLog(c.Metrics, c.Resume) // appended to on -resume
-		if err != nil {
-			return nil, err
-		}
-		defer m.Close()
-		metrics = m
-	}
 	sum := &Summary{Config: c, Dataset: trainSet.Summary, Kernels: kernels.Impl(), Summary: true, Launcher: launcher}
 	start := time.Now()
-	err := train.RunRanks(ctx, groups, func(ctx context.Context, g comm.Group) error {
-		w := &worker{cfg: c, group: g, train: trainSet, test: test, stdout: stdout, stderr: stderr, metrics: metrics, sum: sum, start: start}
-		return w.run(ctx)
-	})
+	err := train.Job{Groups: groups, Flags: &c.Flags, Resume: c.Resume, Stdout: stdout, Start: start}.Run(ctx,
+		func(ctx context.Context, g comm.Group, metrics *train.MetricsLog) error {
+			w := &worker{cfg: c, group: g, train: trainSet, test: test, stdout: stdout, stderr: stderr, metrics: metrics, sum: sum, start: start}
+			return w.run(ctx)
+		},
+		func(totalSec float64) any {
+			sum.TotalSec = totalSec
+			if len(sum.Epochs) == 0 { // resumed after the last epoch
+				fmt.Fprintf(stdout, "done: nothing left to train: the checkpoint in %s is at the end of epoch %d\n", c.Checkpoint, c.Epochs)
+				return nil
+			}
+			last := sum.Epochs[len(sum.Epochs)-1]
+			sum.FinalAcc = last.TestAcc
+			fmt.Fprintf(stdout, "done: %s %s, %d workers × batch %d, %d epochs: test acc %.2f%%, train loss %.4f, %.1f img/s, %.0fs total\n",
+				c.Model, c.Hook, c.Workers, c.Batch, c.Epochs, 100*last.TestAcc, last.TrainLoss, last.ImgPerSec, sum.TotalSec)
+			return sum
+		})
 	if err != nil {
-		return nil, err
-	}
-	if !hasRank0 {
-		return sum, nil
-	}
-	sum.TotalSec = time.Since(start).Seconds()
-	if len(sum.Epochs) == 0 { // resumed after the last epoch
-		fmt.Fprintf(stdout, "done: nothing left to train: the checkpoint in %s is at the end of epoch %d\n", c.Checkpoint, c.Epochs)
-		return sum, nil
-	}
-	last := sum.Epochs[len(sum.Epochs)-1]
-	sum.FinalAcc = last.TestAcc
-	fmt.Fprintf(stdout, "done: %s %s, %d workers × batch %d, %d epochs: test acc %.2f%%, train loss %.4f, %.1f img/s, %.0fs total\n",
-		c.Model, c.Hook, c.Workers, c.Batch, c.Epochs, 100*last.TestAcc, last.TrainLoss, last.ImgPerSec, sum.TotalSec)
-	if err := metrics.Finish(sum, &c.Flags, stdout); err != nil {
 		return nil, err
 	}
 	return sum, nil
