@@ -1,16 +1,3 @@
-// Package train holds the pieces of a data-parallel training program that the examples
-// share: Loop, the epoch loop (learning-rate schedule, DDP backward and flush, the gradient
-// clipping hook Clip, the optimizer step, per-epoch statistics over the ranks, step records
-// for -metrics with LogEvery, checkpoints and exact resume with Checkpointer); Flags, the
-// training flags every example registers the same way (-optim, -schedule, -warmup, -lr,
-// -momentum, -wd, -metrics, -log-every, -plot); Evaluate, a data-parallel evaluation of a
-// classifier; and the CIFAR-10 program of examples/vgg and examples/resnet (CIFARConfig,
-// CIFARMain, RunCIFAR), of which an example is only its defaults and a model constructor:
-//
-//	func main() {
-//		train.CIFARMain("vgg", train.CIFARConfig{Model: "vgg11", NewModel: newModel, Workers: 2,
-//			Hook: "allreduce", Batch: 32, Epochs: 3, Flags: train.Flags{LR: 0.01, Momentum: 0.9, WD: 5e-4}})
-//	}
 package train
 
 import (
@@ -81,4 +68,26 @@ func Evaluate(ctx context.Context, g comm.Group, dp *ddp.DDP, model nn.Module, t
 		return 0, 0, fmt.Errorf("evaluation saw no test images")
 	}
 	return float64(s[0] / s[2]), float64(s[1] / s[2]), nil
+}
+
+// ClassifierStep is a Loop's Step for a classifier trained with cross-entropy: it runs the
+// batch (inputs of shape sample, e.g. 3, 32, 32) forward through dp on tape and backward
+// with dp.Backward, and reports the loss and the correct predictions.
+func ClassifierStep(dp *ddp.DDP, tape *nn.Tape, sample ...int) func(context.Context, datasets.Batch) (StepResult, error) {
+	shape := append([]int{0}, sample...)
+	return func(ctx context.Context, b datasets.Batch) (StepResult, error) {
+		shape[0] = b.N
+		x, err := nn.FromSlice(b.X, shape...)
+		if err != nil {
+			return StepResult{}, err
+		}
+		tape.Reset()
+		tape.SetGradEnabled(true)
+		logits := dp.Forward(tape.Const(x))
+		loss := nn.CrossEntropy(logits, b.Y)
+		if err := dp.Backward(ctx, loss); err != nil {
+			return StepResult{}, err
+		}
+		return StepResult{Loss: float64(loss.Item()), Correct: float64(nn.Accuracy(logits.Value, b.Y)), N: b.N}, nil
+	}
 }

@@ -7,7 +7,6 @@ import (
 	"io"
 	"io/fs"
 	"iter"
-	"os"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
@@ -190,165 +189,229 @@ func (l *Loop[B]) save(ctx context.Context, pos checkpoint.Position) error {
 	return nil
 }
 
-// Run trains (from the resumed position, if any) until Epochs are done.
+// Run trains (from the resumed position, if any) until Epochs are done: per epoch it runs
+// the steps (step), with a step record (record), a mid-epoch evaluation (evaluate) and a
+// checkpoint (saveStep) where their periods fall, then the epoch's end (endEpoch).
 func (l *Loop[B]) Run(ctx context.Context) error {
 	pos, err := l.Resume()
 	if err != nil {
 		return err
 	}
-	rank, world := l.Group.Rank(), l.Group.Size()
 	if l.LogEvery < 0 || l.EvalEvery < 0 {
 		return fmt.Errorf("-log-every %d, -eval-every %d: want 0 or more", l.LogEvery, l.EvalEvery)
 	}
-	start := l.Start
-	if start.IsZero() {
-		start = time.Now()
+	r := &loopRun{start: l.Start, iteration: pos.Iteration, samples: pos.Samples, recStat: make([]float32, 2)}
+	if r.start.IsZero() {
+		r.start = time.Now()
 	}
-	// The loss since the last step record, and its steps, on this rank.
-	var recLoss float64
-	var recSteps int
-	recStat := make([]float32, 2)
-	saving := l.Checkpoints != nil && l.Checkpoints.Dir != ""
-	steps := l.StepsPerEpoch
-	iteration := pos.Iteration
-	samples := pos.Samples
-	stat := make([]float32, 3)
 	for epoch := pos.Epoch; epoch < l.Epochs; epoch++ {
-		first := 0
-		var lossSum, correct, seen float64
+		e := &loopEpoch{epoch: epoch}
 		if epoch == pos.Epoch {
-			first = pos.Step
-			lossSum, correct, seen = pos.Totals[totalLoss], pos.Totals[totalCorrect], pos.Totals[totalSeen]
+			e.first = pos.Step
+			e.lossSum, e.correct, e.seen = pos.Totals[totalLoss], pos.Totals[totalCorrect], pos.Totals[totalSeen]
 		}
-		var bar *progressbar.ProgressBar
-		if l.Progress != nil {
-			bar = progressbar.NewOptions(steps, progressbar.OptionSetWriter(l.Progress),
-				progressbar.OptionSetDescription(fmt.Sprintf("epoch %d/%d", epoch+1, l.Epochs)),
-				progressbar.OptionShowCount(), progressbar.OptionSetWidth(24), progressbar.OptionThrottle(250*time.Millisecond),
-				progressbar.OptionClearOnFinish())
-			_ = bar.Set(first)
-		}
-		nn.SetTraining(l.Model, true)
-		epochStart := time.Now()
-		var evalTime time.Duration // Eval's, within the epoch
-		step := first
-		for b, err := range l.Batches(ctx, epoch, first) {
-			if err != nil {
-				return err
-			}
-			if step == steps {
-				break
-			}
-			if l.Schedule != nil {
-				l.Optimizer.SetLR(l.Schedule.LR(epoch, step, steps))
-			}
-			l.Optimizer.ZeroGrad()
-			res, err := l.Step(ctx, b)
-			if err != nil {
-				return fmt.Errorf("rank %d, epoch %d, step %d: %w", rank, epoch+1, step+1, err)
-			}
-			if step == steps-1 { // the epoch's last step applies every late result (osp)
-				if err := l.DDP.Flush(ctx); err != nil {
-					return fmt.Errorf("rank %d, epoch %d: %w", rank, epoch+1, err)
-				}
-			}
-			var gradNorm float64
-			if l.Clip != nil && l.MaxNorm > 0 { // on the synchronised gradients, as every rank has them
-				gradNorm = l.Clip(l.DDP.Parameters(), l.MaxNorm)
-			}
-			l.Optimizer.Step()
-			recLoss += res.Loss
-			recSteps++
-			lossSum += res.Loss * float64(res.N)
-			correct += res.Correct
-			seen += float64(res.N)
-			samples += int64(res.N * world)
-			step++
-			iteration++
-			if bar != nil {
-				ips := (seen - float64(first)) * float64(world) / time.Since(epochStart).Seconds()
-				if l.Describe != nil {
-					bar.Describe(l.Describe(epoch, lossSum/seen, correct/seen, ips))
-				} else {
-					bar.Describe(fmt.Sprintf("epoch %d/%d loss %.3f acc %.1f%% %.0f %s/s", epoch+1, l.Epochs, lossSum/seen, 100*correct/seen, ips, orDefault(l.Unit, "img")))
-				}
-				_ = bar.Add(1)
-			}
-			if l.LogEvery > 0 && iteration%int64(l.LogEvery) == 0 {
-				recStat[0], recStat[1] = float32(recLoss), float32(recSteps)
-				if err := comm.AllReduce(ctx, l.Group, tagStepStats, recStat, comm.Auto); err != nil {
-					return fmt.Errorf("rank %d, epoch %d, step %d: step record: %w", rank, epoch+1, step, err)
-				}
-				if l.LogStep != nil {
-					rec := StepRecord{Step: iteration, Loss: float64(recStat[0]) / float64(recStat[1]), LR: l.Optimizer.LR(),
-						GradNorm: gradNorm, TotalSec: time.Since(start).Seconds(), StepsPerEpoch: steps}
-					if err := l.LogStep(rec); err != nil {
-						return err
-					}
-				}
-				recLoss, recSteps = 0, 0
-			}
-			if l.Eval != nil && l.EvalEvery > 0 && iteration%int64(l.EvalEvery) == 0 && step < steps {
-				t := time.Now()
-				if err := l.Eval(ctx, iteration); err != nil {
-					return fmt.Errorf("rank %d, epoch %d, step %d: %w", rank, epoch+1, step, err)
-				}
-				nn.SetTraining(l.Model, true)
-				evalTime += time.Since(t)
-			}
-			if saving && l.Checkpoints.Every > 0 && iteration%int64(l.Checkpoints.Every) == 0 && step < steps {
-				p := checkpoint.Position{Epoch: epoch, Step: step, Samples: samples, Iteration: iteration,
-					Totals: map[string]float64{totalLoss: lossSum, totalCorrect: correct, totalSeen: seen}}
-				if err := l.save(ctx, p); err != nil {
-					return fmt.Errorf("rank %d, epoch %d, step %d: %w", rank, epoch+1, step, err)
-				}
-			}
-		}
-		if step < steps {
-			return fmt.Errorf("epoch %d ended after %d of %d steps: the data has fewer batches", epoch+1, step, steps)
-		}
-		trainSec := (time.Since(epochStart) - evalTime).Seconds()
-		if bar != nil {
-			_ = bar.Finish()
-		}
-		stat[0], stat[1], stat[2] = float32(lossSum), float32(correct), float32(seen)
-		if err := comm.AllReduce(ctx, l.Group, tagEpochStats, stat, comm.Auto); err != nil {
+		if err := l.runEpoch(ctx, r, e); err != nil {
 			return err
-		}
-		es := EpochStats{Epoch: epoch + 1, Steps: steps, Loss: float64(stat[0]) / float64(stat[2]), Acc: float64(stat[1]) / float64(stat[2]),
-			Samples: float64(stat[2]), TrainSec: trainSec}
-		if _, err := l.DDP.EndEpoch(ctx); err != nil { // epoch-adaptive hooks (osp's budget)
-			return err
-		}
-		if l.AverageBuffers {
-			if err := l.DDP.AverageBuffers(ctx); err != nil {
-				return err
-			}
-		}
-		if l.EndEpoch != nil {
-			if err := l.EndEpoch(ctx, es); err != nil {
-				return err
-			}
-		}
-		if saving {
-			if err := l.save(ctx, checkpoint.Position{Epoch: epoch + 1, Samples: samples, Iteration: iteration}); err != nil {
-				return fmt.Errorf("rank %d, end of epoch %d: %w", rank, epoch+1, err)
-			}
 		}
 	}
 	return nil
 }
 
-// OpenMetrics opens a -metrics JSON-lines file: truncated for a new run, appended to when
-// resuming, so that a resumed run's file holds every epoch once.
-func OpenMetrics(path string, resume bool) (*os.File, error) {
-	flags := os.O_WRONLY | os.O_CREATE | os.O_TRUNC
-	if resume {
-		flags = os.O_WRONLY | os.O_CREATE | os.O_APPEND
+// loopRun is what a run carries from step to step and epoch to epoch.
+type loopRun struct {
+	start     time.Time // for StepRecord.TotalSec
+	iteration int64     // optimizer steps done in the run
+	samples   int64     // samples trained on over all ranks
+	// The loss since the last step record, and its steps, on this rank.
+	recLoss  float64
+	recSteps int
+	recStat  []float32
+}
+
+// loopEpoch is one epoch's state on this rank.
+type loopEpoch struct {
+	epoch, first, step     int // from 0; the step it started (resumed) from; steps done
+	lossSum, correct, seen float64
+	start                  time.Time
+	evalTime               time.Duration // Eval's, within the epoch
+	bar                    *progressbar.ProgressBar
+}
+
+// totals are the epoch's running sums, as a checkpoint.Position keeps them.
+func (e *loopEpoch) totals() map[string]float64 {
+	return map[string]float64{totalLoss: e.lossSum, totalCorrect: e.correct, totalSeen: e.seen}
+}
+
+// runEpoch trains the steps of one epoch from e.first on, then ends it.
+func (l *Loop[B]) runEpoch(ctx context.Context, r *loopRun, e *loopEpoch) error {
+	rank := l.Group.Rank()
+	e.bar = l.newBar(e.epoch, e.first)
+	nn.SetTraining(l.Model, true)
+	e.start = time.Now()
+	for b, err := range l.Batches(ctx, e.epoch, e.first) {
+		if err != nil {
+			return err
+		}
+		if e.step+e.first == l.StepsPerEpoch {
+			break
+		}
+		gradNorm, err := l.step(ctx, r, e, b)
+		if err != nil {
+			return err
+		}
+		if err := l.record(ctx, r, e, gradNorm); err != nil {
+			return err
+		}
+		if err := l.evaluate(ctx, r, e); err != nil {
+			return fmt.Errorf("rank %d, epoch %d, step %d: %w", rank, e.epoch+1, e.first+e.step, err)
+		}
+		if err := l.saveStep(ctx, r, e); err != nil {
+			return fmt.Errorf("rank %d, epoch %d, step %d: %w", rank, e.epoch+1, e.first+e.step, err)
+		}
 	}
-	f, err := os.OpenFile(path, flags, 0o644)
+	if done := e.first + e.step; done < l.StepsPerEpoch {
+		return fmt.Errorf("epoch %d ended after %d of %d steps: the data has fewer batches", e.epoch+1, done, l.StepsPerEpoch)
+	}
+	return l.endEpoch(ctx, r, e)
+}
+
+// newBar is rank 0's progress bar of an epoch (nil without Progress), at step first.
+func (l *Loop[B]) newBar(epoch, first int) *progressbar.ProgressBar {
+	if l.Progress == nil {
+		return nil
+	}
+	bar := progressbar.NewOptions(l.StepsPerEpoch, progressbar.OptionSetWriter(l.Progress),
+		progressbar.OptionSetDescription(fmt.Sprintf("epoch %d/%d", epoch+1, l.Epochs)),
+		progressbar.OptionShowCount(), progressbar.OptionSetWidth(24), progressbar.OptionThrottle(250*time.Millisecond),
+		progressbar.OptionClearOnFinish())
+	_ = bar.Set(first)
+	return bar
+}
+
+// step trains on one batch: the learning rate, Step (forward and DDP backward), the flush on
+// the epoch's last step, Clip, the optimizer step, the statistics and the progress bar. It
+// returns Clip's gradient norm (0 without clipping).
+func (l *Loop[B]) step(ctx context.Context, r *loopRun, e *loopEpoch, b B) (float64, error) {
+	rank, world, steps := l.Group.Rank(), l.Group.Size(), l.StepsPerEpoch
+	step := e.first + e.step // within the epoch, from 0
+	if l.Schedule != nil {
+		l.Optimizer.SetLR(l.Schedule.LR(e.epoch, step, steps))
+	}
+	l.Optimizer.ZeroGrad()
+	res, err := l.Step(ctx, b)
 	if err != nil {
-		return nil, fmt.Errorf("-metrics: %w", err)
+		return 0, fmt.Errorf("rank %d, epoch %d, step %d: %w", rank, e.epoch+1, step+1, err)
 	}
-	return f, nil
+	if step == steps-1 { // the epoch's last step applies every late result (osp)
+		if err := l.DDP.Flush(ctx); err != nil {
+			return 0, fmt.Errorf("rank %d, epoch %d: %w", rank, e.epoch+1, err)
+		}
+	}
+	var gradNorm float64
+	if l.Clip != nil && l.MaxNorm > 0 { // on the synchronised gradients, as every rank has them
+		gradNorm = l.Clip(l.DDP.Parameters(), l.MaxNorm)
+	}
+	l.Optimizer.Step()
+	r.recLoss += res.Loss
+	r.recSteps++
+	e.lossSum += res.Loss * float64(res.N)
+	e.correct += res.Correct
+	e.seen += float64(res.N)
+	r.samples += int64(res.N * world)
+	e.step++
+	r.iteration++
+	if e.bar != nil {
+		ips := (e.seen - float64(e.first)) * float64(world) / time.Since(e.start).Seconds()
+		if l.Describe != nil {
+			e.bar.Describe(l.Describe(e.epoch, e.lossSum/e.seen, e.correct/e.seen, ips))
+		} else {
+			e.bar.Describe(fmt.Sprintf("epoch %d/%d loss %.3f acc %.1f%% %.0f %s/s", e.epoch+1, l.Epochs, e.lossSum/e.seen, 100*e.correct/e.seen, ips, orDefault(l.Unit, "img")))
+		}
+		_ = e.bar.Add(1)
+	}
+	return gradNorm, nil
+}
+
+// record averages the loss since the last step record over the ranks and passes it to
+// LogStep, every LogEvery optimizer steps of the run.
+func (l *Loop[B]) record(ctx context.Context, r *loopRun, e *loopEpoch, gradNorm float64) error {
+	if l.LogEvery <= 0 || r.iteration%int64(l.LogEvery) != 0 {
+		return nil
+	}
+	r.recStat[0], r.recStat[1] = float32(r.recLoss), float32(r.recSteps)
+	if err := comm.AllReduce(ctx, l.Group, tagStepStats, r.recStat, comm.Auto); err != nil {
+		return fmt.Errorf("rank %d, epoch %d, step %d: step record: %w", l.Group.Rank(), e.epoch+1, e.first+e.step, err)
+	}
+	if l.LogStep != nil {
+		rec := StepRecord{Step: r.iteration, Loss: float64(r.recStat[0]) / float64(r.recStat[1]), LR: l.Optimizer.LR(),
+			GradNorm: gradNorm, TotalSec: time.Since(r.start).Seconds(), StepsPerEpoch: l.StepsPerEpoch}
+		if err := l.LogStep(rec); err != nil {
+			return err
+		}
+	}
+	r.recLoss, r.recSteps = 0, 0
+	return nil
+}
+
+// evaluate calls Eval every EvalEvery optimizer steps, except at an epoch's end (endEpoch's
+// EndEpoch evaluates there), and leaves its time out of the epoch's.
+func (l *Loop[B]) evaluate(ctx context.Context, r *loopRun, e *loopEpoch) error {
+	if l.Eval == nil || l.EvalEvery <= 0 || r.iteration%int64(l.EvalEvery) != 0 || e.first+e.step >= l.StepsPerEpoch {
+		return nil
+	}
+	t := time.Now()
+	if err := l.Eval(ctx, r.iteration); err != nil {
+		return err
+	}
+	nn.SetTraining(l.Model, true)
+	e.evalTime += time.Since(t)
+	return nil
+}
+
+// saving reports whether the loop saves checkpoints.
+func (l *Loop[B]) saving() bool { return l.Checkpoints != nil && l.Checkpoints.Dir != "" }
+
+// saveStep saves a mid-epoch checkpoint every Checkpoints.Every optimizer steps (the
+// epoch's end has its own, endEpoch's).
+func (l *Loop[B]) saveStep(ctx context.Context, r *loopRun, e *loopEpoch) error {
+	step := e.first + e.step
+	if !l.saving() || l.Checkpoints.Every <= 0 || r.iteration%int64(l.Checkpoints.Every) != 0 || step >= l.StepsPerEpoch {
+		return nil
+	}
+	return l.save(ctx, checkpoint.Position{Epoch: e.epoch, Step: step, Samples: r.samples, Iteration: r.iteration, Totals: e.totals()})
+}
+
+// endEpoch all-reduces the epoch's statistics, tells DDP the epoch ended (and averages the
+// BatchNorm statistics under AverageBuffers), calls EndEpoch and saves the epoch's
+// checkpoint.
+func (l *Loop[B]) endEpoch(ctx context.Context, r *loopRun, e *loopEpoch) error {
+	trainSec := (time.Since(e.start) - e.evalTime).Seconds()
+	if e.bar != nil {
+		_ = e.bar.Finish()
+	}
+	stat := []float32{float32(e.lossSum), float32(e.correct), float32(e.seen)}
+	if err := comm.AllReduce(ctx, l.Group, tagEpochStats, stat, comm.Auto); err != nil {
+		return err
+	}
+	es := EpochStats{Epoch: e.epoch + 1, Steps: l.StepsPerEpoch, Loss: float64(stat[0]) / float64(stat[2]), Acc: float64(stat[1]) / float64(stat[2]),
+		Samples: float64(stat[2]), TrainSec: trainSec}
+	if _, err := l.DDP.EndEpoch(ctx); err != nil { // epoch-adaptive hooks (osp's budget)
+		return err
+	}
+	if l.AverageBuffers {
+		if err := l.DDP.AverageBuffers(ctx); err != nil {
+			return err
+		}
+	}
+	if l.EndEpoch != nil {
+		if err := l.EndEpoch(ctx, es); err != nil {
+			return err
+		}
+	}
+	if l.saving() {
+		if err := l.save(ctx, checkpoint.Position{Epoch: e.epoch + 1, Samples: r.samples, Iteration: r.iteration}); err != nil {
+			return fmt.Errorf("rank %d, end of epoch %d: %w", l.Group.Rank(), e.epoch+1, err)
+		}
+	}
+	return nil
 }

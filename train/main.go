@@ -2,18 +2,17 @@ package train
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"sync"
+	"time"
 
-	"github.com/spargo-dl/spargo/checkpoint"
 	"github.com/spargo-dl/spargo/cluster"
 	"github.com/spargo-dl/spargo/comm"
-	"github.com/spargo-dl/spargo/ddp"
 )
 
 // Program is what Main needs from an example: its flags (registered on flag.CommandLine
@@ -102,11 +101,30 @@ func checkWorkers(workers *int, workersSet bool, env cluster.Env) error {
 	return nil
 }
 
-// joinJob joins this process's rank of a launched job of workers ranks (cluster.Init) and
+// SetupLogging installs the default slog handler the hooks log through (-log-level,
+// -log-format).
+func SetupLogging(level, format string, w io.Writer) error {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return fmt.Errorf("-log-level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "text":
+		slog.SetDefault(slog.New(slog.NewTextHandler(w, opts)))
+	case "json":
+		slog.SetDefault(slog.New(slog.NewJSONHandler(w, opts)))
+	default:
+		return fmt.Errorf("-log-format %q: want text or json", format)
+	}
+	return nil
+}
+
+// JoinJob joins this process's rank of a launched job of workers ranks (cluster.Init) and
 // returns its group, the writer rank 0 prints on (io.Discard on the other ranks) and whether
 // a progress bar may be drawn (not on a launcher's pipe, whose log the bar's carriage
-// returns would garble). The caller closes the group (closeGroup).
-func joinJob(ctx context.Context, workers int, stdout, stderr io.Writer, progress bool) (comm.Group, io.Writer, bool, error) {
+// returns would garble). The caller closes the group (CloseGroup).
+func JoinJob(ctx context.Context, workers int, stdout, stderr io.Writer, progress bool) (comm.Group, io.Writer, bool, error) {
 	g, _, err := cluster.Init(ctx, cluster.Options{})
 	if err != nil {
 		return nil, nil, false, err
@@ -123,17 +141,18 @@ func joinJob(ctx context.Context, workers int, stdout, stderr io.Writer, progres
 	return g, stdout, progress, nil
 }
 
-// closeGroup closes g at the end of a launched rank's run and keeps the run's error, if any,
-// else reports the close's.
-func closeGroup(g comm.Group, err *error) {
+// CloseGroup closes g at the end of a launched rank's run and keeps the run's error, if any,
+// else reports the close's: defer train.CloseGroup(g, &err).
+func CloseGroup(g comm.Group, err *error) {
 	if cerr := g.Close(); *err == nil && cerr != nil {
 		*err = fmt.Errorf("close the group: %w", cerr)
 	}
 }
 
-// runRanks runs rank(ctx, g) for every group on its own goroutine and returns their distinct
+// RunRanks is the per-rank runner: it runs rank(ctx, g) for every group on its own goroutine
+// (all of a job's ranks in-process, or this process's one) and returns their distinct
 // errors joined; the first failure cancels the others' context so that no rank waits for it.
-func runRanks(ctx context.Context, groups []comm.Group, rank func(ctx context.Context, g comm.Group) error) error {
+func RunRanks(ctx context.Context, groups []comm.Group, rank func(ctx context.Context, g comm.Group) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errs := make([]error, len(groups))
@@ -158,86 +177,45 @@ func runRanks(ctx context.Context, groups []comm.Group, rank func(ctx context.Co
 	return errors.Join(distinct...)
 }
 
-// metricsLog is rank 0's -metrics file: JSON lines of records, then the run's summary. A nil
-// *metricsLog (no -metrics, or another rank) writes nothing.
-type metricsLog struct {
-	f   *os.File
-	enc *json.Encoder
+// Job runs this process's ranks of a program's run with rank 0's -metrics open: all of
+// them in-process, or one launched rank.
+type Job struct {
+	Groups []comm.Group
+	// Flags are the run's -metrics (appended to when Resume) and -plot.
+	Flags  *Flags
+	Resume bool
+	Stdout io.Writer // where -plot's line goes
+	// Start is when the run started (zero: when Run is called), for Done's seconds.
+	Start time.Time
 }
 
-// openMetricsLog opens path (OpenMetrics: appended to when resuming); nil when path is empty.
-func openMetricsLog(path string, resume bool) (*metricsLog, error) {
-	if path == "" {
-		return nil, nil
+// Run opens -metrics in the process that has rank 0, runs rank on every group (RunRanks)
+// with it (nil in the other processes: a nil *MetricsLog writes nothing), and then, in the
+// process that has rank 0, calls done with the run's seconds: it prints the result and
+// returns the summary that ends -metrics (nil: the run trained nothing, and the file gets no
+// summary). Finish then closes the file and draws -plot.
+func (j Job) Run(ctx context.Context, rank func(ctx context.Context, g comm.Group, metrics *MetricsLog) error, done func(totalSec float64) (summary any)) error {
+	start := j.Start
+	if start.IsZero() {
+		start = time.Now()
 	}
-	f, err := OpenMetrics(path, resume)
-	if err != nil {
-		return nil, err
-	}
-	return &metricsLog{f: f, enc: json.NewEncoder(f)}, nil
-}
-
-// Write appends one record.
-func (m *metricsLog) Write(v any) error {
-	if m == nil {
-		return nil
-	}
-	return m.enc.Encode(v)
-}
-
-// close closes the file (after finish, or on an error path).
-func (m *metricsLog) close() {
-	if m != nil {
-		m.f.Close()
-	}
-}
-
-// finish writes the summary as the last line, closes the file and draws -plot from it.
-func (m *metricsLog) finish(summary any, f *Flags, stdout io.Writer) error {
-	if m == nil {
-		return nil
-	}
-	if err := m.enc.Encode(summary); err != nil {
-		return err
-	}
-	if err := m.f.Close(); err != nil {
-		return fmt.Errorf("-metrics: %w", err)
-	}
-	if err := f.DrawPlot(); err != nil {
-		return err
-	}
-	if f.Plot != "" {
-		fmt.Fprintf(stdout, "plot: %s\n", f.Plot)
-	}
-	return nil
-}
-
-// report makes the loop of rank rank report as a program's rank 0 does: step records into
-// metrics, a progress bar on stderr when progress is set, and a line on stdout per saved
-// checkpoint (describe says where in the run it is). Other ranks report nothing.
-func (l *Loop[B]) report(rank int, metrics *metricsLog, progress bool, stdout, stderr io.Writer, describe func(checkpoint.Position) string) {
-	if rank != 0 {
-		return
-	}
-	if metrics != nil {
-		l.LogStep = func(rec StepRecord) error { return metrics.Write(rec) }
-	}
-	if progress {
-		l.Progress = stderr
-	}
-	if l.Checkpoints != nil {
-		l.Checkpoints.Saved = func(path string, pos checkpoint.Position) {
-			fmt.Fprintf(stdout, "checkpoint %s (%s)\n", path, describe(pos))
+	hasRank0 := j.Groups[0].Rank() == 0
+	var metrics *MetricsLog
+	if hasRank0 {
+		m, err := OpenMetricsLog(j.Flags.Metrics, j.Resume)
+		if err != nil {
+			return err
 		}
+		defer m.Close()
+		metrics = m
 	}
-}
-
-// bucketCap is the DDP option of -bucket-mb: a cap of mb MiB on every bucket, or none
-// (ddp's defaults) when mb is 0.
-func bucketCap(mb float64) []ddp.Option {
-	if mb <= 0 {
+	err := RunRanks(ctx, j.Groups, func(ctx context.Context, g comm.Group) error { return rank(ctx, g, metrics) })
+	if err != nil || !hasRank0 {
+		return err
+	}
+	summary := done(time.Since(start).Seconds())
+	if summary == nil {
 		return nil
 	}
-	capBytes := int(mb * (1 << 20))
-	return []ddp.Option{ddp.WithBucketCap(capBytes, capBytes)}
+	return metrics.Finish(summary, j.Flags, j.Stdout)
 }

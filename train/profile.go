@@ -9,7 +9,6 @@ import (
 	"iter"
 
 	"github.com/spargo-dl/spargo/comm"
-	"github.com/spargo-dl/spargo/datasets"
 	"github.com/spargo-dl/spargo/ddp"
 	"github.com/spargo-dl/spargo/hooks"
 	"github.com/spargo-dl/spargo/hooks/profile"
@@ -17,13 +16,13 @@ import (
 )
 
 // A hook that plans its buckets from measured costs (omgs: hooks.ProfiledPlanner) gets its
-// profile (withProfile) from a few steps on real batches before DDP starts, in every
+// profile (Setup.New) from a few steps on real batches before DDP starts, in every
 // program (CIFAR, MLM, the PTB language model, IMDB): fewer than the OMGS reference's
 // 5 warm-up + 50 measured iterations, because a VGG step takes a second or more on the
 // 2-core machines and the backward timings settle within a few steps.
 const (
-	profileWarmup     = 3
-	profileIterations = 10
+	ProfileWarmup     = 3
+	ProfileIterations = 10
 	// tagProfileAgree is the programs' tag for agreeing on a saved profile (99-101 and 103
 	// are their other collectives').
 	tagProfileAgree = 102
@@ -54,9 +53,10 @@ func withProfile(ctx context.Context, g comm.Group, model nn.Module, hook ddp.Co
 	return opts, nil
 }
 
-// epochCycle pulls batches from epochs 0, 1, 2, … of epoch in turn, for profile steps that
-// may need more batches than an epoch has; next reports an epoch that yields none.
-func epochCycle[B any](ctx context.Context, epoch func(ctx context.Context, epoch int) iter.Seq2[B, error]) (next func() (B, error), stop func()) {
+// EpochCycle pulls batches from epochs 0, 1, 2, … of epoch in turn, for profile steps
+// (Setup.ProfileStep) that may need more batches than an epoch has; next reports an epoch
+// that yields none. stop ends the pull.
+func EpochCycle[B any](ctx context.Context, epoch func(ctx context.Context, epoch int) iter.Seq2[B, error]) (next func() (B, error), stop func()) {
 	e := 0
 	pull, stopPull := iter.Pull2(epoch(ctx, e))
 	next = func() (B, error) {
@@ -73,31 +73,6 @@ func epochCycle[B any](ctx context.Context, epoch func(ctx context.Context, epoc
 		return b, err
 	}
 	return next, func() { stopPull() }
-}
-
-// profileStep makes the CIFAR program's profile step: one forward and backward of model on
-// this rank's next training batch.
-func (w *cifarWorker) profileStep(ctx context.Context, model nn.Module) (profile.Step, func(), error) {
-	c, g := w.cfg, w.group
-	loader, err := datasets.NewLoader(w.train, CIFARTrainLoader(c.Batch, g.Rank(), g.Size(), c.Seed))
-	if err != nil {
-		return nil, nil, err
-	}
-	next, stop := epochCycle(ctx, loader.Epoch)
-	tape := nn.NewTape()
-	nn.SetTraining(model, true)
-	return func(backward func(*nn.Var) error) error {
-		b, err := next()
-		if err != nil {
-			return err
-		}
-		x, err := nn.FromSlice(b.X, b.N, 3, 32, 32)
-		if err != nil {
-			return err
-		}
-		tape.Reset()
-		return backward(nn.CrossEntropy(model.Forward(tape.Const(x)), b.Y))
-	}, stop, nil
 }
 
 // loadOrMeasureProfile returns the profile pp needs for model: the one saved at path when
@@ -138,7 +113,7 @@ func loadOrMeasureProfile(ctx context.Context, g comm.Group, model nn.Module, pp
 	}
 
 	opts := pp.ProfileOptions()
-	opts.Warmup, opts.Iterations = profileWarmup, profileIterations
+	opts.Warmup, opts.Iterations = ProfileWarmup, ProfileIterations
 	prof, err := profile.Measure(ctx, model, g, step, opts)
 	if err != nil {
 		return nil, err
@@ -154,3 +129,7 @@ func loadOrMeasureProfile(ctx context.Context, g comm.Group, model nn.Module, pp
 	}
 	return prof, nil
 }
+
+// errNoProfileStep is Setup.New's error for a hook that needs a measured profile when the
+// program gave no Setup.ProfileStep.
+var errNoProfileStep = errors.New("the program gives no training step to measure it on (Setup.ProfileStep)")

@@ -47,8 +47,8 @@ import (
 
 // defaults are the program's flags' defaults: BERT-tiny on 2 workers of 16 sequences of 128
 // tokens, 2000 steps, AdamW 1e-3 with BERT's warm-up and linear decay.
-func defaults() train.MLMConfig {
-	return train.MLMConfig{
+func defaults() MLMConfig {
+	return MLMConfig{
 		Model: "tiny", Workers: 2, Hook: "allreduce", Batch: 16, Steps: 2000, Epochs: 1, Seq: 128, Dropout: 0.1,
 		HoldOut: 0.05, VocabSize: 8000,
 		Flags:    train.Flags{LR: 1e-3, Optim: "adamw:wd=0.01,no_decay=true", Schedule: "linear"},
@@ -58,5 +58,5 @@ func defaults() train.MLMConfig {
 }
 
 func main() {
-	train.MLMMain("bert", defaults())
+	MLMMain("bert", defaults())
 }

@@ -19,7 +19,6 @@ import (
 	"github.com/spargo-dl/spargo/models"
 	"github.com/spargo-dl/spargo/nn"
 	"github.com/spargo-dl/spargo/safetensors"
-	"github.com/spargo-dl/spargo/train"
 )
 
 // writeCorpus writes a small corpus directory in PTB's layout (train.txt and valid.txt,
@@ -50,16 +49,16 @@ func writeCorpus(t *testing.T) string {
 
 // smallConfig is the program's defaults on the small corpus: BERT-tiny with a vocabulary of
 // 60 tokens, 2 workers of 4 sequences of 24 tokens.
-func smallConfig(data string) train.MLMConfig {
+func smallConfig(data string) MLMConfig {
 	c := defaults()
 	c.Data, c.VocabSize, c.Batch, c.Seq, c.Steps, c.LR, c.Progress = data, 60, 4, 24, 40, 5e-3, false
 	return c
 }
 
-func run(t *testing.T, c train.MLMConfig) (*train.MLMSummary, string) {
+func run(t *testing.T, c MLMConfig) (*MLMSummary, string) {
 	t.Helper()
 	var out bytes.Buffer
-	sum, err := train.RunMLM(context.Background(), c, &out, &out)
+	sum, err := RunMLM(context.Background(), c, &out, &out)
 	if err != nil {
 		t.Fatalf("%s: %v\n%s", c.Hook, err, out.String())
 	}
@@ -178,22 +177,22 @@ func TestResumeIsExact(t *testing.T) {
 func TestFlagErrors(t *testing.T) {
 	data := writeCorpus(t)
 	for _, tc := range []struct {
-		change func(*train.MLMConfig)
+		change func(*MLMConfig)
 		want   string
 	}{
-		{func(c *train.MLMConfig) { c.EvalEvery = 7 }, "-eval-every 7 does not divide the run's 40 steps"},
-		{func(c *train.MLMConfig) { c.Model = "huge" }, `unknown BERT preset "huge"`},
-		{func(c *train.MLMConfig) { c.Data = filepath.Join(data, "none") }, "-data"},
-		{func(c *train.MLMConfig) { c.Seq = 3 }, "-seq 3"},
-		{func(c *train.MLMConfig) { c.Vocab = filepath.Join(data, "missing.txt") }, "-vocab"},
-		{func(c *train.MLMConfig) { c.Batch = 1000 }, "only"},
-		{func(c *train.MLMConfig) { c.Dropout = 1 }, "-dropout 1"},
-		{func(c *train.MLMConfig) { c.DumpSteps = 5 }, "-dump-steps 5"},
+		{func(c *MLMConfig) { c.EvalEvery = 7 }, "-eval-every 7 does not divide the run's 40 steps"},
+		{func(c *MLMConfig) { c.Model = "huge" }, `unknown BERT preset "huge"`},
+		{func(c *MLMConfig) { c.Data = filepath.Join(data, "none") }, "-data"},
+		{func(c *MLMConfig) { c.Seq = 3 }, "-seq 3"},
+		{func(c *MLMConfig) { c.Vocab = filepath.Join(data, "missing.txt") }, "-vocab"},
+		{func(c *MLMConfig) { c.Batch = 1000 }, "only"},
+		{func(c *MLMConfig) { c.Dropout = 1 }, "-dropout 1"},
+		{func(c *MLMConfig) { c.DumpSteps = 5 }, "-dump-steps 5"},
 	} {
 		c := smallConfig(data)
 		tc.change(&c)
 		var out bytes.Buffer
-		if _, err := train.RunMLM(context.Background(), c, &out, &out); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := RunMLM(context.Background(), c, &out, &out); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("got %v, want an error containing %q", err, tc.want)
 		}
 	}
@@ -213,7 +212,7 @@ func TestDumpBatches(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	corpus, err := train.LoadMLMCorpus(context.Background(), c)
+	corpus, err := LoadMLMCorpus(context.Background(), c)
 	if err != nil {
 		t.Fatal(err)
 	}

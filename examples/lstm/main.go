@@ -54,8 +54,8 @@ package main
 import "github.com/spargo-dl/spargo/train"
 
 // defaults are the program's flags' defaults (see the package doc).
-func defaults() train.LMConfig {
-	return train.LMConfig{
+func defaults() LMConfig {
+	return LMConfig{
 		Model: "small", Workers: 2, Hook: "allreduce", Batch: 20, Bptt: 35, Epochs: 2,
 		Flags:     train.Flags{LR: 20, Optim: "sgd", Schedule: "ptb"},
 		Dropout:   -1,
@@ -67,5 +67,5 @@ func defaults() train.LMConfig {
 }
 
 func main() {
-	train.LMMain("lstm", defaults())
+	LMMain("lstm", defaults())
 }

@@ -22,7 +22,6 @@ import (
 	"github.com/spargo-dl/spargo/nn"
 	"github.com/spargo-dl/spargo/plot"
 	"github.com/spargo-dl/spargo/safetensors"
-	"github.com/spargo-dl/spargo/train"
 )
 
 // runAsLSTMVar makes this test binary run the lstm program (see TestMain), so that a test
@@ -100,7 +99,7 @@ func writeCorpus(t *testing.T) string {
 	return dir
 }
 
-func smallConfig(dir string) train.LMConfig {
+func smallConfig(dir string) LMConfig {
 	c := defaults()
 	c.Data, c.Batch, c.Bptt, c.EvalBatch, c.Epochs, c.Progress = dir, 4, 6, 2, 2, false
 	c.LR, c.Clip = 10, 0.5
@@ -116,7 +115,7 @@ func TestRunHooks(t *testing.T) {
 			c := smallConfig(dir)
 			c.Hook, c.Steps, c.Metrics, c.LogEvery = hook, 8, filepath.Join(t.TempDir(), "m.jsonl"), 4
 			var out, errb bytes.Buffer
-			sum, err := train.RunLM(context.Background(), c, &out, &errb)
+			sum, err := RunLM(context.Background(), c, &out, &errb)
 			if err != nil {
 				t.Fatalf("%v\n%s", err, errb.String())
 			}
@@ -148,7 +147,7 @@ func TestOMGSMeasuresAndReusesProfile(t *testing.T) {
 	var outs []string
 	for i, want := range []string{"saved the profile to " + c.Profile, "using the profile in " + c.Profile} {
 		var out, errb bytes.Buffer
-		if _, err := train.RunLM(context.Background(), c, &out, &errb); err != nil {
+		if _, err := RunLM(context.Background(), c, &out, &errb); err != nil {
 			t.Fatalf("run %d: %v\n%s", i+1, err, errb.String())
 		}
 		if !strings.Contains(out.String(), want) || !strings.Contains(out.String(), "profile: 11 parameters") {
@@ -160,7 +159,7 @@ func TestOMGSMeasuresAndReusesProfile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := train.LMModelConfig(c.Model, 11)
+	cfg, err := LMModelConfig(c.Model, 11)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +187,7 @@ func TestOMGSMeasuresAndReusesProfile(t *testing.T) {
 	ic := imdbConfig(t)
 	ic.Hook, ic.Epochs, ic.Steps, ic.Profile = "omgs:density=0.05", 1, 2, filepath.Join(t.TempDir(), "imdb.profile.json")
 	var out, errb bytes.Buffer
-	if _, err := train.RunLM(context.Background(), ic, &out, &errb); err != nil {
+	if _, err := RunIMDB(context.Background(), ic, &out, &errb); err != nil {
 		t.Fatalf("-task imdb: %v\n%s", err, errb.String())
 	}
 	if !strings.Contains(out.String(), "saved the profile to "+ic.Profile) || !strings.Contains(out.String(), "hook "+ic.Hook) {
@@ -203,7 +202,7 @@ func TestEvalEvery(t *testing.T) {
 	c := smallConfig(writeCorpus(t))
 	c.Steps, c.EvalEvery, c.EvalLimit, c.LogEvery, c.Metrics = 4, 2, 200, 4, filepath.Join(t.TempDir(), "m.jsonl")
 	var out, errb bytes.Buffer
-	sum, err := train.RunLM(context.Background(), c, &out, &errb)
+	sum, err := RunLM(context.Background(), c, &out, &errb)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, errb.String())
 	}
@@ -232,7 +231,7 @@ func TestEvalEvery(t *testing.T) {
 	}
 	// The limit changes what is validated: a run without it has other values.
 	c.EvalLimit, c.Metrics, c.LogEvery = 0, "", 0
-	full, err := train.RunLM(context.Background(), c, &bytes.Buffer{}, &bytes.Buffer{})
+	full, err := RunLM(context.Background(), c, &bytes.Buffer{}, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,7 +248,7 @@ func TestResumeIsExact(t *testing.T) {
 	c := smallConfig(dir)
 	c.Hook, c.Dropout, c.Steps, c.Keep = "topka:density=0.05", 0.3, 5, 0
 	c.Checkpoint = t.TempDir()
-	whole, err := train.RunLM(t.Context(), c, &bytes.Buffer{}, &bytes.Buffer{})
+	whole, err := RunLM(t.Context(), c, &bytes.Buffer{}, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,7 +257,7 @@ func TestResumeIsExact(t *testing.T) {
 	// Epoch 1 with a checkpoint after step 3 (mid-epoch, the hidden state not zero) and at its
 	// end (step 5); each is resumed in a directory of its own.
 	c.Checkpoint, c.Epochs, c.CheckpointEvery = t.TempDir(), 1, 3
-	if _, err := train.RunLM(t.Context(), c, &bytes.Buffer{}, &bytes.Buffer{}); err != nil {
+	if _, err := RunLM(t.Context(), c, &bytes.Buffer{}, &bytes.Buffer{}); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct{ name, ckpt string }{{"epoch end", "ckpt-0000000005"}, {"mid-epoch", "ckpt-0000000003"}} {
@@ -271,7 +270,7 @@ func TestResumeIsExact(t *testing.T) {
 			if err := os.WriteFile(filepath.Join(rc.Checkpoint, "latest"), []byte(tc.ckpt+"\n"), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			resumed, err := train.RunLM(t.Context(), rc, &bytes.Buffer{}, &bytes.Buffer{})
+			resumed, err := RunLM(t.Context(), rc, &bytes.Buffer{}, &bytes.Buffer{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -288,16 +287,16 @@ func TestResumeIsExact(t *testing.T) {
 
 	// A checkpoint of another batch size or world size is refused, naming what differs.
 	for _, tc := range []struct {
-		change func(*train.LMConfig)
+		change func(*LMConfig)
 		want   string
 	}{
-		{func(c *train.LMConfig) { c.Batch = 3 }, `batch "4", this run "3"`},
-		{func(c *train.LMConfig) { c.Workers = 1 }, "world size 2, this run 1"},
+		{func(c *LMConfig) { c.Batch = 3 }, `batch "4", this run "3"`},
+		{func(c *LMConfig) { c.Workers = 1 }, "world size 2, this run 1"},
 	} {
 		rc := c
 		rc.Resume = true
 		tc.change(&rc)
-		if _, err := train.RunLM(t.Context(), rc, &bytes.Buffer{}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := RunLM(t.Context(), rc, &bytes.Buffer{}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("resume: %v, want an error mentioning %q", err, tc.want)
 		}
 	}
@@ -332,21 +331,23 @@ func sameCheckpoint(t *testing.T, want, got string) {
 func TestRunRejectsBadFlags(t *testing.T) {
 	dir := writeCorpus(t)
 	for _, tc := range []struct {
-		change func(*train.LMConfig)
+		change func(*LMConfig)
 		want   string
 	}{
-		{func(c *train.LMConfig) { c.Bptt = 0 }, "-bptt"},
-		{func(c *train.LMConfig) { c.Model = "huge" }, `-model "huge"`},
-		{func(c *train.LMConfig) { c.Clip = -1 }, "-clip -1"},
-		{func(c *train.LMConfig) { c.Hook = "nosuch" }, "unknown hook"},
-		{func(c *train.LMConfig) { c.Data = t.TempDir() }, "no ptb.train.txt"},
-		{func(c *train.LMConfig) { c.Batch = 1000 }, "need at least 2"},
-		{func(c *train.LMConfig) { c.EvalEvery = -1 }, "-eval-every -1"},
-		{func(c *train.LMConfig) { c.Task, c.Model, c.EvalLimit = "imdb", "lstm-imdb", 100 }, "-eval-limit are -task lm's"},
+		{func(c *LMConfig) { c.Bptt = 0 }, "-bptt"},
+		{func(c *LMConfig) { c.Model = "huge" }, `-model "huge"`},
+		{func(c *LMConfig) { c.Clip = -1 }, "-clip -1"},
+		{func(c *LMConfig) { c.Hook = "nosuch" }, "unknown hook"},
+		{func(c *LMConfig) { c.Data = t.TempDir() }, "no ptb.train.txt"},
+		{func(c *LMConfig) { c.Batch = 1000 }, "need at least 2"},
+		{func(c *LMConfig) { c.EvalEvery = -1 }, "-eval-every -1"},
+		{func(c *LMConfig) { c.Task, c.Model, c.EvalLimit = "imdb", "lstm-imdb", 100 }, "-eval-limit are -task lm's"},
+		{func(c *LMConfig) { c.Task, c.Model = "imdb", "small" }, `-task imdb: -model "small": want lstm-imdb`},
+		{func(c *LMConfig) { c.Task = "cls" }, `-task "cls"`},
 	} {
 		c := smallConfig(dir)
 		tc.change(&c)
-		_, err := train.RunLM(context.Background(), c, &bytes.Buffer{}, &bytes.Buffer{})
+		err := run(context.Background(), c, nil, &bytes.Buffer{}, &bytes.Buffer{})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("error %v, want it to mention %q", err, tc.want)
 		}
@@ -381,20 +382,25 @@ func writeIMDB(t *testing.T) string {
 	return dir
 }
 
-// imdbConfig is a -task imdb run on writeIMDB's reviews: 2 workers, 3 epochs.
-func imdbConfig(t *testing.T) train.LMConfig {
+// imdbConfig is a -task imdb run on writeIMDB's reviews: 2 workers, 3 epochs, from the
+// program's flags as -task imdb takes them.
+func imdbConfig(t *testing.T) IMDBConfig {
 	c := defaults()
 	c.Task, c.Data, c.Epochs, c.MaxLen, c.Progress = "imdb", writeIMDB(t), 3, 12, false
 	c.Model, c.Optim, c.Clip, c.Schedule = "lstm-imdb", "adam", 0, ""
 	c.LR, c.Batch = 0.02, 8
-	return c
+	ic, err := c.imdb()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ic
 }
 
 // -task imdb: the LSTM-IMDB classifier learns a separable generated set with 2 workers.
 func TestIMDBTask(t *testing.T) {
 	c := imdbConfig(t)
 	var out bytes.Buffer
-	sum, err := train.RunLM(context.Background(), c, &out, &bytes.Buffer{})
+	sum, err := RunIMDB(context.Background(), c, &out, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,7 @@
 // Command resnet trains a CIFAR ResNet (He et al. 2016: resnet20, 32, 44, 56, 110) on
 // CIFAR-10 with data-parallel workers, in one process or one rank per process under a
-// launcher, exactly as examples/vgg does: both are train's CIFAR-10 program
-// (train.CIFARMain) with their own models and defaults, so every flag, the metrics, the
+// launcher, exactly as examples/vgg does: both are the CIFAR-10 program
+// of examples/internal/cifar (cifar.Main) with their own models and defaults, so every flag, the metrics, the
 // checkpoints and the launchers work the same (go doc ./examples/vgg).
 //
 //	go run ./examples/resnet                                   # resnet20, 2 workers × batch 128, cosine
@@ -20,6 +20,7 @@ package main
 import (
 	"math/rand/v2"
 
+	"github.com/spargo-dl/spargo/examples/internal/cifar"
 	"github.com/spargo-dl/spargo/models"
 	"github.com/spargo-dl/spargo/nn"
 	"github.com/spargo-dl/spargo/train"
@@ -27,8 +28,8 @@ import (
 
 // defaults are the program's flags' defaults: resnet20 with He et al.'s recipe (see the
 // package doc for the schedule).
-func defaults() train.CIFARConfig {
-	return train.CIFARConfig{
+func defaults() cifar.Config {
+	return cifar.Config{
 		Model: "resnet20", ModelHelp: "resnet20|resnet32|resnet44|resnet56|resnet110, or any 32×32 model of spargo models (vgg11 … vgg19)", NewModel: newModel,
 		Workers: 2, Hook: "allreduce", Batch: 128, Epochs: 3,
 		Flags:    train.Flags{LR: 0.1, Momentum: 0.9, WD: 1e-4, Optim: "sgd", Schedule: "cosine"},
@@ -49,5 +50,5 @@ func newModel(name string, ds models.Dataset, rng *rand.Rand) (nn.Module, error)
 }
 
 func main() {
-	train.CIFARMain("resnet", defaults())
+	cifar.Main("resnet", defaults())
 }

@@ -14,7 +14,7 @@
 //	    -metrics run.jsonl -log-every 10 -plot run.png          # another optimizer and schedule, plotted
 //	go run ./examples/vgg -record-grads /tmp/grads -record-every 50 -record-steps 3   # for spargo bench comm -grads
 //
-// The program is train's CIFAR-10 program (train.CIFARMain), which examples/resnet
+// The program is the CIFAR-10 program of examples/internal/cifar (cifar.Main), which examples/resnet
 // shares; this one builds VGG models and has the seeds' recipe as defaults (-lr 0.01,
 // -momentum 0.9, -wd 5e-4, constant rate; -warmup N warms up from lr/workers). The training
 // flags every example shares (-optim, -schedule, -warmup, -lr, -momentum, -wd, -metrics,
@@ -39,6 +39,7 @@ package main
 import (
 	"math/rand/v2"
 
+	"github.com/spargo-dl/spargo/examples/internal/cifar"
 	"github.com/spargo-dl/spargo/models"
 	"github.com/spargo-dl/spargo/nn"
 	"github.com/spargo-dl/spargo/train"
@@ -46,8 +47,8 @@ import (
 
 // defaults are the program's flags' defaults: VGG-11, 2 workers of batch 32, 3 epochs, SGD
 // with the seeds' lr 0.01, momentum 0.9 and weight decay 5e-4 at a constant rate.
-func defaults() train.CIFARConfig {
-	return train.CIFARConfig{
+func defaults() cifar.Config {
+	return cifar.Config{
 		Model: "vgg11", ModelHelp: "vgg11|vgg13|vgg16|vgg19", NewModel: newModel,
 		Workers: 2, Hook: "allreduce", Batch: 32, Epochs: 3,
 		Flags:    train.Flags{LR: 0.01, Momentum: 0.9, WD: 5e-4, Optim: "sgd"},
@@ -63,5 +64,5 @@ func newModel(name string, ds models.Dataset, rng *rand.Rand) (nn.Module, error)
 }
 
 func main() {
-	train.CIFARMain("vgg", defaults())
+	cifar.Main("vgg", defaults())
 }

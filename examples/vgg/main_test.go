@@ -16,7 +16,7 @@ import (
 
 	"github.com/spargo-dl/spargo/cluster"
 	"github.com/spargo-dl/spargo/datasets"
-	"github.com/spargo-dl/spargo/train"
+	"github.com/spargo-dl/spargo/examples/internal/cifar"
 )
 
 // runAsVGGVar makes this test binary run the vgg program (see TestMain), so that tests can
@@ -52,7 +52,7 @@ func TestRunFewSteps(t *testing.T) {
 	var out, errb bytes.Buffer
 	c := defaults()
 	c.Data, c.Hook, c.Batch, c.Epochs, c.Steps, c.EvalLimit, c.Metrics, c.Progress = dir, "allreduce:algorithm=ring", 4, 1, 2, 16, metrics, false
-	sum, err := train.RunCIFAR(context.Background(), c, &out, &errb)
+	sum, err := cifar.Run(context.Background(), c, &out, &errb)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,18 +71,18 @@ func TestRunFewSteps(t *testing.T) {
 func TestRunRejectsBadFlags(t *testing.T) {
 	var out bytes.Buffer
 	for _, tc := range []struct {
-		change func(*train.CIFARConfig)
+		change func(*cifar.Config)
 		want   string
 	}{
-		{func(c *train.CIFARConfig) { c.Workers = 0 }, "-workers, -batch and -epochs must be at least 1"},
-		{func(c *train.CIFARConfig) { c.Hook = "nosuch" }, "unknown hook"},
-		{func(c *train.CIFARConfig) { c.Optim = "rmsprop" }, `-optim: optim: unknown optimizer "rmsprop"`},
-		{func(c *train.CIFARConfig) { c.Schedule = "multistep" }, "-schedule: optim: schedule multistep: option milestones: required"},
-		{func(c *train.CIFARConfig) { c.Plot = "run.png" }, "-plot run.png needs -metrics"},
+		{func(c *cifar.Config) { c.Workers = 0 }, "-workers, -batch and -epochs must be at least 1"},
+		{func(c *cifar.Config) { c.Hook = "nosuch" }, "unknown hook"},
+		{func(c *cifar.Config) { c.Optim = "rmsprop" }, `-optim: optim: unknown optimizer "rmsprop"`},
+		{func(c *cifar.Config) { c.Schedule = "multistep" }, "-schedule: optim: schedule multistep: option milestones: required"},
+		{func(c *cifar.Config) { c.Plot = "run.png" }, "-plot run.png needs -metrics"},
 	} {
 		c := defaults()
 		tc.change(&c)
-		if _, err := train.RunCIFAR(context.Background(), c, &out, &out); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := cifar.Run(context.Background(), c, &out, &out); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("got %v, want an error containing %q", err, tc.want)
 		}
 	}

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spargo-dl/spargo/examples/internal/cifar"
 	"github.com/spargo-dl/spargo/gradrec"
-	"github.com/spargo-dl/spargo/train"
 )
 
 // -record-grads writes one file per rank of the scheduled iterations, with the model's
@@ -21,7 +21,7 @@ func TestRunRecordsGrads(t *testing.T) {
 	c := defaults()
 	c.Data, c.Workers, c.Batch, c.Epochs, c.Steps, c.EvalLimit, c.Progress = dir, 2, 4, 1, 3, 8, false
 	c.RecordGrads, c.RecordEvery, c.RecordSteps = rec, 2, 1
-	_, err := train.RunCIFAR(context.Background(), c, &out, &errb)
+	_, err := cifar.Run(context.Background(), c, &out, &errb)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +41,7 @@ func TestRunRejectsBadRecordFlags(t *testing.T) {
 	c := defaults()
 	c.Workers, c.Batch, c.Epochs, c.Progress = 1, 1, 1, false
 	c.RecordGrads, c.RecordEvery, c.RecordSteps = t.TempDir(), 1, 2
-	_, err := train.RunCIFAR(context.Background(), c, &out, &out)
+	_, err := cifar.Run(context.Background(), c, &out, &out)
 	if err == nil || !strings.Contains(err.Error(), "-record-every 1") {
 		t.Fatalf("-record-every 1 -record-steps 2: %v", err)
 	}

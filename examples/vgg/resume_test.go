@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/spargo-dl/spargo/checkpoint"
+	"github.com/spargo-dl/spargo/examples/internal/cifar"
 	"github.com/spargo-dl/spargo/models"
 	"github.com/spargo-dl/spargo/nn"
 	"github.com/spargo-dl/spargo/train"
@@ -29,15 +30,15 @@ func tinyVGG(_ string, _ models.Dataset, rng *rand.Rand) (nn.Module, error) {
 
 // resumeConfig is a small run of the program with the tiny model: 2 in-process workers,
 // batch 4, 3 steps per epoch, checkpoints into dir.
-func resumeConfig(t *testing.T, hook, dir string) train.CIFARConfig {
-	return train.CIFARConfig{Data: cifarOrSkip(t), Model: "tiny", Workers: 2, Hook: hook, Batch: 4, Epochs: 2, Steps: 3,
+func resumeConfig(t *testing.T, hook, dir string) cifar.Config {
+	return cifar.Config{Data: cifarOrSkip(t), Model: "tiny", Workers: 2, Hook: hook, Batch: 4, Epochs: 2, Steps: 3,
 		Flags: train.Flags{LR: 0.05, Momentum: 0.9, WD: 5e-4}, Seed: 3, EvalLimit: 16, DistBN: "broadcast", Checkpoint: dir, NewModel: tinyVGG}
 }
 
-func runQuiet(t *testing.T, c train.CIFARConfig) *train.CIFARSummary {
+func runQuiet(t *testing.T, c cifar.Config) *cifar.Summary {
 	t.Helper()
 	var out bytes.Buffer
-	sum, err := train.RunCIFAR(context.Background(), c, &out, &out)
+	sum, err := cifar.Run(context.Background(), c, &out, &out)
 	if err != nil {
 		t.Fatalf("%s: %v\n%s", c.Hook, err, out.String())
 	}
@@ -163,19 +164,19 @@ func TestResumeRefusesOtherRun(t *testing.T) {
 	c.Epochs = 1
 	runQuiet(t, c)
 	for _, tc := range []struct {
-		change func(*train.CIFARConfig)
+		change func(*cifar.Config)
 		want   string
 	}{
-		{func(c *train.CIFARConfig) { c.LR = 0.02 }, `lr "0.05", this run "0.02"`},
-		{func(c *train.CIFARConfig) { c.Hook = "spardl:density=0.05" }, `hook "topka:density=0.05", this run "spardl:density=0.05"`},
-		{func(c *train.CIFARConfig) { c.Workers = 3 }, "world size 2, this run 3"},
-		{func(c *train.CIFARConfig) { c.Checkpoint = filepath.Join(dir, "none") }, "no checkpoint in"},
+		{func(c *cifar.Config) { c.LR = 0.02 }, `lr "0.05", this run "0.02"`},
+		{func(c *cifar.Config) { c.Hook = "spardl:density=0.05" }, `hook "topka:density=0.05", this run "spardl:density=0.05"`},
+		{func(c *cifar.Config) { c.Workers = 3 }, "world size 2, this run 3"},
+		{func(c *cifar.Config) { c.Checkpoint = filepath.Join(dir, "none") }, "no checkpoint in"},
 	} {
 		rc := resumeConfig(t, "topka:density=0.05", dir)
 		rc.Resume = true
 		tc.change(&rc)
 		var out bytes.Buffer
-		_, err := train.RunCIFAR(context.Background(), rc, &out, &out)
+		_, err := cifar.Run(context.Background(), rc, &out, &out)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("got %v, want an error containing %q", err, tc.want)
 		}
@@ -183,7 +184,7 @@ func TestResumeRefusesOtherRun(t *testing.T) {
 	// -resume or -checkpoint-every without -checkpoint is a flag error.
 	bad := resumeConfig(t, "allreduce", "")
 	bad.Resume = true
-	if _, err := train.RunCIFAR(context.Background(), bad, &bytes.Buffer{}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "need -checkpoint DIR") {
+	if _, err := cifar.Run(context.Background(), bad, &bytes.Buffer{}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "need -checkpoint DIR") {
 		t.Errorf("-resume without -checkpoint: %v", err)
 	}
 }

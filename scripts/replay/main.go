@@ -35,8 +35,6 @@ import (
 
 	"github.com/spargo-dl/spargo/comm"
 	"github.com/spargo-dl/spargo/datasets"
-	"github.com/spargo-dl/spargo/ddp"
-	"github.com/spargo-dl/spargo/hooks"
 	"github.com/spargo-dl/spargo/models"
 	"github.com/spargo-dl/spargo/nn"
 	"github.com/spargo-dl/spargo/safetensors"
@@ -164,7 +162,7 @@ func writeStream(ds *datasets.Images, c config) error {
 	var steps int
 	plans := make([][][]datasets.Draw, c.epochs) // [epoch][rank]
 	for r := range c.workers {
-		ld, err := datasets.NewLoader(ds, train.CIFARTrainLoader(c.batch, r, c.workers, c.seed))
+		ld, err := datasets.NewLoader(ds, trainLoader(c.batch, r, c.workers, c.seed))
 		if err != nil {
 			return err
 		}
@@ -279,7 +277,7 @@ func loadWeights(m nn.Module, f *safetensors.File, path string) error {
 }
 
 // newModel builds the catalogue's CIFAR-10 model called name from seed, as the CIFAR
-// program (train.CIFARMain) does.
+// program (examples/vgg and examples/resnet, cifar.Main) does.
 func newModel(name string, seed uint64) (nn.Module, error) {
 	e, err := models.LookupImage(name, models.CIFAR10)
 	if err != nil {
@@ -297,19 +295,12 @@ func replay(ctx context.Context, c config, g comm.Group, s *stream, w *safetenso
 	if err := loadWeights(model, w, c.init); err != nil {
 		return err
 	}
-	hook, err := hooks.Parse("allreduce")
-	if err != nil {
-		return err
-	}
-	dp, err := ddp.New(ctx, model, g, ddp.WithCommHook(hook)) // rank 0's buffers after every step, as examples/vgg
-	if err != nil {
-		return err
-	}
 	flags := train.Flags{LR: c.lr, Momentum: c.momentum, WD: c.wd, Optim: "sgd", Schedule: c.schedule}
-	opt, err := flags.NewOptimizer(dp, hook)
+	rep, err := train.Setup{Hook: "allreduce", Flags: &flags}.New(ctx, g, model) // rank 0's buffers after every step, as examples/vgg
 	if err != nil {
 		return err
 	}
+	dp, opt := rep.DDP, rep.Optimizer
 	norm, err := datasets.NewNormalizer(datasets.CIFAR10Mean, datasets.CIFAR10Std)
 	if err != nil {
 		return err
@@ -381,4 +372,14 @@ func meanLoss(ctx context.Context, g comm.Group, loss float64) (float64, error) 
 		return 0, err
 	}
 	return float64(buf[0]) / float64(g.Size()), nil
+}
+
+// trainLoader is the training loader's options of the CIFAR-10 program (examples/vgg,
+// examples/resnet: examples/internal/cifar.TrainLoader, which this program cannot import)
+// on rank of world: batch images per rank, reshuffled every epoch from seed, random crop and
+// flip, the last short batch dropped, CIFAR-10's normalisation. A replay draws the images the
+// program draws only while the two agree.
+func trainLoader(batch, rank, world int, seed uint64) datasets.LoaderOptions {
+	return datasets.LoaderOptions{Batch: batch, Rank: rank, World: world, Seed: seed, Shuffle: true, Augment: true,
+		DropLast: true, Mean: datasets.CIFAR10Mean, Std: datasets.CIFAR10Std}
 }

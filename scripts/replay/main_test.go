@@ -10,7 +10,6 @@ import (
 	"github.com/spargo-dl/spargo/datasets"
 	"github.com/spargo-dl/spargo/nn"
 	"github.com/spargo-dl/spargo/safetensors"
-	"github.com/spargo-dl/spargo/train"
 )
 
 // A written stream reads back as the training loaders' plans, step by step and rank by rank,
@@ -32,7 +31,7 @@ func TestStreamRoundTrip(t *testing.T) {
 		t.Fatalf("read %d epochs of %d steps, want %d of 3", s.epochs, s.steps, epochs)
 	}
 	for r := range workers {
-		ld, err := datasets.NewLoader(ds, train.CIFARTrainLoader(batch, r, workers, 9))
+		ld, err := datasets.NewLoader(ds, trainLoader(batch, r, workers, 9))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package train
+package cifar
 
 import (
 	"bytes"
@@ -9,11 +9,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/spargo-dl/spargo/cluster"
 	"github.com/spargo-dl/spargo/datasets"
 	"github.com/spargo-dl/spargo/hooks/profile"
 	"github.com/spargo-dl/spargo/models"
 	"github.com/spargo-dl/spargo/nn"
+	"github.com/spargo-dl/spargo/train"
 )
 
 // cifarOrSkip returns the CIFAR-10 directory, or skips the test outside CI without one.
@@ -40,20 +40,20 @@ func tinyNet(_ string, ds models.Dataset, rng *rand.Rand) (nn.Module, error) {
 	return m, nil
 }
 
-func tinyConfig(t *testing.T) CIFARConfig {
-	return CIFARConfig{Data: cifarOrSkip(t), Model: "tiny", Workers: 2, Hook: "allreduce", Batch: 2, Epochs: 1, Steps: 1,
-		Flags: Flags{LR: 0.01, Momentum: 0.9, WD: 5e-4}, EvalLimit: 8, NewModel: tinyNet}
+func tinyConfig(t *testing.T) Config {
+	return Config{Data: cifarOrSkip(t), Model: "tiny", Workers: 2, Hook: "allreduce", Batch: 2, Epochs: 1, Steps: 1,
+		Flags: train.Flags{LR: 0.01, Momentum: 0.9, WD: 5e-4}, EvalLimit: 8, NewModel: tinyNet}
 }
 
 // -hook omgs measures a profile on real batches before DDP starts and saves it to -profile; a
 // second run reuses it; a run with another number of workers measures again.
-func TestCIFAROMGSMeasuresAndReusesProfile(t *testing.T) {
+func TestOMGSMeasuresAndReusesProfile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "tiny.profile.json")
 	cfg := tinyConfig(t)
 	cfg.Hook, cfg.Profile = "omgs:density=0.01", path
 	for i, want := range []string{"saved the profile to " + path, "using the profile in " + path} {
 		var out, errb bytes.Buffer
-		if _, err := RunCIFAR(context.Background(), cfg, &out, &errb); err != nil {
+		if _, err := Run(context.Background(), cfg, &out, &errb); err != nil {
 			t.Fatalf("run %d: %v\n%s", i+1, err, errb.String())
 		}
 		if !strings.Contains(out.String(), want) || !strings.Contains(out.String(), "profile: 6 parameters") {
@@ -66,12 +66,12 @@ func TestCIFAROMGSMeasuresAndReusesProfile(t *testing.T) {
 	}
 	// The cost fits' values are ddp's tests' concern: on this tiny model's messages timing
 	// noise can fit a zero slope.
-	if prof.P != 2 || prof.Iterations != profileIterations || prof.Warmup != profileWarmup {
+	if prof.P != 2 || prof.Iterations != train.ProfileIterations || prof.Warmup != train.ProfileWarmup {
 		t.Errorf("saved profile: P %d, %d+%d steps", prof.P, prof.Warmup, prof.Iterations)
 	}
 	cfg.Workers = 3
 	var out bytes.Buffer
-	if _, err := RunCIFAR(context.Background(), cfg, &out, &bytes.Buffer{}); err != nil {
+	if _, err := Run(context.Background(), cfg, &out, &bytes.Buffer{}); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(out.String(), "measured on another model or number of workers: measuring again") {
@@ -81,34 +81,16 @@ func TestCIFAROMGSMeasuresAndReusesProfile(t *testing.T) {
 
 // OSP's LGP needs an optimizer that predicts its own step: -optim adam with -hook osp is
 // refused with an error naming both flags and the ways out; with lgp=false it trains.
-func TestCIFAROSPNeedsSGD(t *testing.T) {
+func TestOSPNeedsSGD(t *testing.T) {
 	cfg := tinyConfig(t)
 	cfg.Hook, cfg.Optim = "osp", "adam"
 	var out bytes.Buffer
-	_, err := RunCIFAR(context.Background(), cfg, &out, &out)
+	_, err := Run(context.Background(), cfg, &out, &out)
 	if err == nil || !strings.Contains(err.Error(), "-optim adam with -hook osp") || !strings.Contains(err.Error(), "osp:lgp=false") {
 		t.Fatalf("adam with osp: %v", err)
 	}
 	cfg.Hook = "osp:lgp=false"
-	if _, err := RunCIFAR(context.Background(), cfg, &out, &out); err != nil {
+	if _, err := Run(context.Background(), cfg, &out, &out); err != nil {
 		t.Fatalf("adam with osp:lgp=false: %v\n%s", err, out.String())
-	}
-}
-
-func TestCIFARCheckWorkers(t *testing.T) {
-	env := cluster.Env{Source: cluster.SourceTorchrun, WorldSize: 4}
-	for _, tc := range []struct {
-		workers int
-		set     bool
-		ok      bool
-	}{{2, false, true}, {1, true, true}, {4, true, true}, {2, true, false}, {8, true, false}} {
-		c := CIFARConfig{Workers: tc.workers}
-		err := checkWorkers(&c.Workers, tc.set, env)
-		if tc.ok != (err == nil) || tc.ok && c.Workers != 4 {
-			t.Errorf("-workers %d (set %v): %v, workers now %d", tc.workers, tc.set, err, c.Workers)
-		}
-		if err != nil && !strings.Contains(err.Error(), "-workers 2, but torchrun started 4 processes") && tc.workers == 2 {
-			t.Errorf("error %q", err)
-		}
 	}
 }

@@ -1,12 +1,21 @@
-package train
+// Package cifar is the CIFAR-10 classification program that examples/vgg and
+// examples/resnet share: its flags (Config), data, per-rank training on package train's Loop,
+// evaluation, printing, -metrics, checkpoints and launchers. An example is only its defaults
+// and a model constructor:
+//
+//	func main() {
+//		cifar.Main("vgg", cifar.Config{Model: "vgg11", NewModel: newModel, Workers: 2,
+//			Hook: "allreduce", Batch: 32, Epochs: 3, Flags: train.Flags{LR: 0.01, Momentum: 0.9, WD: 5e-4}})
+//	}
+package cifar
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"math/rand/v2"
 	"runtime"
 	"strconv"
@@ -19,17 +28,17 @@ import (
 	"github.com/spargo-dl/spargo/datasets"
 	"github.com/spargo-dl/spargo/ddp"
 	"github.com/spargo-dl/spargo/gradrec"
-	"github.com/spargo-dl/spargo/hooks"
 	"github.com/spargo-dl/spargo/hooks/profile"
 	"github.com/spargo-dl/spargo/internal/kernels"
 	"github.com/spargo-dl/spargo/models"
 	"github.com/spargo-dl/spargo/nn"
+	"github.com/spargo-dl/spargo/train"
 )
 
-// CIFARConfig is a CIFAR-10 classification run: the flags of examples/vgg and
+// Config is a CIFAR-10 classification run: the flags of examples/vgg and
 // examples/resnet, which differ only in their defaults and in NewModel. It is the "config"
 // of the -metrics summary.
-type CIFARConfig struct {
+type Config struct {
 	Data    string `json:"data"`
 	Model   string `json:"model"`
 	Workers int    `json:"workers"`
@@ -39,7 +48,7 @@ type CIFARConfig struct {
 	Steps   int    `json:"steps"`
 	// Flags are the shared training flags (-lr -momentum -wd -optim -schedule -warmup
 	// -metrics -log-every -plot).
-	Flags
+	train.Flags
 	Seed      uint64  `json:"seed"`
 	EvalLimit int     `json:"eval_limit"`
 	BucketMB  float64 `json:"bucket_mb"`
@@ -69,9 +78,9 @@ type CIFARConfig struct {
 }
 
 // Register defines the run's flags on fs; the struct's current values are the defaults.
-func (c *CIFARConfig) Register(fs *flag.FlagSet) {
+func (c *Config) Register(fs *flag.FlagSet) {
 	fs.StringVar(&c.Data, "data", c.Data, "CIFAR-10 directory (default: $SPARGO_DATA, ../shared/data/cifar10/approx, the user cache; downloaded if none has it)")
-	fs.StringVar(&c.Model, "model", c.Model, orDefault(c.ModelHelp, "model name"))
+	fs.StringVar(&c.Model, "model", c.Model, cmp.Or(c.ModelHelp, "model name"))
 	fs.IntVar(&c.Workers, "workers", c.Workers, "data-parallel workers (in-process ranks); under a launcher leave it out, or give 1 or the world size")
 	fs.StringVar(&c.Hook, "hook", c.Hook, "comm hook spec, e.g. allreduce:algorithm=ring (see `spargo hooks`)")
 	fs.IntVar(&c.Batch, "batch", c.Batch, "batch size per worker")
@@ -80,7 +89,7 @@ func (c *CIFARConfig) Register(fs *flag.FlagSet) {
 	c.Flags.Register(fs)
 	fs.Uint64Var(&c.Seed, "seed", c.Seed, "seed for initialisation, shuffling and augmentation")
 	fs.IntVar(&c.EvalLimit, "eval-limit", c.EvalLimit, "evaluate on the first N test images (0: all)")
-	fs.StringVar(&c.DistBN, "dist-bn", orDefault(c.DistBN, "broadcast"), "BatchNorm running statistics across ranks: broadcast (rank 0's after every step, PyTorch DDP's default) or reduce (each rank keeps its own; their mean before each evaluation, timm's --dist-bn reduce)")
+	fs.StringVar(&c.DistBN, "dist-bn", cmp.Or(c.DistBN, "broadcast"), "BatchNorm running statistics across ranks: broadcast (rank 0's after every step, PyTorch DDP's default) or reduce (each rank keeps its own; their mean before each evaluation, timm's --dist-bn reduce)")
 	fs.Float64Var(&c.BucketMB, "bucket-mb", c.BucketMB, "DDP bucket cap in MiB, like PyTorch's bucket_cap_mb (0: ddp's defaults, a small first bucket then 25 MiB; hooks that plan their own buckets, such as spardl's default buckets=model, ignore it)")
 	fs.StringVar(&c.Profile, "profile", c.Profile, "for hooks that plan from measured costs (omgs): reuse the profile saved in this file when it fits the model and -workers, else measure it and save it here")
 	fs.StringVar(&c.Checkpoint, "checkpoint", c.Checkpoint, "save checkpoints into this directory at the end of every epoch (and every -checkpoint-every steps); the newest is named by DIR/latest")
@@ -88,53 +97,34 @@ func (c *CIFARConfig) Register(fs *flag.FlagSet) {
 	fs.IntVar(&c.Keep, "keep", c.Keep, "keep the newest N checkpoints (0: all)")
 	fs.BoolVar(&c.Resume, "resume", c.Resume, "continue from the latest checkpoint in -checkpoint DIR, exactly where it stopped (the same flags are required; -epochs may grow)")
 	fs.StringVar(&c.RecordGrads, "record-grads", c.RecordGrads, "record every rank's local gradients (the comm hook's bucket inputs) as safetensors files in this directory, for spargo bench comm -grads")
-	fs.IntVar(&c.RecordEvery, "record-every", orDefaultInt(c.RecordEvery, 50), "with -record-grads: start a window of recorded iterations every N iterations (0: only the first window)")
-	fs.IntVar(&c.RecordSteps, "record-steps", orDefaultInt(c.RecordSteps, 3), "with -record-grads: consecutive iterations per window")
+	fs.IntVar(&c.RecordEvery, "record-every", cmp.Or(c.RecordEvery, 50), "with -record-grads: start a window of recorded iterations every N iterations (0: only the first window)")
+	fs.IntVar(&c.RecordSteps, "record-steps", cmp.Or(c.RecordSteps, 3), "with -record-grads: consecutive iterations per window")
 	fs.BoolVar(&c.Progress, "progress", c.Progress, "show a progress bar per epoch (launched: on rank 0, when its stderr is a terminal)")
-	fs.StringVar(&c.LogLevel, "log-level", orDefault(c.LogLevel, "info"), "log level of the hooks' messages on stderr: debug|info|warn|error (debug: one line per bucket and call, e.g. SparDL's d, Ok-Topk's thresholds and counts)")
-	fs.StringVar(&c.LogFormat, "log-format", orDefault(c.LogFormat, "text"), "text|json")
+	fs.StringVar(&c.LogLevel, "log-level", cmp.Or(c.LogLevel, "info"), "log level of the hooks' messages on stderr: debug|info|warn|error (debug: one line per bucket and call, e.g. SparDL's d, Ok-Topk's thresholds and counts)")
+	fs.StringVar(&c.LogFormat, "log-format", cmp.Or(c.LogFormat, "text"), "text|json")
 }
 
-// CIFARMain is the main function of a CIFAR-10 example named name (examples/vgg,
+// Main is the main function of a CIFAR-10 example named name (examples/vgg,
 // examples/resnet): it registers c's flags on flag.CommandLine (c holds the defaults),
 // parses the command line, and trains, in-process with -workers ranks or, under a launcher
 // (cluster.DetectEnv finds a world size above 1), one rank per process. It exits the process:
 // 0 when training ends, 2 on a flag error, 1 otherwise. SIGINT and SIGTERM stop training
 // between steps.
-func CIFARMain(name string, c CIFARConfig) {
+func Main(name string, c Config) {
 	c.Register(flag.CommandLine)
-	Main(Program{Name: name, Flags: &c.Flags, LogLevel: &c.LogLevel, LogFormat: &c.LogFormat, Workers: &c.Workers,
+	train.Main(train.Program{Name: name, Flags: &c.Flags, LogLevel: &c.LogLevel, LogFormat: &c.LogFormat, Workers: &c.Workers,
 		InProcess: func(ctx context.Context, stdout, stderr io.Writer) error {
-			_, err := RunCIFAR(ctx, c, stdout, stderr)
+			_, err := Run(ctx, c, stdout, stderr)
 			return err
 		},
 		Process: func(ctx context.Context, env cluster.Env, stdout, stderr io.Writer) error {
-			_, err := RunCIFARProcess(ctx, c, env, stdout, stderr)
+			_, err := RunProcess(ctx, c, env, stdout, stderr)
 			return err
 		}})
 }
 
-// SetupLogging installs the default slog handler the hooks log through (-log-level,
-// -log-format).
-func SetupLogging(level, format string, w io.Writer) error {
-	var lv slog.Level
-	if err := lv.UnmarshalText([]byte(level)); err != nil {
-		return fmt.Errorf("-log-level %q: want debug, info, warn or error", level)
-	}
-	opts := &slog.HandlerOptions{Level: lv}
-	switch format {
-	case "text":
-		slog.SetDefault(slog.New(slog.NewTextHandler(w, opts)))
-	case "json":
-		slog.SetDefault(slog.New(slog.NewJSONHandler(w, opts)))
-	default:
-		return fmt.Errorf("-log-format %q: want text or json", format)
-	}
-	return nil
-}
-
-// CIFAREpoch is an epoch record of -metrics.
-type CIFAREpoch struct {
+// Epoch is an epoch record of -metrics.
+type Epoch struct {
 	Epoch     int     `json:"epoch"`
 	Steps     int     `json:"steps"`
 	TrainLoss float64 `json:"train_loss"`
@@ -147,13 +137,13 @@ type CIFAREpoch struct {
 	LR        float64 `json:"lr"`
 }
 
-// CIFARSummary is a run's result, and the last line of -metrics.
-type CIFARSummary struct {
-	Config    CIFARConfig    `json:"config"`
+// Summary is a run's result, and the last line of -metrics.
+type Summary struct {
+	Config    Config         `json:"config"`
 	Dataset   string         `json:"dataset"`
 	Kernels   string         `json:"kernels"`
 	Params    int            `json:"params"`
-	Epochs    []CIFAREpoch   `json:"epochs"`
+	Epochs    []Epoch        `json:"epochs"`
 	FinalAcc  float64        `json:"final_test_acc"`
 	TotalSec  float64        `json:"total_s"`
 	Summary   bool           `json:"summary"`
@@ -161,8 +151,8 @@ type CIFARSummary struct {
 	Launcher  cluster.Source `json:"launcher,omitempty"` // who started the processes of a multi-process run
 }
 
-// RunCIFAR trains with c.Workers in-process ranks, each on its own goroutine.
-func RunCIFAR(ctx context.Context, c CIFARConfig, stdout, stderr io.Writer) (*CIFARSummary, error) {
+// Run trains with c.Workers in-process ranks, each on its own goroutine.
+func Run(ctx context.Context, c Config, stdout, stderr io.Writer) (*Summary, error) {
 	if err := c.check(); err != nil {
 		return nil, err
 	}
@@ -170,7 +160,7 @@ func RunCIFAR(ctx context.Context, c CIFARConfig, stdout, stderr io.Writer) (*CI
 	if err != nil {
 		return nil, err
 	}
-	trainSet, test, err := loadCIFAR(dir, stdout)
+	trainSet, test, err := load(dir, stdout)
 	if err != nil {
 		return nil, err
 	}
@@ -178,24 +168,24 @@ func RunCIFAR(ctx context.Context, c CIFARConfig, stdout, stderr io.Writer) (*CI
 	if err != nil {
 		return nil, err
 	}
-	return trainCIFARRanks(ctx, c, groups, trainSet, test, stdout, stderr, "")
+	return trainRanks(ctx, c, groups, trainSet, test, stdout, stderr, "")
 }
 
-// RunCIFARProcess trains this process's rank of a multi-process job (env from
+// RunProcess trains this process's rank of a multi-process job (env from
 // cluster.DetectEnv, c.Workers its world size): it joins the job with cluster.Init, loads the
 // data (local rank 0 first, so that one process per host downloads) and trains like one of
-// RunCIFAR's workers. Rank 0 prints and writes -metrics; every rank loads the data and takes
+// Run's workers. Rank 0 prints and writes -metrics; every rank loads the data and takes
 // its shard of each batch, exactly as the in-process workers do, so the run computes the
 // same numbers.
-func RunCIFARProcess(ctx context.Context, c CIFARConfig, env cluster.Env, stdout, stderr io.Writer) (sum *CIFARSummary, err error) {
+func RunProcess(ctx context.Context, c Config, env cluster.Env, stdout, stderr io.Writer) (sum *Summary, err error) {
 	if err := c.check(); err != nil {
 		return nil, err
 	}
-	g, stdout, progress, err := joinJob(ctx, c.Workers, stdout, stderr, c.Progress)
+	g, stdout, progress, err := train.JoinJob(ctx, c.Workers, stdout, stderr, c.Progress)
 	if err != nil {
 		return nil, err
 	}
-	defer closeGroup(g, &err)
+	defer train.CloseGroup(g, &err)
 	c.Progress = progress
 	rank := g.Rank()
 	// The first rank on each host finds (or downloads) the data, the others look once it has:
@@ -218,22 +208,22 @@ func RunCIFARProcess(ctx context.Context, c CIFARConfig, env cluster.Env, stdout
 			return nil, fmt.Errorf("rank %d: %w", rank, err)
 		}
 	}
-	trainSet, test, err := loadCIFAR(dir, stdout)
+	trainSet, test, err := load(dir, stdout)
 	if err != nil {
 		return nil, fmt.Errorf("rank %d: %w", rank, err)
 	}
-	return trainCIFARRanks(ctx, c, []comm.Group{g}, trainSet, test, stdout, stderr, env.Source)
+	return trainRanks(ctx, c, []comm.Group{g}, trainSet, test, stdout, stderr, env.Source)
 }
 
 // tagDataBarrier is the barrier's tag while the first rank of a host fetches the data.
 const tagDataBarrier = 99
 
-func (c *CIFARConfig) check() error {
+func (c *Config) check() error {
 	if c.Workers < 1 || c.Batch < 1 || c.Epochs < 1 {
 		return fmt.Errorf("-workers, -batch and -epochs must be at least 1 (got %d, %d, %d)", c.Workers, c.Batch, c.Epochs)
 	}
 	if c.NewModel == nil {
-		return errors.New("train: CIFARConfig.NewModel is nil: the program must say how to build its models")
+		return errors.New("train: Config.NewModel is nil: the program must say how to build its models")
 	}
 	if c.DistBN == "" {
 		c.DistBN = "broadcast"
@@ -258,12 +248,12 @@ func (c *CIFARConfig) check() error {
 	if err := c.Flags.Check(); err != nil {
 		return err
 	}
-	_, err := hooks.Parse(c.Hook)
+	_, err := train.NewHook(c.Hook)
 	return err
 }
 
-// loadCIFAR reads CIFAR-10 from dir and describes it on stdout.
-func loadCIFAR(dir string, stdout io.Writer) (trainSet, test *datasets.Images, err error) {
+// load reads CIFAR-10 from dir and describes it on stdout.
+func load(dir string, stdout io.Writer) (trainSet, test *datasets.Images, err error) {
 	trainSet, test, err = datasets.LoadCIFAR10(dir)
 	if err != nil {
 		return nil, nil, err
@@ -275,80 +265,56 @@ func loadCIFAR(dir string, stdout io.Writer) (trainSet, test *datasets.Images, e
 	return trainSet, test, nil
 }
 
-// trainCIFARRanks trains the ranks of groups, this process's share of the job (all c.Workers
+// trainRanks trains the ranks of groups, this process's share of the job (all c.Workers
 // of them in-process, one per process when launched), each on its own goroutine. The process
 // that has rank 0 prints the results, writes -metrics and draws -plot; its summary is
 // complete, the others' have no epochs.
-func trainCIFARRanks(ctx context.Context, c CIFARConfig, groups []comm.Group, trainSet, test *datasets.Images, stdout, stderr io.Writer, launcher cluster.Source) (*CIFARSummary, error) {
-	hasRank0 := groups[0].Rank() == 0
-	var metrics *metricsLog
-	if hasRank0 {
-		m, err := openMetricsLog(c.Metrics, c.Resume) // appended to on -resume
-		if err != nil {
-			return nil, err
-		}
-		defer m.close()
-		metrics = m
-	}
-	sum := &CIFARSummary{Config: c, Dataset: trainSet.Summary, Kernels: kernels.Impl(), Summary: true, Launcher: launcher}
+func trainRanks(ctx context.Context, c Config, groups []comm.Group, trainSet, test *datasets.Images, stdout, stderr io.Writer, launcher cluster.Source) (*Summary, error) {
+	sum := &Summary{Config: c, Dataset: trainSet.Summary, Kernels: kernels.Impl(), Summary: true, Launcher: launcher}
 	start := time.Now()
-	err := runRanks(ctx, groups, func(ctx context.Context, g comm.Group) error {
-		w := &cifarWorker{cfg: c, group: g, train: trainSet, test: test, stdout: stdout, stderr: stderr, metrics: metrics, sum: sum, start: start}
-		return w.run(ctx)
-	})
+	err := train.Job{Groups: groups, Flags: &c.Flags, Resume: c.Resume, Stdout: stdout, Start: start}.Run(ctx,
+		func(ctx context.Context, g comm.Group, metrics *train.MetricsLog) error {
+			w := &worker{cfg: c, group: g, train: trainSet, test: test, stdout: stdout, stderr: stderr, metrics: metrics, sum: sum, start: start}
+			return w.run(ctx)
+		},
+		func(totalSec float64) any {
+			sum.TotalSec = totalSec
+			if len(sum.Epochs) == 0 { // resumed after the last epoch
+				fmt.Fprintf(stdout, "done: nothing left to train: the checkpoint in %s is at the end of epoch %d\n", c.Checkpoint, c.Epochs)
+				return nil
+			}
+			last := sum.Epochs[len(sum.Epochs)-1]
+			sum.FinalAcc = last.TestAcc
+			fmt.Fprintf(stdout, "done: %s %s, %d workers × batch %d, %d epochs: test acc %.2f%%, train loss %.4f, %.1f img/s, %.0fs total\n",
+				c.Model, c.Hook, c.Workers, c.Batch, c.Epochs, 100*last.TestAcc, last.TrainLoss, last.ImgPerSec, sum.TotalSec)
+			return sum
+		})
 	if err != nil {
-		return nil, err
-	}
-	if !hasRank0 {
-		return sum, nil
-	}
-	sum.TotalSec = time.Since(start).Seconds()
-	if len(sum.Epochs) == 0 { // resumed after the last epoch
-		fmt.Fprintf(stdout, "done: nothing left to train: the checkpoint in %s is at the end of epoch %d\n", c.Checkpoint, c.Epochs)
-		return sum, nil
-	}
-	last := sum.Epochs[len(sum.Epochs)-1]
-	sum.FinalAcc = last.TestAcc
-	fmt.Fprintf(stdout, "done: %s %s, %d workers × batch %d, %d epochs: test acc %.2f%%, train loss %.4f, %.1f img/s, %.0fs total\n",
-		c.Model, c.Hook, c.Workers, c.Batch, c.Epochs, 100*last.TestAcc, last.TrainLoss, last.ImgPerSec, sum.TotalSec)
-	if err := metrics.finish(sum, &c.Flags, stdout); err != nil {
 		return nil, err
 	}
 	return sum, nil
 }
 
-// cifarWorker is one rank of a CIFAR run.
-type cifarWorker struct {
-	cfg         CIFARConfig
+// worker is one rank of a CIFAR run.
+type worker struct {
+	cfg         Config
 	group       comm.Group
 	train, test *datasets.Images
 	stdout      io.Writer
 	stderr      io.Writer
-	metrics     *metricsLog // rank 0's, with -metrics
-	sum         *CIFARSummary
+	metrics     *train.MetricsLog // rank 0's, with -metrics
+	sum         *Summary
 	start       time.Time
 }
 
-func (w *cifarWorker) run(ctx context.Context) error {
+func (w *worker) run(ctx context.Context) error {
 	c, g := w.cfg, w.group
 	rank, world := g.Rank(), g.Size()
 	model, err := c.NewModel(c.Model, models.CIFAR10, nn.NewRand(c.Seed))
 	if err != nil {
 		return err
 	}
-	hook, err := hooks.Parse(c.Hook)
-	if err != nil {
-		return err
-	}
-	opts := []ddp.Option{ddp.WithCommHook(hook), ddp.WithBroadcastBuffers(c.DistBN == "broadcast")}
-	opts = append(opts, bucketCap(c.BucketMB)...)
-	opts, err = withProfile(ctx, g, model, hook, c.Profile, w.stdout, opts, func() (profile.Step, func(), error) {
-		return w.profileStep(ctx, model)
-	})
-	if err != nil {
-		return err
-	}
-	traffic := g.Counters().Snapshot() // the summary counts training's traffic, not the set-up's (omgs's profile)
+	opts := []ddp.Option{ddp.WithBroadcastBuffers(c.DistBN == "broadcast")}
 	if c.RecordGrads != "" {
 		rec, err := gradrec.NewRecorder(gradrec.Config{Dir: c.RecordGrads, Schedule: gradrec.Schedule{Every: c.RecordEvery, Steps: c.RecordSteps},
 			Model: c.Model, Hook: c.Hook, Params: nn.Parameters(model)})
@@ -357,15 +323,13 @@ func (w *cifarWorker) run(ctx context.Context) error {
 		}
 		opts = append(opts, ddp.WithBucketObserver(rec))
 	}
-	dp, err := ddp.New(ctx, model, g, opts...)
+	rep, err := train.Setup{Hook: c.Hook, Flags: &c.Flags, BucketMB: c.BucketMB, Options: opts, Profile: c.Profile, Stdout: w.stdout,
+		ProfileStep: func() (profile.Step, func(), error) { return w.profileStep(ctx, model) }}.New(ctx, g, model)
 	if err != nil {
 		return err
 	}
-	opt, err := c.NewOptimizer(dp, hook) // also LGP's corrector for hooks that deliver results late (osp)
-	if err != nil {
-		return err
-	}
-	loader, err := datasets.NewLoader(w.train, CIFARTrainLoader(c.Batch, rank, world, c.Seed))
+	dp, opt := rep.DDP, rep.Optimizer
+	loader, err := datasets.NewLoader(w.train, TrainLoader(c.Batch, rank, world, c.Seed))
 	if err != nil {
 		return err
 	}
@@ -388,23 +352,23 @@ func (w *cifarWorker) run(ctx context.Context) error {
 			c.Model, w.sum.Params, len(dp.Parameters()), len(dp.Plan()), c.Hook, world, c.Batch, kernels.Impl(), runtime.GOMAXPROCS(0))
 	}
 	tape := nn.NewTape()
-	loop := &Loop[datasets.Batch]{
+	loop := &train.Loop[datasets.Batch]{
 		Group: g, DDP: dp, Model: model, Optimizer: opt, Schedule: sched, Epochs: c.Epochs, StepsPerEpoch: steps,
 		AverageBuffers: c.DistBN == "reduce",
 		Batches:        loader.EpochFrom,
-		Step:           ClassifierStep(dp, tape, 3, 32, 32),
-		EndEpoch: func(ctx context.Context, es EpochStats) error {
-			testLoss, testAcc, err := Evaluate(ctx, g, dp, model, tape, evalLoader, c.EvalLimit, 3, 32, 32)
+		Step:           train.ClassifierStep(dp, tape, 3, 32, 32),
+		EndEpoch: func(ctx context.Context, es train.EpochStats) error {
+			testLoss, testAcc, err := train.Evaluate(ctx, g, dp, model, tape, evalLoader, c.EvalLimit, 3, 32, 32)
 			if err != nil {
 				return err
 			}
 			if rank != 0 {
 				return nil
 			}
-			res := CIFAREpoch{Epoch: es.Epoch, Steps: es.Steps, TrainLoss: es.Loss, TrainAcc: es.Acc, TestLoss: testLoss, TestAcc: testAcc,
+			res := Epoch{Epoch: es.Epoch, Steps: es.Steps, TrainLoss: es.Loss, TrainAcc: es.Acc, TestLoss: testLoss, TestAcc: testAcc,
 				ImgPerSec: es.Samples / es.TrainSec, TrainSec: es.TrainSec, TotalSec: time.Since(w.start).Seconds(), LR: opt.LR()}
 			w.sum.Epochs = append(w.sum.Epochs, res)
-			w.sum.CommStats = g.Counters().Snapshot().Sub(traffic)
+			w.sum.CommStats = rep.Traffic()
 			fmt.Fprintf(w.stdout, "epoch %d train_loss %.4f train_acc %.4f test_loss %.4f test_acc %.4f img_s %.1f train_s %.1f total_s %.1f\n",
 				res.Epoch, res.TrainLoss, res.TrainAcc, res.TestLoss, res.TestAcc, res.ImgPerSec, res.TrainSec, res.TotalSec)
 			return w.metrics.Write(res)
@@ -413,61 +377,56 @@ func (w *cifarWorker) run(ctx context.Context) error {
 		Start:    w.start,
 	}
 	if c.Checkpoint != "" {
-		loop.Checkpoints = &Checkpointer{Dir: c.Checkpoint, Every: c.CheckpointEvery, Keep: c.Keep, Resume: c.Resume, Meta: c.checkpointMeta(world)}
+		loop.Checkpoints = &train.Checkpointer{Dir: c.Checkpoint, Every: c.CheckpointEvery, Keep: c.Keep, Resume: c.Resume, Meta: c.checkpointMeta(world)}
 	}
-	loop.report(rank, w.metrics, c.Progress, w.stdout, w.stderr, func(pos checkpoint.Position) string {
+	loop.Report(rank, w.metrics, c.Progress, w.stdout, w.stderr, func(pos checkpoint.Position) string {
 		return fmt.Sprintf("epoch %d, step %d, iteration %d", pos.Epoch+1, pos.Step, pos.Iteration)
 	})
 	return loop.Run(ctx)
 }
 
-// CIFARTrainLoader is the training loader's options of the CIFAR program on rank of world:
+// TrainLoader is the training loader's options of the CIFAR program on rank of world:
 // batch images per rank, reshuffled every epoch from seed, random crop and flip, the last
 // short batch dropped, CIFAR-10's normalisation.
-func CIFARTrainLoader(batch, rank, world int, seed uint64) datasets.LoaderOptions {
+func TrainLoader(batch, rank, world int, seed uint64) datasets.LoaderOptions {
 	return datasets.LoaderOptions{Batch: batch, Rank: rank, World: world, Seed: seed, Shuffle: true, Augment: true,
 		DropLast: true, Mean: datasets.CIFAR10Mean, Std: datasets.CIFAR10Std}
-}
-
-// ClassifierStep is a Loop's Step for a classifier trained with cross-entropy: it runs the
-// batch (inputs of shape sample, e.g. 3, 32, 32) forward through dp on tape and backward
-// with dp.Backward, and reports the loss and the correct predictions.
-func ClassifierStep(dp *ddp.DDP, tape *nn.Tape, sample ...int) func(context.Context, datasets.Batch) (StepResult, error) {
-	shape := append([]int{0}, sample...)
-	return func(ctx context.Context, b datasets.Batch) (StepResult, error) {
-		shape[0] = b.N
-		x, err := nn.FromSlice(b.X, shape...)
-		if err != nil {
-			return StepResult{}, err
-		}
-		tape.Reset()
-		tape.SetGradEnabled(true)
-		logits := dp.Forward(tape.Const(x))
-		loss := nn.CrossEntropy(logits, b.Y)
-		if err := dp.Backward(ctx, loss); err != nil {
-			return StepResult{}, err
-		}
-		return StepResult{Loss: float64(loss.Item()), Correct: float64(nn.Accuracy(logits.Value, b.Y)), N: b.N}, nil
-	}
 }
 
 // checkpointMeta describes the run for checkpoints: resuming requires the same model, hook,
 // world size and the flags that change the trajectory (-epochs may grow; -data, -eval-limit,
 // -metrics, -log-every, -plot and -progress may change).
-func (c CIFARConfig) checkpointMeta(world int) checkpoint.Meta {
+func (c Config) checkpointMeta(world int) checkpoint.Meta {
 	cfg := c.Flags.MetaConfig()
 	cfg["batch"] = strconv.Itoa(c.Batch)
 	cfg["steps"] = strconv.Itoa(c.Steps)
 	cfg["seed"] = strconv.FormatUint(c.Seed, 10)
-	cfg["bucket_mb"] = formatFloat(c.BucketMB)
+	cfg["bucket_mb"] = strconv.FormatFloat(c.BucketMB, 'g', -1, 64)
 	cfg["dist_bn"] = c.DistBN
 	return checkpoint.Meta{Model: c.Model, Hook: c.Hook, World: world, Config: cfg}
 }
 
-// orDefaultInt is v, or def when v is 0 (a flag default for a zero-valued config field).
-func orDefaultInt(v, def int) int {
-	if v == 0 {
-		return def
+// profileStep makes the program's profile step (train.Setup.ProfileStep): one forward and
+// backward of model on this rank's next training batch.
+func (w *worker) profileStep(ctx context.Context, model nn.Module) (profile.Step, func(), error) {
+	c, g := w.cfg, w.group
+	loader, err := datasets.NewLoader(w.train, TrainLoader(c.Batch, g.Rank(), g.Size(), c.Seed))
+	if err != nil {
+		return nil, nil, err
 	}
-	return v
+	next, stop := train.EpochCycle(ctx, loader.Epoch)
+	tape := nn.NewTape()
+	nn.SetTraining(model, true)
+	return func(backward func(*nn.Var) error) error {
+		b, err := next()
+		if err != nil {
+			return err
+		}
+		x, err := nn.FromSlice(b.X, b.N, 3, 32, 32)
+		if err != nil {
+			return err
+		}
+		tape.Reset()
+		return backward(nn.CrossEntropy(model.Forward(tape.Const(x)), b.Y))
+	}, stop, nil
 }

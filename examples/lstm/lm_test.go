@@ -1,9 +1,13 @@
-package train
+package main
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/spargo-dl/spargo/train"
+)
 
 func TestIMDBDefaultsKeepGivenFlags(t *testing.T) {
-	c := LMConfig{Task: "imdb", Model: "small", Batch: 20, Clip: 0.25, Flags: Flags{LR: 20, Optim: "sgd", Schedule: "ptb"}}
+	c := LMConfig{Task: "imdb", Model: "small", Batch: 20, Clip: 0.25, Flags: train.Flags{LR: 20, Optim: "sgd", Schedule: "ptb"}}
 	c.imdbDefaults(func(f string) bool { return f == "lr" })
 	if c.Model != "lstm-imdb" || c.Optim != "adam" || c.Batch != 32 || c.Clip != 0 || c.Schedule != "" || c.LR != 20 {
 		t.Fatalf("after imdb defaults with -lr given: %+v", c)

@@ -1,6 +1,7 @@
-package train
+package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -17,13 +18,13 @@ import (
 	"github.com/spargo-dl/spargo/comm"
 	"github.com/spargo-dl/spargo/datasets"
 	"github.com/spargo-dl/spargo/ddp"
-	"github.com/spargo-dl/spargo/hooks"
 	"github.com/spargo-dl/spargo/hooks/profile"
 	"github.com/spargo-dl/spargo/internal/kernels"
 	"github.com/spargo-dl/spargo/models"
 	"github.com/spargo-dl/spargo/nn"
 	"github.com/spargo-dl/spargo/optim"
 	"github.com/spargo-dl/spargo/safetensors"
+	"github.com/spargo-dl/spargo/train"
 )
 
 // LMConfig is a word-level language-model run on PTB (examples/lstm): the LSTM language
@@ -33,7 +34,7 @@ import (
 // the "config" of the -metrics summary.
 type LMConfig struct {
 	// Task is "lm" (PTB language model) or "imdb" (the LSTM-IMDB classifier on the aclImdb
-	// folders: see imdb.go).
+	// folders: RunIMDB with its own IMDBConfig, see imdb.go).
 	Task    string `json:"task"`
 	Data    string `json:"data"`
 	Model   string `json:"model"`
@@ -46,7 +47,7 @@ type LMConfig struct {
 	Steps  int `json:"steps"`
 	// Flags are the shared training flags (-lr -momentum -wd -optim -schedule -warmup
 	// -metrics -log-every -plot).
-	Flags
+	train.Flags
 	// Dropout overrides the model's dropout probability when ≥ 0.
 	Dropout float64 `json:"dropout"`
 	// Clip is the maximum total gradient norm (0: no clipping).
@@ -71,10 +72,11 @@ type LMConfig struct {
 	Seed      uint64  `json:"seed"`
 	BucketMB  float64 `json:"bucket_mb"`
 	// Profile is the file a hook that plans from measured costs (omgs) reuses its profile
-	// from, or saves it to (as CIFARConfig.Profile).
+	// from, or saves it to (as examples/internal/cifar.Config.Profile).
 	Profile  string `json:"profile,omitempty"`
 	Progress bool   `json:"-"`
-	// Checkpoint, CheckpointEvery, Keep and Resume are as in CIFARConfig.
+	// Checkpoint is the checkpoint directory; CheckpointEvery saves every N steps besides
+	// each epoch's end; Keep keeps the newest Keep; Resume continues from the latest.
 	Checkpoint      string `json:"checkpoint,omitempty"`
 	CheckpointEvery int    `json:"checkpoint_every,omitempty"`
 	Keep            int    `json:"keep,omitempty"`
@@ -85,7 +87,7 @@ type LMConfig struct {
 
 // Register defines the run's flags on fs; the struct's current values are the defaults.
 func (c *LMConfig) Register(fs *flag.FlagSet) {
-	fs.StringVar(&c.Task, "task", orDefault(c.Task, "lm"), "lm: the PTB language model; imdb: the seeds' LSTM-IMDB classifier on -data DIR in the aclImdb layout (its defaults: -model lstm-imdb -optim adam -lr 0.001 -batch 32 -clip 0 -schedule constant, unless given)")
+	fs.StringVar(&c.Task, "task", cmp.Or(c.Task, "lm"), "lm: the PTB language model; imdb: the seeds' LSTM-IMDB classifier on -data DIR in the aclImdb layout (its defaults: -model lstm-imdb -optim adam -lr 0.001 -batch 32 -clip 0 -schedule constant, unless given)")
 	fs.IntVar(&c.MaxLen, "max-len", c.MaxLen, "-task imdb: tokens per review (longer cut, shorter padded; 0: 500)")
 	fs.StringVar(&c.Data, "data", c.Data, "PTB directory with ptb.train.txt, ptb.valid.txt, ptb.test.txt (default: $SPARGO_DATA/ptb, ../shared/data/ptb)")
 	fs.StringVar(&c.Model, "model", c.Model, "small|medium|ptb: Zaremba et al.'s 200- and 650-unit 2-layer LSTMs, or the seeds' 1500-unit one (catalogue names lstm-ptb-small… work too)")
@@ -111,26 +113,47 @@ func (c *LMConfig) Register(fs *flag.FlagSet) {
 	fs.IntVar(&c.Keep, "keep", c.Keep, "keep the newest N checkpoints (0: all)")
 	fs.BoolVar(&c.Resume, "resume", c.Resume, "continue from the latest checkpoint in -checkpoint DIR (the same flags are required; -epochs may grow)")
 	fs.BoolVar(&c.Progress, "progress", c.Progress, "show a progress bar per epoch (launched: on rank 0, when its stderr is a terminal)")
-	fs.StringVar(&c.LogLevel, "log-level", orDefault(c.LogLevel, "info"), "log level of the hooks' messages on stderr: debug|info|warn|error")
-	fs.StringVar(&c.LogFormat, "log-format", orDefault(c.LogFormat, "text"), "text|json")
+	fs.StringVar(&c.LogLevel, "log-level", cmp.Or(c.LogLevel, "info"), "log level of the hooks' messages on stderr: debug|info|warn|error")
+	fs.StringVar(&c.LogFormat, "log-format", cmp.Or(c.LogFormat, "text"), "text|json")
 }
 
-// LMMain is the main function of the PTB language-model example: it registers c's flags on
-// flag.CommandLine (c holds the defaults), parses the command line and trains, in-process
-// with -workers ranks or one rank per process under a launcher. It exits the process like
-// CIFARMain.
+// LMMain is the main function of the lstm program: it registers c's flags on
+// flag.CommandLine (c holds the defaults), parses the command line and trains -task lm (the
+// PTB language model, RunLM) or -task imdb (the IMDB classifier, RunIMDB), in-process with
+// -workers ranks or one rank per process under a launcher (train.Main).
 func LMMain(name string, c LMConfig) {
 	c.Register(flag.CommandLine)
-	Main(Program{Name: name, Flags: &c.Flags, LogLevel: &c.LogLevel, LogFormat: &c.LogFormat, Workers: &c.Workers,
-		AfterParse: func(set func(flag string) bool) { c.imdbDefaults(set) },
+	train.Main(train.Program{Name: name, Flags: &c.Flags, LogLevel: &c.LogLevel, LogFormat: &c.LogFormat, Workers: &c.Workers,
+		AfterParse: c.imdbDefaults,
 		InProcess: func(ctx context.Context, stdout, stderr io.Writer) error {
-			_, err := RunLM(ctx, c, stdout, stderr)
-			return err
+			return run(ctx, c, nil, stdout, stderr)
 		},
 		Process: func(ctx context.Context, env cluster.Env, stdout, stderr io.Writer) error {
-			_, err := RunLMProcess(ctx, c, env, stdout, stderr)
-			return err
+			return run(ctx, c, &env, stdout, stderr)
 		}})
+}
+
+// run trains the -task c names: in-process, or this process's rank of a launched job (env).
+func run(ctx context.Context, c LMConfig, env *cluster.Env, stdout, stderr io.Writer) error {
+	if c.Task == "imdb" {
+		ic, err := c.imdb()
+		if err != nil {
+			return err
+		}
+		if env != nil {
+			_, err = RunIMDBProcess(ctx, ic, *env, stdout, stderr)
+		} else {
+			_, err = RunIMDB(ctx, ic, stdout, stderr)
+		}
+		return err
+	}
+	var err error
+	if env != nil {
+		_, err = RunLMProcess(ctx, c, *env, stdout, stderr)
+	} else {
+		_, err = RunLM(ctx, c, stdout, stderr)
+	}
+	return err
 }
 
 // LMEpoch is an epoch record of -metrics.
@@ -171,7 +194,6 @@ type LMSummary struct {
 	Params    int            `json:"params"`
 	Epochs    []LMEpoch      `json:"epochs"`
 	FinalPPL  float64        `json:"final_val_ppl,omitempty"`
-	FinalAcc  float64        `json:"final_test_acc,omitempty"`
 	TestPPL   float64        `json:"test_ppl"`
 	TotalSec  float64        `json:"total_s"`
 	Summary   bool           `json:"summary"`
@@ -205,9 +227,6 @@ func (c *LMConfig) check() error {
 		return fmt.Errorf("-steps %d, -clip %v, -bucket-mb %v, -checkpoint-every %d, -keep %d, -eval-every %d, -eval-limit %d: want 0 or more",
 			c.Steps, c.Clip, c.BucketMB, c.CheckpointEvery, c.Keep, c.EvalEvery, c.EvalLimit)
 	}
-	if c.Task == "imdb" && (c.EvalEvery > 0 || c.EvalLimit > 0) {
-		return fmt.Errorf("-eval-every and -eval-limit are -task lm's: -task imdb evaluates the whole test split every epoch")
-	}
 	if (c.Resume || c.CheckpointEvery > 0) && c.Checkpoint == "" {
 		return fmt.Errorf("-resume and -checkpoint-every need -checkpoint DIR")
 	}
@@ -217,23 +236,16 @@ func (c *LMConfig) check() error {
 	switch c.Task {
 	case "", "lm":
 		c.Task = "lm"
-		if _, err := LMModelConfig(c.Model, 1); err != nil {
-			return err
-		}
-	case "imdb":
-		if c.Data == "" {
-			return fmt.Errorf("-task imdb needs -data DIR (the aclImdb folders)")
-		}
-		if c.Model != "lstm-imdb" && c.Model != "imdb" {
-			return fmt.Errorf("-task imdb: -model %q: want lstm-imdb", c.Model)
-		}
 	default:
-		return fmt.Errorf("-task %q: want lm or imdb", c.Task)
+		return fmt.Errorf("-task %q: RunLM trains -task lm (want lm, or imdb through RunIMDB)", c.Task)
+	}
+	if _, err := LMModelConfig(c.Model, 1); err != nil {
+		return err
 	}
 	if err := c.Flags.Check(); err != nil {
 		return err
 	}
-	_, err := hooks.Parse(c.Hook)
+	_, err := train.NewHook(c.Hook)
 	return err
 }
 
@@ -256,7 +268,7 @@ func RunLM(ctx context.Context, c LMConfig, stdout, stderr io.Writer) (*LMSummar
 	if err := c.check(); err != nil {
 		return nil, err
 	}
-	data, err := c.load(ctx, stdout)
+	data, err := c.loadPTB(stdout)
 	if err != nil {
 		return nil, err
 	}
@@ -267,92 +279,46 @@ func RunLM(ctx context.Context, c LMConfig, stdout, stderr io.Writer) (*LMSummar
 	return trainLMRanks(ctx, c, groups, data, stdout, stderr, "")
 }
 
-// lmData is a run's data: the PTB corpus (-task lm) or IMDB (-task imdb).
-type lmData struct {
-	ptb  *datasets.PTB
-	imdb *datasets.IMDB
-}
-
-func (d lmData) summary() string {
-	if d.imdb != nil {
-		return fmt.Sprintf("%s (%d reviews), %s (%d reviews), vocabulary %d", d.imdb.Train.Name, d.imdb.Train.N, d.imdb.Test.Name, d.imdb.Test.N, d.imdb.Vocab.Size())
-	}
-	return d.ptb.Summary()
-}
-
-func (c *LMConfig) load(ctx context.Context, stdout io.Writer) (lmData, error) {
-	if c.Task == "imdb" {
-		d, err := datasets.LoadIMDB(ctx, c.Data, datasets.IMDBOptions{MaxLen: c.MaxLen})
-		if err != nil {
-			return lmData{}, err
-		}
-		fmt.Fprintf(stdout, "data: %s: %s\n", c.Data, lmData{imdb: d}.summary())
-		return lmData{imdb: d}, nil
-	}
-	p, err := c.loadPTB(stdout)
-	return lmData{ptb: p}, err
-}
-
 // RunLMProcess trains this process's rank of a multi-process job (env from cluster.DetectEnv,
 // c.Workers its world size), like one of RunLM's workers; rank 0 prints and writes -metrics.
 func RunLMProcess(ctx context.Context, c LMConfig, env cluster.Env, stdout, stderr io.Writer) (sum *LMSummary, err error) {
 	if err := c.check(); err != nil {
 		return nil, err
 	}
-	g, stdout, progress, err := joinJob(ctx, c.Workers, stdout, stderr, c.Progress)
+	g, stdout, progress, err := train.JoinJob(ctx, c.Workers, stdout, stderr, c.Progress)
 	if err != nil {
 		return nil, err
 	}
-	defer closeGroup(g, &err)
+	defer train.CloseGroup(g, &err)
 	c.Progress = progress
-	data, err := c.load(ctx, stdout)
+	data, err := c.loadPTB(stdout)
 	if err != nil {
 		return nil, fmt.Errorf("rank %d: %w", g.Rank(), err)
 	}
 	return trainLMRanks(ctx, c, []comm.Group{g}, data, stdout, stderr, env.Source)
 }
 
-func trainLMRanks(ctx context.Context, c LMConfig, groups []comm.Group, data lmData, stdout, stderr io.Writer, launcher cluster.Source) (*LMSummary, error) {
-	hasRank0 := groups[0].Rank() == 0
-	var metrics *metricsLog
-	if hasRank0 {
-		m, err := openMetricsLog(c.Metrics, c.Resume)
-		if err != nil {
-			return nil, err
-		}
-		defer m.close()
-		metrics = m
-	}
-	sum := &LMSummary{Config: c, Dataset: data.summary(), Kernels: kernels.Impl(), Summary: true, Launcher: launcher}
+func trainLMRanks(ctx context.Context, c LMConfig, groups []comm.Group, data *datasets.PTB, stdout, stderr io.Writer, launcher cluster.Source) (*LMSummary, error) {
+	sum := &LMSummary{Config: c, Dataset: data.Summary(), Kernels: kernels.Impl(), Summary: true, Launcher: launcher}
 	start := time.Now()
-	err := runRanks(ctx, groups, func(ctx context.Context, g comm.Group) error {
-		w := &lmWorker{cfg: c, group: g, corpus: data.ptb, stdout: stdout, stderr: stderr, metrics: metrics, sum: sum, start: start}
-		if data.imdb != nil {
-			return (&imdbWorker{lmWorker: w, data: data.imdb}).run(ctx)
-		}
-		return w.run(ctx)
-	})
+	err := train.Job{Groups: groups, Flags: &c.Flags, Resume: c.Resume, Stdout: stdout, Start: start}.Run(ctx,
+		func(ctx context.Context, g comm.Group, metrics *train.MetricsLog) error {
+			w := &lmWorker{cfg: c, group: g, corpus: data, stdout: stdout, stderr: stderr, metrics: metrics, sum: sum, start: start}
+			return w.run(ctx)
+		},
+		func(totalSec float64) any {
+			sum.TotalSec = totalSec
+			if len(sum.Epochs) == 0 {
+				fmt.Fprintf(stdout, "done: nothing left to train: the checkpoint in %s is at the end of epoch %d\n", c.Checkpoint, c.Epochs)
+				return nil
+			}
+			last := sum.Epochs[len(sum.Epochs)-1]
+			sum.FinalPPL = last.ValPPL
+			fmt.Fprintf(stdout, "done: %s %s, %d workers × batch %d × bptt %d, %d epochs: valid ppl %.2f, test ppl %.2f, %.0f words/s, %.0fs total\n",
+				c.Model, c.Hook, c.Workers, c.Batch, c.Bptt, c.Epochs, last.ValPPL, sum.TestPPL, last.WordsSec, sum.TotalSec)
+			return sum
+		})
 	if err != nil {
-		return nil, err
-	}
-	if !hasRank0 {
-		return sum, nil
-	}
-	sum.TotalSec = time.Since(start).Seconds()
-	if len(sum.Epochs) == 0 {
-		fmt.Fprintf(stdout, "done: nothing left to train: the checkpoint in %s is at the end of epoch %d\n", c.Checkpoint, c.Epochs)
-		return sum, nil
-	}
-	last := sum.Epochs[len(sum.Epochs)-1]
-	sum.FinalPPL, sum.FinalAcc = last.ValPPL, last.TestAcc
-	if data.imdb != nil {
-		fmt.Fprintf(stdout, "done: %s %s, %d workers × batch %d, %d epochs: test acc %.2f%%, train loss %.4f, %.0f words/s, %.0fs total\n",
-			c.Model, c.Hook, c.Workers, c.Batch, c.Epochs, 100*last.TestAcc, last.TrainLoss, last.WordsSec, sum.TotalSec)
-	} else {
-		fmt.Fprintf(stdout, "done: %s %s, %d workers × batch %d × bptt %d, %d epochs: valid ppl %.2f, test ppl %.2f, %.0f words/s, %.0fs total\n",
-			c.Model, c.Hook, c.Workers, c.Batch, c.Bptt, c.Epochs, last.ValPPL, sum.TestPPL, last.WordsSec, sum.TotalSec)
-	}
-	if err := metrics.finish(sum, &c.Flags, stdout); err != nil {
 		return nil, err
 	}
 	return sum, nil
@@ -371,7 +337,7 @@ type lmWorker struct {
 	corpus  *datasets.PTB
 	stdout  io.Writer
 	stderr  io.Writer
-	metrics *metricsLog // rank 0's, with -metrics
+	metrics *train.MetricsLog // rank 0's, with -metrics
 	sum     *LMSummary
 	start   time.Time
 
@@ -399,10 +365,6 @@ func (w *lmWorker) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	hook, err := hooks.Parse(c.Hook)
-	if err != nil {
-		return err
-	}
 	shard, err := datasets.ShardTokens(w.corpus.Train, rank, world)
 	if err != nil {
 		return fmt.Errorf("training data: %w", err)
@@ -411,23 +373,12 @@ func (w *lmWorker) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("training data (rank %d of %d, %d tokens): %w", rank, world, len(shard), err)
 	}
-	opts := []ddp.Option{ddp.WithCommHook(hook)}
-	opts = append(opts, bucketCap(c.BucketMB)...)
-	opts, err = withProfile(ctx, g, model, hook, c.Profile, w.stdout, opts, func() (profile.Step, func(), error) {
-		return w.profileStep(model, data), func() {}, nil
-	})
+	rep, err := train.Setup{Hook: c.Hook, Flags: &c.Flags, BucketMB: c.BucketMB, Profile: c.Profile, Stdout: w.stdout,
+		ProfileStep: func() (profile.Step, func(), error) { return w.profileStep(model, data), func() {}, nil }}.New(ctx, g, model)
 	if err != nil {
 		return err
 	}
-	traffic := g.Counters().Snapshot() // the summary counts training's traffic, not the set-up's (omgs's profile)
-	dp, err := ddp.New(ctx, model, g, opts...)
-	if err != nil {
-		return err
-	}
-	opt, err := c.NewOptimizer(dp, hook)
-	if err != nil {
-		return err
-	}
+	dp, opt := rep.DDP, rep.Optimizer
 	steps := data.Windows(c.Bptt)
 	if c.Steps > 0 && c.Steps < steps {
 		steps = c.Steps
@@ -454,7 +405,7 @@ func (w *lmWorker) run(ctx context.Context) error {
 		fmt.Fprintf(w.stdout, "model %s: %d parameters in %d tensors, %d buckets; hook %s; %d workers × batch %d × bptt %d (%d steps per epoch); kernels %s, GOMAXPROCS %d\n",
 			c.Model, w.sum.Params, len(dp.Parameters()), len(dp.Plan()), c.Hook, world, c.Batch, c.Bptt, steps, kernels.Impl(), runtime.GOMAXPROCS(0))
 	}
-	loop := &Loop[lmWindow]{
+	loop := &train.Loop[lmWindow]{
 		Group: g, DDP: dp, Model: model, Optimizer: opt, Schedule: sched, Epochs: c.Epochs, StepsPerEpoch: steps,
 		Batches: func(ctx context.Context, epoch, first int) iter.Seq2[lmWindow, error] {
 			return func(yield func(lmWindow, error) bool) {
@@ -475,18 +426,18 @@ func (w *lmWorker) run(ctx context.Context) error {
 				}
 			}
 		},
-		Step: func(ctx context.Context, b lmWindow) (StepResult, error) {
+		Step: func(ctx context.Context, b lmWindow) (train.StepResult, error) {
 			model.State = trainState
 			loss, err := w.forward(b, c.Batch, true)
 			if err != nil {
-				return StepResult{}, err
+				return train.StepResult{}, err
 			}
 			if err := dp.Backward(ctx, loss); err != nil {
-				return StepResult{}, err
+				return train.StepResult{}, err
 			}
-			return StepResult{Loss: float64(loss.Item()), N: b.steps * c.Batch}, nil
+			return train.StepResult{Loss: float64(loss.Item()), N: b.steps * c.Batch}, nil
 		},
-		EndEpoch: func(ctx context.Context, es EpochStats) error {
+		EndEpoch: func(ctx context.Context, es train.EpochStats) error {
 			res := LMEpoch{Epoch: es.Epoch, Steps: es.Steps, TrainLoss: es.Loss, TrainPPL: math.Exp(es.Loss),
 				WordsSec: es.Samples / es.TrainSec, TrainSec: es.TrainSec, LR: opt.LR()}
 			if !c.NoEval {
@@ -509,7 +460,7 @@ func (w *lmWorker) run(ctx context.Context) error {
 			res.TotalSec = time.Since(w.start).Seconds()
 			w.sum.Epochs = append(w.sum.Epochs, res)
 			w.sum.TestPPL = res.TestPPL
-			w.sum.CommStats = g.Counters().Snapshot().Sub(traffic)
+			w.sum.CommStats = rep.Traffic()
 			fmt.Fprintf(w.stdout, "epoch %d train_loss %.4f train_ppl %.2f", res.Epoch, res.TrainLoss, res.TrainPPL)
 			if !c.NoEval {
 				fmt.Fprintf(w.stdout, " val_loss %.4f val_ppl %.2f", res.ValLoss, res.ValPPL)
@@ -537,10 +488,10 @@ func (w *lmWorker) run(ctx context.Context) error {
 		},
 	}
 	if c.Checkpoint != "" {
-		loop.Checkpoints = &Checkpointer{Dir: c.Checkpoint, Every: c.CheckpointEvery, Keep: c.Keep, Resume: c.Resume, Meta: c.checkpointMeta(world),
+		loop.Checkpoints = &train.Checkpointer{Dir: c.Checkpoint, Every: c.CheckpointEvery, Keep: c.Keep, Resume: c.Resume, Meta: c.checkpointMeta(world),
 			Arrays: lmStateArrays(trainState)}
 	}
-	loop.report(rank, w.metrics, c.Progress, w.stdout, w.stderr, describeLMPosition)
+	loop.Report(rank, w.metrics, c.Progress, w.stdout, w.stderr, describeLMPosition)
 	return loop.Run(ctx)
 }
 
@@ -680,11 +631,8 @@ func (c LMConfig) checkpointMeta(world int) checkpoint.Meta {
 	cfg["bptt"] = strconv.Itoa(c.Bptt)
 	cfg["steps"] = strconv.Itoa(c.Steps)
 	cfg["seed"] = strconv.FormatUint(c.Seed, 10)
-	cfg["clip"] = formatFloat(c.Clip)
-	cfg["dropout"] = formatFloat(c.Dropout)
-	if c.Task == "imdb" {
-		cfg["task"], cfg["max_len"] = c.Task, strconv.Itoa(c.MaxLen)
-	}
-	cfg["bucket_mb"] = formatFloat(c.BucketMB)
+	cfg["clip"] = strconv.FormatFloat(c.Clip, 'g', -1, 64)
+	cfg["dropout"] = strconv.FormatFloat(c.Dropout, 'g', -1, 64)
+	cfg["bucket_mb"] = strconv.FormatFloat(c.BucketMB, 'g', -1, 64)
 	return checkpoint.Meta{Model: c.Model, Hook: c.Hook, World: world, Config: cfg}
 }

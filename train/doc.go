@@ -1,0 +1,31 @@
+// Package train is the generic half of a data-parallel training program, for the examples
+// and for programs of other modules alike:
+//
+//   - Setup, one rank's set-up: the comm hook from its -hook spec (NewHook), DDP around the
+//     model with it (bucket cap, the program's DDP options, and for a hook that plans its
+//     buckets from measured costs the profile it measures or loads), then the -optim
+//     optimizer over DDP's parameters (installed as DDP's corrector when it is one). Its
+//     Replica holds the hook, DDP and the optimizer, and the training traffic since.
+//   - Loop, the epoch loop: per step the learning rate, the program's Step (forward and DDP
+//     backward), DDP's flush on an epoch's last step, the Clip hook and the optimizer step;
+//     step records every LogEvery steps (StepRecord), mid-epoch evaluation every EvalEvery,
+//     checkpoints every Checkpointer.Every; per epoch the statistics over the ranks, DDP's
+//     end of epoch, EndEpoch (evaluation, printing) and a checkpoint; exact resume, mid-epoch
+//     included.
+//   - Flags, the training flags every program registers the same way (-optim, -schedule,
+//     -warmup, -lr, -momentum, -wd, -metrics, -log-every, -plot).
+//   - Main and Program: parse the command line and train in-process with -workers ranks or,
+//     under a launcher, one rank per process; RunRanks (every rank of this process on its
+//     own goroutine), JoinJob and CloseGroup are the runner's parts.
+//   - MetricsLog, rank 0's -metrics file; Evaluate and ClassifierStep for classifiers.
+//
+// A program brings its model, data and printing: examples/vgg and examples/resnet (through
+// examples/internal/cifar), examples/lstm (the PTB language model, and the IMDB classifier
+// with -task imdb) and examples/bert are written on this package. The package example
+// trains a model of its own with 2 in-process ranks and swaps the comm hook by its spec:
+//
+//	rep, err := train.Setup{Hook: "topka:density=0.5", Flags: &flags}.New(ctx, g, model)
+//	loop := &train.Loop[datasets.Batch]{Group: g, DDP: rep.DDP, Model: model, Optimizer: rep.Optimizer,
+//		Epochs: 4, StepsPerEpoch: 25, Batches: batches, Step: train.ClassifierStep(rep.DDP, nn.NewTape(), 4)}
+//	err = loop.Run(ctx)
+package train
