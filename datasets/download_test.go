@@ -8,6 +8,7 @@ import (
 	"crypto/md5"
 	"encoding/hex"
 	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // These tests download only from an httptest server on loopback.
@@ -195,5 +197,85 @@ func TestEnsureCIFAR10Downloads(t *testing.T) {
 	// An explicit directory without data is an error, not a download.
 	if _, err := EnsureCIFAR10(context.Background(), t.TempDir(), nil); err == nil {
 		t.Error("explicit empty dir: no error")
+	}
+}
+
+// setCIFAR10URL points the CIFAR-10 download at url for one test.
+func setCIFAR10URL(t *testing.T, url string) {
+	saved := cifar10Archive
+	t.Cleanup(func() { cifar10Archive = saved })
+	cifar10Archive.url = url
+}
+
+// shortTimeouts makes the network deadlines short for one test.
+func shortTimeouts(t *testing.T) {
+	saved := netTimeouts
+	t.Cleanup(func() { netTimeouts = saved })
+	netTimeouts.dial, netTimeouts.header, netTimeouts.idle = 100*time.Millisecond, 200*time.Millisecond, 200*time.Millisecond
+}
+
+// A network where connecting never completes (a dropped SYN): the dial
+// deadline says so, instead of the system's minutes-long TCP timeout.
+func TestDownloadDialTimeout(t *testing.T) {
+	shortTimeouts(t)
+	saved := dialContext
+	t.Cleanup(func() { dialContext = saved })
+	dialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		<-ctx.Done() // a connection attempt that is never answered
+		return nil, ctx.Err()
+	}
+	setCIFAR10URL(t, "http://127.0.0.1:9/cifar-10-binary.tar.gz") // loopback: no proxy; the fake dialContext answers
+	dest := t.TempDir()
+	err := DownloadCIFAR10(context.Background(), dest, nil)
+	if err == nil || !strings.Contains(err.Error(), "no connection to 127.0.0.1:9 within 100ms") {
+		t.Errorf("error %v", err)
+	}
+	if left, _ := os.ReadDir(dest); len(left) != 0 {
+		t.Errorf("files left: %v", left)
+	}
+}
+
+// A server that accepts the connection and never answers.
+func TestDownloadHeaderTimeout(t *testing.T) {
+	shortTimeouts(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { c.Close() }) // held open, never written to
+		}
+	}()
+	setCIFAR10URL(t, "http://"+ln.Addr().String()+"/cifar-10-binary.tar.gz")
+	err = DownloadCIFAR10(context.Background(), t.TempDir(), nil)
+	if err == nil || !strings.Contains(err.Error(), "accepted the connection but sent no response headers within 200ms") {
+		t.Errorf("error %v", err)
+	}
+}
+
+// A server that stops sending in the middle of the body.
+func TestDownloadIdleTimeout(t *testing.T) {
+	shortTimeouts(t)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "1000000")
+		w.Write(make([]byte, 1000))
+		w.(http.Flusher).Flush()
+		<-r.Context().Done() // silent until the client gives up
+	}))
+	t.Cleanup(srv.Close)
+	setCIFAR10URL(t, srv.URL+"/cifar-10-binary.tar.gz")
+	dest := t.TempDir()
+	err := DownloadCIFAR10(context.Background(), dest, nil)
+	if err == nil || !strings.Contains(err.Error(), "the server sent no data for 200ms after 1000 bytes") {
+		t.Errorf("error %v", err)
+	}
+	if left, _ := os.ReadDir(dest); len(left) != 0 {
+		t.Errorf("files left: %v", left)
 	}
 }

@@ -78,7 +78,7 @@ func (e *NotFoundError) Error() string {
 		if e.CacheDir != "" && !e.Explicit {
 			where = e.CacheDir
 		}
-		fmt.Fprintf(&b, ";\n    or fetch %s by hand and %s in %s", strings.Join(urls, " "), e.Set.fetchHint, where)
+		fmt.Fprintf(&b, ";\n    or fetch %s by hand and %s %s", strings.Join(urls, " "), e.Set.fetchHint, where)
 	}
 	return b.String()
 }

@@ -65,7 +65,7 @@ var (
 			return nil
 		},
 		archives:  []*archive{&cifar10Archive},
-		fetchHint: "extract it there",
+		fetchHint: "extract it into",
 	}
 	// CIFAR100Set is the CIFAR-100 binary version: train.bin and test.bin, for
 	// [LoadCIFAR100].
@@ -74,7 +74,7 @@ var (
 		holds:  cifar100TrainFile + " and " + cifar100TestFile,
 		nested: []string{cifar100Subdir}, scan: true,
 		check:    needFiles(cifar100TrainFile, cifar100TestFile),
-		archives: []*archive{&cifar100Archive}, fetchHint: "extract it there",
+		archives: []*archive{&cifar100Archive}, fetchHint: "extract it into",
 	}
 	// PTBSet is the Penn Treebank word-level corpus: ptb.train.txt,
 	// ptb.valid.txt and ptb.test.txt, for [LoadPTB]. The download fetches
@@ -86,7 +86,7 @@ var (
 		nested: []string{filepath.Join("simple-examples", "data"), "data"}, scan: true,
 		check:     needFiles(PTBFiles[:]...),
 		archives:  []*archive{&ptbArchives[0], &ptbArchives[1], &ptbArchives[2]},
-		fetchHint: "save them there",
+		fetchHint: "save them in",
 	}
 	// IMDBSet is the Large Movie Review Dataset v1.0: train/{neg,pos}/ and
 	// test/{neg,pos}/ of <id>_<rating>.txt reviews, for [LoadIMDB].
@@ -95,7 +95,7 @@ var (
 		holds:    "train/neg/, train/pos/, test/neg/ and test/pos/",
 		nested:   []string{"aclImdb"},
 		check:    needDirs("train/neg", "train/pos", "test/neg", "test/pos"),
-		archives: []*archive{&imdbArchive}, fetchHint: "extract it there",
+		archives: []*archive{&imdbArchive}, fetchHint: "extract it into",
 	}
 )
 
