@@ -9,7 +9,7 @@ import (
 	"testing"
 )
 
-// The committed fixtures (see testdata/README.md): small copies in the
+// The committed fixtures (see docs/data.md): small copies in the
 // official layouts, so that no test needs a real data set.
 var (
 	cifar10Fixture = filepath.Join("..", "testdata", "cifar10-mini")

@@ -207,6 +207,20 @@ func setCIFAR10URL(t *testing.T, url string) {
 	cifar10Archive.url = url
 }
 
+// downloadFails downloads CIFAR-10 and wants an error saying want, with
+// nothing left in the destination.
+func downloadFails(t *testing.T, want string) {
+	t.Helper()
+	dest := t.TempDir()
+	err := DownloadCIFAR10(context.Background(), dest, nil)
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("error %v, want one saying %q", err, want)
+	}
+	if left, _ := os.ReadDir(dest); len(left) != 0 {
+		t.Errorf("files left: %v", left)
+	}
+}
+
 // shortTimeouts makes the network deadlines short for one test.
 func shortTimeouts(t *testing.T) {
 	saved := netTimeouts
@@ -225,14 +239,7 @@ func TestDownloadDialTimeout(t *testing.T) {
 		return nil, ctx.Err()
 	}
 	setCIFAR10URL(t, "http://127.0.0.1:9/cifar-10-binary.tar.gz") // loopback: no proxy; the fake dialContext answers
-	dest := t.TempDir()
-	err := DownloadCIFAR10(context.Background(), dest, nil)
-	if err == nil || !strings.Contains(err.Error(), "no connection to 127.0.0.1:9 within 100ms") {
-		t.Errorf("error %v", err)
-	}
-	if left, _ := os.ReadDir(dest); len(left) != 0 {
-		t.Errorf("files left: %v", left)
-	}
+	downloadFails(t, "no connection to 127.0.0.1:9 within 100ms")
 }
 
 // A server that accepts the connection and never answers.
@@ -253,10 +260,7 @@ func TestDownloadHeaderTimeout(t *testing.T) {
 		}
 	}()
 	setCIFAR10URL(t, "http://"+ln.Addr().String()+"/cifar-10-binary.tar.gz")
-	err = DownloadCIFAR10(context.Background(), t.TempDir(), nil)
-	if err == nil || !strings.Contains(err.Error(), "accepted the connection but sent no response headers within 200ms") {
-		t.Errorf("error %v", err)
-	}
+	downloadFails(t, "accepted the connection but sent no response headers within 200ms")
 }
 
 // A server that stops sending in the middle of the body.
@@ -270,12 +274,5 @@ func TestDownloadIdleTimeout(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	setCIFAR10URL(t, srv.URL+"/cifar-10-binary.tar.gz")
-	dest := t.TempDir()
-	err := DownloadCIFAR10(context.Background(), dest, nil)
-	if err == nil || !strings.Contains(err.Error(), "the server sent no data for 200ms after 1000 bytes") {
-		t.Errorf("error %v", err)
-	}
-	if left, _ := os.ReadDir(dest); len(left) != 0 {
-		t.Errorf("files left: %v", left)
-	}
+	downloadFails(t, "the server sent no data for 200ms after 1000 bytes")
 }
