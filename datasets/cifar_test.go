@@ -65,14 +65,14 @@ func writeRecords(t testing.TB, path string, recs []record) {
 	}
 }
 
-// The fixture's records are the first 8 of the official data_batch_1.bin
-// and the first 4 of test_batch.bin, byte for byte.
+// The fixture's records are the first 16 of the official data_batch_1.bin
+// and the first 8 of test_batch.bin, byte for byte.
 func TestCIFAR10Fixture(t *testing.T) {
 	train, test, err := LoadCIFAR10(cifar10Fixture)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if train.N != 8 || len(train.Labels) != 8 || len(train.Pixels) != 8*3072 || test.N != 4 {
+	if train.N != 16 || len(train.Labels) != 16 || len(train.Pixels) != 16*3072 || test.N != 8 {
 		t.Fatalf("train N=%d labels=%d pixels=%d, test N=%d", train.N, len(train.Labels), len(train.Pixels), test.N)
 	}
 	for _, c := range []struct {
@@ -90,15 +90,15 @@ func TestCIFAR10Fixture(t *testing.T) {
 			t.Errorf("train record %d R plane starts %v, want %v", c.i, got, c.red)
 		}
 	}
-	if got := test.Labels; !slices.Equal(got, []int32{3, 8, 8, 0}) {
-		t.Errorf("test labels = %v, want [3 8 8 0]", got)
+	if got := test.Labels[:4]; !slices.Equal(got, []int32{3, 8, 8, 0}) {
+		t.Errorf("test labels 0..3 = %v, want [3 8 8 0]", got)
 	}
 	if train.ClassNames[train.Labels[0]] != "frog" {
 		t.Errorf("class names = %v", train.ClassNames)
 	}
 	for _, c := range []struct{ got, want string }{
-		{train.Summary, "CIFAR-10 train: 8 records from data_batch_1.bin (batches 2-5 not present)"},
-		{test.Summary, "CIFAR-10 test: 4 records from test_batch.bin"},
+		{train.Summary, "CIFAR-10 train: 16 records from data_batch_1.bin (batches 2-5 not present)"},
+		{test.Summary, "CIFAR-10 test: 8 records from test_batch.bin"},
 	} {
 		if c.got != c.want {
 			t.Errorf("Summary = %q, want %q", c.got, c.want)
@@ -108,8 +108,8 @@ func TestCIFAR10Fixture(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := "CIFAR-10: 12 records from data_batch_1.bin, test_batch.bin"; files.Summary != want || files.Labels[8] != 3 {
-		t.Errorf("LoadCIFARFiles: Summary %q (want %q), label 8 = %d", files.Summary, want, files.Labels[8])
+	if want := "CIFAR-10: 24 records from data_batch_1.bin, test_batch.bin"; files.Summary != want || files.Labels[16] != 3 {
+		t.Errorf("LoadCIFARFiles: Summary %q (want %q), label 16 = %d", files.Summary, want, files.Labels[16])
 	}
 }
 

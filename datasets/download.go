@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sync"
@@ -226,6 +227,9 @@ func download(ctx context.Context, a archive, path string, progress io.Writer) (
 	}
 	resp, err := downloadClient().Do(req)
 	if err != nil {
+		if uerr := (*url.Error)(nil); errors.As(err, &uerr) {
+			err = uerr.Err // the URL is said once, by failed
+		}
 		return failed(err)
 	}
 	defer resp.Body.Close()

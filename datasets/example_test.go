@@ -42,10 +42,10 @@ func Example() {
 		break // b.X and b.Y are valid until the next batch
 	}
 	// Output:
-	// CIFAR-10 train: 8 records from data_batch_1.bin (batches 2-5 not present)
-	// CIFAR-10 test: 4 records from test_batch.bin
+	// CIFAR-10 train: 16 records from data_batch_1.bin (batches 2-5 not present)
+	// CIFAR-10 test: 8 records from test_batch.bin
 	// first image: frog
-	// 2 batches per epoch on each of 2 ranks
+	// 4 batches per epoch on each of 2 ranks
 	// 6144 floats, 2 labels, 2 images
 }
 

@@ -65,7 +65,8 @@ func (e *NotFoundError) Error() string {
 		b.WriteString("\n    " + p.String())
 	}
 	if e.Download != nil {
-		fmt.Fprintf(&b, "\n  download: %v", e.Download)
+		// The download's own errors start "datasets: download URL: ".
+		fmt.Fprintf(&b, "\n  %s", strings.TrimPrefix(e.Download.Error(), "datasets: "))
 	}
 	b.WriteString("\n  to fix:")
 	if e.Explicit {
@@ -156,9 +157,9 @@ func Find(ctx context.Context, d *Dataset, explicit string, progress io.Writer) 
 func placeList(ps []Place) string {
 	s := make([]string, len(ps))
 	for i, p := range ps {
-		s[i] = p.Origin
-		if p.Dir != "" {
-			s[i] += " " + p.Dir
+		s[i] = p.Origin + " " + p.Dir
+		if p.Dir == "" {
+			s[i] = p.Origin + " (" + p.Reason + ")"
 		}
 	}
 	return "looked in " + strings.Join(s, ", ")

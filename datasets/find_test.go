@@ -283,7 +283,7 @@ func TestFindNotFoundError(t *testing.T) {
 		"CIFAR-10 not found and the download failed",
 		"$SPARGO_DATA: " + filepath.Join(root, "cifar10") + ": does not exist",
 		"user cache: " + cacheDir + ": does not exist",
-		"download: datasets: download " + CIFAR10Set.archives[0].url + ": 404 Not Found",
+		"\n  download " + CIFAR10Set.archives[0].url + ": 404 Not Found\n",
 		"pass -data DIR", "set SPARGO_DATA=ROOT where ROOT/cifar10/ holds it",
 		"fetch " + CIFAR10Set.archives[0].url + " by hand and extract it into " + cacheDir,
 	} {
