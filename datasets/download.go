@@ -257,9 +257,19 @@ func download(ctx context.Context, a archive, path string, progress io.Writer) (
 	return nil
 }
 
-// newByteBar is a byte-counting progress bar on w (nil: invisible); total
-// -1 means the server sent no Content-Length.
-func newByteBar(total int64, name string, w io.Writer) *progressbar.ProgressBar {
+// byteProgress shows a download's progress as bytes are written to it.
+type byteProgress interface {
+	io.Writer
+	Finish() error
+}
+
+// newByteBar is a byte-counting progress display on w (nil: none); total
+// -1 means the server sent no Content-Length. A terminal gets a redrawn
+// bar; anything else (a log file, a pipe, a buffer) plain lines.
+func newByteBar(total int64, name string, w io.Writer) byteProgress {
+	if w != nil && !isTerminal(w) {
+		return &lineProgress{w: w, name: name, total: total}
+	}
 	if w == nil {
 		return progressbar.NewOptions64(total, progressbar.OptionSetVisibility(false),
 			progressbar.OptionSetWriter(io.Discard), progressbar.OptionSetSpinnerChangeInterval(0))
@@ -275,6 +285,65 @@ func newByteBar(total int64, name string, w io.Writer) *progressbar.ProgressBar 
 		progressbar.OptionOnCompletion(func() { fmt.Fprintln(w) }),
 	)
 }
+
+// isTerminal says whether w is a character device (a terminal), without
+// a dependency: anything else gets no carriage-return redraws.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// lineProgress writes "name: 10% of 163.0 MB" at each tenth of a known
+// size (each 16 MB of an unknown one) and a last line when finished.
+type lineProgress struct {
+	w           io.Writer
+	name        string
+	total, done int64
+	next        int64 // bytes at which the next line is due
+}
+
+// lineProgressStep is the reporting step of a download of unknown size.
+const lineProgressStep = 16 << 20
+
+func (p *lineProgress) step() int64 {
+	if p.total > 0 {
+		return max(p.total/10, 1)
+	}
+	return lineProgressStep
+}
+
+func (p *lineProgress) Write(b []byte) (int, error) {
+	if p.next == 0 {
+		p.next = p.step()
+	}
+	p.done += int64(len(b))
+	if p.done >= p.next && (p.total <= 0 || p.done < p.total) {
+		p.line() // one line however many steps this write crossed
+		for p.next <= p.done {
+			p.next += p.step()
+		}
+	}
+	return len(b), nil
+}
+
+func (p *lineProgress) line() {
+	if p.total > 0 {
+		fmt.Fprintf(p.w, "%s: %d%% of %s\n", p.name, p.done*100/p.total, megabytes(p.total))
+	} else {
+		fmt.Fprintf(p.w, "%s: %s\n", p.name, megabytes(p.done))
+	}
+}
+
+func (p *lineProgress) Finish() error {
+	fmt.Fprintf(p.w, "%s: %s done\n", p.name, megabytes(p.done))
+	return nil
+}
+
+func megabytes(n int64) string { return fmt.Sprintf("%.1f MB", float64(n)/1e6) }
 
 func fileMD5(path string) (string, error) {
 	f, err := os.Open(path)

@@ -96,8 +96,9 @@ func TestDownloadCIFAR10(t *testing.T) {
 	if err := DownloadCIFAR10(context.Background(), dest, &progress); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(progress.String(), "cifar-10-binary.tar.gz") {
-		t.Errorf("progress output %q does not name the file", progress.String())
+	// Not a terminal: plain lines, no carriage-return redraws.
+	if got := progress.String(); !strings.HasSuffix(got, "cifar-10-binary.tar.gz: 0.0 MB done\n") || strings.Contains(got, "\r") {
+		t.Errorf("progress output %q", got)
 	}
 	train, test, err := LoadCIFAR10(dest)
 	if err != nil {
@@ -113,6 +114,27 @@ func TestDownloadCIFAR10(t *testing.T) {
 	cifar10Archive.url = "http://127.0.0.1:1/unreachable"
 	if err := DownloadCIFAR10(context.Background(), dest, nil); err != nil {
 		t.Errorf("second call with the tarball present: %v", err)
+	}
+}
+
+func TestLineProgress(t *testing.T) {
+	for _, c := range []struct {
+		total  int64
+		writes []int
+		want   string
+	}{
+		{100, []int{5, 5, 25, 65}, "f: 10% of 0.0 MB\nf: 35% of 0.0 MB\nf: 0.0 MB done\n"},
+		{-1, []int{lineProgressStep - 1, 1, 2 * lineProgressStep}, "f: 16.8 MB\nf: 50.3 MB\nf: 50.3 MB done\n"},
+	} {
+		var b bytes.Buffer
+		p := newByteBar(c.total, "f", &b)
+		for _, n := range c.writes {
+			p.Write(make([]byte, n))
+		}
+		p.Finish()
+		if b.String() != c.want {
+			t.Errorf("total %d: %q, want %q", c.total, b.String(), c.want)
+		}
 	}
 }
 

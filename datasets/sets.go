@@ -119,11 +119,16 @@ func TextCorpus(name string) *Dataset {
 			if isFile(dir) {
 				return nil
 			}
-			txt, err := filepath.Glob(filepath.Join(dir, "*.txt"))
-			if err != nil || len(txt) == 0 {
-				return fmt.Errorf("no .txt files")
+			entries, err := os.ReadDir(dir)
+			if err != nil {
+				return err
 			}
-			return nil
+			for _, e := range entries {
+				if strings.HasSuffix(e.Name(), ".txt") && isFile(filepath.Join(dir, e.Name())) {
+					return nil
+				}
+			}
+			return fmt.Errorf("no .txt files")
 		},
 	}
 }
