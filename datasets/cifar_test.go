@@ -1,51 +1,36 @@
 package datasets
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 )
 
-// sharedCIFAR10Dir returns the project's shared/data/cifar10 directory
-// (found by walking up from the package directory), or skips the test.
-func sharedCIFAR10Dir(t testing.TB) string {
-	t.Helper()
-	up := "."
-	for range parentLevels + 1 {
-		d := filepath.Join(up, "shared", "data", "cifar10")
-		if isDir(d) {
-			return d
-		}
-		d = filepath.Join(up, "..", "shared", "data", "cifar10")
-		if isDir(d) {
-			return d
-		}
-		up = filepath.Join(up, "..")
-	}
-	t.Skip("shared/data/cifar10 not found above the package directory")
-	return ""
-}
+// The committed fixtures (see docs/data.md): small copies in the
+// official layouts, so that no test needs a real data set.
+var (
+	cifar10Fixture = filepath.Join("..", "testdata", "cifar10-mini")
+	ptbFixture     = filepath.Join("..", "testdata", "ptb-mini")
+	aclImdbFixture = filepath.Join("..", "testdata", "aclImdb-mini")
+)
 
-var approxOnce struct {
-	sync.Once
-	train, test *Images
-	err         error
-}
-
-// loadApprox loads shared/data/cifar10/approx once for all tests.
-func loadApprox(t testing.TB) (train, test *Images) {
+// realData returns the directory of a real copy of d found on the search
+// path ($SPARGO_DATA, the user cache; never a download), or skips the test
+// with what to do to run it.
+func realData(t *testing.T, d *Dataset) string {
 	t.Helper()
-	dir := filepath.Join(sharedCIFAR10Dir(t), "approx")
-	approxOnce.Do(func() {
-		approxOnce.train, approxOnce.test, approxOnce.err = LoadCIFAR10(dir)
-	})
-	if approxOnce.err != nil {
-		t.Fatal(approxOnce.err)
+	dir, err := Lookup(d, "")
+	if errors.Is(err, ErrNotFound) {
+		t.Skipf("no real %s on this machine: to run this test set %s=ROOT where ROOT/%s/ holds %s (from %s); the fixture tests cover the code without it",
+			d, DataEnv, d.Name(), d.holds, strings.Join(d.URLs(), " "))
 	}
-	return approxOnce.train, approxOnce.test
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 // record is one generated CIFAR record: labels (1 or 2 bytes) and a seed
@@ -80,19 +65,15 @@ func writeRecords(t testing.TB, path string, recs []record) {
 	}
 }
 
-func TestExactPartialFiles(t *testing.T) {
-	dir := filepath.Join(sharedCIFAR10Dir(t), "exact-partial")
-	trainFiles, err := filepath.Glob(filepath.Join(dir, "train_*.bin"))
-	if err != nil || len(trainFiles) != 4 {
-		t.Fatalf("train files: %v %v", trainFiles, err)
-	}
-	slices.Sort(trainFiles)
-	train, err := LoadCIFARFiles(trainFiles, FormatCIFAR10)
+// The fixture's records are the first 16 of the official data_batch_1.bin
+// and the first 8 of test_batch.bin, byte for byte.
+func TestCIFAR10Fixture(t *testing.T) {
+	train, test, err := LoadCIFAR10(cifar10Fixture)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if train.N != 4000 || len(train.Labels) != 4000 || len(train.Pixels) != 4000*3072 {
-		t.Fatalf("N=%d labels=%d pixels=%d", train.N, len(train.Labels), len(train.Pixels))
+	if train.N != 16 || len(train.Labels) != 16 || len(train.Pixels) != 16*3072 || test.N != 8 {
+		t.Fatalf("train N=%d labels=%d pixels=%d, test N=%d", train.N, len(train.Labels), len(train.Pixels), test.N)
 	}
 	for _, c := range []struct {
 		i     int
@@ -109,24 +90,38 @@ func TestExactPartialFiles(t *testing.T) {
 			t.Errorf("train record %d R plane starts %v, want %v", c.i, got, c.red)
 		}
 	}
-	want := "CIFAR-10: 4000 records from train_00000-00999.bin, train_01000-01999.bin, train_02000-02999.bin, train_03000-03999.bin"
-	if train.Summary != want {
-		t.Errorf("Summary = %q, want %q", train.Summary, want)
-	}
-
-	test, err := LoadCIFARFiles([]string{filepath.Join(dir, "test_00000-00999.bin")}, FormatCIFAR10)
-	if err != nil {
-		t.Fatal(err)
-	}
 	if got := test.Labels[:4]; !slices.Equal(got, []int32{3, 8, 8, 0}) {
 		t.Errorf("test labels 0..3 = %v, want [3 8 8 0]", got)
 	}
+	if train.ClassNames[train.Labels[0]] != "frog" {
+		t.Errorf("class names = %v", train.ClassNames)
+	}
+	for _, c := range []struct{ got, want string }{
+		{train.Summary, "CIFAR-10 train: 16 records from data_batch_1.bin (batches 2-5 not present)"},
+		{test.Summary, "CIFAR-10 test: 8 records from test_batch.bin"},
+	} {
+		if c.got != c.want {
+			t.Errorf("Summary = %q, want %q", c.got, c.want)
+		}
+	}
+	files, err := LoadCIFARFiles([]string{filepath.Join(cifar10Fixture, "data_batch_1.bin"), filepath.Join(cifar10Fixture, "test_batch.bin")}, FormatCIFAR10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "CIFAR-10: 24 records from data_batch_1.bin, test_batch.bin"; files.Summary != want || files.Labels[16] != 3 {
+		t.Errorf("LoadCIFARFiles: Summary %q (want %q), label 16 = %d", files.Summary, want, files.Labels[16])
+	}
 }
 
-func TestApproxDir(t *testing.T) {
-	train, test := loadApprox(t)
-	if train.N != 10000 || test.N != 10000 {
-		t.Fatalf("N = %d train, %d test; want 10000 each", train.N, test.N)
+// A real copy (the official tarball or the project's JPEG-degraded
+// approximation): every class present, data_batch_1's official labels.
+func TestRealCIFAR10(t *testing.T) {
+	train, test, err := LoadCIFAR10(realData(t, CIFAR10Set))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if train.N < 10000 || train.N%10000 != 0 || test.N != 10000 {
+		t.Fatalf("N = %d train, %d test; want a multiple of 10000 and 10000", train.N, test.N)
 	}
 	for _, m := range []*Images{train, test} {
 		counts := make([]int, 10)
@@ -142,16 +137,12 @@ func TestApproxDir(t *testing.T) {
 			}
 		}
 	}
-	if !slices.Equal(train.ClassNames, cifar10ClassNames) || train.ClassNames[6] != "frog" {
+	if !slices.Equal(train.ClassNames, cifar10ClassNames) {
 		t.Errorf("class names = %v", train.ClassNames)
 	}
-	if want := "CIFAR-10 train: 10000 records from data_batch_1.bin (batches 2-5 not present)"; train.Summary != want {
-		t.Errorf("train.Summary = %q, want %q", train.Summary, want)
+	if !strings.HasPrefix(train.Summary, "CIFAR-10 train: ") || test.Summary != "CIFAR-10 test: 10000 records from test_batch.bin" {
+		t.Errorf("Summary = %q; %q", train.Summary, test.Summary)
 	}
-	if want := "CIFAR-10 test: 10000 records from test_batch.bin"; test.Summary != want {
-		t.Errorf("test.Summary = %q, want %q", test.Summary, want)
-	}
-	// Labels and order of data_batch_1 are the official ones.
 	if train.Labels[0] != 6 || train.Labels[1] != 9 {
 		t.Errorf("train labels 0,1 = %d,%d; want 6,9", train.Labels[0], train.Labels[1])
 	}
@@ -274,49 +265,5 @@ func TestLoadErrors(t *testing.T) {
 	_, _, err = LoadCIFAR100(dir, true)
 	if err == nil || !strings.Contains(err.Error(), "train.bin") {
 		t.Errorf("CIFAR-100 empty dir: %v", err)
-	}
-}
-
-func TestFindCIFAR10(t *testing.T) {
-	// Explicit directory: used when it has the data, an error otherwise.
-	data := t.TempDir()
-	writeRecords(t, filepath.Join(data, "cifar10", "data_batch_1.bin"), []record{{[]byte{1}, 0}})
-	writeRecords(t, filepath.Join(data, "cifar10", "test_batch.bin"), []record{{[]byte{1}, 0}})
-	if _, err := FindCIFAR10(data); err == nil || !strings.Contains(err.Error(), "-data "+data) {
-		t.Errorf("explicit dir without data: %v", err)
-	}
-	if got, err := FindCIFAR10(filepath.Join(data, "cifar10")); err != nil || got != filepath.Join(data, "cifar10") {
-		t.Errorf("explicit: %q, %v", got, err)
-	}
-
-	// $SPARGO_DATA/cifar10 comes before the shared copy.
-	t.Setenv(DataEnv, data)
-	if got, err := FindCIFAR10(""); err != nil || got != filepath.Join(data, "cifar10") {
-		t.Errorf("$SPARGO_DATA: %q, %v", got, err)
-	}
-
-	// Without it, `go test` in the package directory finds the shared copy.
-	t.Setenv(DataEnv, "")
-	shared := sharedCIFAR10Dir(t)
-	got, err := FindCIFAR10("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	wantAbs, _ := filepath.Abs(filepath.Join(shared, "approx"))
-	if got != wantAbs {
-		t.Errorf("shared copy: got %q, want %q", got, wantAbs)
-	}
-
-	// Nowhere: the error lists the search path.
-	t.Chdir(t.TempDir())
-	t.Setenv("XDG_CACHE_HOME", t.TempDir())
-	_, err = FindCIFAR10("")
-	if err == nil {
-		t.Fatal("found CIFAR-10 in an empty tree")
-	}
-	for _, w := range []string{"$SPARGO_DATA (not set)", "shared/data/cifar10/approx", "spargo/cifar10"} {
-		if !strings.Contains(err.Error(), w) {
-			t.Errorf("error %q does not mention %q", err, w)
-		}
 	}
 }

@@ -9,9 +9,13 @@
 //   - [Images] (cifar.go): a whole split in memory as uint8 CHW pixels plus
 //     int32 labels, with a Summary of which files it came from. Built by
 //     [LoadCIFAR10], [LoadCIFAR100] or [LoadCIFARFiles].
-//   - [FindCIFAR10], [EnsureCIFAR10] (find.go): where the data lives.
-//   - [DownloadCIFAR10], [DownloadCIFAR100] (download.go): the official
-//     tarballs, md5-checked, extracted into a directory.
+//   - [Dataset] (sets.go): a data set that can be found and downloaded:
+//     [CIFAR10Set], [CIFAR100Set], [PTBSet], [IMDBSet], [TextCorpus].
+//   - [Find], [Lookup] (find.go): where a data set lives, the one search
+//     order of every spargo program; [NotFoundError] says where it looked.
+//   - [DownloadCIFAR10], [DownloadCIFAR100], [DownloadPTB], [DownloadIMDB]
+//     (download.go): the official files, md5-checked, extracted into a
+//     directory, with deadlines on connecting and on a silent server.
 //   - [Normalizer] (transform.go): per-channel (x/255-mean)/std, random
 //     crop with zero padding, horizontal flip.
 //   - [DistributedSampler] (sampler.go): PyTorch DistributedSampler
@@ -51,31 +55,42 @@
 //
 // # Where the data is looked for
 //
-// [FindCIFAR10] returns the first of these directories that holds
-// CIFAR-10 batch files (either directly or in the cifar-10-batches-bin
-// directory the official tarball extracts to):
+// Every program takes a data set's directory as -data and otherwise calls
+// [Find], which returns the first directory holding the set's files:
 //
-//  1. the explicit directory (a -data flag); if it is given it must hold
-//     the data, otherwise that is an error and nothing else is tried;
-//  2. $SPARGO_DATA, then $SPARGO_DATA/cifar10;
-//  3. ../shared/data/cifar10/approx relative to the working directory, then
-//     shared/data/cifar10/approx in the working directory and up to three
-//     of its parents (so that `go test` run from a package directory finds
-//     the project's shared copy);
-//  4. os.UserCacheDir()/spargo/cifar10, where [EnsureCIFAR10] downloads
-//     the official tarball when nothing else was found.
+//  1. the explicit directory (the -data flag): the set's own directory, the
+//     official archive's layout inside it (cifar-10-batches-bin/,
+//     aclImdb/, …) or one of its subdirectories; given, it must hold the
+//     data, and nothing else is tried;
+//  2. $SPARGO_DATA/<name>, where $SPARGO_DATA is a data root holding
+//     cifar10/, cifar100/, ptb/, aclImdb/ and text corpora (each in the
+//     same layouts as above, e.g. cifar10/approx/), then $SPARGO_DATA
+//     itself as the set's own directory. A $SPARGO_DATA that does not
+//     exist is an error, not skipped;
+//  3. os.UserCacheDir()/spargo/<name> (~/.cache/spargo/cifar10 on Linux);
+//  4. a download of the official files into that cache directory, with a
+//     progress bar and md5 checks (never for an explicit directory, nor
+//     for a text corpus).
+//
+// If all fail, one [NotFoundError] lists each place and why it did not
+// qualify, the download's failure, the flag and variable to set and the
+// URLs to fetch by hand. [Lookup] is the same search without the download.
+// FindCIFAR10, EnsureCIFAR10 and FindPTB are the older names of these.
+//
+// Tests never need a real data set: small copies in the official layouts
+// are committed under testdata/ (cifar10-mini, ptb-mini, aclImdb-mini).
 //
 // # Which CIFAR-10 a number was measured on
 //
-// The project's shared copy (shared/data/cifar10/approx) has only
-// data_batch_1.bin and test_batch.bin, and its pixels went through JPEG.
-// Accuracy measured on it is "CIFAR-10 (JPEG-degraded, 10k-train subset)",
-// not CIFAR-10 accuracy; [Images.Summary] says how many records were loaded
+// A copy with only data_batch_1.bin and test_batch.bin whose pixels went
+// through JPEG (such as the project's development copy, cifar10/approx)
+// loads the same way. Accuracy measured on it is "CIFAR-10 (JPEG-degraded,
+// 10k-train subset)", not CIFAR-10 accuracy; [Images.Summary] says how many records were loaded
 // from which files so that a training log can say which one it was.
 //
 // # Using the loader
 //
-//	dir, err := datasets.FindCIFAR10(*dataFlag)
+//	dir, err := datasets.Find(ctx, datasets.CIFAR10Set, *dataFlag, os.Stderr)
 //	train, test, err := datasets.LoadCIFAR10(dir)
 //	fmt.Println(train.Summary)
 //	ld, err := datasets.NewLoader(train, datasets.LoaderOptions{

@@ -9,19 +9,24 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
 )
 
-// archive is a dataset tarball published at a URL with a known md5.
+// archive is a dataset file published at a URL with a known md5: a
+// tarball extracted after the download, or (raw) a file used as it is.
 type archive struct {
-	name string // file name the tarball is saved as in the destination
+	name string // file name it is saved as in the destination
 	url  string
 	md5  string // lowercase hex
+	raw  bool   // not a tarball: nothing to extract
 }
 
 // The official tarballs. Variables, not constants, so that tests can point
@@ -42,6 +47,103 @@ var (
 // progressRefresh limits how often the progress bar redraws.
 const progressRefresh = 100 * time.Millisecond
 
+// netTimeouts bound each stage of a download, so that an unreachable
+// network or a silent server is reported within seconds rather than after
+// the operating system's minutes-long TCP timeouts. Variables so that tests
+// can shorten them.
+var netTimeouts = struct {
+	dial   time.Duration // connecting (TCP and TLS handshake)
+	header time.Duration // from sending the request to the response headers
+	idle   time.Duration // longest wait for the next bytes of the body
+}{dial: 5 * time.Second, header: 10 * time.Second, idle: 10 * time.Second}
+
+// dialContext opens connections for downloads; tests replace it to play a
+// network that never answers.
+var dialContext = (&net.Dialer{}).DialContext
+
+// downloadClient is the HTTP client of downloads: proxies from the
+// environment, netTimeouts.dial on each connection. The header and idle
+// deadlines are a watchdog on the request (see download).
+func downloadClient() *http.Client {
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		dctx, cancel := context.WithTimeout(ctx, netTimeouts.dial)
+		defer cancel()
+		c, err := dialContext(dctx, network, addr)
+		if err != nil && ctx.Err() == nil && errors.Is(dctx.Err(), context.DeadlineExceeded) {
+			return nil, fmt.Errorf("no connection to %s within %v (is the network reachable?)", addr, netTimeouts.dial)
+		}
+		return c, err
+	}
+	return &http.Client{Transport: &http.Transport{
+		Proxy:               http.ProxyFromEnvironment,
+		DialContext:         dial,
+		TLSHandshakeTimeout: netTimeouts.dial,
+		ForceAttemptHTTP2:   true,
+	}}
+}
+
+// stalled is the cause with which the watchdog cancels a request.
+type stalled struct {
+	what  string // "response headers", "the next bytes"
+	after time.Duration
+	bytes int64 // body bytes read before
+}
+
+func (s *stalled) Error() string {
+	if s.bytes > 0 {
+		return fmt.Sprintf("the server sent no data for %v after %d bytes", s.after, s.bytes)
+	}
+	return fmt.Sprintf("the server accepted the connection but sent no %s within %v", s.what, s.after)
+}
+
+// watchdog cancels a request when no progress is reported for its current
+// deadline: netTimeouts.header until the headers, then netTimeouts.idle
+// between reads of the body.
+type watchdog struct {
+	cancel context.CancelCauseFunc
+	timer  *time.Timer
+	mu     sync.Mutex // guards cause: fire runs on the timer's goroutine
+	cause  stalled
+}
+
+func newWatchdog(cancel context.CancelCauseFunc) *watchdog {
+	w := &watchdog{cancel: cancel, cause: stalled{what: "response headers", after: netTimeouts.header}}
+	w.timer = time.AfterFunc(netTimeouts.header, w.fire)
+	return w
+}
+
+func (w *watchdog) fire() {
+	w.mu.Lock()
+	c := w.cause
+	w.mu.Unlock()
+	w.cancel(&c)
+}
+
+// progress moves the deadline on after n more body bytes.
+func (w *watchdog) progress(n int) {
+	w.timer.Stop()
+	w.mu.Lock()
+	w.cause = stalled{what: "bytes", after: netTimeouts.idle, bytes: w.cause.bytes + int64(n)}
+	w.mu.Unlock()
+	w.timer.Reset(netTimeouts.idle)
+}
+
+func (w *watchdog) stop() { w.timer.Stop() }
+
+// watchedReader reports each read to its watchdog.
+type watchedReader struct {
+	r io.Reader
+	w *watchdog
+}
+
+func (r watchedReader) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	if n > 0 {
+		r.w.progress(n)
+	}
+	return n, err
+}
+
 // DownloadCIFAR10 downloads the official cifar-10-binary.tar.gz into
 // destDir, checks its md5 and extracts it there, giving
 // destDir/cifar-10-batches-bin/ (which LoadCIFAR10(destDir) accepts). A
@@ -52,14 +154,26 @@ func DownloadCIFAR10(ctx context.Context, destDir string, progress io.Writer) er
 	return fetchArchive(ctx, cifar10Archive, destDir, progress)
 }
 
+// DownloadPTB downloads ptb.train.txt, ptb.valid.txt and ptb.test.txt
+// into destDir and checks their md5s (which LoadPTB(destDir) then reads).
+// Progress, caching and cancellation behave as in [DownloadCIFAR10].
+func DownloadPTB(ctx context.Context, destDir string, progress io.Writer) error {
+	for _, a := range PTBSet.archives {
+		if err := fetchArchive(ctx, *a, destDir, progress); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // DownloadCIFAR100 is DownloadCIFAR10 for cifar-100-binary.tar.gz, giving
 // destDir/cifar-100-binary/ (which LoadCIFAR100(destDir, …) accepts).
 func DownloadCIFAR100(ctx context.Context, destDir string, progress io.Writer) error {
 	return fetchArchive(ctx, cifar100Archive, destDir, progress)
 }
 
-// fetchArchive downloads a (unless already present and intact) and
-// extracts it into destDir.
+// fetchArchive downloads a (unless already present and intact) and, for
+// a tarball, extracts it into destDir.
 func fetchArchive(ctx context.Context, a archive, destDir string, progress io.Writer) error {
 	if err := os.MkdirAll(destDir, 0o755); err != nil {
 		return fmt.Errorf("datasets: download %s: %w", a.name, err)
@@ -69,6 +183,9 @@ func fetchArchive(ctx context.Context, a archive, destDir string, progress io.Wr
 		if err := download(ctx, a, path, progress); err != nil {
 			return err
 		}
+	}
+	if a.raw {
+		return nil
 	}
 	if err := extractTarGz(ctx, path, destDir); err != nil {
 		return fmt.Errorf("datasets: extract %s: %w", path, err)
@@ -90,28 +207,43 @@ func download(ctx context.Context, a archive, path string, progress io.Writer) (
 		}
 	}()
 
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.url, nil)
+	reqCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	dog := newWatchdog(cancel)
+	defer dog.stop()
+	// failed prefers the caller's cancellation, then the watchdog's cause,
+	// to the transport's wording of the same event.
+	failed := func(err error) error {
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			err = ctxErr
+		} else if cause := context.Cause(reqCtx); cause != nil && !errors.Is(cause, context.Canceled) {
+			err = cause
+		}
+		return fmt.Errorf("datasets: download %s: %w", a.url, err)
+	}
+	req, err := http.NewRequestWithContext(reqCtx, http.MethodGet, a.url, nil)
 	if err != nil {
 		return fmt.Errorf("datasets: download %s: %w", a.url, err)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := downloadClient().Do(req)
 	if err != nil {
-		return fmt.Errorf("datasets: download %s: %w", a.url, err)
+		if uerr := (*url.Error)(nil); errors.As(err, &uerr) {
+			err = uerr.Err // the URL is said once, by failed
+		}
+		return failed(err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("datasets: download %s: %s", a.url, resp.Status)
 	}
+	dog.progress(0)
 
 	bar := newByteBar(resp.ContentLength, a.name, progress)
 	hash := md5.New()
-	_, err = io.Copy(io.MultiWriter(tmp, hash, bar), resp.Body)
+	_, err = io.Copy(io.MultiWriter(tmp, hash, bar), watchedReader{resp.Body, dog})
 	bar.Finish() //nolint:errcheck // a progress display failing is not a download failure
 	if err != nil {
-		if ctxErr := ctx.Err(); ctxErr != nil {
-			err = ctxErr
-		}
-		return fmt.Errorf("datasets: download %s: %w", a.url, err)
+		return failed(err)
 	}
 	if err := tmp.Close(); err != nil {
 		return fmt.Errorf("datasets: download %s: %w", a.name, err)
@@ -125,9 +257,19 @@ func download(ctx context.Context, a archive, path string, progress io.Writer) (
 	return nil
 }
 
-// newByteBar is a byte-counting progress bar on w (nil: invisible); total
-// -1 means the server sent no Content-Length.
-func newByteBar(total int64, name string, w io.Writer) *progressbar.ProgressBar {
+// byteProgress shows a download's progress as bytes are written to it.
+type byteProgress interface {
+	io.Writer
+	Finish() error
+}
+
+// newByteBar is a byte-counting progress display on w (nil: none); total
+// -1 means the server sent no Content-Length. A terminal gets a redrawn
+// bar; anything else (a log file, a pipe, a buffer) plain lines.
+func newByteBar(total int64, name string, w io.Writer) byteProgress {
+	if w != nil && !isTerminal(w) {
+		return &lineProgress{w: w, name: name, total: total}
+	}
 	if w == nil {
 		return progressbar.NewOptions64(total, progressbar.OptionSetVisibility(false),
 			progressbar.OptionSetWriter(io.Discard), progressbar.OptionSetSpinnerChangeInterval(0))
@@ -143,6 +285,65 @@ func newByteBar(total int64, name string, w io.Writer) *progressbar.ProgressBar 
 		progressbar.OptionOnCompletion(func() { fmt.Fprintln(w) }),
 	)
 }
+
+// isTerminal says whether w is a character device (a terminal), without
+// a dependency: anything else gets no carriage-return redraws.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// lineProgress writes "name: 10% of 163.0 MB" at each tenth of a known
+// size (each 16 MB of an unknown one) and a last line when finished.
+type lineProgress struct {
+	w           io.Writer
+	name        string
+	total, done int64
+	next        int64 // bytes at which the next line is due
+}
+
+// lineProgressStep is the reporting step of a download of unknown size.
+const lineProgressStep = 16 << 20
+
+func (p *lineProgress) step() int64 {
+	if p.total > 0 {
+		return max(p.total/10, 1)
+	}
+	return lineProgressStep
+}
+
+func (p *lineProgress) Write(b []byte) (int, error) {
+	if p.next == 0 {
+		p.next = p.step()
+	}
+	p.done += int64(len(b))
+	if p.done >= p.next && (p.total <= 0 || p.done < p.total) {
+		p.line() // one line however many steps this write crossed
+		for p.next <= p.done {
+			p.next += p.step()
+		}
+	}
+	return len(b), nil
+}
+
+func (p *lineProgress) line() {
+	if p.total > 0 {
+		fmt.Fprintf(p.w, "%s: %d%% of %s\n", p.name, p.done*100/p.total, megabytes(p.total))
+	} else {
+		fmt.Fprintf(p.w, "%s: %s\n", p.name, megabytes(p.done))
+	}
+}
+
+func (p *lineProgress) Finish() error {
+	fmt.Fprintf(p.w, "%s: %s done\n", p.name, megabytes(p.done))
+	return nil
+}
+
+func megabytes(n int64) string { return fmt.Sprintf("%.1f MB", float64(n)/1e6) }
 
 func fileMD5(path string) (string, error) {
 	f, err := os.Open(path)

@@ -8,6 +8,7 @@ import (
 	"crypto/md5"
 	"encoding/hex"
 	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // These tests download only from an httptest server on loopback.
@@ -94,8 +96,9 @@ func TestDownloadCIFAR10(t *testing.T) {
 	if err := DownloadCIFAR10(context.Background(), dest, &progress); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(progress.String(), "cifar-10-binary.tar.gz") {
-		t.Errorf("progress output %q does not name the file", progress.String())
+	// Not a terminal: plain lines, no carriage-return redraws.
+	if got := progress.String(); !strings.HasSuffix(got, "cifar-10-binary.tar.gz: 0.0 MB done\n") || strings.Contains(got, "\r") {
+		t.Errorf("progress output %q", got)
 	}
 	train, test, err := LoadCIFAR10(dest)
 	if err != nil {
@@ -111,6 +114,27 @@ func TestDownloadCIFAR10(t *testing.T) {
 	cifar10Archive.url = "http://127.0.0.1:1/unreachable"
 	if err := DownloadCIFAR10(context.Background(), dest, nil); err != nil {
 		t.Errorf("second call with the tarball present: %v", err)
+	}
+}
+
+func TestLineProgress(t *testing.T) {
+	for _, c := range []struct {
+		total  int64
+		writes []int
+		want   string
+	}{
+		{100, []int{5, 5, 25, 65}, "f: 10% of 0.0 MB\nf: 35% of 0.0 MB\nf: 0.0 MB done\n"},
+		{-1, []int{lineProgressStep - 1, 1, 2 * lineProgressStep}, "f: 16.8 MB\nf: 50.3 MB\nf: 50.3 MB done\n"},
+	} {
+		var b bytes.Buffer
+		p := newByteBar(c.total, "f", &b)
+		for _, n := range c.writes {
+			p.Write(make([]byte, n))
+		}
+		p.Finish()
+		if b.String() != c.want {
+			t.Errorf("total %d: %q, want %q", c.total, b.String(), c.want)
+		}
 	}
 }
 
@@ -180,12 +204,11 @@ func TestEnsureCIFAR10Downloads(t *testing.T) {
 	cache := t.TempDir()
 	t.Setenv("XDG_CACHE_HOME", cache) // os.UserCacheDir on Unix
 	t.Setenv("HOME", cache)           // and on macOS
-	t.Chdir(t.TempDir())              // away from the shared copy
 	dir, err := EnsureCIFAR10(context.Background(), "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, _ := cifar10CacheDir()
+	want := filepath.Join(cache, "spargo", "cifar10", cifar10Subdir)
 	if dir != want {
 		t.Errorf("dir = %q, want %q", dir, want)
 	}
@@ -197,4 +220,81 @@ func TestEnsureCIFAR10Downloads(t *testing.T) {
 	if _, err := EnsureCIFAR10(context.Background(), t.TempDir(), nil); err == nil {
 		t.Error("explicit empty dir: no error")
 	}
+}
+
+// setCIFAR10URL points the CIFAR-10 download at url for one test.
+func setCIFAR10URL(t *testing.T, url string) {
+	saved := cifar10Archive
+	t.Cleanup(func() { cifar10Archive = saved })
+	cifar10Archive.url = url
+}
+
+// downloadFails downloads CIFAR-10 and wants an error saying want, with
+// nothing left in the destination.
+func downloadFails(t *testing.T, want string) {
+	t.Helper()
+	dest := t.TempDir()
+	err := DownloadCIFAR10(context.Background(), dest, nil)
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("error %v, want one saying %q", err, want)
+	}
+	if left, _ := os.ReadDir(dest); len(left) != 0 {
+		t.Errorf("files left: %v", left)
+	}
+}
+
+// shortTimeouts makes the network deadlines short for one test.
+func shortTimeouts(t *testing.T) {
+	saved := netTimeouts
+	t.Cleanup(func() { netTimeouts = saved })
+	netTimeouts.dial, netTimeouts.header, netTimeouts.idle = 100*time.Millisecond, 200*time.Millisecond, 200*time.Millisecond
+}
+
+// A network where connecting never completes (a dropped SYN): the dial
+// deadline says so, instead of the system's minutes-long TCP timeout.
+func TestDownloadDialTimeout(t *testing.T) {
+	shortTimeouts(t)
+	saved := dialContext
+	t.Cleanup(func() { dialContext = saved })
+	dialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		<-ctx.Done() // a connection attempt that is never answered
+		return nil, ctx.Err()
+	}
+	setCIFAR10URL(t, "http://127.0.0.1:9/cifar-10-binary.tar.gz") // loopback: no proxy; the fake dialContext answers
+	downloadFails(t, "no connection to 127.0.0.1:9 within 100ms")
+}
+
+// A server that accepts the connection and never answers.
+func TestDownloadHeaderTimeout(t *testing.T) {
+	shortTimeouts(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { c.Close() }) // held open, never written to
+		}
+	}()
+	setCIFAR10URL(t, "http://"+ln.Addr().String()+"/cifar-10-binary.tar.gz")
+	downloadFails(t, "accepted the connection but sent no response headers within 200ms")
+}
+
+// A server that stops sending in the middle of the body.
+func TestDownloadIdleTimeout(t *testing.T) {
+	shortTimeouts(t)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "1000000")
+		w.Write(make([]byte, 1000))
+		w.(http.Flusher).Flush()
+		<-r.Context().Done() // silent until the client gives up
+	}))
+	t.Cleanup(srv.Close)
+	setCIFAR10URL(t, srv.URL+"/cifar-10-binary.tar.gz")
+	downloadFails(t, "the server sent no data for 200ms after 1000 bytes")
 }

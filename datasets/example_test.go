@@ -4,15 +4,17 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"os"
 
 	"github.com/spargo-dl/spargo/datasets"
 )
 
-// Training on the project's shared CIFAR-10 copy; a program would pass its
-// -data flag to FindCIFAR10 (empty: search $SPARGO_DATA, the shared copy,
-// the user cache).
+// Training on CIFAR-10. A program passes its -data flag to Find: empty, it
+// searches $SPARGO_DATA/cifar10 and the user cache, then downloads. Here
+// -data names the few official records committed as a test fixture.
 func Example() {
-	dir, err := datasets.FindCIFAR10("../../shared/data/cifar10/approx")
+	dataFlag := "../testdata/cifar10-mini"
+	dir, err := datasets.Find(context.Background(), datasets.CIFAR10Set, dataFlag, os.Stderr)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -22,9 +24,10 @@ func Example() {
 	}
 	fmt.Println(train.Summary)
 	fmt.Println(test.Summary)
+	fmt.Println("first image:", train.ClassNames[train.Labels[0]])
 
 	ld, err := datasets.NewLoader(train, datasets.LoaderOptions{
-		Batch: 128, Rank: 0, World: 2, Seed: 1,
+		Batch: 2, Rank: 0, World: 2, Seed: 1,
 		Shuffle: true, Augment: true, DropLast: true,
 	})
 	if err != nil {
@@ -39,10 +42,11 @@ func Example() {
 		break // b.X and b.Y are valid until the next batch
 	}
 	// Output:
-	// CIFAR-10 train: 10000 records from data_batch_1.bin (batches 2-5 not present)
-	// CIFAR-10 test: 10000 records from test_batch.bin
-	// 39 batches per epoch on each of 2 ranks
-	// 393216 floats, 128 labels, 128 images
+	// CIFAR-10 train: 16 records from data_batch_1.bin (batches 2-5 not present)
+	// CIFAR-10 test: 8 records from test_batch.bin
+	// first image: frog
+	// 4 batches per epoch on each of 2 ranks
+	// 6144 floats, 2 labels, 2 images
 }
 
 // A rank's epoch as a list of draws (image index, crop corner, flip), without preparing

@@ -92,40 +92,6 @@ func LoadPTB(dir string) (*PTB, error) {
 	return p, nil
 }
 
-// FindPTB returns a directory holding ptb.train.txt: explicit (a -data flag) if given, else
-// the first of $SPARGO_DATA/ptb, $SPARGO_DATA, ../shared/data/ptb and shared/data/ptb in
-// the working directory and up to three of its parents. The error lists every place
-// looked at. (There is no download: the corpus is Mikolov's simple-examples.tgz, data/.)
-func FindPTB(explicit string) (string, error) {
-	has := func(dir string) bool {
-		fi, err := os.Stat(filepath.Join(dir, PTBFiles[0]))
-		return err == nil && fi.Mode().IsRegular()
-	}
-	if explicit != "" {
-		if !has(explicit) {
-			return "", fmt.Errorf("datasets: -data %s: no %s there (want the PTB directory with %s)", explicit, PTBFiles[0], strings.Join(PTBFiles[:], ", "))
-		}
-		return explicit, nil
-	}
-	var dirs []string
-	if env := os.Getenv(DataEnv); env != "" {
-		dirs = append(dirs, filepath.Join(env, "ptb"), env)
-	}
-	shared := filepath.Join("shared", "data", "ptb")
-	dirs = append(dirs, filepath.Join("..", shared))
-	up := "."
-	for range parentLevels + 1 {
-		dirs = append(dirs, filepath.Join(up, shared))
-		up = filepath.Join(up, "..")
-	}
-	for _, d := range dirs {
-		if has(d) {
-			return d, nil
-		}
-	}
-	return "", fmt.Errorf("datasets: PTB not found (looked for %s in: %s); pass -data DIR or set $%s", PTBFiles[0], strings.Join(dirs, "; "), DataEnv)
-}
-
 // BuildPTBVocab returns the vocabulary of a token stream: its distinct words sorted by
 // decreasing count, ties by the word, as the seeds' _build_vocab.
 func BuildPTBVocab(words []string) *PTBVocab {

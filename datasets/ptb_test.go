@@ -96,13 +96,9 @@ func TestBatchifyWindowsShards(t *testing.T) {
 	}
 }
 
-// The project's copy of PTB: the counts of ../shared/data/README.md and the seeds' ids.
-func TestPTBShared(t *testing.T) {
-	dir, err := FindPTB("")
-	if err != nil {
-		t.Skip(err)
-	}
-	p, err := LoadPTB(dir)
+// The full corpus (Mikolov's split): the counts of its published files and the seeds' ids.
+func TestRealPTB(t *testing.T) {
+	p, err := LoadPTB(realData(t, PTBSet))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,5 +111,27 @@ func TestPTBShared(t *testing.T) {
 	}
 	if want := []int32{9970, 9971, 9972, 9974, 9975, 9976, 9980, 9981, 9982, 9983}; !slices.Equal(p.Train[:10], want) {
 		t.Fatalf("first train ids %v, want %v", p.Train[:10], want)
+	}
+}
+
+// The fixture: PTB's first 40 training lines and three valid and test lines that use
+// only their words. The expected values come from the seeds' reading, done in Python:
+// words+<eos> per line, vocabulary by (-count, word).
+func TestPTBFixture(t *testing.T) {
+	p, err := LoadPTB(ptbFixture)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Vocab.Size() != 386 || len(p.Train) != 890 || len(p.Valid) != 16 || len(p.Test) != 16 {
+		t.Fatal(p.Summary())
+	}
+	if got := strings.Join(p.Vocab.Words[:6], " "); got != "<unk> the <eos> of a N" {
+		t.Errorf("first words %q", got)
+	}
+	if want := []int32{107, 125, 128, 138, 143, 148, 203, 206, 209, 219}; !slices.Equal(p.Train[:10], want) {
+		t.Errorf("first train ids %v, want %v", p.Train[:10], want)
+	}
+	if want := []int32{354, 29, 4, 0, 2, 344, 0, 0, 1, 0, 2, 10, 15, 260, 64, 2}; !slices.Equal(p.Valid, want) {
+		t.Errorf("valid ids %v, want %v", p.Valid, want)
 	}
 }
