@@ -19,7 +19,7 @@ var mayLinkGorgonia = []string{module + "/nn/gorgonia", module + "/examples/gorg
 
 // mustBeChecked are packages the architecture names: if one of them disappears from
 // `go list ./...` the test fails rather than passing vacuously.
-var mustBeChecked = []string{"nn", "ddp", "hooks", "comm", "dist", "models", "optim", "datasets", "examples/vgg", "cmd/spargo"}
+var mustBeChecked = []string{"nn", "ddp", "hooks", "comm", "cluster", "models", "train", "spec", "optim", "datasets", "examples/vgg", "cmd/spargo"}
 
 // The core never links gorgonia: `go list -deps` of every package of the module except this
 // bridge and its example has no gorgonia.org/ package, and no other package's tests import

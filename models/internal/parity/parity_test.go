@@ -26,7 +26,7 @@ import (
 )
 
 func TestTorchParityGoldens(t *testing.T) {
-	files, err := filepath.Glob("../../testdata/parity/*.json")
+	files, err := filepath.Glob("../../../testdata/parity/*.json")
 	if err != nil || len(files) < 3 {
 		t.Fatalf("goldens: %v %v", files, err)
 	}
@@ -58,7 +58,7 @@ func TestTorchParityGoldens(t *testing.T) {
 // Check fails when spargo and the golden disagree: a perturbed gradient sample, and a
 // changed weight (the golden's case no longer matches the model's initialisation).
 func TestCheckDetectsMismatch(t *testing.T) {
-	g, err := LoadGolden("../../testdata/parity/resnet20.json")
+	g, err := LoadGolden("../../../testdata/parity/resnet20.json")
 	if err != nil {
 		t.Fatal(err)
 	}
