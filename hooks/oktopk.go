@@ -131,6 +131,9 @@ type OkTopk struct {
 	Constants OkTopkConstants
 	// Balance is BalanceAuto, BalanceAlways or BalanceNever.
 	Balance string
+	// Partition is PartitionUnion (also when empty) or PartitionReference: how the region
+	// boundaries are agreed and when (step 2).
+	Partition string
 	// Guard re-evaluates a reused threshold exactly, within the call, when the count it
 	// selected falls outside its feedback band (and the threshold can fix it: too many, or too
 	// few while it is above 0). The local guard is one exact selection on this rank; the global
@@ -172,6 +175,8 @@ type oktopkInfo struct {
 	reevaluated             bool    // by the τ' schedule (or missing state)
 	localGuard, globalGuard bool    // re-evaluated because the count left its band
 	repartitioned, balanced bool
+	triggered               bool // repartitioned off the τ schedule, because the previous call asked for it
+	imbalanced              bool // some rank received more than its share (overShare) in this call
 }
 
 // Memory variable names of Ok-Topk (per bucket).
@@ -180,7 +185,16 @@ const (
 	varGlobalTh = "global_th"
 	varBoundsP  = "bounds.P"
 	varBound    = "bound." // bound.1 … bound.P-1
+	// varRepartition is 1 when the next call repartitions (partition=union's trigger).
+	varRepartition = "repartition"
 )
+
+func boolVar(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
 
 // NewOkTopk returns an Ok-Topk hook; see the type's fields for the options.
 func NewOkTopk(density float64, tau int, c OkTopkConstants, balance string, guard bool, denseWarmup int) (*OkTopk, error) {
@@ -203,6 +217,11 @@ func (h *OkTopk) checkAll() error {
 	case BalanceAuto, BalanceAlways, BalanceNever:
 	default:
 		return fmt.Errorf("hooks: oktopk: option balance=%q, want one of auto|always|never", h.Balance)
+	}
+	switch h.Partition {
+	case "", PartitionUnion, PartitionReference:
+	default:
+		return fmt.Errorf("hooks: oktopk: option partition=%q, want one of union|reference", h.Partition)
 	}
 	return h.Constants.check()
 }
@@ -314,8 +333,16 @@ func (h *OkTopk) step(ctx context.Context, g comm.Group, tag uint32, flat []floa
 	if err != nil {
 		return err
 	}
-	if i%int64(h.Tau) == 0 || bounds == nil {
-		if bounds, err = agreeBoundaries(ctx, g, tag+okTagBounds, sel.Idx, n); err != nil {
+	union := h.Partition != PartitionReference
+	repartitionNext := false // union: this call found the regions out of balance
+	if i%int64(h.Tau) == 0 || bounds == nil || union && st.Var(varRepartition, 0) != 0 {
+		info.triggered = bounds != nil && i%int64(h.Tau) != 0
+		if union {
+			bounds, repartitionNext, err = agreeUnionBoundaries(ctx, g, tag+okTagBounds, sel.Idx, n, k, bounds)
+		} else {
+			bounds, err = agreeBoundaries(ctx, g, tag+okTagBounds, sel.Idx, n)
+		}
+		if err != nil {
 			return fmt.Errorf("region repartition: %w", err)
 		}
 		setBounds(st, bounds)
@@ -354,7 +381,9 @@ func (h *OkTopk) step(ctx context.Context, g comm.Group, tag uint32, flat []floa
 		appendShifted(&ws.mine, ws.reduced, ws.pos, int32(lo))
 		work(WorkScan, ws.reduced.Len())
 		work(WorkAppend, len(ws.pos))
-		return exchangeCounts(ctx, g, tag+okTagCounts, ws.mine.Len(), bounds)
+		counts, imbalanced, err := exchangeCounts(ctx, g, tag+okTagCounts, ws.mine.Len(), union && overShare(int64(info.received), k, p), bounds)
+		info.imbalanced = imbalanced
+		return counts, err
 	}
 	if reevalGlobal {
 		if err := exactGlobal(); err != nil {
@@ -378,6 +407,9 @@ func (h *OkTopk) step(ctx context.Context, g comm.Group, tag uint32, flat []floa
 	info.globalTh = float32(globalTh)
 	info.reevaluated = info.reevaluated || reevalGlobal
 	info.counts, info.global = counts, sumInts(counts)
+	if union {
+		st.SetVar(varRepartition, boolVar(repartitionNext || info.imbalanced))
+	}
 
 	// 5. Balance and all-gather-v.
 	final, balanced, err := balanceAndAllGather(ctx, g, tag+okTagGather, ws.mine, counts, bounds, h.Balance, ws)
@@ -499,6 +531,7 @@ func init() {
 			{Name: "tau", Default: "64", Help: "τ: recompute the region boundaries every tau sparse calls"},
 			{Name: "tau_prime", Default: "preset", Help: "τ': exact threshold re-evaluation every tau_prime calls (preset: 32 vgg/lstm, 128 bert)"},
 			{Name: "preset", Default: "vgg", Help: "vgg|lstm|bert: the reference's τ' and threshold feedback bands and factors"},
+			{Name: "partition", Default: PartitionUnion, Help: "union: regions cut at the quantiles of all ranks' selections together, every tau calls and after a call whose split exceeded 1.5× its balanced share | reference: every tau calls, the average of the ranks' own quantiles"},
 			{Name: "balance", Default: "auto", Help: "auto (when max count > 4× average)|always|never: data balancing before the all-gather-v"},
 			{Name: "guard", Default: "true", Help: "true|false: re-evaluate a reused threshold exactly within the call when its count leaves guard_band (false: the reference's schedule)"},
 			{Name: "guard_band", Default: "0.25", Help: "the guard fires when a count leaves [(1-b)·k, (1+b)·k] or the preset's feedback band, whichever is narrower; 0: the feedback band"},
@@ -541,11 +574,15 @@ func init() {
 			if !(band >= 0 && band < 1) {
 				return nil, fmt.Errorf("hooks: oktopk: option guard_band=%v, want a number in [0, 1)", band)
 			}
+			partition, err := o.Enum("partition", PartitionUnion, PartitionReference)
+			if err != nil {
+				return nil, err
+			}
 			h, err := NewOkTopk(density, tau, c, balance, guard == "true", warm)
 			if err != nil {
 				return nil, err
 			}
-			h.GuardBand = band
+			h.GuardBand, h.Partition = band, partition
 			return h, nil
 		},
 	})
