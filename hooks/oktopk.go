@@ -91,9 +91,20 @@ func (c OkTopkConstants) check() error {
 //
 //  1. acc = g + ξ. Local selection L = {j : |acc_j| >= local_th}; on calls i ≡ 0 (mod τ')
 //     local_th is first set to the exact k-th largest |acc| (kernels.KthLargestAbs).
-//  2. On calls i ≡ 0 (mod τ) the P-1 region boundaries are recomputed: every rank proposes the
-//     positions L[j·|L|/P] (the equal split j·n/P when |L| < P), an all-reduce sums them
-//     exactly and every rank divides by P. Region r is [b_r, b_{r+1}), possibly empty.
+//  2. Region r is [b_r, b_{r+1}), possibly empty. partition=union (the default): on calls
+//     i ≡ 0 (mod τ), on the first, and on calls the trigger asks for, every rank all-gathers a
+//     sketch of L (|L| and 4P+1 evenly spaced order statistics, 4P+2 words) and every rank
+//     cuts the regions where the union of all ranks' selections, estimated from the sketches,
+//     reaches j/P of its total: the regions balance what the owners will receive, however
+//     the ranks' selections are spread (the reference's proposals balance each rank's own
+//     selection, which is the union's only when the ranks' selections are spread alike). The
+//     trigger: a call in which some rank receives more than 1.5·k(P-1)/P entries in step 3
+//     (a flag in the top bit of its count word, step 4: no extra message), or whose
+//     repartition finds the boundaries it replaces would have done so, makes the next
+//     okTopkSettleCalls (16) calls repartition; the first call makes the second one check.
+//     partition=reference: on calls i ≡ 0 (mod τ) only, every rank proposes the positions
+//     L[j·|L|/P] (the equal split j·n/P when |L| < P), an all-reduce sums them exactly and
+//     every rank divides by P.
 //  3. Split and reduce: the sizes are exchanged (one all-to-all round, P-1 words), then region
 //     j of L goes to rank j with destination rotation (step s sends to r+s and receives from
 //     r-s) in buckets of okTopkInFlight peers, each bucket one round, the previous bucket's
@@ -117,12 +128,31 @@ func (c OkTopkConstants) check() error {
 // exactly within the call (see Guard), so the counts stay within the bands and the feedback of
 // step 7 has nothing left to correct; guard=false is the reference's schedule.
 //
-// Thresholds, boundaries and the call counter are kept per bucket in the Memory and saved with
-// checkpoints. Cost per rank on a call with k-entry selections and balanced regions: at most
-// 6k(P-1)/P words plus 2(P-1) words of counts; 1 + ceil((P-1)/4) + 2·ceil(log2 P) + 1 rounds.
-// Repartition calls add one exact integer all-reduce of P-1 boundaries, re-evaluation calls
-// (scheduled or by the global guard) four of 256 bins: recursive doubling, sizes independent
-// of k.
+// Thresholds, boundaries, the trigger and the call counter are kept per bucket in the Memory
+// and saved with checkpoints.
+//
+// Cost per rank: P-1 words of sizes and P-1 of counts, 2 words per entry received in step 3,
+// and at most 2T words in step 5 (T the global count: balancing and the all-gather together
+// deliver each entry a rank does not hold once); 1 + ceil((P-1)/4) + 2·ceil(log2 P) + 1
+// rounds. The bound, and its conditions: with k-entry selections (every rank selects k
+// locally and T = k; with more, k is the largest count) a call receives at most 6k(P-1)/P
+// words plus the 2(P-1) words of counts whenever no rank receives more than k(2P-3)/P
+// entries in step 3 — among them every call below the trigger's 1.5·k(P-1)/P, for P >= 3.
+// A call that repartitions from its own selections stays below it unless the sketches'
+// estimate errs by a quarter of the share (each rank's count below a position is known to
+// within |L|/4P, and all of them would have to err the same way at the same boundary);
+// measured on selections whose hot region moves every call, or whose ranks' selections lie in
+// disjoint slices of one moving region, the worst of 128 calls at P = 5…16 received 0.86 of
+// the bound (TestOkTopkSkewBound). A call that reuses boundaries after the selections moved
+// can exceed it, by up to the stale case's (P-1)·k entries in step 3; the trigger then
+// repartitions the next call, so such a call is not repeated until the selections have been
+// still for okTopkSettleCalls calls and move again. With partition=reference the bound holds
+// only while the ranks' selections are spread alike and change slowly (the paper's Sec.
+// 3.1.1 observation); on the moving data above single calls receive 5.6× it at P = 16.
+// On top of the bound, independent of k: union repartition calls add the all-gather of the
+// sketches, (P-1)(4P+2) words in ceil(log2 P) rounds (Bruck), reference ones an exact integer
+// all-reduce of P-1 boundaries; re-evaluation calls (scheduled or by the global guard) four
+// of at most 256 bins: recursive doubling.
 type OkTopk struct {
 	sparseHook
 	// Tau is τ, the period (in sparse calls) of the region repartition.
@@ -185,16 +215,9 @@ const (
 	varGlobalTh = "global_th"
 	varBoundsP  = "bounds.P"
 	varBound    = "bound." // bound.1 … bound.P-1
-	// varRepartition is 1 when the next call repartitions (partition=union's trigger).
+	// varRepartition is how many of the next calls repartition (partition=union's trigger).
 	varRepartition = "repartition"
 )
-
-func boolVar(b bool) float64 {
-	if b {
-		return 1
-	}
-	return 0
-}
 
 // NewOkTopk returns an Ok-Topk hook; see the type's fields for the options.
 func NewOkTopk(density float64, tau int, c OkTopkConstants, balance string, guard bool, denseWarmup int) (*OkTopk, error) {
@@ -334,11 +357,12 @@ func (h *OkTopk) step(ctx context.Context, g comm.Group, tag uint32, flat []floa
 		return err
 	}
 	union := h.Partition != PartitionReference
-	repartitionNext := false // union: this call found the regions out of balance
-	if i%int64(h.Tau) == 0 || bounds == nil || union && st.Var(varRepartition, 0) != 0 {
+	settle := st.Var(varRepartition, 0) // union: how many more calls repartition (the trigger)
+	if i%int64(h.Tau) == 0 || bounds == nil || union && settle > 0 {
 		info.triggered = bounds != nil && i%int64(h.Tau) != 0
+		old, stale := bounds, false
 		if union {
-			bounds, repartitionNext, err = agreeUnionBoundaries(ctx, g, tag+okTagBounds, sel.Idx, n, k, bounds)
+			bounds, stale, err = agreeUnionBoundaries(ctx, g, tag+okTagBounds, sel.Idx, n, k, old)
 		} else {
 			bounds, err = agreeBoundaries(ctx, g, tag+okTagBounds, sel.Idx, n)
 		}
@@ -347,6 +371,14 @@ func (h *OkTopk) step(ctx context.Context, g comm.Group, tag uint32, flat []floa
 		}
 		setBounds(st, bounds)
 		info.repartitioned = true
+		switch {
+		case stale: // the selections moved since the last repartition: follow them
+			settle = okTopkSettleCalls
+		case old == nil: // check the new boundaries against the next call's selections
+			settle = max(settle, 1)
+		case settle > 0:
+			settle--
+		}
 	}
 	info.bounds = bounds
 
@@ -407,8 +439,11 @@ func (h *OkTopk) step(ctx context.Context, g comm.Group, tag uint32, flat []floa
 	info.globalTh = float32(globalTh)
 	info.reevaluated = info.reevaluated || reevalGlobal
 	info.counts, info.global = counts, sumInts(counts)
+	if info.imbalanced {
+		settle = okTopkSettleCalls
+	}
 	if union {
-		st.SetVar(varRepartition, boolVar(repartitionNext || info.imbalanced))
+		st.SetVar(varRepartition, settle)
 	}
 
 	// 5. Balance and all-gather-v.

@@ -139,13 +139,18 @@ func overShare(received int64, k, p int) bool {
 	return float64(received) > okTopkRepartitionFactor*float64(k)*float64(p-1)/float64(p)
 }
 
+// okTopkSettleCalls: once a call finds the regions out of balance, the next okTopkSettleCalls
+// calls repartition, each checking the boundaries it replaces against its own selections, and
+// the count restarts whenever one finds them out of balance again. A distribution that moves
+// every call is followed call by call even when a few of its moves happen to be small; a
+// stable one pays the sketches this many times per change and falls back to the τ schedule.
+const okTopkSettleCalls = 16
+
 // agreeUnionBoundaries all-gathers every rank's sketch of its selection sel (sorted positions
 // in [0, n)): 4P+2 words a rank, (P-1)(4P+2) words received, ceil(log2 P) rounds (Bruck).
 // Every rank computes the same boundaries from the same sketches (unionBoundaries). It also
 // reports whether the previous boundaries old (nil: none) were out of balance for these
-// selections — some rank would have received more than its share (overShare) — or missing:
-// then the next call repartitions again, so that a distribution that moves between calls is
-// followed call by call, and a stable one falls back to the τ schedule after one check.
+// selections: some rank would have received more than its share (overShare).
 func agreeUnionBoundaries(ctx context.Context, g comm.Group, tag uint32, sel []int32, n, k int, old []int) ([]int, bool, error) {
 	p := g.Size()
 	q := okTopkSketchPoints * p
@@ -176,8 +181,8 @@ func agreeUnionBoundaries(ctx context.Context, g comm.Group, tag uint32, sel []i
 		sketches[i] = sk
 	}
 	bounds := unionBoundaries(sketches, q, n)
-	stale := old == nil
-	if !stale {
+	stale := false
+	if old != nil {
 		for _, got := range sketchReceived(sketches, q, old) {
 			stale = stale || overShare(got, k, p)
 		}
