@@ -59,7 +59,7 @@
 //     default, an exact re-evaluation within the call when a reused threshold's count leaves
 //     its band or ±25 % of k, whichever is narrower (guard, guard_band); region boundaries cut
 //     where the union of all ranks' selections (estimated from all-gathered sketches of
-//     4P+2 words a rank) reaches j/P of its total, every τ = 64 calls and on the 16 calls
+//     4P+2 words a rank, fewer at large P) reaches j/P of its total, every τ = 64 calls and on the 16 calls
 //     after one whose split gave a rank more than 1.5× its share (partition=union;
 //     partition=reference: the average of the ranks' own quantiles every τ calls); a split
 //     and reduce with destination rotation and 4 peers in flight; data balancing before the

@@ -93,7 +93,8 @@ func (c OkTopkConstants) check() error {
 //     local_th is first set to the exact k-th largest |acc| (kernels.KthLargestAbs).
 //  2. Region r is [b_r, b_{r+1}), possibly empty. partition=union (the default): on calls
 //     i ≡ 0 (mod τ), on the first, and on calls the trigger asks for, every rank all-gathers a
-//     sketch of L (|L| and 4P+1 evenly spaced order statistics, 4P+2 words) and every rank
+//     sketch of L (|L| and q+1 evenly spaced order statistics, q = 4P, or 6k/P-2 when that
+//     is less, so that the sketches never cost more than the bound below) and every rank
 //     cuts the regions where the union of all ranks' selections, estimated from the sketches,
 //     reaches j/P of its total: the regions balance what the owners will receive, however
 //     the ranks' selections are spread (the reference's proposals balance each rank's own
@@ -149,8 +150,9 @@ func (c OkTopkConstants) check() error {
 // still for okTopkSettleCalls calls and move again. With partition=reference the bound holds
 // only while the ranks' selections are spread alike and change slowly (the paper's Sec.
 // 3.1.1 observation); on the moving data above single calls receive 5.6× it at P = 16.
-// On top of the bound, independent of k: union repartition calls add the all-gather of the
-// sketches, (P-1)(4P+2) words in ceil(log2 P) rounds (Bruck), reference ones an exact integer
+// On top of the bound: union repartition calls add the all-gather of the sketches,
+// (P-1)(q+2) words in ceil(log2 P) rounds (Bruck; 990 words at P = 16, never more than the
+// bound: with hundreds of ranks prefer partition=reference there), reference ones an exact integer
 // all-reduce of P-1 boundaries; re-evaluation calls (scheduled or by the global guard) four
 // of at most 256 bins: recursive doubling.
 type OkTopk struct {

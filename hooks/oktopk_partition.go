@@ -35,6 +35,14 @@ const (
 // boundary (interpolation inside the intervals makes it far smaller on real data).
 const okTopkSketchPoints = 4
 
+// sketchIntervals is q for p ranks and k-entry selections: 4P, but never so many that the
+// all-gather of the sketches, (P-1)(q+2) words, exceeds the bound 6k(P-1)/P itself (q <=
+// 6k/P - 2, at least 4): per-rank sketches cost O(P²) words, which only at hundreds of ranks
+// approaches k.
+func sketchIntervals(p, k int) int {
+	return max(4, min(okTopkSketchPoints*p, 6*k/p-2))
+}
+
 // okTopkRepartitionFactor: a call in which some rank receives more than this factor times the
 // balanced share k(P-1)/P of the split and reduce repartitions at the next call. At 1.5 a
 // call within the trigger keeps 2·1.5k(P-1)/P + 2k·(1+guard band) words under 6k(P-1)/P from
@@ -147,13 +155,14 @@ func overShare(received int64, k, p int) bool {
 const okTopkSettleCalls = 16
 
 // agreeUnionBoundaries all-gathers every rank's sketch of its selection sel (sorted positions
-// in [0, n)): 4P+2 words a rank, (P-1)(4P+2) words received, ceil(log2 P) rounds (Bruck).
+// in [0, n)): q+2 words a rank (q = sketchIntervals(P, k), 4P unless k is small against P²),
+// (P-1)(q+2) words received, ceil(log2 P) rounds (Bruck).
 // Every rank computes the same boundaries from the same sketches (unionBoundaries). It also
 // reports whether the previous boundaries old (nil: none) were out of balance for these
 // selections: some rank would have received more than its share (overShare).
 func agreeUnionBoundaries(ctx context.Context, g comm.Group, tag uint32, sel []int32, n, k int, old []int) ([]int, bool, error) {
 	p := g.Size()
-	q := okTopkSketchPoints * p
+	q := sketchIntervals(p, k)
 	words := q + 2
 	mine := make([]uint32, words)
 	sketchSelection(mine, sel, q)

@@ -129,10 +129,10 @@ func wordsOf(t *testing.T, p int, f func(ctx context.Context, g comm.Group) erro
 }
 
 // okFixedWords are the words each rank receives in the k-independent messages of an Ok-Topk
-// call on p ranks: the four 256-bin histograms of the exact global threshold, the sketches of
+// call on p ranks with k-entry selections (k sets the sketch's size only when it is small): the four 256-bin histograms of the exact global threshold, the sketches of
 // a union repartition, the reference's boundary all-reduce. Recursive doubling on P not a
 // power of two gives some ranks more than others, so they are counted rank by rank.
-func okFixedWords(t *testing.T, p int) (radix, sketch, proposals []int64) {
+func okFixedWords(t *testing.T, p, k int) (radix, sketch, proposals []int64) {
 	t.Helper()
 	radix = wordsOf(t, p, func(ctx context.Context, g comm.Group) error {
 		for _, width := range radixDigits {
@@ -143,7 +143,7 @@ func okFixedWords(t *testing.T, p int) (radix, sketch, proposals []int64) {
 		return nil
 	})
 	sketch = wordsOf(t, p, func(ctx context.Context, g comm.Group) error {
-		_, _, err := agreeUnionBoundaries(ctx, g, 3, []int32{1, 2, 3}, 100, 1, nil)
+		_, _, err := agreeUnionBoundaries(ctx, g, 3, []int32{1, 2, 3}, 100, k, nil)
 		return err
 	})
 	proposals = wordsOf(t, p, func(ctx context.Context, g comm.Group) error {
@@ -239,6 +239,13 @@ func TestOkTopkUnionBoundaries(t *testing.T) {
 			}
 		}
 	}
+	// The sketch's size: 4P intervals, fewer only when the all-gather would cost more than
+	// the bound 6k(P-1)/P.
+	for _, c := range [][3]int{{16, 10000, 64}, {16, 327, 64}, {5, 102, 20}, {1024, 147000, 859}, {64, 10, 4}} {
+		if q := sketchIntervals(c[0], c[1]); q != c[2] || c[0] > 1 && q > 4 && (c[0]-1)*(q+2) > 6*c[1]*(c[0]-1)/c[0] {
+			t.Errorf("P=%d k=%d: %d sketch intervals, want %d", c[0], c[1], q, c[2])
+		}
+	}
 	// A damaged sketch is refused.
 	for _, sk := range [][]uint32{{5, 1, 9, 2}, {5, 1, 2, 200}, {500, 1, 2, 3}} {
 		if err := checkSketch(sk, 2, 100); err == nil {
@@ -273,7 +280,7 @@ type skewRun struct {
 func runSkew(t *testing.T, p, n, calls int, density float64, spec string, gen skewGen) skewRun {
 	t.Helper()
 	k := int(float64(n) * density)
-	radix, sketch, proposals := okFixedWords(t, p)
+	radix, sketch, proposals := okFixedWords(t, p, k)
 	w := newWorld(t, p, spec)
 	union := w.hooks[0].(*OkTopk).Partition != PartitionReference
 	var run skewRun
@@ -362,7 +369,7 @@ func TestOkTopkRepartitionTrigger(t *testing.T) {
 	const p, density, jump = 8, 0.01, 10
 	n := 2048 * p
 	k := int(float64(n) * density)
-	radix, sketch, _ := okFixedWords(t, p)
+	radix, sketch, _ := okFixedWords(t, p, k)
 	w := newWorld(t, p, okSpec(density, "tau=64,tau_prime=1"))
 	last := jump + 1 + okTopkSettleCalls
 	for call := range last + 3 {
