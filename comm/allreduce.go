@@ -48,9 +48,13 @@ type Element interface {
 // everywhere, and then copied). Every rank must pass the same len(buf), tag and alg.
 //
 // Costs per rank for n elements (words = 4 bytes received; P' = 2^floor(log2 P), rem = P-P'):
-//   - Ring: 2(P-1) rounds, 2n(P-1)/P words (exact when P | n; blocks differ by at most one
-//     element otherwise).
-//   - Rabenseifner, power-of-two P: 2·log2 P rounds, 2n(P-1)/P words (exact when P | n).
+//   - Ring: 2(P-1) rounds, 2n(P-1)/P words when P | n. Otherwise the blocks differ: the
+//     first n mod P hold ceil(n/P) elements, the rest floor(n/P), and rank r receives every
+//     block but block r in the reduce-scatter and every block but block r+1 in the
+//     all-gather, 2n - |block r| - |block r+1| words: at most 2(n - floor(n/P)), which ranks
+//     reach when n mod P <= P-2 (e.g. n = 10, P = 4: 16 words, not 15).
+//   - Rabenseifner, power-of-two P: 2·log2 P rounds, 2n(P-1)/P words when P | n; otherwise,
+//     from the same unequal blocks, at most 2(n - floor(n/P)).
 //     Other P fold first (MPICH): ranks r < 2·rem pair up, the even one sends its vector to the
 //     odd one, which adds; the P' survivors run the power-of-two algorithm; the odd ones send
 //     the result back. Even r < 2·rem: 2 rounds, n words. Odd r < 2·rem: 2·log2 P' + 2 rounds,

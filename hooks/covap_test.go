@@ -158,7 +158,8 @@ func sum(v []int) int {
 }
 
 // The coefficient scheduler c(s) = min(init + floor(s/ascend_steps)·ascend_range, 1), with the
-// paper's defaults (0.5, 50, 0.1) and the reference's for I > 8 (0.2, 100, 0.1).
+// defaults of the authors' code (0.5, 50, 0.1; the paper gives none) and that code's for I > 8
+// (0.2, 100, 0.1).
 func TestCovapCoefficient(t *testing.T) {
 	short, err := Parse("covap:interval=4")
 	if err != nil {

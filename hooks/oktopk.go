@@ -91,9 +91,21 @@ func (c OkTopkConstants) check() error {
 //
 //  1. acc = g + ξ. Local selection L = {j : |acc_j| >= local_th}; on calls i ≡ 0 (mod τ')
 //     local_th is first set to the exact k-th largest |acc| (kernels.KthLargestAbs).
-//  2. On calls i ≡ 0 (mod τ) the P-1 region boundaries are recomputed: every rank proposes the
-//     positions L[j·|L|/P] (the equal split j·n/P when |L| < P), an all-reduce sums them
-//     exactly and every rank divides by P. Region r is [b_r, b_{r+1}), possibly empty.
+//  2. Region r is [b_r, b_{r+1}), possibly empty. partition=union (the default): on calls
+//     i ≡ 0 (mod τ), on the first, and on calls the trigger asks for, every rank all-gathers a
+//     sketch of L (|L| and q+1 evenly spaced order statistics, q = 4P, or 6k/P-2 when that
+//     is less, so that the sketches never cost more than the bound below) and every rank
+//     cuts the regions where the union of all ranks' selections, estimated from the sketches,
+//     reaches j/P of its total: the regions balance what the owners will receive, however
+//     the ranks' selections are spread (the reference's proposals balance each rank's own
+//     selection, which is the union's only when the ranks' selections are spread alike). The
+//     trigger: a call in which some rank receives more than 1.5·k(P-1)/P entries in step 3
+//     (a flag in the top bit of its count word, step 4: no extra message), or whose
+//     repartition finds the boundaries it replaces would have done so, makes the next
+//     okTopkSettleCalls (16) calls repartition; the first call makes the second one check.
+//     partition=reference: on calls i ≡ 0 (mod τ) only, every rank proposes the positions
+//     L[j·|L|/P] (the equal split j·n/P when |L| < P), an all-reduce sums them exactly and
+//     every rank divides by P.
 //  3. Split and reduce: the sizes are exchanged (one all-to-all round, P-1 words), then region
 //     j of L goes to rank j with destination rotation (step s sends to r+s and receives from
 //     r-s) in buckets of okTopkInFlight peers, each bucket one round, the previous bucket's
@@ -117,12 +129,32 @@ func (c OkTopkConstants) check() error {
 // exactly within the call (see Guard), so the counts stay within the bands and the feedback of
 // step 7 has nothing left to correct; guard=false is the reference's schedule.
 //
-// Thresholds, boundaries and the call counter are kept per bucket in the Memory and saved with
-// checkpoints. Cost per rank on a call with k-entry selections and balanced regions: at most
-// 6k(P-1)/P words plus 2(P-1) words of counts; 1 + ceil((P-1)/4) + 2·ceil(log2 P) + 1 rounds.
-// Repartition calls add one exact integer all-reduce of P-1 boundaries, re-evaluation calls
-// (scheduled or by the global guard) four of 256 bins: recursive doubling, sizes independent
-// of k.
+// Thresholds, boundaries, the trigger and the call counter are kept per bucket in the Memory
+// and saved with checkpoints.
+//
+// Cost per rank: P-1 words of sizes and P-1 of counts, 2 words per entry received in step 3,
+// and at most 2T words in step 5 (T the global count: balancing and the all-gather together
+// deliver each entry a rank does not hold once); 1 + ceil((P-1)/4) + 2·ceil(log2 P) + 1
+// rounds. The bound, and its conditions: with k-entry selections (every rank selects k
+// locally and T = k; with more, k is the largest count) a call receives at most 6k(P-1)/P
+// words plus the 2(P-1) words of counts whenever no rank receives more than k(2P-3)/P
+// entries in step 3 — among them every call below the trigger's 1.5·k(P-1)/P, for P >= 3.
+// A call that repartitions from its own selections stays below it unless the sketches'
+// estimate errs by a quarter of the share (each rank's count below a position is known to
+// within |L|/4P, and all of them would have to err the same way at the same boundary);
+// measured on selections whose hot region moves every call, or whose ranks' selections lie in
+// disjoint slices of one moving region, the worst of 128 calls at P = 5…16 received 0.86 of
+// the bound (TestOkTopkSkewBound). A call that reuses boundaries after the selections moved
+// can exceed it, by up to the stale case's (P-1)·k entries in step 3; the trigger then
+// repartitions the next call, so such a call is not repeated until the selections have been
+// still for okTopkSettleCalls calls and move again. With partition=reference the bound holds
+// only while the ranks' selections are spread alike and change slowly (the paper's Sec.
+// 3.1.1 observation); on the moving data above single calls receive 5.6× it at P = 16.
+// On top of the bound: union repartition calls add the all-gather of the sketches,
+// (P-1)(q+2) words in ceil(log2 P) rounds (Bruck; 990 words at P = 16, never more than the
+// bound: with hundreds of ranks prefer partition=reference there), reference ones an exact integer
+// all-reduce of P-1 boundaries; re-evaluation calls (scheduled or by the global guard) four
+// of at most 256 bins: recursive doubling.
 type OkTopk struct {
 	sparseHook
 	// Tau is τ, the period (in sparse calls) of the region repartition.
@@ -131,6 +163,9 @@ type OkTopk struct {
 	Constants OkTopkConstants
 	// Balance is BalanceAuto, BalanceAlways or BalanceNever.
 	Balance string
+	// Partition is PartitionUnion (also when empty) or PartitionReference: how the region
+	// boundaries are agreed and when (step 2).
+	Partition string
 	// Guard re-evaluates a reused threshold exactly, within the call, when the count it
 	// selected falls outside its feedback band (and the threshold can fix it: too many, or too
 	// few while it is above 0). The local guard is one exact selection on this rank; the global
@@ -172,6 +207,8 @@ type oktopkInfo struct {
 	reevaluated             bool    // by the τ' schedule (or missing state)
 	localGuard, globalGuard bool    // re-evaluated because the count left its band
 	repartitioned, balanced bool
+	triggered               bool // repartitioned off the τ schedule, because the previous call asked for it
+	imbalanced              bool // some rank received more than its share (overShare) in this call
 }
 
 // Memory variable names of Ok-Topk (per bucket).
@@ -180,6 +217,8 @@ const (
 	varGlobalTh = "global_th"
 	varBoundsP  = "bounds.P"
 	varBound    = "bound." // bound.1 … bound.P-1
+	// varRepartition is how many of the next calls repartition (partition=union's trigger).
+	varRepartition = "repartition"
 )
 
 // NewOkTopk returns an Ok-Topk hook; see the type's fields for the options.
@@ -203,6 +242,11 @@ func (h *OkTopk) checkAll() error {
 	case BalanceAuto, BalanceAlways, BalanceNever:
 	default:
 		return fmt.Errorf("hooks: oktopk: option balance=%q, want one of auto|always|never", h.Balance)
+	}
+	switch h.Partition {
+	case "", PartitionUnion, PartitionReference:
+	default:
+		return fmt.Errorf("hooks: oktopk: option partition=%q, want one of union|reference", h.Partition)
 	}
 	return h.Constants.check()
 }
@@ -314,12 +358,29 @@ func (h *OkTopk) step(ctx context.Context, g comm.Group, tag uint32, flat []floa
 	if err != nil {
 		return err
 	}
-	if i%int64(h.Tau) == 0 || bounds == nil {
-		if bounds, err = agreeBoundaries(ctx, g, tag+okTagBounds, sel.Idx, n); err != nil {
+	union := h.Partition != PartitionReference
+	settle := st.Var(varRepartition, 0) // union: how many more calls repartition (the trigger)
+	if i%int64(h.Tau) == 0 || bounds == nil || union && settle > 0 {
+		info.triggered = bounds != nil && i%int64(h.Tau) != 0
+		old, stale := bounds, false
+		if union {
+			bounds, stale, err = agreeUnionBoundaries(ctx, g, tag+okTagBounds, sel.Idx, n, k, old)
+		} else {
+			bounds, err = agreeBoundaries(ctx, g, tag+okTagBounds, sel.Idx, n)
+		}
+		if err != nil {
 			return fmt.Errorf("region repartition: %w", err)
 		}
 		setBounds(st, bounds)
 		info.repartitioned = true
+		switch {
+		case stale: // the selections moved since the last repartition: follow them
+			settle = okTopkSettleCalls
+		case old == nil: // check the new boundaries against the next call's selections
+			settle = max(settle, 1)
+		case settle > 0:
+			settle--
+		}
 	}
 	info.bounds = bounds
 
@@ -354,7 +415,9 @@ func (h *OkTopk) step(ctx context.Context, g comm.Group, tag uint32, flat []floa
 		appendShifted(&ws.mine, ws.reduced, ws.pos, int32(lo))
 		work(WorkScan, ws.reduced.Len())
 		work(WorkAppend, len(ws.pos))
-		return exchangeCounts(ctx, g, tag+okTagCounts, ws.mine.Len(), bounds)
+		counts, imbalanced, err := exchangeCounts(ctx, g, tag+okTagCounts, ws.mine.Len(), union && overShare(int64(info.received), k, p), bounds)
+		info.imbalanced = imbalanced
+		return counts, err
 	}
 	if reevalGlobal {
 		if err := exactGlobal(); err != nil {
@@ -378,6 +441,12 @@ func (h *OkTopk) step(ctx context.Context, g comm.Group, tag uint32, flat []floa
 	info.globalTh = float32(globalTh)
 	info.reevaluated = info.reevaluated || reevalGlobal
 	info.counts, info.global = counts, sumInts(counts)
+	if info.imbalanced {
+		settle = okTopkSettleCalls
+	}
+	if union {
+		st.SetVar(varRepartition, settle)
+	}
 
 	// 5. Balance and all-gather-v.
 	final, balanced, err := balanceAndAllGather(ctx, g, tag+okTagGather, ws.mine, counts, bounds, h.Balance, ws)
@@ -489,6 +558,7 @@ func init() {
 			{Name: "tau", Default: "64", Help: "τ: recompute the region boundaries every tau sparse calls"},
 			{Name: "tau_prime", Default: "preset", Help: "τ': exact threshold re-evaluation every tau_prime calls (preset: 32 vgg/lstm, 128 bert)"},
 			{Name: "preset", Default: "vgg", Help: "vgg|lstm|bert: the reference's τ' and threshold feedback bands and factors"},
+			{Name: "partition", Default: PartitionUnion, Help: "union: regions cut at the quantiles of all ranks' selections together, every tau calls and after a call whose split exceeded 1.5× its balanced share | reference: every tau calls, the average of the ranks' own quantiles"},
 			{Name: "balance", Default: "auto", Help: "auto (when max count > 4× average)|always|never: data balancing before the all-gather-v"},
 			{Name: "guard", Default: "true", Help: "true|false: re-evaluate a reused threshold exactly within the call when its count leaves guard_band (false: the reference's schedule)"},
 			{Name: "guard_band", Default: "0.25", Help: "the guard fires when a count leaves [(1-b)·k, (1+b)·k] or the preset's feedback band, whichever is narrower; 0: the feedback band"},
@@ -531,11 +601,15 @@ func init() {
 			if !(band >= 0 && band < 1) {
 				return nil, fmt.Errorf("hooks: oktopk: option guard_band=%v, want a number in [0, 1)", band)
 			}
+			partition, err := o.Enum("partition", PartitionUnion, PartitionReference)
+			if err != nil {
+				return nil, err
+			}
 			h, err := NewOkTopk(density, tau, c, balance, guard == "true", warm)
 			if err != nil {
 				return nil, err
 			}
-			h.GuardBand = band
+			h.GuardBand, h.Partition = band, partition
 			return h, nil
 		},
 	})

@@ -276,26 +276,39 @@ func radixCount(bins []int64, vals []float32, prefix uint32, top, shift, width u
 	}
 }
 
+// countImbalanced is the bit of a count word that carries its rank's imbalance flag: counts
+// are below 2^31 (a region's size), so the top bit is free and the flag costs no word.
+const countImbalanced = 1 << 31
+
 // exchangeCounts all-gathers every rank's number of globally selected entries (Bruck,
-// ceil(log2 P) rounds, P-1 words) and checks each against its region's size.
-func exchangeCounts(ctx context.Context, g comm.Group, tag uint32, mine int, bounds []int) ([]int, error) {
+// ceil(log2 P) rounds, P-1 words) and checks each against its region's size. Each word also
+// carries its rank's flag imbalanced (the split and reduce gave it more than its share); it
+// reports whether any rank raised it, the same answer on every rank.
+func exchangeCounts(ctx context.Context, g comm.Group, tag uint32, mine int, imbalanced bool, bounds []int) ([]int, bool, error) {
 	p := g.Size()
 	four := make([]int, p)
 	for i := range four {
 		four[i] = 4
 	}
-	cb, err := comm.AllGatherBytesSized(ctx, g, tag, binary.LittleEndian.AppendUint32(nil, uint32(mine)), four)
+	word := uint32(mine)
+	if imbalanced {
+		word |= countImbalanced
+	}
+	cb, err := comm.AllGatherBytesSized(ctx, g, tag, binary.LittleEndian.AppendUint32(nil, word), four)
 	if err != nil {
-		return nil, fmt.Errorf("global count exchange: %w", err)
+		return nil, false, fmt.Errorf("global count exchange: %w", err)
 	}
 	counts := make([]int, p)
+	anyFlag := false
 	for i, b := range cb {
-		counts[i] = int(binary.LittleEndian.Uint32(b))
+		w := binary.LittleEndian.Uint32(b)
+		anyFlag = anyFlag || w&countImbalanced != 0
+		counts[i] = int(w &^ countImbalanced)
 		if counts[i] > bounds[i+1]-bounds[i] {
-			return nil, fmt.Errorf("rank %d reports %d globally selected entries in a region of %d elements", i, counts[i], bounds[i+1]-bounds[i])
+			return nil, false, fmt.Errorf("rank %d reports %d globally selected entries in a region of %d elements", i, counts[i], bounds[i+1]-bounds[i])
 		}
 	}
-	return counts, nil
+	return counts, anyFlag, nil
 }
 
 // balanceAndAllGather is the second phase of Ok-Topk: mine is this rank's global selection

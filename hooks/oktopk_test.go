@@ -318,7 +318,9 @@ func (o *okReference) step(gs [][]float32) []float32 {
 // thresholds, boundaries), over eight calls that re-evaluate (tau_prime=3), repartition
 // (tau=2) and run the feedback in between (every fourth call switches distribution, so reused
 // thresholds miss and the feedback or the guard acts), for every P from 2 to 16, sizes that
-// leave empty regions (n < P), several densities, every balancing policy, guard on and off.
+// leave empty regions (n < P), several densities, every balancing policy, guard on and off;
+// partition=reference (the averaged proposals; the union partition and its trigger are
+// checked in oktopk_partition_test.go).
 func TestOkTopkMatchesReference(t *testing.T) {
 	c, _ := OkTopkPreset("vgg")
 	c.TauPrime = 3
@@ -332,7 +334,7 @@ func TestOkTopkMatchesReference(t *testing.T) {
 				if guard && p%3 == 0 {
 					band = 0.25
 				}
-				w := newWorld(t, p, okSpec(density, fmt.Sprintf("tau=2,tau_prime=3,balance=%s,guard=%v,guard_band=%g", balance, guard, band)))
+				w := newWorld(t, p, okSpec(density, fmt.Sprintf("tau=2,tau_prime=3,balance=%s,guard=%v,guard_band=%g,partition=reference", balance, guard, band)))
 				ref := newOKReference(p, n, density, 2, c, guard)
 				ref.band = band
 				for it := range 8 {
@@ -470,7 +472,7 @@ func TestOkTopkCostOracle(t *testing.T) {
 }
 
 // Why the balanced split exists: with the regions left equal (boundaries from a uniform
-// call, tau too long to repartition), "local mass in one region" sends every selection to
+// call, tau too long to repartition, and partition=reference, which has no trigger), "local mass in one region" sends every selection to
 // rank 0, which receives about 2k(P-1) words in the split and reduce (the paper's Sec. 3.1.1);
 // the same data with the boundaries recomputed (tau=1) gives each rank about 2k(P-1)/P.
 func TestOkTopkSplitWorstCase(t *testing.T) {
@@ -485,7 +487,7 @@ func TestOkTopkSplitWorstCase(t *testing.T) {
 			kernels.Scale(1e-6, setup[r])
 		}
 		received := func(tau int) (rank0, most int) {
-			w := newWorld(t, p, okSpec(density, fmt.Sprintf("tau=%d,tau_prime=1", tau)))
+			w := newWorld(t, p, okSpec(density, fmt.Sprintf("tau=%d,tau_prime=1,partition=reference", tau)))
 			w.call(t, 0, setup)
 			w.call(t, 0, localMassGrads(2, p, n, density))
 			for r := range p {
@@ -666,7 +668,7 @@ func TestOkTopkBalancePhaseCost(t *testing.T) {
 					}
 					ws := getOktopkScratch()
 					defer putOktopkScratch(ws)
-					counts, err := exchangeCounts(context.Background(), clocks[r], 1, mine.Len(), bounds)
+					counts, _, err := exchangeCounts(context.Background(), clocks[r], 1, mine.Len(), false, bounds)
 					if err != nil {
 						t.Error(err)
 						return
@@ -711,7 +713,7 @@ func TestOkTopkBalancePhaseCost(t *testing.T) {
 // The schedule: with dense_warmup=2, tau_prime=4 and tau=6, sparse call i re-evaluates exactly
 // when i%4 == 0 (then the local threshold is the exact k-th largest |g + ξ|, and the local count
 // is k), repartitions exactly when i%6 == 0 (one more all-reduce; the boundaries stay put in
-// between), and in between selects with the previous threshold moved by the feedback rule —
+// between: partition=reference, whose schedule has no trigger), and in between selects with the previous threshold moved by the feedback rule —
 // or, with guard=true, when that threshold's count leaves the band, with the exact one (local
 // and global guards both seen firing and not firing; the counts then never leave the band).
 func TestOkTopkSchedule(t *testing.T) {
@@ -723,7 +725,7 @@ func TestOkTopkSchedule(t *testing.T) {
 func testOkTopkSchedule(t *testing.T, guard bool) {
 	const p, n, density = 4, 4000, 0.02
 	k := int(n * density)
-	w := newWorld(t, p, okSpec(density, fmt.Sprintf("dense_warmup=2,tau_prime=4,tau=6,guard=%v,guard_band=0", guard)))
+	w := newWorld(t, p, okSpec(density, fmt.Sprintf("dense_warmup=2,tau_prime=4,tau=6,guard=%v,guard_band=0,partition=reference", guard)))
 	c, _ := OkTopkPreset("vgg")
 	stored := make([]float64, p)
 	var prevBounds []int

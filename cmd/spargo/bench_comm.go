@@ -97,7 +97,7 @@ func parseCount(s string) (int, error) {
 }
 
 const benchCommUsage = `usage: spargo bench comm [-hook SPEC]... [-workers P] [-n N | -model NAME | -grads DIR] [-iters K] [-warmup W]
-                        [-density D] [-seed S] [-transport local|tcp|launch] [-json]
+                        [-density D] [-seed S] [-gen NAME] [-transport local|tcp|launch] [-json]
 
 Runs each hook on P workers and prints the median wall time per call (one call is one
 iteration: every bucket of the hook's plan, one at a time, all workers at once) and the
@@ -147,6 +147,7 @@ func benchComm(args []string, stdout io.Writer, lookup func(string) (string, boo
 	warmup := fs.Int("warmup", 2, "untimed calls per hook before timing (with -grads: the first recorded iterations, replayed untimed)")
 	density := fs.Float64("density", 0.01, "density for hooks that take one and whose spec does not set it")
 	seed := fs.Uint64("seed", 0, "seed of the synthetic gradients")
+	gen := fs.String("gen", commGenerators[0], commGenHelp)
 	asJSON := fs.Bool("json", false, "print one JSON object per hook instead of a table")
 	transport := fs.String("transport", "local", "local: in-process channels; tcp: TCP on loopback (comm.NewTCPLoopback, all workers in this process); launch: one process per worker (the default under a launcher)")
 	fs.Usage = func() {
@@ -164,6 +165,8 @@ func benchComm(args []string, stdout io.Writer, lookup func(string) (string, boo
 		return fmt.Errorf("bench comm: -iters does not apply with -grads: every recorded iteration after -warmup is timed")
 	case (*gradsDir != "" || *model != "") && set["n"]:
 		return fmt.Errorf("bench comm: -n does not apply with -model or -grads: the model's layout sets the sizes")
+	case *gen != commGenerators[0] && (*gradsDir != "" || *model != ""):
+		return fmt.Errorf("bench comm: -gen %s applies to the single bucket of -n only", *gen)
 	case *gradsDir != "" && *model != "":
 		return fmt.Errorf("bench comm: -model does not apply with -grads: the recording's layout is used")
 	case *transport != "local" && *transport != "tcp" && *transport != "launch":
@@ -254,8 +257,10 @@ func benchComm(args []string, stdout io.Writer, lookup func(string) (string, boo
 		}
 		what = fmt.Sprintf("heavy-tailed gradients (seed %d) in %s's %d parameters, %d warm-up + %d timed calls", *seed, *model, len(src.params), *warmup, *iters)
 	default:
-		src = singleBucketSource(n, syntheticGradients(*seed, n, held))
-		what = fmt.Sprintf("heavy-tailed gradients (seed %d) in one bucket, %d warm-up + %d timed calls", *seed, *warmup, *iters)
+		if src, what, err = genSource(*gen, *seed, n, *workers, held); err != nil {
+			return fmt.Errorf("bench comm: %w", err)
+		}
+		what += fmt.Sprintf(" in one bucket, %d warm-up + %d timed calls", *warmup, *iters)
 	}
 
 	var g comm.Group

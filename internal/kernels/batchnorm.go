@@ -28,9 +28,10 @@ func mustLen(fn, what string, got, want int) {
 //	mean[ch] = Σx/M, variance[ch] = Σ(x−mean)²/M (biased), invstd[ch] = 1/sqrt(variance+eps)
 //	y = (x−mean)·(invstd·gamma[ch]) + beta[ch]
 //
-// where M = n·plane. Statistics are computed in two passes per channel (sum, then
-// the centred sum of squares), each plane reduced in float32 and planes combined in
-// float64; a channel (n planes) is processed by one goroutine so its data stays
+// where M = n·plane. Statistics are computed in two passes per channel (the sum of
+// x−K, K the channel's first value, so that an offset the channel shares costs no
+// precision; then the centred sum of squares), each plane reduced in float32 and planes
+// combined in float64: the mean is the exact one rounded to float32, as PyTorch's; a channel (n planes) is processed by one goroutine so its data stays
 // in cache across the passes. y and x have n·c·plane elements; gamma, beta, mean,
 // variance and invstd have c. y may alias x.
 func BatchNormForwardTrain(y, x []float32, n, c, plane int, gamma, beta []float32, eps float64, mean, variance, invstd []float32) {
@@ -77,15 +78,20 @@ func (j *bnJob) forwardTrain(lo, hi int) {
 	n, plane, stride, x, v := j.n, j.plane, j.stride, j.x, j.v
 	m := float64(n * plane)
 	for ch := lo; ch < hi; ch++ {
+		// The mean from Σ(x−K), K the channel's first value: the subtraction comes before
+		// the float32 sum, so an offset shared by the channel (inputs near 1000, say) costs
+		// no precision; Σx itself in float32 lanes would lose the low bits of every value.
+		shift := x[ch*plane]
 		var s, ss float64
 		for i, off := 0, ch*plane; i < n; i, off = i+1, off+stride {
-			s += float64(v.sum(x[off : off+plane]))
+			s += sumDev(v, x[off:off+plane], shift)
 		}
-		mu := float32(s / m)
+		mean := float64(shift) + s/m
+		mu := float32(mean)
 		for i, off := 0, ch*plane; i < n; i, off = i+1, off+stride {
 			ss += float64(v.sumSqDev(x[off:off+plane], mu))
 		}
-		is := j.setStats(ch, s, ss, mu)
+		is := j.setStats(ch, mean, ss, mu)
 		scale := is * j.gamma[ch]
 		for i, off := 0, ch*plane; i < n; i, off = i+1, off+stride {
 			v.affine(j.y[off:off+plane], x[off:off+plane], mu, scale, j.beta[ch])
@@ -93,12 +99,35 @@ func (j *bnJob) forwardTrain(lo, hi int) {
 	}
 }
 
-// setStats stores channel ch's statistics from Σx = s and Σ(x−mu)² = ss, where mu
-// is the float32 mean that was subtracted, and returns invstd.
-func (j *bnJob) setStats(ch int, s, ss float64, mu float32) float32 {
+// bnOnes is a read-only run of ones: dyStats(bnOnes[:l], x, k) is Σ(x−k), subtracted
+// before it is summed, in the vector kernel's fixed order.
+var bnOnes = func() []float32 {
+	o := make([]float32, 1024)
+	for i := range o {
+		o[i] = 1
+	}
+	return o
+}()
+
+// sumDev returns Σ(x−k), each chunk of len(bnOnes) summed by the vector kernel in float32
+// (a fixed order that depends only on len(x)) and the chunks added in float64.
+func sumDev(v *vecOps, x []float32, k float32) float64 {
+	var s float64
+	for len(x) > 0 {
+		l := min(len(x), len(bnOnes))
+		_, d := v.dyStats(bnOnes[:l], x[:l], k)
+		s += float64(d)
+		x = x[l:]
+	}
+	return s
+}
+
+// setStats stores channel ch's statistics from its mean (float64) and Σ(x−mu)² = ss,
+// where mu is the float32 mean that was subtracted, and returns invstd.
+func (j *bnJob) setStats(ch int, mean, ss float64, mu float32) float32 {
 	m := float64(j.n * j.plane)
 	// Σ(x−mu32)² = Σ(x−mean)² + M·(mean−mu32)²: remove the rounding of the shift.
-	sd := s/m - float64(mu)
+	sd := mean - float64(mu)
 	vr := max(ss/m-sd*sd, 0)
 	is := float32(1 / math.Sqrt(vr+j.eps))
 	j.mean[ch], j.variance[ch], j.invstd[ch] = mu, float32(vr), is
@@ -155,7 +184,7 @@ func (j *bnJob) forwardTrainSmall(lo, hi int) {
 			for _, e := range a[k*plane : (k+1)*plane] {
 				ss += e
 			}
-			scale := j.setStats(ch, sums[k], ss, eMu[k*plane]) * j.gamma[ch]
+			scale := j.setStats(ch, sums[k]/m, ss, eMu[k*plane]) * j.gamma[ch]
 			for q := k * plane; q < (k+1)*plane; q++ {
 				eScale[q], eBeta[q] = scale, j.beta[ch]
 			}
