@@ -15,7 +15,7 @@ type minMax8 struct{}
 
 func (minMax8) Words(n int) int { return 2 + packedWords(n, 8) }
 
-func (minMax8) WordsFormula() string { return "⌈c/4⌉+2" }
+func (minMax8) WordsFormula() string { return "⌈n/4⌉+2" }
 
 func (minMax8) Summable() bool { return false }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"strings"
 
 	"github.com/spargo-dl/spargo/ddp"
 )
@@ -189,7 +190,7 @@ var (
 // compressor's message of m elements: (P-1)·w(n) all-gathered; 2w(n)(P-1)/P all-reduced by
 // the ring (exactly max_r 2w − b_r − b_{r+1} over the ring's blocks b_j); W + (P-2)·w(c_0) in
 // two stages (W = Σ_j w(c_j) over the P chunks). A message whose length depends on the values
-// (threshold) has no closed form.
+// (threshold) has no closed form: its expression, and 0.
 func (h *Compressed) CostFormula(n, p int) (string, float64, bool) {
 	c := h.Compressor
 	switch h.Pattern {
@@ -207,11 +208,12 @@ func (h *Compressed) CostFormula(n, p int) (string, float64, bool) {
 		for j := range p {
 			total += c.Words(offs[j+1] - offs[j])
 		}
-		return fmt.Sprintf("W+(P-2)w(c₀), W = Σ_j w(c_j), w(c) = %s", c.WordsFormula()), float64(total + (p-2)*c.Words(offs[1])), true
+		return fmt.Sprintf("W+(P-2)w(c₀), W = Σ_j w(c_j), w(c) = %s", strings.ReplaceAll(c.WordsFormula(), "n", "c")), float64(total + (p-2)*c.Words(offs[1])), true
 	}
 	w := c.Words(n)
 	if w < 0 {
-		return fmt.Sprintf("2(Σ_s k_s − k_r)+P-1, %s words a rank: depends on the values", c.WordsFormula()), 0, false
+		// as SparDL's B-SAG: a description and no number (not the dense all-reduce's)
+		return fmt.Sprintf("2(Σ_s k_s − k_r)+P-1, %s words a rank: depends on the values, no closed form", c.WordsFormula()), 0, true
 	}
 	return fmt.Sprintf("(P-1)w, w = %s", c.WordsFormula()), float64((p - 1) * w), true
 }
