@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"strings"
 
 	"github.com/spargo-dl/spargo/ddp"
 )
@@ -176,3 +177,61 @@ func (w *Wrapped16) Selection(n, p int) Selection { return SelectionOf(w.Inner, 
 
 // ControlTagOffsets are the inner hook's (ControlTagger).
 func (w *Wrapped16) ControlTagOffsets() []uint32 { return ControlTagOffsets(w.Inner) }
+
+// The compressed family (compress.go): one description for every compressor, from its
+// Words composed with its pattern.
+var (
+	_ CostDescriber      = (*Compressed)(nil)
+	_ SelectionDescriber = (*Compressed)(nil)
+	_ ControlTagger      = (*Compressed)(nil)
+)
+
+// CostFormula is the busiest rank's words received per call (CostDescriber), w(m) the
+// compressor's message of m elements: (P-1)·w(n) all-gathered; 2w(n)(P-1)/P all-reduced by
+// the ring (exactly max_r 2w − b_r − b_{r+1} over the ring's blocks b_j); W + (P-2)·w(c_0) in
+// two stages (W = Σ_j w(c_j) over the P chunks). A message whose length depends on the values
+// (threshold) has no closed form: its expression, and 0.
+func (h *Compressed) CostFormula(n, p int) (string, float64, bool) {
+	c := h.Compressor
+	switch h.Pattern {
+	case AllReduced:
+		w := c.Words(n)
+		offs := chunkOffsets(w, p)
+		busiest := 0
+		for r := range p {
+			busiest = max(busiest, 2*w-(offs[r+1]-offs[r])-(offs[(r+1)%p+1]-offs[(r+1)%p]))
+		}
+		return fmt.Sprintf("2w(P-1)/P, w = %s", c.WordsFormula()), float64(busiest), true
+	case TwoStage:
+		offs := chunkOffsets(n, p)
+		total := 0
+		for j := range p {
+			total += c.Words(offs[j+1] - offs[j])
+		}
+		return fmt.Sprintf("W+(P-2)w(c₀), W = Σ_j w(c_j), w(c) = %s", strings.ReplaceAll(c.WordsFormula(), "n", "c")), float64(total + (p-2)*c.Words(offs[1])), true
+	}
+	w := c.Words(n)
+	if w < 0 {
+		// as SparDL's B-SAG: a description and no number (not the dense all-reduce's)
+		return fmt.Sprintf("2(Σ_s k_s − k_r)+P-1, %s words a rank: depends on the values, no closed form", c.WordsFormula()), 0, true
+	}
+	return fmt.Sprintf("(P-1)w, w = %s", c.WordsFormula()), float64((p - 1) * w), true
+}
+
+// Selection is dgc's exact top-k (SelectionDescriber); the other compressors make dense
+// passes only.
+func (h *Compressed) Selection(n, p int) Selection {
+	if d, ok := h.Compressor.(*dgc); ok {
+		return Selection{Kind: SelectTopK, K: topKOfDensity(n, d.density)}
+	}
+	return Selection{}
+}
+
+// ControlTagOffsets is the all-gather of the message lengths of a compressor whose lengths
+// depend on the values (ControlTagger).
+func (h *Compressed) ControlTagOffsets() []uint32 {
+	if h.Pattern == AllGathered && h.Compressor.Words(0) < 0 {
+		return []uint32{compressTagLengths}
+	}
+	return nil
+}

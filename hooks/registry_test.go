@@ -18,7 +18,7 @@ func TestParse(t *testing.T) {
 		t.Fatalf("allreduce:algorithm=ring: %v %v", h, err)
 	}
 	for spec, want := range map[string]string{
-		"nope":                     `unknown hook "nope" in "nope" (registered: allreduce`,
+		"nope":                     `unknown hook "nope" in "nope" (registered: 8bit, allreduce`,
 		"allreduce:algo=ring":      `allreduce has no option "algo" (options: algorithm)`,
 		"allreduce:algorithm":      `option "algorithm" is not key=value`,
 		"allreduce:algorithm=tree": `option algorithm="tree", want one of auto|ring|rabenseifner|recursive_doubling`,

@@ -38,7 +38,10 @@ pngs=docs
 if [[ -n ${1:-} ]]; then pngs=$out; fi
 hooks=(allreduce fp16 bf16 osp spardl:density=0.01 spardl:density=0.01,teams=2 oktopk:density=0.01
        gaussiank:density=0.01 topka topkdsa gtopk powersgd:rank=4,start_iter=10 lags:density=0.01
-       mgs:density=0.01 omgs:density=0.01 covap:interval=2 covap:interval=4 covap:interval=auto)
+       mgs:density=0.01 omgs:density=0.01 covap:interval=2 covap:interval=4 covap:interval=auto
+       dgc:density=0.001,warmup=100 qsgd terngrad signsgd signum efsignsgd onebit randomk:density=0.01 threshold natural 8bit)
+# dgc applies the momentum itself (momentum correction): its runs take the optimizer without momentum.
+momentum() { if [[ $1 == dgc* ]]; then echo 0; else echo 0.9; fi; }
 run_hooks=(${HOOKS:-${hooks[@]}})
 name() { echo "$1" | sed 's/:/_/g; s/=/-/g; s/,/_/g'; }
 mkdir -p "$out"
@@ -48,7 +51,7 @@ if ! $plot_only; then
     echo "== $h $(date -u +%FT%TZ)" >&2
     if [[ $task == vgg ]]; then
       "$out/.vgg" -data "${SPARGO_DATA:-../shared/data/cifar10/approx}" -model vgg11 -workers 4 -batch 16 -epochs 3 \
-        -lr 0.01 -momentum 0.9 -wd 5e-4 -seed 0 -hook "$h" -progress=false -metrics "$out/$(name "$h").jsonl"
+        -lr 0.01 -momentum "$(momentum "$h")" -wd 5e-4 -seed 0 -hook "$h" -progress=false -metrics "$out/$(name "$h").jsonl"
     else
       # A hook that fails is recorded, not hidden: its error stays in OUT/NAME.err and the
       # queue goes on with the next hook. The .err file also keeps the hooks' plan logs.
@@ -70,12 +73,14 @@ if [[ $task == vgg ]]; then
   plot $pngs/convergence-vgg11-dense.png "VGG-11, 4 workers: dense and near-lossless hooks" allreduce fp16 bf16 osp powersgd:rank=4,start_iter=10
   plot $pngs/convergence-vgg11-sparse.png "VGG-11, 4 workers: sparse hooks at density 0.01 vs dense" allreduce spardl:density=0.01 spardl:density=0.01,teams=2 oktopk:density=0.01 gaussiank:density=0.01 topka topkdsa gtopk
   plot $pngs/convergence-vgg11-layerwise.png "VGG-11, 4 workers: layer-wise (OMGS family) and COVAP vs dense" allreduce lags:density=0.01 mgs:density=0.01 omgs:density=0.01 covap:interval=2 covap:interval=4 covap:interval=auto
+  plot $pngs/convergence-vgg11-compressed.png "VGG-11, 4 workers: the compressed family vs dense and top-k" allreduce topka dgc:density=0.001,warmup=100 qsgd terngrad signsgd signum efsignsgd onebit randomk:density=0.01 threshold natural 8bit
 else
   # Perplexity on a log scale: it falls from ~10,000 to ~150 within an epoch.
   plot() { local png=$1; shift; ${SPARGO:-go run ./cmd/spargo} plot -x epochs,time -log-ppl -width 1400 -height 1000 -title "$1" -o "$png" $(f "${@:2}"); }
   plot $pngs/convergence-lstm-dense.png "LSTM small on PTB, 4 workers: dense and near-lossless hooks" allreduce fp16 bf16 osp powersgd:rank=4,start_iter=10
   plot $pngs/convergence-lstm-sparse.png "LSTM small on PTB, 4 workers: sparse hooks at density 0.01 vs dense" allreduce spardl:density=0.01 spardl:density=0.01,teams=2 oktopk:density=0.01 gaussiank:density=0.01 topka topkdsa gtopk
   plot $pngs/convergence-lstm-layerwise.png "LSTM small on PTB, 4 workers: layer-wise (OMGS family) and COVAP vs dense" allreduce lags:density=0.01 mgs:density=0.01 omgs:density=0.01 covap:interval=2 covap:interval=4 covap:interval=auto
+  plot $pngs/convergence-lstm-compressed.png "LSTM small on PTB, 4 workers: the compressed family vs dense and top-k" allreduce topka dgc:density=0.001,warmup=100 qsgd terngrad signsgd signum efsignsgd onebit randomk:density=0.01 threshold natural 8bit
   # BENCHMARKS.md's table, into OUT/table.md: the validation perplexity at four of the
   # validations (the last at the end of the run), the test perplexity (whole test stream), the epochs'
   # training loss and words/s (all ranks, validation time left out), the wall time; a hook

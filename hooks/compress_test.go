@@ -1,0 +1,248 @@
+package hooks
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/spargo-dl/spargo/comm"
+)
+
+// compressedSpecs are the compressed family's hooks as the tests run them (small densities
+// and thresholds that keep some entries of the test gradients).
+var compressedSpecs = map[string]string{
+	"dgc":       "dgc:density=0.05,warmup=1",
+	"qsgd":      "qsgd:levels=15,chunk=64",
+	"terngrad":  "terngrad",
+	"signsgd":   "signsgd",
+	"signum":    "signum",
+	"efsignsgd": "efsignsgd",
+	"onebit":    "onebit",
+	"randomk":   "randomk:density=0.05",
+	"threshold": "threshold:v=2",
+	"natural":   "natural",
+	"8bit":      "8bit",
+}
+
+// The exact-resume test of every registered hook (resume_test.go) runs them too.
+func init() {
+	for name, spec := range compressedSpecs {
+		resumeSpecs[name] = spec
+	}
+}
+
+// Words received per call equal CostFormula on the busiest rank, for P = 2…8, and every rank
+// gets the same bits; threshold's, whose length depends on the values, equal 2(Σ_s k_s − k_r)
+// + P-1 on every rank, k_s counted from the gradients.
+func TestCompressedWordsMatchFormula(t *testing.T) {
+	for name, spec := range compressedSpecs {
+		for p := 2; p <= 8; p++ {
+			n := 997 + 13*p // no multiple of P, of 32 or of the chunks
+			w := newWorld(t, p, spec)
+			var outs [][]float32
+			for call := range 6 { // past dgc's warm-up
+				gs := grads(uint64(7*p+call), p, n)
+				out, stats := w.call(t, 0, gs)
+				outs = out
+				checkIdentical(t, fmt.Sprintf("%s P=%d call %d", spec, p, call), out)
+				if name == "threshold" {
+					checkThresholdWords(t, w, p, n, gs, stats)
+					continue
+				}
+				if name == "dgc" && call < 4 {
+					continue
+				}
+				expr, want, ok := CostFormula(w.hooks[0], n, p)
+				_, got := maxStats(stats)
+				if !ok || float64(got) != want {
+					t.Fatalf("%s P=%d n=%d call %d: busiest rank received %d words, formula %s = %v (ok %v)", spec, p, n, call, got, expr, want, ok)
+				}
+			}
+			if nnz(outs[0]) == 0 {
+				t.Fatalf("%s P=%d: the result is all zeros", spec, p)
+			}
+		}
+	}
+}
+
+// checkThresholdWords checks threshold's words on the first call of a world (zero residuals).
+func checkThresholdWords(t *testing.T, w *world, p, n int, gs [][]float32, stats []comm.Stats) {
+	t.Helper()
+	if hookMemory(w.hooks[0]).buckets[0].Calls != 1 {
+		return // later calls add residuals the test does not track
+	}
+	ks := make([]int64, p)
+	var total int64
+	for r := range p {
+		for _, v := range gs[r] {
+			if math.Abs(float64(v)) >= 2 {
+				ks[r]++
+			}
+		}
+		total += ks[r]
+	}
+	for r, s := range stats {
+		if want := 2*(total-ks[r]) + int64(p-1); s.BytesRecv != 4*want {
+			t.Fatalf("threshold P=%d rank %d: %d words, want 2(Σk − k_r) + P-1 = %d", p, r, s.BytesRecv/4, want)
+		}
+	}
+}
+
+// The hooks with exact error feedback conserve: P·output + Σ ξ' = Σ (g + ξ).
+func TestCompressedConservation(t *testing.T) {
+	for _, spec := range []string{"efsignsgd", "threshold:v=1", "randomk:density=0.1", "dgc:momentum=0,density=0.05", "dgc:momentum=0,density=0.05,warmup=1"} {
+		for p := 2; p <= 5; p++ {
+			runConserving(t, spec, p, 301+p)
+		}
+	}
+}
+
+// onebit's two stages conserve with both residuals: Σ_r (g_r + ξ_r) + P·Σ_r s_r =
+// P·output + Σ_r ξ'_r + P·Σ_r s'_r, s_r rank r's server residual (its chunk).
+func TestOnebitConservesWithServerResidual(t *testing.T) {
+	for p := 2; p <= 5; p++ {
+		n := 203 + p
+		w := newWorld(t, p, "onebit")
+		for call := range 3 {
+			gs := grads(uint64(p+call), p, n)
+			before, sBefore := w.residuals(n), w.serverResiduals(n)
+			outs, _ := w.call(t, 0, gs)
+			checkIdentical(t, "onebit", outs)
+			after, sAfter := w.residuals(n), w.serverResiduals(n)
+			// fold P·s into the residuals: the harness's conservation test then applies
+			for r := range p {
+				for i := range n {
+					before[r][i] += float32(p) * sBefore[r][i]
+					after[r][i] += float32(p) * sAfter[r][i]
+				}
+			}
+			checkConservation(t, fmt.Sprintf("onebit P=%d call %d", p, call), gs, before, after, outs[0])
+			if call > 0 && nnz(sAfter[0]) == 0 {
+				t.Fatalf("onebit P=%d: rank 0 keeps no server residual", p)
+			}
+		}
+	}
+}
+
+// serverResiduals returns every rank's server residual of bucket 0 (zeros before it exists).
+func (w *world) serverResiduals(n int) [][]float32 {
+	out := make([][]float32, len(w.hooks))
+	for r, h := range w.hooks {
+		out[r] = make([]float32, n)
+		if v, ok := h.(*Compressed).vectors().buckets[0]; ok {
+			if s, ok := v.m[serverResidual]; ok {
+				copy(out[r], s)
+			}
+		}
+	}
+	return out
+}
+
+// Replica identity under DDP training with several buckets, for every compressed hook.
+func TestCompressedReplicasUnderDDP(t *testing.T) {
+	for _, spec := range compressedSpecs {
+		for _, p := range []int{2, 3, 5} {
+			t.Run(fmt.Sprintf("%s/P=%d", spec, p), func(t *testing.T) {
+				tr := trainDDP(t, spec, p, 3, ddpTraining{bucketCap: smallBuckets, anyLoss: true, check: severalBuckets})
+				checkReplicasAgree(t, "", tr.hashes)
+			})
+		}
+	}
+}
+
+// A hook restored from the state saved after k calls gives the same outputs as the hook that
+// went on (residuals, momenta, server residuals, call counters: the seeds' draws).
+func TestCompressedResume(t *testing.T) {
+	const p, n, k = 3, 500, 3
+	for name, spec := range compressedSpecs {
+		a := newWorld(t, p, spec)
+		for call := range k {
+			a.call(t, 0, grads(uint64(call), p, n))
+		}
+		b, states := restoredWorld(t, a, spec, []string{name + ".bucket0.meta"})
+		if name == "dgc" || name == "signum" {
+			if _, ok := states[0][name+".vec.bucket0.momentum"]; !ok {
+				t.Fatalf("%s: the state lacks the momentum", spec)
+			}
+		}
+		for call := k; call < k+2; call++ {
+			gs := grads(uint64(call), p, n)
+			want, _ := a.call(t, 0, gs)
+			got, _ := b.call(t, 0, gs)
+			for r := range p {
+				if !slices.Equal(got[r], want[r]) {
+					t.Fatalf("%s: call %d, rank %d: the restored hook's output differs", spec, call, r)
+				}
+			}
+		}
+	}
+}
+
+// Each compressor decodes what it encodes to within its quantisation: the exact cases hold
+// exactly (powers of two for natural, ±1 signs, 8-bit levels), and the unbiased ones
+// average to the input over many seeds.
+func TestCompressorsRoundTrip(t *testing.T) {
+	x := []float32{0.5, -0.25, 3, -1.5, 0, 1e-3, 7.75, -2}
+	c := CompressCall{Size: 1}
+	for _, tc := range []struct {
+		comp Compressor
+		tol  float64 // per element, relative to max|x|; 0: exact
+		mean bool    // unbiased: check the mean over 4000 seeds instead
+	}{
+		{natural{}, 0.02, true},
+		{qsgd{levels: 15, chunk: 3}, 0.02, true},
+		{terngrad{}, 0.03, true},
+		{minMax8{}, 1.0 / 510 * (7.75 + 2) / 7.75, false},
+	} {
+		got := make([]float32, len(x))
+		draws := 1
+		if tc.mean {
+			draws = 4000
+		}
+		for s := range draws {
+			c.Seed = uint64(s)
+			msg := tc.comp.Compress(nil, x, c)
+			if len(msg) != 4*tc.comp.Words(len(x)) {
+				t.Fatalf("%T: %d bytes, Words says %d words", tc.comp, len(msg), tc.comp.Words(len(x)))
+			}
+			if err := tc.comp.Decompress(got, msg, c); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i := range x {
+			if d := math.Abs(float64(got[i])/float64(draws) - float64(x[i])); d > tc.tol*7.75+1e-7 {
+				t.Errorf("%T: element %d: decoded %v, input %v", tc.comp, i, got[i]/float32(draws), x[i])
+			}
+		}
+		if err := tc.comp.Decompress(got, []byte{1, 2, 3}, c); err == nil || !strings.Contains(err.Error(), "words") {
+			t.Errorf("%T: a truncated message gave %v, want an error naming its length", tc.comp, err)
+		}
+	}
+	pow := []float32{0.5, -4, 1, 0, -0.125}
+	got := make([]float32, len(pow))
+	if err := (natural{}).Decompress(got, natural{}.Compress(nil, pow, c), c); err != nil || !slices.Equal(got, pow) {
+		t.Errorf("natural: powers of two decode to %v (%v), want them unchanged", got, err)
+	}
+}
+
+// Bad options are refused with the option's name.
+func TestCompressedOptionErrors(t *testing.T) {
+	for spec, want := range map[string]string{
+		"qsgd:levels=0":     "levels=0",
+		"qsgd:chunk=-1":     "chunk=-1",
+		"terngrad:clip=-1":  "clip=-1",
+		"signum:beta=1":     "beta=1",
+		"randomk:density=0": "density=0",
+		"threshold:v=0":     "v=0",
+		"dgc:momentum=1":    "momentum=1",
+		"dgc:warmup=-2":     "warmup=-2",
+		"dgc:density=2":     "density=2",
+		"qsgd:levels=x":     `levels="x" is not an integer`,
+	} {
+		if _, err := Parse(spec); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Parse(%q) = %v, want an error containing %q", spec, err, want)
+		}
+	}
+}

@@ -1,0 +1,129 @@
+# PyTorch yardsticks for spargo's compressed hooks (issue 26): dgc, qsgd and efsignsgd written from the
+# papers, on the recipe of anchors/torch_cifar_vgg_topk.py (P simulated workers in one process, VGG-11 on
+# CIFAR-10, SGD lr 0.01, momentum 0.9, wd 5e-4, 3 epochs), and the same compressors as real DDP comm hooks
+# (ddp_hook below) for torchrun.
+#   OPENBLAS_NUM_THREADS=1 /usr/bin/python3 scripts/torch_compressors.py DATA_DIR MODEL EPOCHS WORKERS BATCH_PER_WORKER HOOK [LR=0.01] [SEED=0]
+# HOOK: dgc[:density=0.001,momentum=0.9,warmup=0] | qsgd[:levels=127,chunk=512] | efsignsgd | allreduce.
+# dgc applies the momentum itself (momentum correction): the optimizer then runs without momentum, as
+# spargo's recipe for -hook dgc (scripts/convergence.sh passes -momentum 0 for it).
+# Prints test accuracy per epoch, as the anchor does. Not run in CI: the convergence check runs it.
+import sys, time, numpy as np, torch, torch.nn as nn, torch.nn.functional as F
+
+def parse(spec):
+    name, _, opts = spec.partition(':')
+    kv = dict(o.split('=') for o in opts.split(',') if o)
+    return name, kv
+
+class DGC:
+    """Lin et al. 2018: u = m·u + g, v = v + u, top-k of |v| sent, v and u zeroed where sent, warm-up."""
+    warm = [0.25, 0.0625, 0.015625, 0.004]
+    def __init__(self, n, density=0.001, momentum=0.9, warmup=0, clip=0.0, P=1):
+        self.n, self.d, self.m, self.w, self.clip, self.P = n, float(density), float(momentum), int(warmup), float(clip), P
+        self.u, self.v, self.calls = torch.zeros(n), torch.zeros(n), 0
+    def __call__(self, g):
+        if self.clip > 0:
+            bound = self.clip / self.P ** 0.5; norm = g.norm()
+            if norm > bound: g = g * (bound / norm)
+        d = self.d
+        if self.w > 0 and self.calls // self.w < len(self.warm): d = max(d, self.warm[self.calls // self.w])
+        self.calls += 1
+        k = min(self.n, max(1, int(self.n * d)))
+        self.u = self.m * self.u + g; self.v += self.u
+        top = self.v.abs().topk(k, sorted=False).indices
+        sent = torch.zeros(self.n); sent[top] = self.v[top]
+        self.v[top] = 0; self.u[top] = 0
+        return sent
+
+class QSGD:
+    """Alistarh et al. 2017: per chunk of d elements, ‖v‖·sign(x)·ℓ/s, ℓ stochastic rounding of s|x|/‖v‖."""
+    def __init__(self, n, levels=127, chunk=512, seed=0):
+        self.s, self.d, self.gen = int(levels), int(chunk), torch.Generator().manual_seed(int(seed))
+    def __call__(self, g):
+        d = self.d if self.d > 0 else g.numel()
+        pad = (-g.numel()) % d
+        x = torch.cat([g, torch.zeros(pad)]).view(-1, d)
+        norm = x.norm(dim=1, keepdim=True)
+        a = torch.where(norm > 0, self.s * x.abs() / norm.clamp_min(1e-38), torch.zeros_like(x)).clamp(max=self.s)
+        l = a.floor() + (torch.rand(a.shape, generator=self.gen) < a - a.floor()).float()
+        return (norm * x.sign() * l / self.s).view(-1)[:g.numel()]
+
+class EFSign:
+    """Karimireddy et al. 2019: p = g + e, Δ = (‖p‖₁/n)·sign(p), e = p − Δ."""
+    def __init__(self, n):
+        self.e = torch.zeros(n)
+    def __call__(self, g):
+        p = g + self.e
+        delta = p.abs().mean() * torch.where(p < 0, -1.0, 1.0)
+        self.e = p - delta
+        return delta
+
+def compressor(spec, n, P, rank):
+    name, kv = parse(spec)
+    if name == 'dgc': return DGC(n, P=P, **kv)
+    if name == 'qsgd': return QSGD(n, seed=int(kv.pop('seed', 0)) * 1000 + rank, **kv)
+    if name == 'efsignsgd': return EFSign(n)
+    if name == 'allreduce': return lambda g: g
+    raise SystemExit(f"unknown hook {spec!r}: dgc, qsgd, efsignsgd or allreduce")
+
+def ddp_hook(spec):
+    """The same compressors as a torch DDP comm hook (model.register_comm_hook(None, ddp_hook(spec))):
+    each rank compresses its bucket (state per bucket index), all-gathers the decoded messages and averages."""
+    import torch.distributed as dist
+    states = {}
+    def hook(_, bucket):
+        g = bucket.buffer()
+        key = bucket.index()
+        if key not in states:
+            states[key] = compressor(spec, g.numel(), dist.get_world_size(), dist.get_rank())
+        sent = states[key](g.detach().float().cpu()).to(g.device, g.dtype)
+        out = [torch.zeros_like(sent) for _ in range(dist.get_world_size())]
+        fut = dist.all_gather(out, sent, async_op=True).get_future()
+        return fut.then(lambda _: torch.stack(out).mean(0))
+    return hook
+
+def main():
+    data, model_name, epochs, P, bs, spec = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
+    lr = float(sys.argv[7]) if len(sys.argv) > 7 else 0.01
+    seed = int(sys.argv[8]) if len(sys.argv) > 8 else 0
+    torch.set_num_threads(2); torch.manual_seed(seed); np.random.seed(seed)
+    def load(path):
+        raw = np.fromfile(path, dtype=np.uint8).reshape(-1, 3073)
+        return raw[:, 1:].reshape(-1, 3, 32, 32).astype(np.float32) / 255.0, raw[:, 0].astype(np.int64)
+    xtr, ytr = load(f"{data}/data_batch_1.bin"); xte, yte = load(f"{data}/test_batch.bin")
+    mean = np.array([0.4914, 0.4822, 0.4465], np.float32).reshape(1, 3, 1, 1); std = np.array([0.2470, 0.2435, 0.2616], np.float32).reshape(1, 3, 1, 1)
+    xtr = (xtr - mean) / std; xte = (xte - mean) / std
+    cfg = {'vgg11': [64,'M',128,'M',256,256,'M',512,512,'M',512,512,'M']}
+    layers = []; c = 3
+    for v in cfg[model_name]:
+        if v == 'M': layers.append(nn.MaxPool2d(2))
+        else: layers += [nn.Conv2d(c, v, 3, padding=1), nn.BatchNorm2d(v), nn.ReLU(inplace=True)]; c = v
+    m = nn.Sequential(*layers, nn.Flatten(), nn.Linear(512, 10))
+    params = list(m.parameters()); n = sum(p.numel() for p in params)
+    momentum = 0.0 if parse(spec)[0] == 'dgc' else 0.9
+    opt = torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=5e-4)
+    comps = [compressor(spec, n, P, r) for r in range(P)]
+    def augment(x):
+        nb = x.shape[0]; p = np.pad(x, ((0,0),(0,0),(4,4),(4,4))); out = np.empty_like(x)
+        ox = np.random.randint(0, 9, nb); oy = np.random.randint(0, 9, nb); fl = np.random.rand(nb) < 0.5
+        for i in range(nb):
+            t = p[i, :, oy[i]:oy[i]+32, ox[i]:ox[i]+32]; out[i] = t[:, :, ::-1] if fl[i] else t
+        return out
+    t0 = time.time(); G = P * bs
+    for ep in range(epochs):
+        m.train(); perm = np.random.permutation(len(xtr)); tl = 0; nb = 0
+        for i in range(0, len(perm) - G + 1, G):
+            total = torch.zeros(n)
+            for r in range(P):
+                idx = perm[i + r*bs:i + (r+1)*bs]
+                m.zero_grad(); loss = F.cross_entropy(m(torch.from_numpy(augment(xtr[idx]))), torch.from_numpy(ytr[idx])); loss.backward(); tl += loss.item() / P
+                total += comps[r](torch.cat([p.grad.reshape(-1) for p in params]))
+            total /= P; off = 0
+            for p in params: p.grad = total[off:off+p.numel()].view_as(p).clone(); off += p.numel()
+            opt.step(); nb += 1
+        m.eval(); correct = 0
+        with torch.no_grad():
+            for j in range(0, len(xte), 500): correct += (m(torch.from_numpy(xte[j:j+500])).argmax(1).numpy() == yte[j:j+500]).sum()
+        print(f"epoch {ep+1} P {P} hook {spec} train_loss {tl/nb:.4f} test_acc {correct/len(xte):.4f} total_s {time.time()-t0:.1f}", flush=True)
+
+if __name__ == '__main__':
+    main()
