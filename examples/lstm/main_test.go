@@ -328,19 +328,35 @@ func sameCheckpoint(t *testing.T, want, got string) {
 	}
 }
 
+// Each bad flag is an error naming it; those that need no data come before the data is looked
+// for (noData does not exist: a search would say so, and nothing is downloaded), and -batch
+// is checked against a rank's share once the data is loaded, before the first step.
 func TestRunRejectsBadFlags(t *testing.T) {
-	dir := writeCorpus(t)
+	dir, imdb := writeCorpus(t), writeIMDB(t)
+	noData := filepath.Join(t.TempDir(), "no-data-here")
 	for _, tc := range []struct {
 		change func(*LMConfig)
 		want   string
 	}{
-		{func(c *LMConfig) { c.Bptt = 0 }, "-bptt"},
+		{func(c *LMConfig) { c.Bptt = 0 }, "-bptt 0: want at least 1"},
 		{func(c *LMConfig) { c.Model = "huge" }, `-model "huge"`},
+		{func(c *LMConfig) { c.Model, c.Data = "vgg99", noData }, `-model "vgg99"`},
 		{func(c *LMConfig) { c.Clip = -1 }, "-clip -1"},
-		{func(c *LMConfig) { c.Hook = "nosuch" }, "unknown hook"},
-		{func(c *LMConfig) { c.Data = t.TempDir() }, "no ptb.train.txt"},
-		{func(c *LMConfig) { c.Batch = 1000 }, "need at least 2"},
+		{func(c *LMConfig) { c.Hook = "nosuch" }, `-hook "nosuch": hooks: unknown hook`},
+		{func(c *LMConfig) { c.Data = t.TempDir() }, "ptb.train.txt"},
+		{func(c *LMConfig) { c.Batch = 1000 }, "-batch 1000 is larger than a rank's share of the training data allows"},
+		{func(c *LMConfig) { c.Batch = 100000 }, "-batch 100000 is larger than a rank's share"},
+		{func(c *LMConfig) { c.Steps, c.Data = -1, noData }, "-steps -1: want 0 or more"},
+		{func(c *LMConfig) { c.EvalLimit, c.Data = -5, noData }, "-eval-limit -5: want 0 or more"},
+		{func(c *LMConfig) { c.Epochs, c.Data = 0, noData }, "-epochs 0: want at least 1"},
+		{func(c *LMConfig) { c.Epochs, c.Data = -3, noData }, "-epochs -3: want at least 1"},
 		{func(c *LMConfig) { c.EvalEvery = -1 }, "-eval-every -1"},
+		{func(c *LMConfig) { c.Task, c.Model, c.Data = "imdb", "vgg99", noData }, `-task imdb: -model "vgg99": want lstm-imdb`},
+		{func(c *LMConfig) { c.Task, c.Model, c.Steps, c.Data = "imdb", "lstm-imdb", -1, noData }, "-steps -1: want 0 or more"},
+		{func(c *LMConfig) { c.Task, c.Model, c.Epochs, c.Data = "imdb", "lstm-imdb", 0, noData }, "-epochs 0: want at least 1"},
+		{func(c *LMConfig) { c.Task, c.Model, c.Data, c.Batch = "imdb", "lstm-imdb", imdb, 25 },
+			"-batch 25 is larger than a rank's share of the training data: 24 of"},
+		{func(c *LMConfig) { c.Task, c.Model, c.Data, c.Batch = "imdb", "lstm-imdb", imdb, 100000 }, "-batch 100000 is larger than a rank's share"},
 		{func(c *LMConfig) { c.Task, c.Model, c.EvalLimit = "imdb", "lstm-imdb", 100 }, "-eval-limit are -task lm's"},
 		{func(c *LMConfig) { c.Task, c.Model = "imdb", "small" }, `-task imdb: -model "small": want lstm-imdb`},
 		{func(c *LMConfig) { c.Task = "cls" }, `-task "cls"`},

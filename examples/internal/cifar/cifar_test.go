@@ -4,30 +4,19 @@ import (
 	"bytes"
 	"context"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/spargo-dl/spargo/datasets"
 	"github.com/spargo-dl/spargo/hooks/profile"
 	"github.com/spargo-dl/spargo/models"
 	"github.com/spargo-dl/spargo/nn"
 	"github.com/spargo-dl/spargo/train"
 )
 
-// cifarOrSkip returns the CIFAR-10 directory, or skips the test outside CI without one.
-func cifarOrSkip(t *testing.T) string {
-	t.Helper()
-	dir, err := datasets.FindCIFAR10("")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("CI has ../shared/data beside the clone: %v", err)
-		}
-		t.Skipf("no CIFAR-10 copy on this machine: %v", err)
-	}
-	return dir
-}
+// cifarMini is the committed CIFAR-10 fixture: 16 training and 8 test records in the
+// official layout.
+const cifarMini = "../../../testdata/cifar10-mini"
 
 // tinyNet is a CIFAR classifier small enough for several runs per test: one conv-BN-ReLU
 // stage (BatchNorm, so buffers take part), pooling and a linear classifier; 6 parameter
@@ -41,7 +30,7 @@ func tinyNet(_ string, ds models.Dataset, rng *rand.Rand) (nn.Module, error) {
 }
 
 func tinyConfig(t *testing.T) Config {
-	return Config{Data: cifarOrSkip(t), Model: "tiny", Workers: 2, Hook: "allreduce", Batch: 2, Epochs: 1, Steps: 1,
+	return Config{Data: cifarMini, Model: "tiny", Workers: 2, Hook: "allreduce", Batch: 2, Epochs: 1, Steps: 1,
 		Flags: train.Flags{LR: 0.01, Momentum: 0.9, WD: 5e-4}, EvalLimit: 8, NewModel: tinyNet}
 }
 
