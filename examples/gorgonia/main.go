@@ -6,13 +6,13 @@
 // hooks and the comm hook (SparDL by default) reduces them with everybody else's.
 //
 //	go run ./examples/gorgonia                                       # 2 workers, SparDL, 1 epoch
-//	go run ./examples/gorgonia -data ../shared/data/cifar10/approx -workers 2 -hook spardl \
+//	go run ./examples/gorgonia -data ~/data/cifar10 -workers 2 -hook spardl \
 //	    -batch 32 -epochs 3 -lr 0.02
 //	go run ./examples/gorgonia -head spargo -steps 100               # the same model, head in spargo
 //
-// -batch is per worker (global batch = workers × batch). CIFAR-10 is looked for in -data,
-// $SPARGO_DATA, ../shared/data/cifar10/approx and the user cache directory, and downloaded into
-// the cache (md5-checked) when none has it. -head spargo swaps the gorgonia head for spargo's
+// -batch is per worker (global batch = workers × batch). CIFAR-10 is found by datasets.Find:
+// -data, else $SPARGO_DATA/cifar10, else the user cache directory, else downloaded into the
+// cache (md5-checked); docs/data.md says more. -head spargo swaps the gorgonia head for spargo's
 // Linear+ReLU+Linear with the same initial weights, to compare accuracy and speed.
 package main
 
