@@ -283,3 +283,23 @@ func TestDumpBatches(t *testing.T) {
 		t.Errorf("-dropout 0 and 0.1 trained to the same loss %v: the flag does not reach the model", sum.Rounds[0].TrainLoss)
 	}
 }
+
+// Without -data the corpus is PTB, found with datasets.Find: $SPARGO_DATA/ptb here (the
+// committed fixture linked into a data root).
+func TestRunFindsPTBInSPARGODATA(t *testing.T) {
+	abs, err := filepath.Abs(filepath.Join("..", "..", "testdata", "ptb-mini"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	if err := os.Symlink(abs, filepath.Join(root, "ptb")); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("SPARGO_DATA", root)
+	c := smallConfig("")
+	c.Batch, c.Steps, c.VocabSize = 1, 1, 200
+	sum, _ := run(t, c)
+	if !strings.Contains(sum.Corpus, filepath.Join(root, "ptb", "ptb.train.txt")) {
+		t.Fatalf("corpus %q is not $SPARGO_DATA/ptb's", sum.Corpus)
+	}
+}

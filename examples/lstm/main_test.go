@@ -425,3 +425,34 @@ func TestIMDBTask(t *testing.T) {
 		t.Fatalf("test accuracy %.3f after %d epochs:\n%s", last.TestAcc, c.Epochs, out.String())
 	}
 }
+
+// Without -data both tasks find their data with datasets.Find: $SPARGO_DATA/ptb and
+// $SPARGO_DATA/aclImdb here (the committed fixtures, linked into a data root).
+func TestRunFindsDataInSPARGODATA(t *testing.T) {
+	root := t.TempDir()
+	for name, fixture := range map[string]string{"ptb": "ptb-mini", "aclImdb": "aclImdb-mini"} {
+		abs, err := filepath.Abs(filepath.Join("..", "..", "testdata", fixture))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(abs, filepath.Join(root, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("SPARGO_DATA", root)
+	c := smallConfig("")
+	c.Epochs, c.Steps, c.NoEval = 1, 1, true
+	var out bytes.Buffer
+	if _, err := RunLM(context.Background(), c, &out, &out); err != nil || !strings.Contains(out.String(), filepath.Join(root, "ptb")) {
+		t.Fatalf("-task lm: %v\n%s", err, out.String())
+	}
+	c.Task, c.Model, c.Optim, c.Schedule, c.Batch, c.MaxLen = "imdb", "lstm-imdb", "adam", "", 2, 12
+	ic, err := c.imdb()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	if _, err := RunIMDB(context.Background(), ic, &out, &out); err != nil || !strings.Contains(out.String(), "data: "+filepath.Join(root, "aclImdb")) {
+		t.Fatalf("-task imdb: %v\n%s", err, out.String())
+	}
+}

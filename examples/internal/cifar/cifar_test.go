@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -81,5 +82,35 @@ func TestOSPNeedsSGD(t *testing.T) {
 	cfg.Hook = "osp:lgp=false"
 	if _, err := Run(context.Background(), cfg, &out, &out); err != nil {
 		t.Fatalf("adam with osp:lgp=false: %v\n%s", err, out.String())
+	}
+}
+
+// dataRoot makes a $SPARGO_DATA root whose entry name links to the fixture dir, and sets
+// $SPARGO_DATA to it for the test.
+func dataRoot(t *testing.T, name, dir string) string {
+	t.Helper()
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	if err := os.Symlink(abs, filepath.Join(root, name)); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("SPARGO_DATA", root)
+	return filepath.Join(root, name)
+}
+
+// Without -data the program finds CIFAR-10 with datasets.Find: $SPARGO_DATA/cifar10 here.
+func TestRunFindsDataInSPARGODATA(t *testing.T) {
+	want := dataRoot(t, "cifar10", cifarMini)
+	cfg := tinyConfig(t)
+	cfg.Data = ""
+	var out bytes.Buffer
+	if _, err := Run(context.Background(), cfg, &out, &out); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), "data: "+want+"\n") {
+		t.Fatalf("output does not name %s:\n%s", want, out.String())
 	}
 }
