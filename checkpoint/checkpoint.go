@@ -76,6 +76,10 @@ type Meta struct {
 	// Version is spargo's version (module version or VCS revision); Save fills it in.
 	// It is informative: Load does not compare it.
 	Version string `json:"spargo_version"`
+	// Canonical, when set on the resuming run's Meta, rewrites the saved Hook (field "hook")
+	// and Config values (field: the key) into the form this run writes before Check compares
+	// them, so that a checkpoint that holds a spec as it was typed still resumes. Not saved.
+	Canonical func(field, value string) string `json:"-"`
 }
 
 // Position is where training stands when a checkpoint is taken.
@@ -162,6 +166,14 @@ func Version() string {
 // Check compares a checkpoint's Meta (saved) with the resuming run's and lists every
 // difference; nil when they match. Version is not compared.
 func (saved Meta) Check(run Meta) error {
+	if run.Canonical != nil {
+		saved.Hook = run.Canonical("hook", saved.Hook)
+		cfg := make(map[string]string, len(saved.Config))
+		for k, v := range saved.Config {
+			cfg[k] = run.Canonical(k, v)
+		}
+		saved.Config = cfg
+	}
 	var diffs []string
 	if saved.Model != run.Model {
 		diffs = append(diffs, fmt.Sprintf("model %q, this run %q", saved.Model, run.Model))

@@ -1,7 +1,7 @@
 // Package train is the generic half of a data-parallel training program, for the examples
 // and for programs of other modules alike:
 //
-//   - Setup, one rank's set-up: the comm hook from its -hook spec (NewHook), DDP around the
+//   - Setup, one rank's set-up: the comm hook from its parsed -hook spec (ParseHook), DDP around the
 //     model with it (bucket cap, the program's DDP options, and for a hook that plans its
 //     buckets from measured costs the profile it measures or loads), then the -optim
 //     optimizer over DDP's parameters (installed as DDP's corrector when it is one). Its
@@ -24,7 +24,8 @@
 // with -task imdb) and examples/bert are written on this package. The package example
 // trains a model of its own with 2 in-process ranks and swaps the comm hook by its spec:
 //
-//	rep, err := train.Setup{Hook: "topka:density=0.5", Flags: &flags}.New(ctx, g, model)
+//	hook, err := train.ParseHook("topka:density=0.5", 2) // once; each rank builds its own hook
+//	rep, err := train.Setup{Hook: hook, Flags: &flags}.New(ctx, g, model)
 //	loop := &train.Loop[datasets.Batch]{Group: g, DDP: rep.DDP, Model: model, Optimizer: rep.Optimizer,
 //		Epochs: 4, StepsPerEpoch: 25, Batches: batches, Step: train.ClassifierStep(rep.DDP, nn.NewTape(), 4)}
 //	err = loop.Run(ctx)

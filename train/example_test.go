@@ -40,6 +40,10 @@ func toyBatches(rank, steps int) func(ctx context.Context, epoch, start int) ite
 // that spec names, and returns the training loss of the first and the last epoch.
 func trainToy(ctx context.Context, spec string) (first, last float64, err error) {
 	const epochs, steps = 4, 25
+	hook, err := train.ParseHook(spec, 2) // once: every rank builds its own hook from it
+	if err != nil {
+		return 0, 0, err
+	}
 	groups, err := comm.NewLocal(2)
 	if err != nil {
 		return 0, 0, err
@@ -49,7 +53,7 @@ func trainToy(ctx context.Context, spec string) (first, last float64, err error)
 		rng := nn.NewRand(1) // the same initial weights on every rank (DDP checks it)
 		model := nn.NewSequential(nn.NewLinear(4, 16, true, rng), nn.ReLU{}, nn.NewLinear(16, 3, true, rng))
 		flags := train.Flags{LR: 0.1, Momentum: 0.9}
-		rep, err := train.Setup{Hook: spec, Flags: &flags}.New(ctx, g, model)
+		rep, err := train.Setup{Hook: hook, Flags: &flags}.New(ctx, g, model)
 		if err != nil {
 			return err
 		}

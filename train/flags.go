@@ -1,9 +1,11 @@
 package train
 
 import (
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -12,6 +14,7 @@ import (
 	"github.com/spargo-dl/spargo/nn"
 	"github.com/spargo-dl/spargo/optim"
 	"github.com/spargo-dl/spargo/plot"
+	"github.com/spargo-dl/spargo/spec"
 )
 
 // Flags are the training flags every example shares, registered once by Register with the
@@ -51,6 +54,8 @@ type Flags struct {
 	LogEvery int `json:"log_every,omitempty"`
 	// Plot is -plot: a PNG of -metrics drawn by rank 0 at the end (plot.File).
 	Plot string `json:"-"`
+
+	specs *specs // -optim and -schedule as Check parsed them
 }
 
 // Register defines the shared flags on fs; the struct's current values are the defaults.
@@ -83,8 +88,9 @@ func HelpText() string {
 }
 
 // Check validates the flags that can be checked before the run's shape is known: the specs'
-// names and options, and the flags that need -metrics. It returns ErrHelp for -optim help
-// or -schedule help.
+// names and options, and the flags that need -metrics. It parses -optim (with -momentum and
+// -wd) and -schedule (with -warmup) once and keeps them for NewOptimizer and NewSchedule. It
+// returns ErrHelp for -optim help or -schedule help.
 func (f *Flags) Check() error {
 	if f.Optim == "help" || f.Schedule == "help" {
 		return ErrHelp
@@ -104,58 +110,130 @@ func (f *Flags) Check() error {
 	if !(f.LR >= 0) {
 		return fmt.Errorf("-lr %v: want a non-negative learning rate", f.LR)
 	}
-	// The optimizer over no parameters checks the spec.
-	if _, err := optim.ParseOptimizer(f.optimSpec(), nil, f.LR); err != nil {
-		return fmt.Errorf("-optim: %w", err)
-	}
-	// Schedules that count steps need the run's length; a stand-in one checks the rest.
-	if _, err := f.NewSchedule(1000, 1000, 1); err != nil {
-		return err
-	}
-	return nil
+	_, err := f.parsed()
+	return err
 }
 
-// optimSpec is -optim with -momentum and -wd filled in for sgd where its spec leaves them
-// out. The numbers are written with strconv's shortest exact form, so the optimizer gets
-// exactly -momentum and -wd.
-func (f *Flags) optimSpec() string {
-	spec := strings.TrimSpace(f.Optim)
-	name, rest, _ := strings.Cut(spec, ":")
-	name = strings.TrimSpace(name)
-	if name != "" && name != "sgd" {
-		return spec
+// specs is what Check parsed, and from which flag values.
+type specs struct {
+	from     specsKey
+	optim    optim.OptimizerConfig // with -momentum and -wd for sgd
+	schedule optim.ScheduleConfig  // with -warmup; the legacy warm-up's from= is set per run
+}
+
+type specsKey struct {
+	optim, schedule string
+	momentum, wd    float64
+	warmup          int
+}
+
+// parsed returns the parsed -optim and -schedule, parsing them when the flags changed since
+// the last parse (or were never parsed).
+func (f *Flags) parsed() (*specs, error) {
+	key := specsKey{optim: f.Optim, schedule: f.Schedule, momentum: f.Momentum, wd: f.WD, warmup: f.Warmup}
+	if f.specs != nil && f.specs.from == key {
+		return f.specs, nil
 	}
-	set := map[string]bool{}
-	var opts []string
-	if strings.TrimSpace(rest) != "" {
-		for _, kv := range strings.Split(rest, ",") {
-			k, _, _ := strings.Cut(kv, "=")
-			set[strings.TrimSpace(k)] = true
-			opts = append(opts, kv)
+	opt, err := optimizerConfig(f.Optim, f.Momentum, f.WD)
+	if err != nil {
+		return nil, err
+	}
+	sched, err := f.parseSchedule()
+	if err != nil {
+		return nil, err
+	}
+	f.specs = &specs{from: key, optim: opt, schedule: sched}
+	return f.specs, nil
+}
+
+// optimizerConfig parses an -optim spec; for sgd, momentum and wd (-momentum and -wd, kept
+// as numbers: optim.SGDSpec) are the values of the options the spec leaves out.
+func optimizerConfig(text string, momentum, wd float64) (optim.OptimizerConfig, error) {
+	text = orDefault(strings.TrimSpace(text), "sgd")
+	p, err := spec.Parse(text)
+	if err != nil || p.Name() != "sgd" || p.Inner() != nil {
+		c, err := optim.ParseOptimizerConfig(text)
+		if err != nil {
+			return optim.OptimizerConfig{}, fmt.Errorf("-optim: %w", err)
+		}
+		return c, nil
+	}
+	c, err := optim.SGDSpec(optim.SGDConfig{Momentum: momentum, WeightDecay: wd})
+	if err != nil {
+		return optim.OptimizerConfig{}, fmt.Errorf("-momentum %v, -wd %v: %w", momentum, wd, err)
+	}
+	// The spec's own options over them; nesterov last, since it is checked against the
+	// momentum and dampening in force.
+	keys := p.Keys()
+	slices.SortStableFunc(keys, func(a, b string) int { return cmp.Compare(boolInt(a == "nesterov"), boolInt(b == "nesterov")) })
+	for _, k := range keys {
+		if c, err = c.With(k, p.Get(k)); err != nil {
+			return optim.OptimizerConfig{}, fmt.Errorf("-optim: %w", err)
 		}
 	}
-	if !set["momentum"] {
-		opts = append(opts, "momentum="+formatFloat(f.Momentum))
-	}
-	if !set["wd"] {
-		opts = append(opts, "wd="+formatFloat(f.WD))
-	}
-	return "sgd:" + strings.Join(opts, ",")
+	return c, nil
 }
 
-func formatFloat(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func (f *Flags) parseSchedule() (optim.ScheduleConfig, error) {
+	text := strings.TrimSpace(f.Schedule)
+	if text == "" && f.Warmup > 0 {
+		// The seeds' recipe: from lr/P (set by NewSchedule), per step, over Warmup epochs.
+		text = "warmupstep"
+	}
+	s, err := optim.ParseScheduleConfig(text)
+	if err != nil {
+		return optim.ScheduleConfig{}, fmt.Errorf("-schedule: %w", err)
+	}
+	if f.Warmup > 0 {
+		if s.Given("warmup") {
+			return optim.ScheduleConfig{}, fmt.Errorf("-warmup %d with -schedule %q: the warm-up is given twice (put it in the -schedule spec, or leave -warmup out)", f.Warmup, f.Schedule)
+		}
+		if s, err = s.With("warmup", strconv.Itoa(f.Warmup)); err != nil {
+			return optim.ScheduleConfig{}, fmt.Errorf("-warmup %d with -schedule %q: %w (put the warm-up in the -schedule spec, or leave -warmup out)", f.Warmup, f.Schedule, err)
+		}
+	}
+	return s, nil
+}
+
+// OptimizerConfig is the run's optimizer: -optim, with -momentum and -wd filling in SGD's
+// momentum and weight decay where the spec leaves them out.
+func (f *Flags) OptimizerConfig() (optim.OptimizerConfig, error) {
+	s, err := f.parsed()
+	if err != nil {
+		return optim.OptimizerConfig{}, err
+	}
+	return s.optim, nil
+}
+
+// ScheduleConfig is the run's -schedule with -warmup set as its warmup option (without
+// -schedule, -warmup is the legacy warmupstep schedule, whose start NewSchedule sets).
+func (f *Flags) ScheduleConfig() (optim.ScheduleConfig, error) {
+	s, err := f.parsed()
+	if err != nil {
+		return optim.ScheduleConfig{}, err
+	}
+	return s.schedule, nil
+}
 
 // NewOptimizer builds the -optim optimizer over dp's parameters with -lr and installs it as
 // dp's Corrector when it is one (SGD: LGP for hooks that deliver results late, a no-op
-// otherwise). hook is the run's comm hook: OSP with LGP on (its default) needs an optimizer
-// that predicts its own step, and with any other optimizer NewOptimizer says so.
+// otherwise). hook is the run's comm hook: one that needs a corrector (OSP with LGP on, its
+// default) needs an optimizer that predicts its own step, and with any other optimizer
+// NewOptimizer says so.
 func (f *Flags) NewOptimizer(dp *ddp.DDP, hook ddp.CommHook) (optim.Optimizer, error) {
 	opt, err := f.NewOptimizerFor(dp.Parameters())
 	if err != nil {
 		return nil, err
 	}
 	corrector, ok := opt.(ddp.Corrector)
-	if osp, isOSP := hook.(*hooks.OSP); isOSP && osp.LGP && !ok {
+	if ddp.NeedsCorrector(hook) && !ok {
 		return nil, fmt.Errorf("-optim %s with -hook %s: OSP's local-gradient prediction (lgp=true, its default) is exact only for SGD, "+
 			"which predicts its own step; use -optim sgd, or -hook osp:lgp=false", f.Optim, hook.Name())
 	}
@@ -167,7 +245,11 @@ func (f *Flags) NewOptimizer(dp *ddp.DDP, hook ddp.CommHook) (optim.Optimizer, e
 
 // NewOptimizerFor builds the -optim optimizer over params with -lr (no DDP involved).
 func (f *Flags) NewOptimizerFor(params []*nn.Param) (optim.Optimizer, error) {
-	opt, err := optim.ParseOptimizer(f.optimSpec(), params, f.LR)
+	c, err := f.OptimizerConfig()
+	if err != nil {
+		return nil, err
+	}
+	opt, err := c.New(params, f.LR)
 	if err != nil {
 		return nil, fmt.Errorf("-optim: %w", err)
 	}
@@ -178,40 +260,63 @@ func (f *Flags) NewOptimizerFor(params []*nn.Param) (optim.Optimizer, error) {
 // stepsPerEpoch steps on world ranks, with -lr as its base. Without either flag it is the
 // constant -lr.
 func (f *Flags) NewSchedule(epochs, stepsPerEpoch, world int) (optim.Schedule, error) {
-	spec := strings.TrimSpace(f.Schedule)
-	if spec == "" && f.Warmup > 0 {
-		// The seeds' recipe: from lr/P, per step, over Warmup epochs.
-		spec = fmt.Sprintf("warmupstep:warmup=%d,from=%s", f.Warmup, formatFloat(f.LR/float64(world)))
-	} else if f.Warmup > 0 {
-		sep := ","
-		if !strings.Contains(spec, ":") {
-			sep = ":"
+	c, err := f.ScheduleConfig()
+	if err != nil {
+		return nil, err
+	}
+	if strings.TrimSpace(f.Schedule) == "" && f.Warmup > 0 {
+		if c, err = c.With("from", spec.FormatFloat(f.LR/float64(world))); err != nil {
+			return nil, fmt.Errorf("-warmup %d: %w", f.Warmup, err)
 		}
-		s, err := optim.ParseSchedule(spec+sep+"warmup="+strconv.Itoa(f.Warmup), f.LR, epochs, stepsPerEpoch)
-		if err != nil {
+	}
+	s, err := c.New(f.LR, epochs, stepsPerEpoch)
+	if err != nil {
+		if f.Warmup > 0 {
 			return nil, fmt.Errorf("-warmup %d with -schedule %q: %w (put the warm-up in the -schedule spec, or leave -warmup out)", f.Warmup, f.Schedule, err)
 		}
-		return s, nil
-	}
-	s, err := optim.ParseSchedule(spec, f.LR, epochs, stepsPerEpoch)
-	if err != nil {
 		return nil, fmt.Errorf("-schedule: %w", err)
 	}
 	return s, nil
 }
 
 // MetaConfig returns the flags that change a run's trajectory, for checkpoint.Meta.Config:
-// resuming requires them to be the same. -optim and -schedule appear only when they differ
-// from the defaults (sgd, none), so checkpoints from before these flags still resume.
+// resuming requires them to be the same. -optim and -schedule appear, in their canonical
+// form, only when they differ from the defaults (sgd, none), so checkpoints from before these
+// flags still resume; CanonicalSpec brings an older checkpoint's raw specs to that form.
 func (f *Flags) MetaConfig() map[string]string {
-	m := map[string]string{"lr": formatFloat(f.LR), "momentum": formatFloat(f.Momentum), "wd": formatFloat(f.WD), "warmup": strconv.Itoa(f.Warmup)}
+	m := map[string]string{"lr": spec.FormatFloat(f.LR), "momentum": spec.FormatFloat(f.Momentum), "wd": spec.FormatFloat(f.WD), "warmup": strconv.Itoa(f.Warmup)}
 	if o := strings.TrimSpace(f.Optim); o != "" && o != "sgd" {
-		m["optim"] = o
+		m["optim"] = f.CanonicalSpec("optim", o)
 	}
 	if s := strings.TrimSpace(f.Schedule); s != "" {
-		m["schedule"] = s
+		m["schedule"] = f.CanonicalSpec("schedule", s)
 	}
 	return m
+}
+
+// CanonicalSpec is checkpoint.Meta's Canonical for the programs' checkpoints: it writes a
+// spec in the canonical form checkpoints store (field "hook" for Meta.Hook, "optim" and
+// "schedule" in Meta.Config; an sgd spec with these flags' -momentum and -wd where it leaves
+// them out, as the run reads it), so that a checkpoint saved with the spec as it was typed
+// ("spardl", keys in another order) resumes. Other fields, and specs that do not parse, are
+// returned unchanged.
+func (f *Flags) CanonicalSpec(field, value string) string {
+	var c fmt.Stringer
+	var err error
+	switch {
+	case field == "hook" && value != "":
+		c, err = hooks.ParseConfig(value)
+	case field == "optim":
+		c, err = optimizerConfig(value, f.Momentum, f.WD)
+	case field == "schedule":
+		c, err = optim.ParseScheduleConfig(value)
+	default:
+		return value
+	}
+	if err != nil {
+		return value
+	}
+	return c.String()
 }
 
 // DrawPlot draws -metrics as the -plot PNG (plot.File); without -plot it does nothing. Call

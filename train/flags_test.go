@@ -150,10 +150,102 @@ func TestFlagsRegister(t *testing.T) {
 		t.Errorf("-optim default %q", d)
 	}
 	m := f.MetaConfig()
-	if m["optim"] != "adam" || m["schedule"] != "cosine" || m["lr"] != "0.1" {
+	adam, _ := optim.ParseOptimizerConfig("adam")
+	cosine, _ := optim.ParseScheduleConfig("cosine")
+	if m["optim"] != adam.String() || m["schedule"] != cosine.String() || m["lr"] != "0.1" {
 		t.Errorf("meta %v", m)
 	}
 	if _, ok := (&Flags{Optim: "sgd"}).MetaConfig()["optim"]; ok {
 		t.Error("the default optimizer is in the checkpoint meta: older checkpoints would not resume")
+	}
+}
+
+// Checkpoints store canonical specs, and CanonicalSpec brings one saved as it was typed to
+// that form: the same hook (optimizer, schedule) written differently compares equal, a
+// different one does not, and what does not parse is left alone.
+func TestCanonicalSpec(t *testing.T) {
+	for _, tc := range []struct {
+		field, a, b string
+		same        bool
+	}{
+		{"hook", "spardl", "spardl:density=0.01", true},
+		{"hook", "spardl:teams=2,density=0.01", "spardl:density=0.01,teams=2", true},
+		{"hook", "spardl:density=0.01", "spardl:density=0.02", false},
+		{"hook", "allreduce", "oktopk", false},
+		{"optim", "sgd:nesterov=true,momentum=0.9", "sgd:momentum=0.90,nesterov=true", true},
+		{"optim", "adamw", "adamw:wd=0.05", false},
+		{"optim", "sgd:nesterov=true", "sgd:momentum=0.9,nesterov=true", true}, // -momentum 0.9 fills it in
+		{"schedule", "cosine:warmup=2", "cosine:per=step,warmup=2.0", true},
+		{"schedule", "cosine", "linear", false},
+	} {
+		f := Flags{Momentum: 0.9}
+		a, b := f.CanonicalSpec(tc.field, tc.a), f.CanonicalSpec(tc.field, tc.b)
+		if (a == b) != tc.same {
+			t.Errorf("%s %q → %q, %q → %q: same %v, want %v", tc.field, tc.a, a, tc.b, b, a == b, tc.same)
+		}
+		if a == tc.a && tc.same {
+			t.Errorf("%s %q: not rewritten", tc.field, tc.a)
+		}
+	}
+	for _, tc := range [][2]string{{"hook", "nosuchhook"}, {"hook", ""}, {"lr", "0.1"}, {"optim", "sgd:nesterov=maybe"}} {
+		if got := (&Flags{}).CanonicalSpec(tc[0], tc[1]); got != tc[1] {
+			t.Errorf("%s %q → %q, want it unchanged", tc[0], tc[1], got)
+		}
+	}
+}
+
+// The parsed -optim keeps -momentum and -wd as numbers (no spec text written in between),
+// and Check parses once: NewOptimizerFor after Check reuses what Check parsed until a flag
+// changes.
+func TestFlagsParseOnce(t *testing.T) {
+	f := Flags{LR: 0.1, Momentum: 0.9, WD: 1e-4}
+	if err := f.Check(); err != nil {
+		t.Fatal(err)
+	}
+	first := f.specs
+	c, err := f.OptimizerConfig()
+	if err != nil || f.specs != first {
+		t.Fatalf("OptimizerConfig after Check parsed again (%v)", err)
+	}
+	want, err := optim.SGDSpec(optim.SGDConfig{Momentum: 0.9, WeightDecay: 1e-4})
+	if err != nil || c.String() != want.String() {
+		t.Fatalf("-optim sgd -momentum 0.9 -wd 1e-4: %s, want %s (%v)", c, want, err)
+	}
+	f.Momentum = 0.5
+	if c, err = f.OptimizerConfig(); err != nil || c.Option("momentum") != "0.5" {
+		t.Fatalf("after -momentum changed: %s, %v", c, err)
+	}
+	// An sgd spec that needs -momentum to be valid (Nesterov needs a momentum) takes it; with
+	// -momentum 0 it is refused, and the spec's own momentum wins wherever it is written.
+	f.Optim = "sgd:nesterov=true"
+	if c, err = f.OptimizerConfig(); err != nil || c.Option("nesterov") != "true" || c.Option("momentum") != "0.5" {
+		t.Fatalf("-optim sgd:nesterov=true -momentum 0.5: %s, %v", c, err)
+	}
+	f.Momentum = 0
+	if _, err = f.OptimizerConfig(); err == nil || !strings.Contains(err.Error(), "-optim") {
+		t.Fatalf("-optim sgd:nesterov=true -momentum 0: %v", err)
+	}
+	f.Optim = "sgd:nesterov=true,momentum=0.8"
+	if c, err = f.OptimizerConfig(); err != nil || c.Option("momentum") != "0.8" {
+		t.Fatalf("-optim sgd:nesterov=true,momentum=0.8 -momentum 0: %s, %v", c, err)
+	}
+}
+
+// AtLeast names the first flag below its minimum, with its value.
+func TestAtLeast(t *testing.T) {
+	if err := AtLeast(1, Int("-batch", 4), Int("-epochs", 1)); err != nil {
+		t.Errorf("valid flags: %v", err)
+	}
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{AtLeast(1, Int("-batch", 4), Int("-epochs", 0), Int("-workers", -1)), "-epochs 0: want at least 1"},
+		{AtLeast(0, Int("-steps", -1)), "-steps -1: want 0 or more"},
+		{AtLeast(2, Int("-seq", 1)), "-seq 1: want at least 2"},
+	} {
+		if tc.err == nil || tc.err.Error() != tc.want {
+			t.Errorf("%v, want %q", tc.err, tc.want)
+		}
 	}
 }

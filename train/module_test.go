@@ -55,6 +55,11 @@ func batches(rank int) func(ctx context.Context, epoch, start int) iter.Seq2[dat
 func main() {
 	hook := flag.String("hook", "allreduce", "comm hook spec")
 	flag.Parse()
+	hookConfig, err := train.ParseHook(*hook, 2)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
 	groups, err := comm.NewLocal(2)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -64,7 +69,7 @@ func main() {
 		rng := nn.NewRand(1)
 		model := nn.NewSequential(nn.NewLinear(4, 16, true, rng), nn.ReLU{}, nn.NewLinear(16, 3, true, rng))
 		flags := train.Flags{LR: 0.1, Momentum: 0.9}
-		rep, err := train.Setup{Hook: *hook, Flags: &flags}.New(ctx, g, model)
+		rep, err := train.Setup{Hook: hookConfig, Flags: &flags}.New(ctx, g, model)
 		if err != nil {
 			return err
 		}

@@ -3,7 +3,9 @@ package train
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"strings"
 
 	"github.com/spargo-dl/spargo/comm"
 	"github.com/spargo-dl/spargo/ddp"
@@ -13,11 +15,28 @@ import (
 	"github.com/spargo-dl/spargo/optim"
 )
 
-// NewHook builds the comm hook a -hook spec names (see `spargo hooks`). It is the one place
-// where a program's -hook becomes a hook: Setup.New calls it on every rank, and the programs'
-// flag checks call it to refuse a bad spec before they load any data.
-func NewHook(spec string) (ddp.CommHook, error) {
-	return hooks.Parse(spec)
+// ParseHook parses a program's -hook spec (see `spargo hooks`) once, in its flag check,
+// before any data is loaded: the result is what Setup.Hook takes and what checkpoints store
+// (its canonical String). An empty spec is allreduce; a bad one, or a hook that cannot run
+// on workers ranks (ddp.CheckWorldSize; workers 0: not checked), is an error naming -hook.
+func ParseHook(spec string, workers int) (hooks.Config, error) {
+	if strings.TrimSpace(spec) == "" {
+		spec = "allreduce"
+	}
+	c, err := hooks.ParseConfig(spec)
+	if err != nil {
+		return hooks.Config{}, fmt.Errorf("-hook %q: %w", spec, err)
+	}
+	if workers > 0 {
+		h, err := c.New()
+		if err == nil {
+			err = ddp.CheckWorldSize(h, workers)
+		}
+		if err != nil {
+			return hooks.Config{}, fmt.Errorf("-hook %s with -workers %d: %w", c, workers, err)
+		}
+	}
+	return c, nil
 }
 
 // Setup is a rank's set-up, the same in every program: the comm hook from its spec, DDP
@@ -25,11 +44,13 @@ func NewHook(spec string) (ddp.CommHook, error) {
 // buckets from measured costs the profile it needs), then the optimizer of Flags over DDP's
 // parameters, installed as DDP's corrector when it is one:
 //
-//	rep, err := train.Setup{Hook: "spardl:density=0.01", Flags: &flags}.New(ctx, g, model)
+//	hook, err := train.ParseHook("spardl:density=0.01", workers) // once, in the flag check
+//	rep, err := train.Setup{Hook: hook, Flags: &flags}.New(ctx, g, model) // on every rank
 //	// rep.DDP wraps model; rep.Optimizer steps its parameters
 type Setup struct {
-	// Hook is the -hook spec ("allreduce", "spardl:density=0.01", …); empty means allreduce.
-	Hook string
+	// Hook is the parsed -hook spec (ParseHook); New builds this rank's own hook from it.
+	// The zero Config means allreduce.
+	Hook hooks.Config
 	// Flags build the optimizer (-optim, -lr, -momentum, -wd); required.
 	Flags *Flags
 	// BucketMB caps every DDP bucket at BucketMB MiB (-bucket-mb; 0: ddp's defaults).
@@ -65,13 +86,16 @@ func (s Setup) New(ctx context.Context, g comm.Group, model nn.Module) (*Replica
 	if s.Flags == nil {
 		return nil, errors.New("train: Setup.Flags is nil: the set-up builds the optimizer from them")
 	}
-	spec := s.Hook
-	if spec == "" {
-		spec = "allreduce"
+	cfg := s.Hook
+	if cfg.Name() == "" {
+		var err error
+		if cfg, err = ParseHook("", 0); err != nil {
+			return nil, err
+		}
 	}
-	hook, err := NewHook(spec)
+	hook, err := cfg.New()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("-hook %s: %w", cfg, err)
 	}
 	opts := append([]ddp.Option{ddp.WithCommHook(hook)}, s.Options...)
 	if s.BucketMB > 0 {

@@ -13,7 +13,9 @@ import (
 	"github.com/spargo-dl/spargo/checkpoint"
 	"github.com/spargo-dl/spargo/cluster"
 	"github.com/spargo-dl/spargo/datasets"
+	"github.com/spargo-dl/spargo/hooks"
 	"github.com/spargo-dl/spargo/models"
+	"github.com/spargo-dl/spargo/optim"
 	"github.com/spargo-dl/spargo/train"
 )
 
@@ -74,12 +76,14 @@ type MLMConfig struct {
 	// attention mask and MLM labels (Batch × Seq each), then the Batch NSP labels.
 	DumpBatches string `json:"dump_batches,omitempty"`
 	DumpSteps   int    `json:"dump_steps,omitempty"`
+
+	hook hooks.Config // -hook, parsed once by check
 }
 
 // Register defines the run's flags on fs; the struct's current values are the defaults.
 func (c *MLMConfig) Register(fs *flag.FlagSet) {
 	fs.StringVar(&c.Data, "data", c.Data, "a text file or a directory of .txt files, one sentence per line, blank lines between documents "+
-		"(a directory's *valid*.txt is the held-out text, *test*.txt is left out; e.g. ../shared/data/ptb)")
+		"(a directory's *valid*.txt is the held-out text, *test*.txt is left out); default: PTB, found in $SPARGO_DATA/ptb or the user cache, or downloaded (see docs/data.md)")
 	fs.Float64Var(&c.HoldOut, "hold-out", c.HoldOut, "without a *valid*.txt file, hold out this fraction of the sentences (the last ones) for evaluation")
 	fs.StringVar(&c.Vocab, "vocab", c.Vocab, "WordPiece vocabulary to load (vocab.txt, one token a line); empty: build one from the training text")
 	fs.IntVar(&c.VocabSize, "vocab-size", c.VocabSize, "tokens of the vocabulary built from the training text (without -vocab)")
@@ -126,12 +130,21 @@ func MLMMain(name string, c MLMConfig) {
 		}})
 }
 
+// check refuses bad flags before any data is looked for: the model's name first, then the
+// numbers and the specs (-hook parsed once into c.hook, -optim and -schedule into c.Flags).
 func (c *MLMConfig) check() error {
+	if _, err := models.BertPreset(c.Model); err != nil {
+		return fmt.Errorf("-model: %w", err)
+	}
+	if err := train.AtLeast(1, train.Int("-workers", c.Workers), train.Int("-batch", c.Batch)); err != nil {
+		return err
+	}
+	if err := train.AtLeast(0, train.Int("-steps", c.Steps)); err != nil { // 0: train -epochs epochs
+		return err
+	}
 	switch {
-	case c.Workers < 1 || c.Batch < 1:
-		return fmt.Errorf("-workers and -batch must be at least 1 (got %d, %d)", c.Workers, c.Batch)
-	case c.Steps < 0 || c.Steps == 0 && c.Epochs < 1:
-		return fmt.Errorf("-steps %d, -epochs %d: give a number of steps, or of epochs with -steps 0", c.Steps, c.Epochs)
+	case c.Steps == 0 && c.Epochs < 1:
+		return fmt.Errorf("-epochs %d with -steps 0: want at least 1 epoch (or give -steps)", c.Epochs)
 	case c.Seq < 5:
 		return fmt.Errorf("-seq %d: want at least 5 tokens ([CLS] A [SEP] B [SEP])", c.Seq)
 	case c.MaxPredictions < 0 || c.EvalEvery < 0 || c.EvalLimit < 0:
@@ -151,13 +164,14 @@ func (c *MLMConfig) check() error {
 	case c.DumpSteps < 0 || c.DumpSteps > 0 && c.DumpBatches == "":
 		return fmt.Errorf("-dump-steps %d: want 0 or more, with -dump-batches DIR", c.DumpSteps)
 	}
-	if _, err := models.BertPreset(c.Model); err != nil {
-		return fmt.Errorf("-model: %w", err)
-	}
 	if err := c.Flags.Check(); err != nil {
 		return err
 	}
-	_, err := train.NewHook(c.Hook)
+	hook, err := train.ParseHook(c.Hook, c.Workers)
+	if err != nil {
+		return err
+	}
+	c.hook = hook
 	return err
 }
 
@@ -179,14 +193,27 @@ func (c MLMConfig) runLength(batchesPerEpoch int) (steps, round int, err error) 
 	return steps, round, nil
 }
 
-// scheduleSpec is -schedule, with BERT's warm-up over the first 10 % of the steps added to
-// a plain "linear" (an explicit warmup or warmup_steps option wins).
-func (c MLMConfig) scheduleSpec(steps int) string {
-	spec := strings.TrimSpace(c.Schedule)
-	if spec == "linear" && c.Warmup == 0 {
-		return fmt.Sprintf("linear:warmup_steps=%d", steps/10)
+// newSchedule is the run's schedule over rounds rounds of round steps on world ranks: the
+// parsed -schedule (train.Flags), with BERT's warm-up over the first 10 % of the steps added
+// to a plain "linear" (an explicit warmup or warmup_steps option, or -warmup, wins). It
+// returns the schedule's canonical spec too.
+func (c *MLMConfig) newSchedule(steps, rounds, round, world int) (optim.Schedule, string, error) {
+	sc, err := c.ScheduleConfig()
+	if err != nil {
+		return nil, "", err
 	}
-	return spec
+	if sc.Name() != "linear" || sc.Given("warmup") || sc.Given("warmup_steps") {
+		s, err := c.NewSchedule(rounds, round, world)
+		return s, sc.String(), err
+	}
+	if sc, err = sc.With("warmup_steps", strconv.Itoa(steps/10)); err != nil {
+		return nil, "", fmt.Errorf("-schedule: %w", err)
+	}
+	s, err := sc.New(c.LR, rounds, round)
+	if err != nil {
+		return nil, "", fmt.Errorf("-schedule: %w", err)
+	}
+	return s, sc.String(), nil
 }
 
 // checkpointMeta describes the run for checkpoints: resuming requires the same model, hook,
@@ -198,5 +225,15 @@ func (c MLMConfig) checkpointMeta(world, vocab, round int) checkpoint.Meta {
 		"bucket_mb": strconv.FormatFloat(c.BucketMB, 'g', -1, 64), "vocab": strconv.Itoa(vocab), "round": strconv.Itoa(round), "hold_out": strconv.FormatFloat(c.HoldOut, 'g', -1, 64)} {
 		cfg[k] = v
 	}
-	return checkpoint.Meta{Model: "bert-" + c.Model, Hook: c.Hook, World: world, Config: cfg}
+	return checkpoint.Meta{Model: "bert-" + c.Model, Hook: c.hook.String(), World: world, Config: cfg, Canonical: c.Flags.CanonicalSpec}
+}
+
+// findCorpus returns -data's text (checked to hold a text file or .txt files), or without
+// -data PTB's files found by datasets.Find ($SPARGO_DATA/ptb, the user cache, a download).
+func (c *MLMConfig) findCorpus(ctx context.Context, progress io.Writer) (string, error) {
+	set := datasets.PTBSet
+	if c.Data != "" {
+		set = datasets.TextCorpus("corpus")
+	}
+	return datasets.Find(ctx, set, c.Data, progress)
 }

@@ -3,17 +3,18 @@
 // own replica, or one worker per process under a launcher (torchrun, spargo launch, Slurm,
 // mpirun), exactly as examples/vgg; any comm hook drops in with -hook.
 //
-//	go run ./examples/bert -data ../shared/data/ptb -model tiny -workers 2 -steps 2000
-//	go run ./examples/bert -data ../shared/data/ptb -hook spardl:density=0.01 -metrics run.jsonl -log-every 100 -plot run.png
+//	go run ./examples/bert -model tiny -workers 2 -steps 2000    # PTB, found or downloaded
+//	go run ./examples/bert -hook spardl:density=0.01 -metrics run.jsonl -log-every 100 -plot run.png
 //	go run ./examples/bert -data corpus/ -vocab vocab.txt -seq 256 -model mini
-//	go run ./examples/bert -data ../shared/data/ptb -save-vocab vocab.txt   # for scripts/torch_bert_mlm.py
-//	go build -o bert ./examples/bert && spargo launch -n 2 -- ./bert -data ../shared/data/ptb
+//	go run ./examples/bert -data ~/data/ptb -save-vocab vocab.txt   # for scripts/torch_bert_mlm.py
+//	go build -o bert ./examples/bert && spargo launch -n 2 -- ./bert
 //
 // Data: -data is a text file or a directory of .txt files in the format of BERT's
 // create_pretraining_data.py (one sentence per line, blank lines between documents; a file
 // without blank lines, such as PTB's, is one document). A directory's *valid*.txt files are
-// the held-out text (ptb.valid.txt for ../shared/data/ptb) and *test*.txt files are left
-// out; otherwise the last -hold-out of the sentences are held out. The WordPiece vocabulary
+// the held-out text (ptb.valid.txt for PTB) and *test*.txt files are left out. Without
+// -data the corpus is PTB, found by datasets.Find ($SPARGO_DATA/ptb, the user cache, or
+// downloaded; docs/data.md); otherwise the last -hold-out of the sentences are held out. The WordPiece vocabulary
 // (lowercased) is built from the training text (-vocab-size tokens) unless -vocab loads a
 // vocab.txt; -save-vocab writes the one in use. Sequence pairs are built as BERT's
 // create_instances_from_document (-seq tokens, 10 % shorter targets, half of the B segments

@@ -173,9 +173,11 @@ func TestResumeIsExact(t *testing.T) {
 	}
 }
 
-// Bad flags are errors that name them.
+// Bad flags are errors that name them; those that need no data come before the data is
+// looked for (noData does not exist: a search would say so).
 func TestFlagErrors(t *testing.T) {
 	data := writeCorpus(t)
+	noData := filepath.Join(t.TempDir(), "no-data-here")
 	for _, tc := range []struct {
 		change func(*MLMConfig)
 		want   string
@@ -185,7 +187,14 @@ func TestFlagErrors(t *testing.T) {
 		{func(c *MLMConfig) { c.Data = filepath.Join(data, "none") }, "-data"},
 		{func(c *MLMConfig) { c.Seq = 3 }, "-seq 3"},
 		{func(c *MLMConfig) { c.Vocab = filepath.Join(data, "missing.txt") }, "-vocab"},
-		{func(c *MLMConfig) { c.Batch = 1000 }, "only"},
+		{func(c *MLMConfig) { c.Batch = 1000 }, "-batch 1000 × 2 workers: the training text has only"},
+		{func(c *MLMConfig) { c.Batch = 100000 }, "-batch 100000 × 2 workers: the training text has only"},
+		{func(c *MLMConfig) { c.Model, c.Data = "vgg99", noData }, `-model: models: unknown BERT preset "vgg99"`},
+		{func(c *MLMConfig) { c.Steps, c.Data = -1, noData }, "-steps -1"},
+		{func(c *MLMConfig) { c.Steps, c.Epochs, c.Data = 0, 0, noData }, "-epochs 0 with -steps 0"},
+		{func(c *MLMConfig) { c.Steps, c.Epochs, c.Data = 0, -1, noData }, "-epochs -1 with -steps 0"},
+		{func(c *MLMConfig) { c.EvalLimit, c.Data = -5, noData }, "-eval-limit -5"},
+		{func(c *MLMConfig) { c.Hook, c.Data = "nosuch", noData }, `-hook "nosuch": hooks: unknown hook`},
 		{func(c *MLMConfig) { c.Dropout = 1 }, "-dropout 1"},
 		{func(c *MLMConfig) { c.DumpSteps = 5 }, "-dump-steps 5"},
 	} {
@@ -272,5 +281,25 @@ func TestDumpBatches(t *testing.T) {
 	again, _ := run(t, c)
 	if again.Rounds[0].TrainLoss == sum.Rounds[0].TrainLoss {
 		t.Errorf("-dropout 0 and 0.1 trained to the same loss %v: the flag does not reach the model", sum.Rounds[0].TrainLoss)
+	}
+}
+
+// Without -data the corpus is PTB, found with datasets.Find: $SPARGO_DATA/ptb here (the
+// committed fixture linked into a data root).
+func TestRunFindsPTBInSPARGODATA(t *testing.T) {
+	abs, err := filepath.Abs(filepath.Join("..", "..", "testdata", "ptb-mini"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	if err := os.Symlink(abs, filepath.Join(root, "ptb")); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("SPARGO_DATA", root)
+	c := smallConfig("")
+	c.Batch, c.Steps, c.VocabSize = 1, 1, 200
+	sum, _ := run(t, c)
+	if !strings.Contains(sum.Corpus, filepath.Join(root, "ptb", "ptb.train.txt")) {
+		t.Fatalf("corpus %q is not $SPARGO_DATA/ptb's", sum.Corpus)
 	}
 }

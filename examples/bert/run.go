@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -59,6 +58,10 @@ func RunMLM(ctx context.Context, c MLMConfig, stdout, stderr io.Writer) (*MLMSum
 	if err := c.check(); err != nil {
 		return nil, err
 	}
+	var err error
+	if c.Data, err = c.findCorpus(ctx, stderr); err != nil {
+		return nil, err
+	}
 	corpus, err := LoadMLMCorpus(ctx, c)
 	if err != nil {
 		return nil, err
@@ -83,6 +86,9 @@ func RunMLMProcess(ctx context.Context, c MLMConfig, env cluster.Env, stdout, st
 	}
 	defer train.CloseGroup(g, &err)
 	c.Progress = progress
+	if c.Data, err = c.findCorpus(ctx, stderr); err != nil {
+		return nil, fmt.Errorf("rank %d: %w", g.Rank(), err)
+	}
 	corpus, err := LoadMLMCorpus(ctx, c)
 	if err != nil {
 		return nil, fmt.Errorf("rank %d: %w", g.Rank(), err)
@@ -184,7 +190,7 @@ func (w *mlmWorker) run(ctx context.Context) error {
 		}
 	}
 	tape := nn.NewTape()
-	rep, err := train.Setup{Hook: c.Hook, Flags: &c.Flags, BucketMB: c.BucketMB, Profile: c.Profile, Stdout: w.stdout,
+	rep, err := train.Setup{Hook: c.hook, Flags: &c.Flags, BucketMB: c.BucketMB, Profile: c.Profile, Stdout: w.stdout,
 		ProfileStep: func() (profile.Step, func(), error) {
 			next, stop := iter.Pull2(batches(ctx, 0))
 			nn.SetTraining(model, true)
@@ -212,9 +218,7 @@ func (w *mlmWorker) run(ctx context.Context) error {
 		return err
 	}
 	rounds := steps / round
-	sc := c
-	sc.Schedule = c.scheduleSpec(steps)
-	sched, err := sc.NewSchedule(rounds, round, world)
+	sched, schedSpec, err := c.newSchedule(steps, rounds, round, world)
 	if err != nil {
 		return err
 	}
@@ -225,7 +229,7 @@ func (w *mlmWorker) run(ctx context.Context) error {
 	if rank == 0 {
 		w.sum.Params = nn.NumParams(dp.Parameters())
 		fmt.Fprintf(w.stdout, "model bert-%s: %d parameters in %d tensors, %d buckets; hook %s; %d workers × batch %d × %d tokens; %d steps (%d per data epoch), schedule %s; kernels %s, GOMAXPROCS %d\n",
-			c.Model, w.sum.Params, len(dp.Parameters()), len(dp.Plan()), c.Hook, world, c.Batch, c.Seq, steps, nb, cmp.Or(sc.Schedule, "constant"), kernels.Impl(), runtime.GOMAXPROCS(0))
+			c.Model, w.sum.Params, len(dp.Parameters()), len(dp.Plan()), c.Hook, world, c.Batch, c.Seq, steps, nb, schedSpec, kernels.Impl(), runtime.GOMAXPROCS(0))
 	}
 	loop := &train.Loop[datasets.MLMBatch]{
 		Group: g, DDP: dp, Model: model, Optimizer: opt, Schedule: sched, Epochs: rounds, StepsPerEpoch: round, Unit: "seq",

@@ -6,13 +6,13 @@
 // hooks and the comm hook (SparDL by default) reduces them with everybody else's.
 //
 //	go run ./examples/gorgonia                                       # 2 workers, SparDL, 1 epoch
-//	go run ./examples/gorgonia -data ../shared/data/cifar10/approx -workers 2 -hook spardl \
+//	go run ./examples/gorgonia -data ~/data/cifar10 -workers 2 -hook spardl \
 //	    -batch 32 -epochs 3 -lr 0.02
 //	go run ./examples/gorgonia -head spargo -steps 100               # the same model, head in spargo
 //
-// -batch is per worker (global batch = workers × batch). CIFAR-10 is looked for in -data,
-// $SPARGO_DATA, ../shared/data/cifar10/approx and the user cache directory, and downloaded into
-// the cache (md5-checked) when none has it. -head spargo swaps the gorgonia head for spargo's
+// -batch is per worker (global batch = workers × batch). CIFAR-10 is found by datasets.Find:
+// -data, else $SPARGO_DATA/cifar10, else the user cache directory, else downloaded into the
+// cache (md5-checked); docs/data.md says more. -head spargo swaps the gorgonia head for spargo's
 // Linear+ReLU+Linear with the same initial weights, to compare accuracy and speed.
 package main
 
@@ -65,7 +65,7 @@ type config struct {
 
 func main() {
 	var c config
-	flag.StringVar(&c.Data, "data", "", "CIFAR-10 directory (default: $SPARGO_DATA, ../shared/data/cifar10/approx, the user cache; downloaded if none has it)")
+	flag.StringVar(&c.Data, "data", "", "CIFAR-10 directory (default: $SPARGO_DATA/cifar10, then the user cache; downloaded if neither has it; see docs/data.md)")
 	flag.IntVar(&c.Workers, "workers", 2, "data-parallel workers (in-process ranks)")
 	flag.StringVar(&c.Hook, "hook", "spardl", "comm hook spec, e.g. spardl:density=0.05 or allreduce (see `spargo hooks`)")
 	flag.StringVar(&c.Head, "head", "gorgonia", "classifier head: gorgonia (a gorgonia graph in a Block) or spargo (nn.Linear, same weights)")
@@ -92,15 +92,21 @@ func main() {
 	}
 }
 
+// check refuses bad flags before any data is looked for: the model (-head) first, then the
+// numbers and -hook (parsed once into c.hook).
 func (c *config) check() error {
-	if c.Workers < 1 || c.Batch < 1 || c.Epochs < 1 || c.Hidden < 1 {
-		return fmt.Errorf("-workers, -batch, -epochs and -hidden must be at least 1 (got %d, %d, %d, %d)", c.Workers, c.Batch, c.Epochs, c.Hidden)
-	}
 	if c.Head != "gorgonia" && c.Head != "spargo" {
 		return fmt.Errorf("-head %q: want gorgonia or spargo", c.Head)
 	}
+	if err := train.AtLeast(1, train.Int("-workers", c.Workers), train.Int("-batch", c.Batch), train.Int("-epochs", c.Epochs),
+		train.Int("-hidden", c.Hidden)); err != nil {
+		return err
+	}
+	if err := train.AtLeast(0, train.Int("-steps", c.Steps), train.Int("-eval-limit", c.EvalLimit)); err != nil {
+		return err
+	}
 	var err error
-	c.hook, err = hooks.ParseConfig(c.Hook)
+	c.hook, err = train.ParseHook(c.Hook, c.Workers)
 	return err
 }
 
@@ -109,13 +115,17 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) error {
 	if err := c.check(); err != nil {
 		return err
 	}
-	dir, err := datasets.EnsureCIFAR10(ctx, c.Data, stderr)
+	dir, err := datasets.Find(ctx, datasets.CIFAR10Set, c.Data, stderr)
 	if err != nil {
 		return err
 	}
 	train, test, err := datasets.LoadCIFAR10(dir)
 	if err != nil {
 		return err
+	}
+	if share := train.N / c.Workers; c.Batch > share {
+		return fmt.Errorf("-batch %d is larger than a rank's share of the training data: %d of %s's %d images on each of %d workers",
+			c.Batch, share, dir, train.N, c.Workers)
 	}
 	fmt.Fprintf(stdout, "data: %s\n%s\n%s\n", dir, train.Summary, test.Summary)
 	if strings.Contains(dir, "approx") {

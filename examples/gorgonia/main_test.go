@@ -3,34 +3,22 @@ package main
 import (
 	"bytes"
 	"context"
-	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
-
-	"github.com/spargo-dl/spargo/datasets"
 )
 
-// cifarOrSkip returns the CIFAR-10 directory, or skips the test outside CI without one.
-func cifarOrSkip(t *testing.T) string {
-	t.Helper()
-	dir, err := datasets.FindCIFAR10("")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("CI has ../shared/data beside the clone: %v", err)
-		}
-		t.Skipf("no CIFAR-10 copy on this machine (it is looked for in ../shared/data/cifar10/approx and $SPARGO_DATA): %v", err)
-	}
-	return dir
-}
+// cifarMini is the committed CIFAR-10 fixture: 16 training and 8 test records.
+const cifarMini = "../../testdata/cifar10-mini"
 
 // Two steps of the program as shipped (2 workers, SparDL, the gorgonia head) on a few images,
 // then the same with the spargo head: data, DDP, the Block's forward and backward, the hook
 // and evaluation (on a short last batch: another graph) all run, and both heads start from the
 // same weights, so their first-epoch numbers are close.
 func TestRunFewSteps(t *testing.T) {
-	dir := cifarOrSkip(t)
+	dir := cifarMini
 	results := map[string][]float64{}
 	for _, head := range []string{"gorgonia", "spargo"} {
 		var out, errb bytes.Buffer
@@ -63,15 +51,28 @@ func TestRunFewSteps(t *testing.T) {
 	}
 }
 
+// Each bad flag is an error naming it, before the data is looked for (noData does not exist),
+// except -batch, checked against a rank's share once the data is loaded.
 func TestRunRejectsBadFlags(t *testing.T) {
-	var out bytes.Buffer
-	for _, c := range []config{
-		{Workers: 0, Batch: 1, Epochs: 1, Hidden: 1, Head: "gorgonia", Hook: "spardl"},
-		{Workers: 1, Batch: 1, Epochs: 1, Hidden: 1, Head: "tensorflow", Hook: "spardl"},
-		{Workers: 1, Batch: 1, Epochs: 1, Hidden: 1, Head: "gorgonia", Hook: "nosuch"},
+	noData := filepath.Join(t.TempDir(), "no-data-here")
+	for _, tc := range []struct {
+		change func(*config)
+		want   string
+	}{
+		{func(c *config) { c.Workers = 0 }, "-workers 0: want at least 1"},
+		{func(c *config) { c.Head = "tensorflow" }, `-head "tensorflow"`},
+		{func(c *config) { c.Hook = "nosuch" }, `-hook "nosuch": hooks: unknown hook`},
+		{func(c *config) { c.Steps = -1 }, "-steps -1"},
+		{func(c *config) { c.EvalLimit = -5 }, "-eval-limit -5"},
+		{func(c *config) { c.Epochs = 0 }, "-epochs 0: want at least 1"},
+		{func(c *config) { c.Data, c.Batch = cifarMini, 100000 }, "-batch 100000 is larger than a rank's share of the training data: 8 of"},
+		{func(c *config) { c.Data, c.Batch = cifarMini, 9 }, "-batch 9 is larger than a rank's share"},
 	} {
-		if err := run(context.Background(), c, &out, &out); err == nil {
-			t.Errorf("%+v accepted", c)
+		c := config{Data: noData, Workers: 2, Batch: 4, Epochs: 1, Hidden: 8, Head: "gorgonia", Hook: "spardl"}
+		tc.change(&c)
+		var out bytes.Buffer
+		if err := run(context.Background(), c, &out, &out); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("got %v, want an error containing %q", err, tc.want)
 		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/spargo-dl/spargo/cluster"
 	"github.com/spargo-dl/spargo/comm"
 	"github.com/spargo-dl/spargo/datasets"
+	"github.com/spargo-dl/spargo/hooks"
 	"github.com/spargo-dl/spargo/hooks/profile"
 	"github.com/spargo-dl/spargo/internal/kernels"
 	"github.com/spargo-dl/spargo/models"
@@ -34,7 +35,7 @@ import (
 // flags that apply to it, taken from LMConfig by LMConfig.imdb). It is the "config" of the
 // -metrics summary.
 type IMDBConfig struct {
-	Data    string `json:"data"` // the aclImdb folders
+	Data    string `json:"data"` // the aclImdb folders (empty: datasets.Find's search)
 	Model   string `json:"model"`
 	Workers int    `json:"workers"`
 	Hook    string `json:"hook"`
@@ -58,6 +59,8 @@ type IMDBConfig struct {
 	CheckpointEvery int    `json:"checkpoint_every,omitempty"`
 	Keep            int    `json:"keep,omitempty"`
 	Resume          bool   `json:"resume,omitempty"`
+
+	hook hooks.Config // -hook, parsed once by check
 }
 
 // imdb is -task imdb's configuration from the lstm program's flags; it refuses the flags
@@ -71,28 +74,34 @@ func (c LMConfig) imdb() (IMDBConfig, error) {
 		Checkpoint: c.Checkpoint, CheckpointEvery: c.CheckpointEvery, Keep: c.Keep, Resume: c.Resume}, nil
 }
 
+// check refuses bad flags before any data is looked for: the model's name first, then the
+// numbers and the specs (-hook parsed once into c.hook).
 func (c *IMDBConfig) check() error {
-	if c.Workers < 1 || c.Batch < 1 || c.Epochs < 1 {
-		return fmt.Errorf("-workers, -batch and -epochs must be at least 1 (got %d, %d, %d)", c.Workers, c.Batch, c.Epochs)
+	if c.Model != "lstm-imdb" && c.Model != "imdb" {
+		return fmt.Errorf("-task imdb: -model %q: want lstm-imdb", c.Model)
 	}
-	if c.Steps < 0 || !(c.Clip >= 0) || c.BucketMB < 0 || c.CheckpointEvery < 0 || c.Keep < 0 || c.MaxLen < 0 {
-		return fmt.Errorf("-steps %d, -clip %v, -bucket-mb %v, -checkpoint-every %d, -keep %d, -max-len %d: want 0 or more",
-			c.Steps, c.Clip, c.BucketMB, c.CheckpointEvery, c.Keep, c.MaxLen)
+	if err := train.AtLeast(1, train.Int("-workers", c.Workers), train.Int("-batch", c.Batch), train.Int("-epochs", c.Epochs)); err != nil {
+		return err
+	}
+	if err := train.AtLeast(0, train.Int("-steps", c.Steps), train.Int("-max-len", c.MaxLen), train.Int("-checkpoint-every", c.CheckpointEvery),
+		train.Int("-keep", c.Keep)); err != nil {
+		return err
+	}
+	if !(c.Clip >= 0) || c.BucketMB < 0 {
+		return fmt.Errorf("-clip %v, -bucket-mb %v: want 0 or more", c.Clip, c.BucketMB)
 	}
 	if (c.Resume || c.CheckpointEvery > 0) && c.Checkpoint == "" {
 		return fmt.Errorf("-resume and -checkpoint-every need -checkpoint DIR")
 	}
-	if c.Data == "" {
-		return fmt.Errorf("-task imdb needs -data DIR (the aclImdb folders)")
-	}
-	if c.Model != "lstm-imdb" && c.Model != "imdb" {
-		return fmt.Errorf("-task imdb: -model %q: want lstm-imdb", c.Model)
-	}
 	if err := c.Flags.Check(); err != nil {
 		return err
 	}
-	_, err := train.NewHook(c.Hook)
-	return err
+	hook, err := train.ParseHook(c.Hook, c.Workers)
+	if err != nil {
+		return err
+	}
+	c.hook = hook
+	return nil
 }
 
 // IMDBSummary is a -task imdb run's result, and the last line of -metrics.
@@ -109,14 +118,24 @@ type IMDBSummary struct {
 	Launcher  cluster.Source `json:"launcher,omitempty"`
 }
 
-// loadIMDB reads the aclImdb folders and describes them on stdout.
-func (c *IMDBConfig) load(ctx context.Context, stdout io.Writer) (*datasets.IMDB, string, error) {
-	d, err := datasets.LoadIMDB(ctx, c.Data, datasets.IMDBOptions{MaxLen: c.MaxLen})
+// load finds (datasets.Find) and reads the aclImdb folders and describes them on stdout. A
+// rank's share of the training reviews must hold at least one -batch (the last short batch
+// is dropped).
+func (c *IMDBConfig) load(ctx context.Context, stdout, stderr io.Writer) (*datasets.IMDB, string, error) {
+	dir, err := datasets.Find(ctx, datasets.IMDBSet, c.Data, stderr)
 	if err != nil {
 		return nil, "", err
 	}
+	d, err := datasets.LoadIMDB(ctx, dir, datasets.IMDBOptions{MaxLen: c.MaxLen})
+	if err != nil {
+		return nil, "", err
+	}
+	if share := d.Train.N / c.Workers; c.Batch > share {
+		return nil, "", fmt.Errorf("-batch %d is larger than a rank's share of the training data: %d of %s's %d reviews on each of %d workers",
+			c.Batch, share, dir, d.Train.N, c.Workers)
+	}
 	summary := fmt.Sprintf("%s (%d reviews), %s (%d reviews), vocabulary %d", d.Train.Name, d.Train.N, d.Test.Name, d.Test.N, d.Vocab.Size())
-	fmt.Fprintf(stdout, "data: %s: %s\n", c.Data, summary)
+	fmt.Fprintf(stdout, "data: %s: %s\n", dir, summary)
 	return d, summary, nil
 }
 
@@ -125,7 +144,7 @@ func RunIMDB(ctx context.Context, c IMDBConfig, stdout, stderr io.Writer) (*IMDB
 	if err := c.check(); err != nil {
 		return nil, err
 	}
-	data, summary, err := c.load(ctx, stdout)
+	data, summary, err := c.load(ctx, stdout, stderr)
 	if err != nil {
 		return nil, err
 	}
@@ -148,7 +167,7 @@ func RunIMDBProcess(ctx context.Context, c IMDBConfig, env cluster.Env, stdout, 
 	}
 	defer train.CloseGroup(g, &err)
 	c.Progress = progress
-	data, summary, err := c.load(ctx, stdout)
+	data, summary, err := c.load(ctx, stdout, stderr)
 	if err != nil {
 		return nil, fmt.Errorf("rank %d: %w", g.Rank(), err)
 	}
@@ -192,7 +211,7 @@ func (c IMDBConfig) checkpointMeta(world int) checkpoint.Meta {
 	cfg["clip"] = strconv.FormatFloat(c.Clip, 'g', -1, 64)
 	cfg["max_len"] = strconv.Itoa(c.MaxLen)
 	cfg["bucket_mb"] = strconv.FormatFloat(c.BucketMB, 'g', -1, 64)
-	return checkpoint.Meta{Model: c.Model, Hook: c.Hook, World: world, Config: cfg}
+	return checkpoint.Meta{Model: c.Model, Hook: c.hook.String(), World: world, Config: cfg, Canonical: c.Flags.CanonicalSpec}
 }
 
 // imdbDefaults applies -task imdb's defaults to the flags the command line left out.
@@ -243,7 +262,7 @@ func (w *imdbWorker) run(ctx context.Context) error {
 		return err
 	}
 	tape := nn.NewTape()
-	rep, err := train.Setup{Hook: c.Hook, Flags: &c.Flags, BucketMB: c.BucketMB, Profile: c.Profile, Stdout: w.stdout,
+	rep, err := train.Setup{Hook: c.hook, Flags: &c.Flags, BucketMB: c.BucketMB, Profile: c.Profile, Stdout: w.stdout,
 		ProfileStep: func() (profile.Step, func(), error) {
 			next, stop := train.EpochCycle(ctx, loader.Epoch)
 			nn.SetTraining(model, true)

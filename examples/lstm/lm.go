@@ -18,6 +18,7 @@ import (
 	"github.com/spargo-dl/spargo/comm"
 	"github.com/spargo-dl/spargo/datasets"
 	"github.com/spargo-dl/spargo/ddp"
+	"github.com/spargo-dl/spargo/hooks"
 	"github.com/spargo-dl/spargo/hooks/profile"
 	"github.com/spargo-dl/spargo/internal/kernels"
 	"github.com/spargo-dl/spargo/models"
@@ -83,13 +84,15 @@ type LMConfig struct {
 	Resume          bool   `json:"resume,omitempty"`
 	LogLevel        string `json:"-"`
 	LogFormat       string `json:"-"`
+
+	hook hooks.Config // -hook, parsed once by check
 }
 
 // Register defines the run's flags on fs; the struct's current values are the defaults.
 func (c *LMConfig) Register(fs *flag.FlagSet) {
-	fs.StringVar(&c.Task, "task", cmp.Or(c.Task, "lm"), "lm: the PTB language model; imdb: the seeds' LSTM-IMDB classifier on -data DIR in the aclImdb layout (its defaults: -model lstm-imdb -optim adam -lr 0.001 -batch 32 -clip 0 -schedule constant, unless given)")
+	fs.StringVar(&c.Task, "task", cmp.Or(c.Task, "lm"), "lm: the PTB language model; imdb: the seeds' LSTM-IMDB classifier on the aclImdb folders (its defaults: -model lstm-imdb -optim adam -lr 0.001 -batch 32 -clip 0 -schedule constant, unless given)")
 	fs.IntVar(&c.MaxLen, "max-len", c.MaxLen, "-task imdb: tokens per review (longer cut, shorter padded; 0: 500)")
-	fs.StringVar(&c.Data, "data", c.Data, "PTB directory with ptb.train.txt, ptb.valid.txt, ptb.test.txt (default: $SPARGO_DATA/ptb, ../shared/data/ptb)")
+	fs.StringVar(&c.Data, "data", c.Data, "the data set's directory: PTB's ptb.train.txt, ptb.valid.txt, ptb.test.txt (-task lm) or the aclImdb folders (-task imdb) (default: $SPARGO_DATA/ptb or $SPARGO_DATA/aclImdb, then the user cache; downloaded if neither has it; see docs/data.md)")
 	fs.StringVar(&c.Model, "model", c.Model, "small|medium|ptb: Zaremba et al.'s 200- and 650-unit 2-layer LSTMs, or the seeds' 1500-unit one (catalogue names lstm-ptb-small… work too)")
 	fs.IntVar(&c.Workers, "workers", c.Workers, "data-parallel workers (in-process ranks); under a launcher leave it out, or give 1 or the world size")
 	fs.StringVar(&c.Hook, "hook", c.Hook, "comm hook spec, e.g. allreduce:algorithm=ring (see `spargo hooks`)")
@@ -219,20 +222,9 @@ func LMModelConfig(name string, vocab int) (models.LSTMLMConfig, error) {
 	return cfg, nil
 }
 
+// check refuses bad flags before any data is looked for: the model's name first, then the
+// numbers and the specs (-hook parsed once into c.hook, -optim and -schedule into c.Flags).
 func (c *LMConfig) check() error {
-	if c.Workers < 1 || c.Batch < 1 || c.Bptt < 1 || c.Epochs < 1 || c.EvalBatch < 1 {
-		return fmt.Errorf("-workers, -batch, -bptt, -epochs and -eval-batch must be at least 1 (got %d, %d, %d, %d, %d)", c.Workers, c.Batch, c.Bptt, c.Epochs, c.EvalBatch)
-	}
-	if c.Steps < 0 || !(c.Clip >= 0) || c.BucketMB < 0 || c.CheckpointEvery < 0 || c.Keep < 0 || c.EvalEvery < 0 || c.EvalLimit < 0 {
-		return fmt.Errorf("-steps %d, -clip %v, -bucket-mb %v, -checkpoint-every %d, -keep %d, -eval-every %d, -eval-limit %d: want 0 or more",
-			c.Steps, c.Clip, c.BucketMB, c.CheckpointEvery, c.Keep, c.EvalEvery, c.EvalLimit)
-	}
-	if (c.Resume || c.CheckpointEvery > 0) && c.Checkpoint == "" {
-		return fmt.Errorf("-resume and -checkpoint-every need -checkpoint DIR")
-	}
-	if !(c.Dropout < 1) {
-		return fmt.Errorf("-dropout %v: want a probability below 1 (negative: the model's)", c.Dropout)
-	}
 	switch c.Task {
 	case "", "lm":
 		c.Task = "lm"
@@ -242,22 +234,49 @@ func (c *LMConfig) check() error {
 	if _, err := LMModelConfig(c.Model, 1); err != nil {
 		return err
 	}
+	if err := train.AtLeast(1, train.Int("-workers", c.Workers), train.Int("-batch", c.Batch), train.Int("-bptt", c.Bptt), train.Int("-epochs", c.Epochs),
+		train.Int("-eval-batch", c.EvalBatch)); err != nil {
+		return err
+	}
+	if err := train.AtLeast(0, train.Int("-steps", c.Steps), train.Int("-eval-limit", c.EvalLimit), train.Int("-eval-every", c.EvalEvery),
+		train.Int("-checkpoint-every", c.CheckpointEvery), train.Int("-keep", c.Keep)); err != nil {
+		return err
+	}
+	if !(c.Clip >= 0) || c.BucketMB < 0 {
+		return fmt.Errorf("-clip %v, -bucket-mb %v: want 0 or more", c.Clip, c.BucketMB)
+	}
+	if (c.Resume || c.CheckpointEvery > 0) && c.Checkpoint == "" {
+		return fmt.Errorf("-resume and -checkpoint-every need -checkpoint DIR")
+	}
+	if !(c.Dropout < 1) {
+		return fmt.Errorf("-dropout %v: want a probability below 1 (negative: the model's)", c.Dropout)
+	}
 	if err := c.Flags.Check(); err != nil {
 		return err
 	}
-	_, err := train.NewHook(c.Hook)
-	return err
+	hook, err := train.ParseHook(c.Hook, c.Workers)
+	if err != nil {
+		return err
+	}
+	c.hook = hook
+	return nil
 }
 
-// loadPTB finds and reads the corpus and describes it on stdout.
-func (c *LMConfig) loadPTB(stdout io.Writer) (*datasets.PTB, error) {
-	dir, err := datasets.FindPTB(c.Data)
+// loadPTB finds (datasets.Find) and reads the corpus and describes it on stdout. A rank's
+// share of the training stream must fill -batch columns of at least two tokens (an input
+// and its target).
+func (c *LMConfig) loadPTB(ctx context.Context, stdout, stderr io.Writer) (*datasets.PTB, error) {
+	dir, err := datasets.Find(ctx, datasets.PTBSet, c.Data, stderr)
 	if err != nil {
 		return nil, err
 	}
 	p, err := datasets.LoadPTB(dir)
 	if err != nil {
 		return nil, err
+	}
+	if share := len(p.Train) / c.Workers; share/c.Batch < 2 {
+		return nil, fmt.Errorf("-batch %d is larger than a rank's share of the training data allows: %d of %s's %d training tokens on each of %d workers, "+
+			"and each of the -batch columns needs at least 2 tokens", c.Batch, share, dir, len(p.Train), c.Workers)
 	}
 	fmt.Fprintln(stdout, "data:", p.Summary())
 	return p, nil
@@ -268,7 +287,7 @@ func RunLM(ctx context.Context, c LMConfig, stdout, stderr io.Writer) (*LMSummar
 	if err := c.check(); err != nil {
 		return nil, err
 	}
-	data, err := c.loadPTB(stdout)
+	data, err := c.loadPTB(ctx, stdout, stderr)
 	if err != nil {
 		return nil, err
 	}
@@ -291,7 +310,7 @@ func RunLMProcess(ctx context.Context, c LMConfig, env cluster.Env, stdout, stde
 	}
 	defer train.CloseGroup(g, &err)
 	c.Progress = progress
-	data, err := c.loadPTB(stdout)
+	data, err := c.loadPTB(ctx, stdout, stderr)
 	if err != nil {
 		return nil, fmt.Errorf("rank %d: %w", g.Rank(), err)
 	}
@@ -373,7 +392,7 @@ func (w *lmWorker) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("training data (rank %d of %d, %d tokens): %w", rank, world, len(shard), err)
 	}
-	rep, err := train.Setup{Hook: c.Hook, Flags: &c.Flags, BucketMB: c.BucketMB, Profile: c.Profile, Stdout: w.stdout,
+	rep, err := train.Setup{Hook: c.hook, Flags: &c.Flags, BucketMB: c.BucketMB, Profile: c.Profile, Stdout: w.stdout,
 		ProfileStep: func() (profile.Step, func(), error) { return w.profileStep(model, data), func() {}, nil }}.New(ctx, g, model)
 	if err != nil {
 		return err
@@ -634,5 +653,5 @@ func (c LMConfig) checkpointMeta(world int) checkpoint.Meta {
 	cfg["clip"] = strconv.FormatFloat(c.Clip, 'g', -1, 64)
 	cfg["dropout"] = strconv.FormatFloat(c.Dropout, 'g', -1, 64)
 	cfg["bucket_mb"] = strconv.FormatFloat(c.BucketMB, 'g', -1, 64)
-	return checkpoint.Meta{Model: c.Model, Hook: c.Hook, World: world, Config: cfg}
+	return checkpoint.Meta{Model: c.Model, Hook: c.hook.String(), World: world, Config: cfg, Canonical: c.Flags.CanonicalSpec}
 }

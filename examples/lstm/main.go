@@ -3,7 +3,7 @@
 // per process under a launcher (torchrun, spargo launch, Slurm, mpirun, Kubernetes), with
 // any comm hook (-hook), exactly as examples/vgg.
 //
-//	go run ./examples/lstm -data ../shared/data/ptb -model small -workers 2 -epochs 2
+//	go run ./examples/lstm -data ~/data/ptb -model small -workers 2 -epochs 2     # PTB found or downloaded without -data
 //	go run ./examples/lstm -model medium -epochs 39 -schedule ptb:after=6,decay=0.8   # Zaremba's medium
 //	go run ./examples/lstm -model ptb -lr 1 -clip 0.25 -hook oktopk:density=0.02      # the seeds' 1500-unit model
 //	go run ./examples/lstm -metrics run.jsonl -log-every 50 -plot run.png
@@ -37,7 +37,7 @@
 // (lr 20, clip 0.25). The seeds' own recipe for their 1500-unit model is -model ptb -lr 1
 // -clip 0.25, with ×0.1 decays late in training (-schedule multistep:milestones=60/80).
 //
-// -task imdb -data DIR trains the seeds' LSTM-IMDB classifier (embedding 50, LSTM 100,
+// -task imdb trains the seeds' LSTM-IMDB classifier (embedding 50, LSTM 100,
 // Linear 2; 2,561,052 parameters with the 50,000-word vocabulary) on the aclImdb folders,
 // classifying each review from the LSTM's output at its last real token; -max-len sets the
 // review length (default 500), and its defaults are -optim adam -lr 0.001 -batch 32 -clip 0

@@ -328,19 +328,35 @@ func sameCheckpoint(t *testing.T, want, got string) {
 	}
 }
 
+// Each bad flag is an error naming it; those that need no data come before the data is looked
+// for (noData does not exist: a search would say so, and nothing is downloaded), and -batch
+// is checked against a rank's share once the data is loaded, before the first step.
 func TestRunRejectsBadFlags(t *testing.T) {
-	dir := writeCorpus(t)
+	dir, imdb := writeCorpus(t), writeIMDB(t)
+	noData := filepath.Join(t.TempDir(), "no-data-here")
 	for _, tc := range []struct {
 		change func(*LMConfig)
 		want   string
 	}{
-		{func(c *LMConfig) { c.Bptt = 0 }, "-bptt"},
+		{func(c *LMConfig) { c.Bptt = 0 }, "-bptt 0: want at least 1"},
 		{func(c *LMConfig) { c.Model = "huge" }, `-model "huge"`},
+		{func(c *LMConfig) { c.Model, c.Data = "vgg99", noData }, `-model "vgg99"`},
 		{func(c *LMConfig) { c.Clip = -1 }, "-clip -1"},
-		{func(c *LMConfig) { c.Hook = "nosuch" }, "unknown hook"},
-		{func(c *LMConfig) { c.Data = t.TempDir() }, "no ptb.train.txt"},
-		{func(c *LMConfig) { c.Batch = 1000 }, "need at least 2"},
+		{func(c *LMConfig) { c.Hook = "nosuch" }, `-hook "nosuch": hooks: unknown hook`},
+		{func(c *LMConfig) { c.Data = t.TempDir() }, "ptb.train.txt"},
+		{func(c *LMConfig) { c.Batch = 1000 }, "-batch 1000 is larger than a rank's share of the training data allows"},
+		{func(c *LMConfig) { c.Batch = 100000 }, "-batch 100000 is larger than a rank's share"},
+		{func(c *LMConfig) { c.Steps, c.Data = -1, noData }, "-steps -1: want 0 or more"},
+		{func(c *LMConfig) { c.EvalLimit, c.Data = -5, noData }, "-eval-limit -5: want 0 or more"},
+		{func(c *LMConfig) { c.Epochs, c.Data = 0, noData }, "-epochs 0: want at least 1"},
+		{func(c *LMConfig) { c.Epochs, c.Data = -3, noData }, "-epochs -3: want at least 1"},
 		{func(c *LMConfig) { c.EvalEvery = -1 }, "-eval-every -1"},
+		{func(c *LMConfig) { c.Task, c.Model, c.Data = "imdb", "vgg99", noData }, `-task imdb: -model "vgg99": want lstm-imdb`},
+		{func(c *LMConfig) { c.Task, c.Model, c.Steps, c.Data = "imdb", "lstm-imdb", -1, noData }, "-steps -1: want 0 or more"},
+		{func(c *LMConfig) { c.Task, c.Model, c.Epochs, c.Data = "imdb", "lstm-imdb", 0, noData }, "-epochs 0: want at least 1"},
+		{func(c *LMConfig) { c.Task, c.Model, c.Data, c.Batch = "imdb", "lstm-imdb", imdb, 25 },
+			"-batch 25 is larger than a rank's share of the training data: 24 of"},
+		{func(c *LMConfig) { c.Task, c.Model, c.Data, c.Batch = "imdb", "lstm-imdb", imdb, 100000 }, "-batch 100000 is larger than a rank's share"},
 		{func(c *LMConfig) { c.Task, c.Model, c.EvalLimit = "imdb", "lstm-imdb", 100 }, "-eval-limit are -task lm's"},
 		{func(c *LMConfig) { c.Task, c.Model = "imdb", "small" }, `-task imdb: -model "small": want lstm-imdb`},
 		{func(c *LMConfig) { c.Task = "cls" }, `-task "cls"`},
@@ -407,5 +423,36 @@ func TestIMDBTask(t *testing.T) {
 	last := sum.Epochs[len(sum.Epochs)-1]
 	if last.TestAcc < 0.9 || !strings.Contains(out.String(), "test_acc") {
 		t.Fatalf("test accuracy %.3f after %d epochs:\n%s", last.TestAcc, c.Epochs, out.String())
+	}
+}
+
+// Without -data both tasks find their data with datasets.Find: $SPARGO_DATA/ptb and
+// $SPARGO_DATA/aclImdb here (the committed fixtures, linked into a data root).
+func TestRunFindsDataInSPARGODATA(t *testing.T) {
+	root := t.TempDir()
+	for name, fixture := range map[string]string{"ptb": "ptb-mini", "aclImdb": "aclImdb-mini"} {
+		abs, err := filepath.Abs(filepath.Join("..", "..", "testdata", fixture))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(abs, filepath.Join(root, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("SPARGO_DATA", root)
+	c := smallConfig("")
+	c.Epochs, c.Steps, c.NoEval = 1, 1, true
+	var out bytes.Buffer
+	if _, err := RunLM(context.Background(), c, &out, &out); err != nil || !strings.Contains(out.String(), filepath.Join(root, "ptb")) {
+		t.Fatalf("-task lm: %v\n%s", err, out.String())
+	}
+	c.Task, c.Model, c.Optim, c.Schedule, c.Batch, c.MaxLen = "imdb", "lstm-imdb", "adam", "", 2, 12
+	ic, err := c.imdb()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	if _, err := RunIMDB(context.Background(), ic, &out, &out); err != nil || !strings.Contains(out.String(), "data: "+filepath.Join(root, "aclImdb")) {
+		t.Fatalf("-task imdb: %v\n%s", err, out.String())
 	}
 }

@@ -30,7 +30,7 @@ import (
 // package doc for the schedule).
 func defaults() cifar.Config {
 	return cifar.Config{
-		Model: "resnet20", ModelHelp: "resnet20|resnet32|resnet44|resnet56|resnet110, or any 32×32 model of spargo models (vgg11 … vgg19)", NewModel: newModel,
+		Model: "resnet20", ModelHelp: "resnet20|resnet32|resnet44|resnet56|resnet110, or any 32×32 model of spargo models (vgg11 … vgg19)", NewModel: newModel, CheckModel: checkModel,
 		Workers: 2, Hook: "allreduce", Batch: 128, Epochs: 3,
 		Flags:    train.Flags{LR: 0.1, Momentum: 0.9, WD: 1e-4, Optim: "sgd", Schedule: "cosine"},
 		DistBN:   "broadcast",
@@ -47,6 +47,12 @@ func newModel(name string, ds models.Dataset, rng *rand.Rand) (nn.Module, error)
 		return nil, err
 	}
 	return e.Build(rng)
+}
+
+// checkModel refuses a name newModel does not build, without building it.
+func checkModel(name string) error {
+	_, err := models.LookupImage(name, models.CIFAR10)
+	return err
 }
 
 func main() {

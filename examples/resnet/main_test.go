@@ -11,7 +11,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/spargo-dl/spargo/datasets"
 	"github.com/spargo-dl/spargo/models"
 	"github.com/spargo-dl/spargo/nn"
 )
@@ -39,19 +38,15 @@ func program(t *testing.T, args ...string) (string, error) {
 	return out.String(), err
 }
 
-// Two steps of the program from a clean clone (CIFAR-10 from ../shared/data, found by the
-// search path): 2 workers, the default cosine schedule, step records every step and the
-// -plot PNG, with the default model, ResNet-20.
+// cifarMini is the committed CIFAR-10 fixture: 16 training and 8 test records.
+const cifarMini = "../../testdata/cifar10-mini"
+
+// Two steps of the program on the CIFAR fixture: 2 workers, the default cosine schedule,
+// step records every step and the -plot PNG, with the default model, ResNet-20.
 func TestRunTwoSteps(t *testing.T) {
-	if _, err := datasets.FindCIFAR10(""); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("CI has ../shared/data beside the clone: %v", err)
-		}
-		t.Skipf("no CIFAR-10 copy on this machine: %v", err)
-	}
 	tmp := t.TempDir()
 	metrics, img := filepath.Join(tmp, "run.jsonl"), filepath.Join(tmp, "run.png")
-	out, err := program(t, "-model", "resnet20", "-batch", "4", "-epochs", "1", "-steps", "2", "-eval-limit", "16",
+	out, err := program(t, "-data", cifarMini, "-model", "resnet20", "-batch", "4", "-epochs", "1", "-steps", "2", "-eval-limit", "16",
 		"-progress=false", "-metrics", metrics, "-log-every", "1", "-plot", img)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
@@ -107,6 +102,25 @@ func TestFlagErrors(t *testing.T) {
 	}
 	if _, err := newModel("nosuch", models.CIFAR10, nn.NewRand(0)); err == nil || !strings.Contains(err.Error(), `unknown model "nosuch"`) {
 		t.Errorf("unknown model: %v", err)
+	}
+	// Bad values are errors naming the flag, before the data is looked for (noData does not
+	// exist, and nothing is downloaded); -batch is checked once the data is loaded.
+	noData := filepath.Join(t.TempDir(), "no-data-here")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-model", "vgg99", "-data", noData}, `resnet: -model "vgg99": models: unknown model "vgg99"`},
+		{[]string{"-model", "resnet18", "-data", noData}, `resnet: -model "resnet18"`},
+		{[]string{"-steps", "-1", "-data", noData}, "resnet: -steps -1: want 0 or more"},
+		{[]string{"-eval-limit", "-5", "-data", noData}, "resnet: -eval-limit -5: want 0 or more"},
+		{[]string{"-epochs", "0", "-data", noData}, "resnet: -epochs 0: want at least 1"},
+		{[]string{"-batch", "100000", "-data", cifarMini}, "resnet: -batch 100000 is larger than a rank's share of the training data: 8 of"},
+	} {
+		out, err := program(t, tc.args...)
+		if err == nil || !strings.Contains(out, tc.want) || strings.Contains(out, "epoch 1") || strings.Contains(out, "NaN") {
+			t.Errorf("%v: %v, want an error containing %q:\n%s", tc.args, err, tc.want, out)
+		}
 	}
 }
 

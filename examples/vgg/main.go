@@ -4,7 +4,7 @@
 // bucket → comm hook → optimizer the same way in both.
 //
 //	go run ./examples/vgg                                      # VGG-11, 2 workers, CIFAR-10 found or downloaded
-//	go run ./examples/vgg -data ../shared/data/cifar10/approx -model vgg11 -workers 2 \
+//	go run ./examples/vgg -data ~/data/cifar10 -model vgg11 -workers 2 \
 //	    -batch 32 -epochs 3 -lr 0.01 -momentum 0.9 -wd 5e-4
 //	go run ./examples/vgg -hook allreduce:algorithm=ring -metrics run.jsonl
 //	go build -o vgg ./examples/vgg && spargo launch -n 4 -- ./vgg -epochs 3   # 4 processes
@@ -24,9 +24,9 @@
 // wd, optim, schedule, seed, warmup, bucket-mb, dist-bn; -epochs may grow) and appends to -metrics. With -hook
 // omgs, give -profile FILE so that the resumed run plans the same buckets.
 //
-// -batch is per worker (global batch = workers × batch). CIFAR-10 is looked for in
-// -data, $SPARGO_DATA, ../shared/data/cifar10/approx and the user cache directory, and
-// downloaded into the cache (md5-checked) when none has it.
+// -batch is per worker (global batch = workers × batch). CIFAR-10 is found by
+// datasets.Find: -data, else $SPARGO_DATA/cifar10, else the user cache directory, else
+// downloaded into the cache (md5-checked); docs/data.md says more.
 //
 // Under a launcher (cluster.DetectEnv finds a world size above 1) each process joins the job with
 // cluster.Init and trains one rank; -workers must then be left out, or be 1 (one per process) or
@@ -37,7 +37,10 @@
 package main
 
 import (
+	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strings"
 
 	"github.com/spargo-dl/spargo/examples/internal/cifar"
 	"github.com/spargo-dl/spargo/models"
@@ -49,7 +52,7 @@ import (
 // with the seeds' lr 0.01, momentum 0.9 and weight decay 5e-4 at a constant rate.
 func defaults() cifar.Config {
 	return cifar.Config{
-		Model: "vgg11", ModelHelp: "vgg11|vgg13|vgg16|vgg19", NewModel: newModel,
+		Model: "vgg11", ModelHelp: "vgg11|vgg13|vgg16|vgg19", NewModel: newModel, CheckModel: checkModel,
 		Workers: 2, Hook: "allreduce", Batch: 32, Epochs: 3,
 		Flags:    train.Flags{LR: 0.01, Momentum: 0.9, WD: 5e-4, Optim: "sgd"},
 		DistBN:   "broadcast",
@@ -61,6 +64,14 @@ func defaults() cifar.Config {
 // newModel builds the VGG named name for ds.
 func newModel(name string, ds models.Dataset, rng *rand.Rand) (nn.Module, error) {
 	return models.NewVGG(name, ds, rng)
+}
+
+// checkModel refuses a name newModel does not build, without building it.
+func checkModel(name string) error {
+	if !slices.Contains(models.VGGNames(), strings.ToLower(name)) {
+		return fmt.Errorf("unknown VGG (have %s)", strings.Join(models.VGGNames(), ", "))
+	}
+	return nil
 }
 
 func main() {

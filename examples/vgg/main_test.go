@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,7 +16,6 @@ import (
 	"time"
 
 	"github.com/spargo-dl/spargo/cluster"
-	"github.com/spargo-dl/spargo/datasets"
 	"github.com/spargo-dl/spargo/examples/internal/cifar"
 )
 
@@ -31,23 +31,14 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// cifarOrSkip returns the CIFAR-10 directory, or skips the test outside CI without one.
-func cifarOrSkip(t *testing.T) string {
-	t.Helper()
-	dir, err := datasets.FindCIFAR10("")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("CI has ../shared/data beside the clone: %v", err)
-		}
-		t.Skipf("no CIFAR-10 copy on this machine: %v", err)
-	}
-	return dir
-}
+// cifarMini is the committed CIFAR-10 fixture: 16 training and 8 test records in the
+// official layout, enough for a few steps of every test here.
+const cifarMini = "../../testdata/cifar10-mini"
 
-// A few steps of the real program on the shared CIFAR copy: data, DDP with 2 workers,
+// A few steps of the real program on the CIFAR fixture: data, DDP with 2 workers,
 // the hook, evaluation and metrics all run.
 func TestRunFewSteps(t *testing.T) {
-	dir := cifarOrSkip(t)
+	dir := cifarMini
 	metrics := filepath.Join(t.TempDir(), "m.jsonl")
 	var out, errb bytes.Buffer
 	c := defaults()
@@ -74,16 +65,48 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		change func(*cifar.Config)
 		want   string
 	}{
-		{func(c *cifar.Config) { c.Workers = 0 }, "-workers, -batch and -epochs must be at least 1"},
-		{func(c *cifar.Config) { c.Hook = "nosuch" }, "unknown hook"},
+		{func(c *cifar.Config) { c.Workers = 0 }, "-workers 0: want at least 1"},
+		{func(c *cifar.Config) { c.Epochs = 0 }, "-epochs 0: want at least 1"},
+		{func(c *cifar.Config) { c.Epochs = -2 }, "-epochs -2: want at least 1"},
+		{func(c *cifar.Config) { c.Batch = 0 }, "-batch 0: want at least 1"},
+		{func(c *cifar.Config) { c.Steps = -1 }, "-steps -1: want 0"},
+		{func(c *cifar.Config) { c.EvalLimit = -5 }, "-eval-limit -5: want 0"},
+		{func(c *cifar.Config) { c.Model = "vgg99" }, `-model "vgg99": unknown VGG (have vgg11, vgg13, vgg16, vgg19)`},
+		{func(c *cifar.Config) { c.Model = "resnet20" }, `-model "resnet20": unknown VGG`},
+		{func(c *cifar.Config) { c.Hook = "nosuch" }, `-hook "nosuch": hooks: unknown hook`},
+		{func(c *cifar.Config) { c.Hook = "gtopk"; c.Workers = 3 }, "-hook gtopk"},
 		{func(c *cifar.Config) { c.Optim = "rmsprop" }, `-optim: optim: unknown optimizer "rmsprop"`},
 		{func(c *cifar.Config) { c.Schedule = "multistep" }, "-schedule: optim: schedule multistep: option milestones: required"},
 		{func(c *cifar.Config) { c.Plot = "run.png" }, "-plot run.png needs -metrics"},
 	} {
 		c := defaults()
+		// Flag errors come before the data is looked for: no data here, and none downloaded.
+		c.Data = filepath.Join(t.TempDir(), "no-data-here")
 		tc.change(&c)
 		if _, err := cifar.Run(context.Background(), c, &out, &out); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("got %v, want an error containing %q", err, tc.want)
+		}
+	}
+	if out.Len() != 0 {
+		t.Errorf("a flag error printed (data looked for?):\n%s", out.String())
+	}
+}
+
+// -batch larger than a rank's share of the training data is an error naming -batch, its
+// value and the share, once the data is loaded and before the first step (it used to train
+// 0 steps and print NaN); the largest batch that fits trains.
+func TestRunRefusesBatchLargerThanShare(t *testing.T) {
+	for _, batch := range []int{100000, 9} {
+		c := defaults()
+		c.Data, c.Batch, c.Epochs, c.Steps, c.EvalLimit, c.Progress = cifarMini, batch, 1, 1, 8, false
+		var out bytes.Buffer
+		_, err := cifar.Run(context.Background(), c, &out, &out)
+		want := fmt.Sprintf("-batch %d is larger than a rank's share of the training data: 8 of", batch)
+		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "16 images on each of 2 workers") {
+			t.Errorf("-batch %d: %v, want an error containing %q", batch, err, want)
+		}
+		if strings.Contains(out.String(), "epoch 1") {
+			t.Errorf("-batch %d trained:\n%s", batch, out.String())
 		}
 	}
 }
@@ -94,7 +117,7 @@ func TestRunRejectsBadFlags(t *testing.T) {
 // and its -metrics hold the same float64 values bit for bit (and the same traffic); rank 1
 // prints nothing, and both exit 0.
 func TestMultiProcessMatchesInProcess(t *testing.T) {
-	dir := cifarOrSkip(t)
+	dir := cifarMini
 	flags := []string{"-data", dir, "-model", "vgg11", "-hook", "allreduce:algorithm=ring", "-batch", "4", "-epochs", "1",
 		"-steps", "2", "-eval-limit", "64", "-seed", "1", "-progress=false"}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

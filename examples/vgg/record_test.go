@@ -15,11 +15,11 @@ import (
 // -record-grads writes one file per rank of the scheduled iterations, with the model's
 // parameters and DDP's buckets, readable by spargo bench comm -grads.
 func TestRunRecordsGrads(t *testing.T) {
-	dir := cifarOrSkip(t)
+	dir := cifarMini
 	rec := filepath.Join(t.TempDir(), "grads")
 	var out, errb bytes.Buffer
 	c := defaults()
-	c.Data, c.Workers, c.Batch, c.Epochs, c.Steps, c.EvalLimit, c.Progress = dir, 2, 4, 1, 3, 8, false
+	c.Data, c.Workers, c.Batch, c.Epochs, c.Steps, c.EvalLimit, c.Progress = dir, 2, 2, 1, 3, 8, false
 	c.RecordGrads, c.RecordEvery, c.RecordSteps = rec, 2, 1
 	_, err := cifar.Run(context.Background(), c, &out, &errb)
 	if err != nil {

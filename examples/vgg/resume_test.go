@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -29,9 +30,10 @@ func tinyVGG(_ string, _ models.Dataset, rng *rand.Rand) (nn.Module, error) {
 }
 
 // resumeConfig is a small run of the program with the tiny model: 2 in-process workers,
-// batch 4, 3 steps per epoch, checkpoints into dir.
+// batch 2 (4 batches in a rank's share of the fixture's 16 images), 3 steps per epoch,
+// checkpoints into dir.
 func resumeConfig(t *testing.T, hook, dir string) cifar.Config {
-	return cifar.Config{Data: cifarOrSkip(t), Model: "tiny", Workers: 2, Hook: hook, Batch: 4, Epochs: 2, Steps: 3,
+	return cifar.Config{Data: cifarMini, Model: "tiny", Workers: 2, Hook: hook, Batch: 2, Epochs: 2, Steps: 3,
 		Flags: train.Flags{LR: 0.05, Momentum: 0.9, WD: 5e-4}, Seed: 3, EvalLimit: 16, DistBN: "broadcast", Checkpoint: dir, NewModel: tinyVGG}
 }
 
@@ -168,7 +170,8 @@ func TestResumeRefusesOtherRun(t *testing.T) {
 		want   string
 	}{
 		{func(c *cifar.Config) { c.LR = 0.02 }, `lr "0.05", this run "0.02"`},
-		{func(c *cifar.Config) { c.Hook = "spardl:density=0.05" }, `hook "topka:density=0.05", this run "spardl:density=0.05"`},
+		{func(c *cifar.Config) { c.Hook = "spardl:density=0.05" }, fmt.Sprintf("hook %q, this run %q",
+			(&train.Flags{}).CanonicalSpec("hook", "topka:density=0.05"), (&train.Flags{}).CanonicalSpec("hook", "spardl:density=0.05"))},
 		{func(c *cifar.Config) { c.Workers = 3 }, "world size 2, this run 3"},
 		{func(c *cifar.Config) { c.Checkpoint = filepath.Join(dir, "none") }, "no checkpoint in"},
 	} {

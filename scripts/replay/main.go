@@ -55,7 +55,7 @@ type config struct {
 
 func main() {
 	var c config
-	flag.StringVar(&c.data, "data", "../shared/data/cifar10/approx", "CIFAR-10 directory")
+	flag.StringVar(&c.data, "data", "", "CIFAR-10 directory (default: $SPARGO_DATA/cifar10, then the user cache; downloaded if neither has it; see docs/data.md)")
 	flag.StringVar(&c.model, "model", "vgg11", "a 32×32 model of spargo's catalogue: vgg11 … vgg19, resnet20 … resnet110")
 	flag.IntVar(&c.workers, "workers", 4, "data-parallel workers")
 	flag.IntVar(&c.batch, "batch", 16, "batch per worker")
@@ -83,7 +83,11 @@ func run(ctx context.Context, c config) error {
 	if c.writeStream == "" && c.writeInit == "" && (c.stream == "" || c.init == "") {
 		return errors.New("give -write-stream and/or -write-init, or -stream with -init")
 	}
-	trainSet, test, err := datasets.LoadCIFAR10(c.data)
+	dir, err := datasets.Find(ctx, datasets.CIFAR10Set, c.data, os.Stderr)
+	if err != nil {
+		return err
+	}
+	trainSet, test, err := datasets.LoadCIFAR10(dir)
 	if err != nil {
 		return err
 	}
@@ -296,7 +300,7 @@ func replay(ctx context.Context, c config, g comm.Group, s *stream, w *safetenso
 		return err
 	}
 	flags := train.Flags{LR: c.lr, Momentum: c.momentum, WD: c.wd, Optim: "sgd", Schedule: c.schedule}
-	rep, err := train.Setup{Hook: "allreduce", Flags: &flags}.New(ctx, g, model) // rank 0's buffers after every step, as examples/vgg
+	rep, err := train.Setup{Flags: &flags}.New(ctx, g, model) // allreduce, rank 0's buffers after every step, as examples/vgg
 	if err != nil {
 		return err
 	}

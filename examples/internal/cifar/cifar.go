@@ -28,6 +28,7 @@ import (
 	"github.com/spargo-dl/spargo/datasets"
 	"github.com/spargo-dl/spargo/ddp"
 	"github.com/spargo-dl/spargo/gradrec"
+	"github.com/spargo-dl/spargo/hooks"
 	"github.com/spargo-dl/spargo/hooks/profile"
 	"github.com/spargo-dl/spargo/internal/kernels"
 	"github.com/spargo-dl/spargo/models"
@@ -75,11 +76,16 @@ type Config struct {
 	ModelHelp string `json:"-"`
 	// NewModel builds the model Model for CIFAR-10 (models.New's signature); required.
 	NewModel func(name string, ds models.Dataset, rng *rand.Rand) (nn.Module, error) `json:"-"`
+	// CheckModel, when set, refuses a -model that NewModel does not build, without building
+	// it (nil: the flag check builds the model once to find out).
+	CheckModel func(name string) error `json:"-"`
+
+	hook hooks.Config // -hook, parsed once by check
 }
 
 // Register defines the run's flags on fs; the struct's current values are the defaults.
 func (c *Config) Register(fs *flag.FlagSet) {
-	fs.StringVar(&c.Data, "data", c.Data, "CIFAR-10 directory (default: $SPARGO_DATA, ../shared/data/cifar10/approx, the user cache; downloaded if none has it)")
+	fs.StringVar(&c.Data, "data", c.Data, "CIFAR-10 directory (default: $SPARGO_DATA/cifar10, then the user cache; downloaded if neither has it; see docs/data.md)")
 	fs.StringVar(&c.Model, "model", c.Model, cmp.Or(c.ModelHelp, "model name"))
 	fs.IntVar(&c.Workers, "workers", c.Workers, "data-parallel workers (in-process ranks); under a launcher leave it out, or give 1 or the world size")
 	fs.StringVar(&c.Hook, "hook", c.Hook, "comm hook spec, e.g. allreduce:algorithm=ring (see `spargo hooks`)")
@@ -156,11 +162,11 @@ func Run(ctx context.Context, c Config, stdout, stderr io.Writer) (*Summary, err
 	if err := c.check(); err != nil {
 		return nil, err
 	}
-	dir, err := datasets.EnsureCIFAR10(ctx, c.Data, stderr)
+	dir, err := datasets.Find(ctx, datasets.CIFAR10Set, c.Data, stderr)
 	if err != nil {
 		return nil, err
 	}
-	trainSet, test, err := load(dir, stdout)
+	trainSet, test, err := c.load(dir, stdout)
 	if err != nil {
 		return nil, err
 	}
@@ -193,7 +199,7 @@ func RunProcess(ctx context.Context, c Config, env cluster.Env, stdout, stderr i
 	var dir string
 	first := env.LocalRank == 0
 	if first {
-		if dir, err = datasets.EnsureCIFAR10(ctx, c.Data, stderr); err != nil {
+		if dir, err = datasets.Find(ctx, datasets.CIFAR10Set, c.Data, stderr); err != nil {
 			err = fmt.Errorf("rank %d: %w", rank, err)
 		}
 	}
@@ -204,11 +210,11 @@ func RunProcess(ctx context.Context, c Config, env cluster.Env, stdout, stderr i
 		return nil, err
 	}
 	if !first {
-		if dir, err = datasets.EnsureCIFAR10(ctx, c.Data, stderr); err != nil {
+		if dir, err = datasets.Find(ctx, datasets.CIFAR10Set, c.Data, stderr); err != nil {
 			return nil, fmt.Errorf("rank %d: %w", rank, err)
 		}
 	}
-	trainSet, test, err := load(dir, stdout)
+	trainSet, test, err := c.load(dir, stdout)
 	if err != nil {
 		return nil, fmt.Errorf("rank %d: %w", rank, err)
 	}
@@ -218,12 +224,21 @@ func RunProcess(ctx context.Context, c Config, env cluster.Env, stdout, stderr i
 // tagDataBarrier is the barrier's tag while the first rank of a host fetches the data.
 const tagDataBarrier = 99
 
+// check refuses bad flags before any data is looked for: the model's name first, then the
+// numbers, the specs (parsed once: -hook into c.hook, -optim and -schedule into c.Flags).
 func (c *Config) check() error {
-	if c.Workers < 1 || c.Batch < 1 || c.Epochs < 1 {
-		return fmt.Errorf("-workers, -batch and -epochs must be at least 1 (got %d, %d, %d)", c.Workers, c.Batch, c.Epochs)
-	}
 	if c.NewModel == nil {
-		return errors.New("train: Config.NewModel is nil: the program must say how to build its models")
+		return errors.New("cifar: Config.NewModel is nil: the program must say how to build its models")
+	}
+	if err := c.checkModel(); err != nil {
+		return err
+	}
+	if err := train.AtLeast(1, train.Int("-workers", c.Workers), train.Int("-batch", c.Batch), train.Int("-epochs", c.Epochs)); err != nil {
+		return err
+	}
+	// -steps 0 trains whole epochs, -eval-limit 0 evaluates on the whole test set.
+	if err := train.AtLeast(0, train.Int("-steps", c.Steps), train.Int("-eval-limit", c.EvalLimit)); err != nil {
+		return err
 	}
 	if c.DistBN == "" {
 		c.DistBN = "broadcast"
@@ -248,15 +263,38 @@ func (c *Config) check() error {
 	if err := c.Flags.Check(); err != nil {
 		return err
 	}
-	_, err := train.NewHook(c.Hook)
-	return err
+	hook, err := train.ParseHook(c.Hook, c.Workers)
+	if err != nil {
+		return err
+	}
+	c.hook = hook
+	return nil
 }
 
-// load reads CIFAR-10 from dir and describes it on stdout.
-func load(dir string, stdout io.Writer) (trainSet, test *datasets.Images, err error) {
+// checkModel refuses a -model the program does not build.
+func (c *Config) checkModel() error {
+	var err error
+	if c.CheckModel != nil {
+		err = c.CheckModel(c.Model)
+	} else {
+		_, err = c.NewModel(c.Model, models.CIFAR10, nn.NewRand(c.Seed))
+	}
+	if err != nil {
+		return fmt.Errorf("-model %q: %w", c.Model, err)
+	}
+	return nil
+}
+
+// load reads CIFAR-10 from dir and describes it on stdout. A rank's share of the training
+// set must hold at least one -batch (the last short batch is dropped).
+func (c *Config) load(dir string, stdout io.Writer) (trainSet, test *datasets.Images, err error) {
 	trainSet, test, err = datasets.LoadCIFAR10(dir)
 	if err != nil {
 		return nil, nil, err
+	}
+	if share := trainSet.N / c.Workers; c.Batch > share {
+		return nil, nil, fmt.Errorf("-batch %d is larger than a rank's share of the training data: %d of %s's %d images on each of %d workers",
+			c.Batch, share, dir, trainSet.N, c.Workers)
 	}
 	fmt.Fprintf(stdout, "data: %s\n%s\n%s\n", dir, trainSet.Summary, test.Summary)
 	if strings.Contains(dir, "approx") {
@@ -323,7 +361,7 @@ func (w *worker) run(ctx context.Context) error {
 		}
 		opts = append(opts, ddp.WithBucketObserver(rec))
 	}
-	rep, err := train.Setup{Hook: c.Hook, Flags: &c.Flags, BucketMB: c.BucketMB, Options: opts, Profile: c.Profile, Stdout: w.stdout,
+	rep, err := train.Setup{Hook: c.hook, Flags: &c.Flags, BucketMB: c.BucketMB, Options: opts, Profile: c.Profile, Stdout: w.stdout,
 		ProfileStep: func() (profile.Step, func(), error) { return w.profileStep(ctx, model) }}.New(ctx, g, model)
 	if err != nil {
 		return err
@@ -393,8 +431,8 @@ func TrainLoader(batch, rank, world int, seed uint64) datasets.LoaderOptions {
 		DropLast: true, Mean: datasets.CIFAR10Mean, Std: datasets.CIFAR10Std}
 }
 
-// checkpointMeta describes the run for checkpoints: resuming requires the same model, hook,
-// world size and the flags that change the trajectory (-epochs may grow; -data, -eval-limit,
+// checkpointMeta describes the run for checkpoints: resuming requires the same model, hook
+// (compared in canonical form: the same hook written differently resumes), world size and the flags that change the trajectory (-epochs may grow; -data, -eval-limit,
 // -metrics, -log-every, -plot and -progress may change).
 func (c Config) checkpointMeta(world int) checkpoint.Meta {
 	cfg := c.Flags.MetaConfig()
@@ -403,7 +441,7 @@ func (c Config) checkpointMeta(world int) checkpoint.Meta {
 	cfg["seed"] = strconv.FormatUint(c.Seed, 10)
 	cfg["bucket_mb"] = strconv.FormatFloat(c.BucketMB, 'g', -1, 64)
 	cfg["dist_bn"] = c.DistBN
-	return checkpoint.Meta{Model: c.Model, Hook: c.Hook, World: world, Config: cfg}
+	return checkpoint.Meta{Model: c.Model, Hook: c.hook.String(), World: world, Config: cfg, Canonical: c.Flags.CanonicalSpec}
 }
 
 // profileStep makes the program's profile step (train.Setup.ProfileStep): one forward and

@@ -9,25 +9,15 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/spargo-dl/spargo/datasets"
 	"github.com/spargo-dl/spargo/hooks/profile"
 	"github.com/spargo-dl/spargo/models"
 	"github.com/spargo-dl/spargo/nn"
 	"github.com/spargo-dl/spargo/train"
 )
 
-// cifarOrSkip returns the CIFAR-10 directory, or skips the test outside CI without one.
-func cifarOrSkip(t *testing.T) string {
-	t.Helper()
-	dir, err := datasets.FindCIFAR10("")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("CI has ../shared/data beside the clone: %v", err)
-		}
-		t.Skipf("no CIFAR-10 copy on this machine: %v", err)
-	}
-	return dir
-}
+// cifarMini is the committed CIFAR-10 fixture: 16 training and 8 test records in the
+// official layout.
+const cifarMini = "../../../testdata/cifar10-mini"
 
 // tinyNet is a CIFAR classifier small enough for several runs per test: one conv-BN-ReLU
 // stage (BatchNorm, so buffers take part), pooling and a linear classifier; 6 parameter
@@ -41,7 +31,7 @@ func tinyNet(_ string, ds models.Dataset, rng *rand.Rand) (nn.Module, error) {
 }
 
 func tinyConfig(t *testing.T) Config {
-	return Config{Data: cifarOrSkip(t), Model: "tiny", Workers: 2, Hook: "allreduce", Batch: 2, Epochs: 1, Steps: 1,
+	return Config{Data: cifarMini, Model: "tiny", Workers: 2, Hook: "allreduce", Batch: 2, Epochs: 1, Steps: 1,
 		Flags: train.Flags{LR: 0.01, Momentum: 0.9, WD: 5e-4}, EvalLimit: 8, NewModel: tinyNet}
 }
 
@@ -92,5 +82,35 @@ func TestOSPNeedsSGD(t *testing.T) {
 	cfg.Hook = "osp:lgp=false"
 	if _, err := Run(context.Background(), cfg, &out, &out); err != nil {
 		t.Fatalf("adam with osp:lgp=false: %v\n%s", err, out.String())
+	}
+}
+
+// dataRoot makes a $SPARGO_DATA root whose entry name links to the fixture dir, and sets
+// $SPARGO_DATA to it for the test.
+func dataRoot(t *testing.T, name, dir string) string {
+	t.Helper()
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	if err := os.Symlink(abs, filepath.Join(root, name)); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("SPARGO_DATA", root)
+	return filepath.Join(root, name)
+}
+
+// Without -data the program finds CIFAR-10 with datasets.Find: $SPARGO_DATA/cifar10 here.
+func TestRunFindsDataInSPARGODATA(t *testing.T) {
+	want := dataRoot(t, "cifar10", cifarMini)
+	cfg := tinyConfig(t)
+	cfg.Data = ""
+	var out bytes.Buffer
+	if _, err := Run(context.Background(), cfg, &out, &out); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), "data: "+want+"\n") {
+		t.Fatalf("output does not name %s:\n%s", want, out.String())
 	}
 }
