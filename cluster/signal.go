@@ -112,8 +112,8 @@ func NotifyGraceful(parent context.Context, name string, logf func(format string
 			select {
 			case sig := <-sigs:
 				if n == 0 {
-					logf("%s: received %s: stopping after this step (again to stop at once)", name, signalName(sig))
 					request(&SignalError{Signal: sig})
+					logf("%s: received %s: stopping after this step (again to stop at once)", name, signalName(sig))
 					continue
 				}
 				signal.Stop(sigs)

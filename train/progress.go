@@ -23,15 +23,16 @@ type progressOut struct {
 	printer *Printer // JSON lines; nil otherwise
 	bar     bool     // a terminal: draw a bar
 	width   int      // the terminal's columns
-	now     func() time.Time
-	every   time.Duration
+	now      func() time.Time
+	every    time.Duration
+	throttle time.Duration // a bar's least time between two redraws
 }
 
 // newProgressOut looks at w: a JSON Printer prints records, a terminal gets a bar as wide as
 // it is (80 columns when it does not say), anything else (a file, a pipe, a launcher's log)
 // plain lines.
 func newProgressOut(w io.Writer) *progressOut {
-	o := &progressOut{w: w, now: time.Now, every: ProgressEvery}
+	o := &progressOut{w: w, now: time.Now, every: ProgressEvery, throttle: 100 * time.Millisecond}
 	if p, ok := w.(*Printer); ok {
 		if p.JSON() {
 			o.printer = p
@@ -101,9 +102,7 @@ func StartProgress(ctx context.Context, total int, unit string) *Progress {
 	if o == nil || total <= 0 {
 		return nil
 	}
-	p := newProgress(o, "%d/%d "+unit, total, 0, ProgressRecord{Phase: "eval", Unit: unit})
-	p.detail = "eval"
-	return p
+	return newProgress(o, "%d/%d "+unit, total, 0, ProgressRecord{Phase: "eval", Unit: unit})
 }
 
 func newProgress(o *progressOut, count string, total, from int, rec ProgressRecord) *Progress {
@@ -112,25 +111,29 @@ func newProgress(o *progressOut, count string, total, from int, rec ProgressReco
 	p.rec.Total = total
 	if o.bar {
 		budget := o.width - 1 // the last column would wrap on some terminals
-		// The bar's line is the description, "NNN% |", the bar, "| " and a space.
-		const frame = 9
+		// The bar's line is the description, " NNN% |", the bar, "| " and a space.
+		const frame = 10
 		barWidth := min(40, max(10, budget-frame-64))
 		p.descWidth = max(1, budget-frame-barWidth)
 		p.bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(o.w), progressbar.OptionSetWidth(barWidth),
 			progressbar.OptionSetPredictTime(false), progressbar.OptionSetElapsedTime(false),
-			progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionClearOnFinish(),
+			progressbar.OptionThrottle(o.throttle), progressbar.OptionClearOnFinish(),
 			progressbar.OptionSetDescription(fit("", p.tail(), p.descWidth)))
 		_ = p.bar.Set(from)
 	}
 	return p
 }
 
-// Add records n more steps or samples done.
+// Add records n more samples evaluated.
 func (p *Progress) Add(n int) {
 	if p == nil {
 		return
 	}
-	p.update(p.done+n, p.detail)
+	p.rec.Rate = 0
+	if sec := p.out.now().Sub(p.start).Seconds(); sec > 0 {
+		p.rec.Rate = float64(p.done+n-p.from) / sec
+	}
+	p.update(p.done+n, fmt.Sprintf("eval %.0f %s/s", p.rec.Rate, p.rec.Unit))
 }
 
 // update sets the phase's progress to done, with detail before the count ("epoch 1/3 loss
@@ -138,9 +141,6 @@ func (p *Progress) Add(n int) {
 func (p *Progress) update(done int, detail string) {
 	p.done, p.detail = min(done, p.total), detail
 	now := p.out.now()
-	if sec := now.Sub(p.start).Seconds(); sec > 0 && p.rec.Phase == "eval" {
-		p.rec.Rate = float64(p.done-p.from) / sec
-	}
 	if p.bar != nil {
 		p.bar.Describe(fit(detail, p.tail(), p.descWidth))
 		_ = p.bar.Set(p.done)
