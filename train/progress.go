@@ -89,7 +89,7 @@ type Progress struct {
 	detail     string // what precedes the count
 	bar        *progressbar.ProgressBar
 	descWidth  int
-	lastLine   time.Time
+	lastLine   time.Time // the last line printed, or the bar's last redraw
 	lastTenth  int
 }
 
@@ -117,7 +117,7 @@ func newProgress(o *progressOut, count string, total, from int, rec ProgressReco
 		p.descWidth = max(1, budget-frame-barWidth)
 		p.bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(o.w), progressbar.OptionSetWidth(barWidth),
 			progressbar.OptionSetPredictTime(false), progressbar.OptionSetElapsedTime(false),
-			progressbar.OptionThrottle(o.throttle), progressbar.OptionClearOnFinish(),
+			progressbar.OptionClearOnFinish(),
 			progressbar.OptionSetDescription(fit("", p.tail(), p.descWidth)))
 		_ = p.bar.Set(from)
 	}
@@ -142,8 +142,13 @@ func (p *Progress) update(done int, detail string) {
 	p.done, p.detail = min(done, p.total), detail
 	now := p.out.now()
 	if p.bar != nil {
-		p.bar.Describe(fit(detail, p.tail(), p.descWidth))
+		// At most one redraw per throttle (the last always): the count, then the text.
+		if now.Sub(p.lastLine) < p.out.throttle && p.done < p.total {
+			return
+		}
+		p.lastLine = now
 		_ = p.bar.Set(p.done)
+		p.bar.Describe(fit(detail, p.tail(), p.descWidth))
 		return
 	}
 	tenth := 10 * p.done / p.total

@@ -81,28 +81,44 @@ func TestProgressBarWidth(t *testing.T) {
 	for _, cols := range []int{40, 80, 120, 200} {
 		var buf bytes.Buffer
 		o := &progressOut{w: &buf, bar: true, width: cols, now: time.Now, every: ProgressEvery}
-		p := newProgress(o, "step %d/%d", 390, 0, ProgressRecord{Phase: "train"})
-		for s := 1; s <= 390; s++ {
-			p.update(s, fmt.Sprintf("epoch 1/100 loss %.3f acc %.1f%% %.0f img/s and a long tail of words", 2.3/float64(s), 100*float64(s)/390, 1234.5*float64(s)))
+		p := newProgress(o, "step %d/%d", 20, 0, ProgressRecord{Phase: "train"})
+		for s := 1; s <= 20; s++ {
+			p.update(s, fmt.Sprintf("epoch 1/100 loss %.3f acc %.1f%% %.0f img/s and a long tail of words", 2.3/float64(s), 100*float64(s)/20, 1234.5*float64(s)))
 		}
 		out := buf.String()
 		if strings.ContainsRune(out, '\n') {
 			t.Fatalf("%d columns: a refresh started a new line:\n%q", cols, out)
 		}
-		frames := 0
+		frames, counted := 0, map[int]bool{}
 		for f := range strings.SplitSeq(out, "\r") {
 			if w := utf8.RuneCountInString(f); w > cols-1 {
 				t.Fatalf("%d columns: a frame is %d wide: %q", cols, w, f)
 			}
-			if strings.Contains(f, "%") {
-				frames++
+			if !strings.Contains(f, "%") {
+				continue
+			}
+			frames++
+			// The text's count and the bar's percentage agree once the text is set (a redraw
+			// draws the count, then the text: the frame between shows the previous text).
+			var step, pct int
+			if i := strings.Index(f, "step "); i >= 0 {
+				if _, err := fmt.Sscanf(f[i:], "step %d/20", &step); err == nil {
+					j := strings.Index(f, "%")
+					fmt.Sscanf(strings.TrimSpace(f[j-4:j]), "%d", &pct)
+					if pct != 5*step && pct != 5*(step+1) {
+						t.Fatalf("%d columns: frame %q shows %d%% for step %d", cols, f, pct, step)
+					}
+					if pct == 5*step {
+						counted[step] = true
+					}
+				}
 			}
 		}
-		if frames < 100 {
-			t.Errorf("%d columns: %d frames drawn, want one per step", cols, frames)
+		if frames < 38 {
+			t.Errorf("%d columns: %d frames drawn, want about two per step", cols, frames)
 		}
-		if cols >= 80 && !strings.Contains(out, "step 390/390") {
-			t.Errorf("%d columns: the count is missing from the bar:\n%q", cols, out[len(out)-200:])
+		if cols >= 80 && len(counted) < 19 {
+			t.Errorf("%d columns: %d steps shown with their percentage, want 19 (the 20th clears the bar):\n%q", cols, len(counted), out)
 		}
 	}
 }
