@@ -48,10 +48,10 @@ func Evaluate(ctx context.Context, g comm.Group, dp *ddp.DDP, model nn.Module, t
 			n = limit - seen
 		}
 		seen += n
-		progress.Add(n)
 		mine := i%g.Size() == g.Rank()
 		i++
-		if !mine {
+		if !mine { // another rank's batch: counted as it goes by
+			progress.Add(n)
 			continue
 		}
 		x, err := nn.FromSlice(b.X[:n*per], append([]int{n}, sample...)...)
@@ -67,6 +67,7 @@ func Evaluate(ctx context.Context, g comm.Group, dp *ddp.DDP, model nn.Module, t
 		sums[0] += l.Item() * float32(n)
 		sums[1] += float32(nn.Accuracy(logits.Value, b.Y[:n]))
 		sums[2] += float32(n)
+		progress.Add(n)
 	}
 	s := sums[:]
 	if err := comm.AllReduce(ctx, g, evalTag, s, comm.Auto); err != nil {
