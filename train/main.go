@@ -83,7 +83,7 @@ func Main(p Program) {
 	// The first SIGINT or SIGTERM stops the loop at its next step, after a checkpoint.
 	ctx, stop := cluster.NotifyGraceful(context.Background(), name, func(format string, args ...any) {
 		msg := fmt.Sprintf(format, args...)
-		_ = stderr.Record("signal", nil, msg)
+		_ = stderr.Record(msg, nil, msg)
 	})
 	defer stop()
 	if err := trainFn(ctx, stdout.Out(), stderr.Out()); err != nil {
