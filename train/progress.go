@@ -19,10 +19,10 @@ const ProgressEvery = 10 * time.Second
 // when the writer is a terminal, else plain lines (JSON records on a JSON Printer), one per
 // tenth of the work and at least one every ProgressEvery.
 type progressOut struct {
-	w       io.Writer
-	printer *Printer // JSON lines; nil otherwise
-	bar     bool     // a terminal: draw a bar
-	width   int      // the terminal's columns
+	w        io.Writer
+	printer  *Printer // JSON lines; nil otherwise
+	bar      bool     // a terminal: draw a bar
+	width    int      // the terminal's columns
 	now      func() time.Time
 	every    time.Duration
 	throttle time.Duration // a bar's least time between two redraws
