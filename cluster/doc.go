@@ -102,5 +102,7 @@
 // shutting down"; pass it to the training loop so a rank stops between steps, then Close the
 // group. Close says goodbye to the peers, stops rank 0's store server and waits for every
 // goroutine. Launch sends SIGTERM to the ranks when one fails or it is interrupted, and SIGKILL
-// after a grace period.
+// after a grace period. NotifyGraceful is the training programs' variant (train.Main uses it):
+// the first signal only requests a stop (Stopping, WithStopper), so that the loop finishes
+// its step, saves a checkpoint and returns; the second cancels the context.
 package cluster

@@ -18,6 +18,11 @@
 //     under a launcher, one rank per process; RunRanks (every rank of this process on its
 //     own goroutine), JoinJob and CloseGroup are the runner's parts.
 //   - MetricsLog, rank 0's -metrics file; Evaluate and ClassifierStep for classifiers.
+//   - Output: Loop.Progress shows rank 0's progress, a bar fitted to the terminal or plain
+//     periodic lines off one (a file, a launcher's pipe), evaluation included (StartProgress);
+//     Printer makes every line a JSON object under -log-format json (Print for a line with
+//     fields); under Main the first SIGINT or SIGTERM stops the loop at the next step, after a
+//     checkpoint with -checkpoint (StoppedError), and a second one at once.
 //
 // A program brings its model, data and printing: examples/vgg and examples/resnet (through
 // examples/internal/cifar), examples/lstm (the PTB language model, and the IMDB classifier

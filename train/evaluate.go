@@ -18,7 +18,8 @@ const evalTag = 101
 // cross-entropy and the accuracy. The batches are split across ranks (batch i on rank
 // i mod P) and the sums all-reduced; replicas are identical, so this equals one rank
 // evaluating everything. limit > 0 stops after that many images. sample is one input's
-// shape, e.g. {3, 32, 32}. The model is left in evaluation mode.
+// shape, e.g. {3, 32, 32}. The model is left in evaluation mode. Called from a Loop's
+// EndEpoch or Eval, rank 0 shows its progress (StartProgress).
 func Evaluate(ctx context.Context, g comm.Group, dp *ddp.DDP, model nn.Module, tape *nn.Tape, ld *datasets.Loader, limit int, sample ...int) (loss, acc float64, err error) {
 	nn.SetTraining(model, false)
 	tape.SetGradEnabled(false)
@@ -29,6 +30,12 @@ func Evaluate(ctx context.Context, g comm.Group, dp *ddp.DDP, model nn.Module, t
 	}
 	var sums [3]float32
 	i, seen := 0, 0
+	total := ld.NumSamples()
+	if limit > 0 && limit < total {
+		total = limit
+	}
+	progress := StartProgress(ctx, total, "img") // rank 0's, under a Loop with Progress
+	defer progress.Finish()
 	for b, err := range ld.Epoch(ctx, 0) {
 		if err != nil {
 			return 0, 0, err
@@ -43,7 +50,8 @@ func Evaluate(ctx context.Context, g comm.Group, dp *ddp.DDP, model nn.Module, t
 		seen += n
 		mine := i%g.Size() == g.Rank()
 		i++
-		if !mine {
+		if !mine { // another rank's batch: counted as it goes by
+			progress.Add(n)
 			continue
 		}
 		x, err := nn.FromSlice(b.X[:n*per], append([]int{n}, sample...)...)
@@ -59,6 +67,7 @@ func Evaluate(ctx context.Context, g comm.Group, dp *ddp.DDP, model nn.Module, t
 		sums[0] += l.Item() * float32(n)
 		sums[1] += float32(nn.Accuracy(logits.Value, b.Y[:n]))
 		sums[2] += float32(n)
+		progress.Add(n)
 	}
 	s := sums[:]
 	if err := comm.AllReduce(ctx, g, evalTag, s, comm.Auto); err != nil {

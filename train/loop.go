@@ -9,8 +9,6 @@ import (
 	"iter"
 	"time"
 
-	"github.com/schollz/progressbar/v3"
-
 	"github.com/spargo-dl/spargo/checkpoint"
 	"github.com/spargo-dl/spargo/comm"
 	"github.com/spargo-dl/spargo/ddp"
@@ -76,13 +74,17 @@ type Loop[B any] struct {
 	AverageBuffers bool
 	// Checkpoints, when set, saves and resumes.
 	Checkpoints *Checkpointer
-	// Progress, when set (rank 0), shows a progress bar per epoch.
+	// Progress, when set (rank 0), shows each epoch's progress: on a terminal a bar fitted
+	// to its width; on anything else (a file, a pipe, a launcher's log) a plain line per
+	// tenth of the epoch and at least one every ProgressEvery, without carriage returns; on
+	// a JSON Printer (-log-format json) those lines as JSON records. EndEpoch and Eval get it
+	// in their context, so that Evaluate (StartProgress) shows the evaluation's progress too.
 	Progress io.Writer
 	// Unit names a sample in the progress bar's rate ("img" when empty: img/s).
 	Unit string
-	// Describe, when set, gives the progress bar's text after each step from the epoch's
-	// running mean loss and accuracy and the samples per second over all ranks; nil: loss,
-	// accuracy and img/s.
+	// Describe, when set, gives the progress text after each step from the epoch's running
+	// mean loss and accuracy and the samples per second over all ranks (the step count and
+	// the time left follow it); nil: the epoch, loss, accuracy and img/s.
 	Describe func(epoch int, loss, acc, perSec float64) string
 
 	// Clip, when set with MaxNorm > 0, clips the gradients of DDP's parameters to a total
@@ -177,16 +179,16 @@ func (l *Loop[B]) Resume() (checkpoint.Position, error) {
 	return pos, nil
 }
 
-func (l *Loop[B]) save(ctx context.Context, pos checkpoint.Position) error {
+func (l *Loop[B]) save(ctx context.Context, pos checkpoint.Position) (string, error) {
 	ck := l.Checkpoints
 	path, err := checkpoint.Saver{Dir: ck.Dir, Keep: ck.Keep}.Save(ctx, l.state(), ck.Meta, pos)
 	if err != nil {
-		return err
+		return "", err
 	}
 	if ck.Saved != nil {
 		ck.Saved(path, pos)
 	}
-	return nil
+	return path, nil
 }
 
 // Run trains (from the resumed position, if any) until Epochs are done: per epoch it runs
@@ -200,7 +202,10 @@ func (l *Loop[B]) Run(ctx context.Context) error {
 	if l.LogEvery < 0 || l.EvalEvery < 0 {
 		return fmt.Errorf("-log-every %d, -eval-every %d: want 0 or more", l.LogEvery, l.EvalEvery)
 	}
-	r := &loopRun{start: l.Start, iteration: pos.Iteration, samples: pos.Samples, recStat: make([]float32, 2)}
+	r := &loopRun{start: l.Start, iteration: pos.Iteration, samples: pos.Samples, recStat: make([]float32, 2), saved: -1}
+	if l.Progress != nil {
+		r.out = newProgressOut(l.Progress)
+	}
 	if r.start.IsZero() {
 		r.start = time.Now()
 	}
@@ -212,6 +217,11 @@ func (l *Loop[B]) Run(ctx context.Context) error {
 		}
 		if err := l.runEpoch(ctx, r, e); err != nil {
 			return err
+		}
+		if epoch+1 < l.Epochs {
+			if err := l.stopAtBoundary(ctx, r, e); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -226,6 +236,8 @@ type loopRun struct {
 	recLoss  float64
 	recSteps int
 	recStat  []float32
+	out      *progressOut // rank 0's progress output (Progress); nil elsewhere
+	saved    int64        // the iteration of the last checkpoint saved
 }
 
 // loopEpoch is one epoch's state on this rank.
@@ -234,7 +246,7 @@ type loopEpoch struct {
 	lossSum, correct, seen float64
 	start                  time.Time
 	evalTime               time.Duration // Eval's, within the epoch
-	bar                    *progressbar.ProgressBar
+	progress               *Progress
 }
 
 // totals are the epoch's running sums, as a checkpoint.Position keeps them.
@@ -245,7 +257,10 @@ func (e *loopEpoch) totals() map[string]float64 {
 // runEpoch trains the steps of one epoch from e.first on, then ends it.
 func (l *Loop[B]) runEpoch(ctx context.Context, r *loopRun, e *loopEpoch) error {
 	rank := l.Group.Rank()
-	e.bar = l.newBar(e.epoch, e.first)
+	if r.out != nil {
+		e.progress = newProgress(r.out, "step %d/%d", l.StepsPerEpoch, e.first,
+			ProgressRecord{Phase: "train", Epoch: e.epoch + 1, Epochs: l.Epochs, Unit: orDefault(l.Unit, "img")})
+	}
 	nn.SetTraining(l.Model, true)
 	e.start = time.Now()
 	for b, err := range l.Batches(ctx, e.epoch, e.first) {
@@ -268,24 +283,16 @@ func (l *Loop[B]) runEpoch(ctx context.Context, r *loopRun, e *loopEpoch) error 
 		if err := l.saveStep(ctx, r, e); err != nil {
 			return fmt.Errorf("rank %d, epoch %d, step %d: %w", rank, e.epoch+1, e.first+e.step, err)
 		}
+		if e.first+e.step < l.StepsPerEpoch {
+			if err := l.stopAtBoundary(ctx, r, e); err != nil {
+				return err
+			}
+		}
 	}
 	if done := e.first + e.step; done < l.StepsPerEpoch {
 		return fmt.Errorf("epoch %d ended after %d of %d steps: the data has fewer batches", e.epoch+1, done, l.StepsPerEpoch)
 	}
 	return l.endEpoch(ctx, r, e)
-}
-
-// newBar is rank 0's progress bar of an epoch (nil without Progress), at step first.
-func (l *Loop[B]) newBar(epoch, first int) *progressbar.ProgressBar {
-	if l.Progress == nil {
-		return nil
-	}
-	bar := progressbar.NewOptions(l.StepsPerEpoch, progressbar.OptionSetWriter(l.Progress),
-		progressbar.OptionSetDescription(fmt.Sprintf("epoch %d/%d", epoch+1, l.Epochs)),
-		progressbar.OptionShowCount(), progressbar.OptionSetWidth(24), progressbar.OptionThrottle(250*time.Millisecond),
-		progressbar.OptionClearOnFinish())
-	_ = bar.Set(first)
-	return bar
 }
 
 // step trains on one batch: the learning rate, Step (forward and DDP backward), the flush on
@@ -320,14 +327,14 @@ func (l *Loop[B]) step(ctx context.Context, r *loopRun, e *loopEpoch, b B) (floa
 	r.samples += int64(res.N * world)
 	e.step++
 	r.iteration++
-	if e.bar != nil {
+	if p := e.progress; p != nil {
 		ips := (e.seen - float64(e.first)) * float64(world) / time.Since(e.start).Seconds()
+		p.rec.Loss, p.rec.Acc, p.rec.Rate = e.lossSum/e.seen, e.correct/e.seen, ips
+		detail := fmt.Sprintf("epoch %d/%d loss %.3f acc %.1f%% %.0f %s/s", e.epoch+1, l.Epochs, e.lossSum/e.seen, 100*e.correct/e.seen, ips, p.rec.Unit)
 		if l.Describe != nil {
-			e.bar.Describe(l.Describe(e.epoch, e.lossSum/e.seen, e.correct/e.seen, ips))
-		} else {
-			e.bar.Describe(fmt.Sprintf("epoch %d/%d loss %.3f acc %.1f%% %.0f %s/s", e.epoch+1, l.Epochs, e.lossSum/e.seen, 100*e.correct/e.seen, ips, orDefault(l.Unit, "img")))
+			detail = l.Describe(e.epoch, e.lossSum/e.seen, e.correct/e.seen, ips)
 		}
-		_ = e.bar.Add(1)
+		p.update(e.first+e.step, detail)
 	}
 	return gradNorm, nil
 }
@@ -360,7 +367,7 @@ func (l *Loop[B]) evaluate(ctx context.Context, r *loopRun, e *loopEpoch) error 
 		return nil
 	}
 	t := time.Now()
-	if err := l.Eval(ctx, r.iteration); err != nil {
+	if err := l.Eval(withProgress(ctx, r.out), r.iteration); err != nil {
 		return err
 	}
 	nn.SetTraining(l.Model, true)
@@ -378,7 +385,9 @@ func (l *Loop[B]) saveStep(ctx context.Context, r *loopRun, e *loopEpoch) error 
 	if !l.saving() || l.Checkpoints.Every <= 0 || r.iteration%int64(l.Checkpoints.Every) != 0 || step >= l.StepsPerEpoch {
 		return nil
 	}
-	return l.save(ctx, checkpoint.Position{Epoch: e.epoch, Step: step, Samples: r.samples, Iteration: r.iteration, Totals: e.totals()})
+	r.saved = r.iteration
+	_, err := l.save(ctx, e.position(r))
+	return err
 }
 
 // endEpoch all-reduces the epoch's statistics, tells DDP the epoch ended (and averages the
@@ -386,9 +395,7 @@ func (l *Loop[B]) saveStep(ctx context.Context, r *loopRun, e *loopEpoch) error 
 // checkpoint.
 func (l *Loop[B]) endEpoch(ctx context.Context, r *loopRun, e *loopEpoch) error {
 	trainSec := (time.Since(e.start) - e.evalTime).Seconds()
-	if e.bar != nil {
-		_ = e.bar.Finish()
-	}
+	e.progress.Finish()
 	stat := []float32{float32(e.lossSum), float32(e.correct), float32(e.seen)}
 	if err := comm.AllReduce(ctx, l.Group, tagEpochStats, stat, comm.Auto); err != nil {
 		return err
@@ -404,12 +411,13 @@ func (l *Loop[B]) endEpoch(ctx context.Context, r *loopRun, e *loopEpoch) error 
 		}
 	}
 	if l.EndEpoch != nil {
-		if err := l.EndEpoch(ctx, es); err != nil {
+		if err := l.EndEpoch(withProgress(ctx, r.out), es); err != nil {
 			return err
 		}
 	}
 	if l.saving() {
-		if err := l.save(ctx, checkpoint.Position{Epoch: e.epoch + 1, Samples: r.samples, Iteration: r.iteration}); err != nil {
+		r.saved = r.iteration
+		if _, err := l.save(ctx, checkpoint.Position{Epoch: e.epoch + 1, Samples: r.samples, Iteration: r.iteration}); err != nil {
 			return fmt.Errorf("rank %d, end of epoch %d: %w", l.Group.Rank(), e.epoch+1, err)
 		}
 	}

@@ -23,6 +23,18 @@ type toyBatch struct {
 // (lr 0.5, so an update is −0.5 × the gradient) on fixed batches; edit sets its options.
 func toyLoop(t *testing.T, epochs, steps int, edit func(rank int, l *Loop[toyBatch])) [][]*nn.Param {
 	t.Helper()
+	out, errs := toyLoopCtx(t, context.Background(), epochs, steps, edit)
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+// toyLoopCtx is toyLoop run with ctx; it returns the ranks' errors.
+func toyLoopCtx(t *testing.T, ctx context.Context, epochs, steps int, edit func(rank int, l *Loop[toyBatch])) ([][]*nn.Param, []error) {
+	t.Helper()
 	groups, err := comm.NewLocal(2)
 	if err != nil {
 		t.Fatal(err)
@@ -69,17 +81,12 @@ func toyLoop(t *testing.T, epochs, steps int, edit func(rank int, l *Loop[toyBat
 				}
 				edit(r, l)
 				out[r] = dp.Parameters()
-				return l.Run(context.Background())
+				return l.Run(ctx)
 			}()
 		})
 	}
 	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	return out
+	return out, errs
 }
 
 func gradNorm(ps []*nn.Param) float64 {

@@ -59,10 +59,15 @@ func Main(p Program) {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
 		os.Exit(2)
 	}
+	stdout, stderr, _ := Outputs(*p.LogFormat) // every line in -log-format
+	fail := func(code int, err error) {
+		_ = stdout.Flush()
+		_ = stderr.Error(name, err, fmt.Sprintf("%s: %v", name, err))
+		os.Exit(code)
+	}
 	env, err := cluster.DetectEnv(cluster.Overrides{})
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
-		os.Exit(2)
+		fail(2, err)
 	}
 	trainFn := p.InProcess
 	if env.WorldSize > 1 {
@@ -71,23 +76,25 @@ func Main(p Program) {
 		workersSet := false
 		flag.Visit(func(f *flag.Flag) { workersSet = workersSet || f.Name == "workers" })
 		if err := checkWorkers(p.Workers, workersSet, env); err != nil {
-			fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
-			os.Exit(2)
+			fail(2, err)
 		}
 		trainFn = func(ctx context.Context, stdout, stderr io.Writer) error { return p.Process(ctx, env, stdout, stderr) }
 	}
-	ctx, stop := cluster.NotifyContext(context.Background(), name, nil)
+	// The first SIGINT or SIGTERM stops the loop at its next step, after a checkpoint.
+	ctx, stop := cluster.NotifyGraceful(context.Background(), name, func(format string, args ...any) {
+		msg := fmt.Sprintf(format, args...)
+		_ = stderr.Record(msg, nil, msg)
+	})
 	defer stop()
-	if err := trainFn(ctx, os.Stdout, os.Stderr); err != nil {
+	if err := trainFn(ctx, stdout.Out(), stderr.Out()); err != nil {
 		var sig *cluster.SignalError
-		if errors.As(context.Cause(ctx), &sig) {
-			fmt.Fprintf(os.Stderr, "%s: stopped: %v\n", name, sig)
-		} else {
-			fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		if errors.As(context.Cause(ctx), &sig) && !errors.As(err, new(*StoppedError)) {
+			err = fmt.Errorf("stopped: %v", sig)
 		}
 		stop()
-		os.Exit(1)
+		fail(1, err)
 	}
+	_ = stdout.Flush()
 }
 
 // checkWorkers reconciles -workers with a launcher's world size: left out, 1 (one worker per
@@ -102,7 +109,8 @@ func checkWorkers(workers *int, workersSet bool, env cluster.Env) error {
 }
 
 // SetupLogging installs the default slog handler the hooks log through (-log-level,
-// -log-format).
+// -log-format): text or JSON lines on w. Main gives a program Printers of the same format
+// for its stdout and stderr (Outputs), so that with -log-format json every line is JSON.
 func SetupLogging(level, format string, w io.Writer) error {
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(level)); err != nil {
@@ -121,9 +129,9 @@ func SetupLogging(level, format string, w io.Writer) error {
 }
 
 // JoinJob joins this process's rank of a launched job of workers ranks (cluster.Init) and
-// returns its group, the writer rank 0 prints on (io.Discard on the other ranks) and whether
-// a progress bar may be drawn (not on a launcher's pipe, whose log the bar's carriage
-// returns would garble). The caller closes the group (CloseGroup).
+// returns its group, the writer rank 0 prints on (io.Discard on the other ranks) and
+// progress as it is: rank 0 reports progress under a launcher too, as plain lines on its pipe
+// (Loop.Progress draws a bar only on a terminal). The caller closes the group (CloseGroup).
 func JoinJob(ctx context.Context, workers int, stdout, stderr io.Writer, progress bool) (comm.Group, io.Writer, bool, error) {
 	g, _, err := cluster.Init(ctx, cluster.Options{})
 	if err != nil {
@@ -135,8 +143,6 @@ func JoinJob(ctx context.Context, workers int, stdout, stderr io.Writer, progres
 	}
 	if g.Rank() != 0 {
 		stdout = io.Discard
-	} else if fi, err := os.Stderr.Stat(); stderr == os.Stderr && (err != nil || fi.Mode()&os.ModeCharDevice == 0) {
-		progress = false
 	}
 	return g, stdout, progress, nil
 }
