@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# The hooks' convergence comparison (ALGORITHMS.md §0, issue 11): every hook against dense,
+# The hooks' convergence comparison (docs/ALGORITHMS.md §0, issue 11): every hook against dense,
 # one metrics file per hook in OUT, then the plots in docs/ (dense / sparse / layer-wise
 # groups, against epochs and wall time).
 #
-#   vgg (default): VGG-11 on the CIFAR-10 copy, 4 in-process workers × batch 16, 3 epochs;
+#   vgg (default): VGG-11 on $SPARGO_DATA/cifar10, 4 in-process workers × batch 16, 3 epochs;
 #     accuracy and loss. OUT defaults to docs/convergence; plots docs/convergence-vgg11-*.png.
-#   lstm: LSTM small on PTB (Zaremba's 200-unit model), 4 in-process workers × batch 20 ×
+#   lstm: LSTM small on $SPARGO_DATA/ptb (Zaremba's 200-unit model), 4 in-process workers × batch 20 ×
 #     bptt 35, SGD lr 20, clip 0.25; validation perplexity and training loss. OUT defaults to
 #     docs/convergence-lstm; plots docs/convergence-lstm-*.png. By default the full recipe
 #     (LSTM_EPOCHS=13 whole epochs, Zaremba's ×0.5 decay after epoch 4, validation on the whole
@@ -50,13 +50,13 @@ if ! $plot_only; then
   for h in "${run_hooks[@]}"; do
     echo "== $h $(date -u +%FT%TZ)" >&2
     if [[ $task == vgg ]]; then
-      "$out/.vgg" -data "${SPARGO_DATA:-../shared/data/cifar10/approx}" -model vgg11 -workers 4 -batch 16 -epochs 3 \
+      "$out/.vgg" -data "${SPARGO_DATA:?set SPARGO_DATA to your data root (docs/data.md)}/cifar10" -model vgg11 -workers 4 -batch 16 -epochs 3 \
         -lr 0.01 -momentum "$(momentum "$h")" -wd 5e-4 -seed 0 -hook "$h" -progress=false -metrics "$out/$(name "$h").jsonl"
     else
       # A hook that fails is recorded, not hidden: its error stays in OUT/NAME.err and the
       # queue goes on with the next hook. The .err file also keeps the hooks' plan logs.
       err=$out/$(name "$h").err
-      "$out/.lstm" -data "${SPARGO_DATA:-../shared/data/ptb}" -model small -workers 4 -batch 20 -bptt 35 \
+      "$out/.lstm" -data "${SPARGO_DATA:?set SPARGO_DATA to your data root (docs/data.md)}/ptb" -model small -workers 4 -batch 20 -bptt 35 \
         -epochs "${LSTM_EPOCHS:-13}" -steps "${LSTM_STEPS:-0}" -eval-every "${LSTM_EVAL_EVERY:-0}" \
         -eval-limit "${LSTM_EVAL_LIMIT:-0}" -lr 20 -clip 0.25 -schedule ptb -seed "${LSTM_SEED:-0}" -log-every 10 \
         -hook "$h" -progress=false -metrics "$out/$(name "$h").jsonl" 2>"$err" || echo "!! $h failed: see $err" >&2

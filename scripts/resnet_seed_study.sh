@@ -7,7 +7,7 @@
 #
 #   scripts/resnet_seed_study.sh [OUT]
 #
-# Environment: DATA (CIFAR-10 binaries; default ../shared/data/cifar10/approx), SEEDS (default
+# Environment: DATA (CIFAR-10 binaries; default $SPARGO_DATA/cifar10, docs/data.md), SEEDS (default
 # 0…15), SWAP (seeds whose halves are swapped; default 0…7), PAR (runs at once, one core each;
 # default nproc), LIMIT (seconds before the queue is stopped; default none), REPLAY (a built
 # scripts/replay binary; default: built here with go), PYTHON (default /usr/bin/python3),
@@ -19,7 +19,7 @@
 set -u
 cd "$(dirname "$0")/.."
 OUT=${1:-/tmp/resnet_seed_study}; mkdir -p "$OUT"
-D=${DATA:-../shared/data/cifar10/approx}
+D=${DATA:-${SPARGO_DATA:?set SPARGO_DATA to your data root (docs/data.md), or DATA to the CIFAR-10 directory}/cifar10}
 PY=${PYTHON:-/usr/bin/python3}
 W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
 if [[ -n ${REPLAY:-} ]]; then cp "$REPLAY" "$W/replay"; else go build -o "$W/replay" ./scripts/replay || exit 1; fi

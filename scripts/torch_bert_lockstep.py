@@ -7,7 +7,7 @@ and schedule, the ranks' shards as its simulated workers, and prints the trainin
 (mean of the shards') per step or per --log-every steps, to compare with the Go run's
 -metrics step records (-log-every 1).
 
-    go run ./examples/bert -data ../shared/data/ptb -vocab vocab.txt -dropout 0 -steps 2000 \\
+    go run ./examples/bert -data $SPARGO_DATA/ptb -vocab vocab.txt -dropout 0 -steps 2000 \\
         -log-every 1 -metrics go.jsonl -dump-batches dump -dump-steps 100 -progress=false
     OPENBLAS_NUM_THREADS=1 /usr/bin/python3 scripts/torch_bert_lockstep.py dump --steps 2000 --dropout 0
 

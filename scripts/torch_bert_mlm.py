@@ -3,12 +3,12 @@
 with the same vocabulary (the vocab.txt the Go program writes with -save-vocab), the same
 recipe and the same model, for the curves and the throughput in BENCHMARKS.md.
 
-    go run ./examples/bert -data ../shared/data/ptb -steps 2000 -save-vocab vocab.txt ...
-    OPENBLAS_NUM_THREADS=1 /usr/bin/python3 scripts/torch_bert_mlm.py --data ../shared/data/ptb \\
+    go run ./examples/bert -data $SPARGO_DATA/ptb -steps 2000 -save-vocab vocab.txt ...
+    OPENBLAS_NUM_THREADS=1 /usr/bin/python3 scripts/torch_bert_mlm.py --data $SPARGO_DATA/ptb \\
         --vocab vocab.txt --steps 2000 --eval-every 500 --log-every 100 --metrics torch.jsonl
 
     # throughput: one worker, N steps, training sequences per second
-    OPENBLAS_NUM_THREADS=1 /usr/bin/python3 scripts/torch_bert_mlm.py --data ../shared/data/ptb \\
+    OPENBLAS_NUM_THREADS=1 /usr/bin/python3 scripts/torch_bert_mlm.py --data $SPARGO_DATA/ptb \\
         --vocab vocab.txt --workers 1 --steps 30 --eval-every 0 --no-eval
 
 What is the same as spargo's examples/bert (train/mlm.go, datasets/mlm.go):

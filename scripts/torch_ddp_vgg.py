@@ -6,12 +6,12 @@
 # global batch), SGD lr 0.01, momentum 0.9, weight decay 5e-4; one thread per process.
 #
 #   OPENBLAS_NUM_THREADS=1 /usr/bin/python3 scripts/torch_ddp_vgg.py --procs 2 \
-#       --data ../shared/data/cifar10/approx --model vgg11 --batch 32 --steps 40
+#       --data $SPARGO_DATA/cifar10 --model vgg11 --batch 32 --steps 40
 #
 # or under torchrun (torch 1.13 under Python 3.11 needs --redirects=1 --tee=1, see README.md):
 #
 #   OPENBLAS_NUM_THREADS=1 torchrun --standalone --nproc_per_node=2 --redirects=1 --tee=1 \
-#       scripts/torch_ddp_vgg.py --data ../shared/data/cifar10/approx --model vgg11 --batch 32
+#       scripts/torch_ddp_vgg.py --data $SPARGO_DATA/cifar10 --model vgg11 --batch 32
 #
 # --data synthetic trains on random images instead. Every step is timed on every rank; the
 # step time is rank 0's (DDP's all-reduce makes the ranks' steps equal up to jitter). After

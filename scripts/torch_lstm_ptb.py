@@ -3,11 +3,11 @@
 # with the same recipe, in plain PyTorch (the reference of issue 10's "within 3 %" check).
 #
 #   OPENBLAS_NUM_THREADS=1 /usr/bin/python3 scripts/torch_lstm_ptb.py \
-#       --data ../shared/data/ptb --model small --workers 2 --epochs 2
+#       --data $SPARGO_DATA/ptb --model small --workers 2 --epochs 2
 #
 # Throughput only (no evaluation, the first N steps of an epoch):
 #   OPENBLAS_NUM_THREADS=1 /usr/bin/python3 scripts/torch_lstm_ptb.py \
-#       --data ../shared/data/ptb --model small --workers 2 --epochs 1 --steps 60 --no-eval
+#       --data $SPARGO_DATA/ptb --model small --workers 2 --epochs 1 --steps 60 --no-eval
 #
 # The recipe, as spargo's (train/lm.go, datasets/ptb.go, models/lstm.go):
 #   * data: every line's words + <eos>; vocabulary by decreasing count, ties by the word (the
@@ -116,7 +116,8 @@ def evaluate(model, tokens, args):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--data", default="../shared/data/ptb")
+    ap.add_argument("--data", default=os.path.join(os.environ["SPARGO_DATA"], "ptb") if os.environ.get("SPARGO_DATA") else None,
+                    required=not os.environ.get("SPARGO_DATA"), help="PTB directory (default: $SPARGO_DATA/ptb; docs/data.md)")
     ap.add_argument("--model", default="small", choices=sorted(PRESETS))
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--batch", type=int, default=20)

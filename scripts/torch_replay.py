@@ -137,7 +137,8 @@ def replay(a, xtr, ytr, xte, yte):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--data", default="../shared/data/cifar10/approx")
+    ap.add_argument("--data", default=os.path.join(os.environ["SPARGO_DATA"], "cifar10") if os.environ.get("SPARGO_DATA") else None,
+                    required=not os.environ.get("SPARGO_DATA"), help="CIFAR-10 directory (default: $SPARGO_DATA/cifar10; docs/data.md)")
     ap.add_argument("--model", default="vgg11", choices=sorted(VGG_CFG) + [f"resnet{d}" for d in CIFAR_DEPTHS])
     ap.add_argument("--write", help="write torch_vgg_cifar.py's stream and weights for --seed to WRITE.bin, WRITE.safetensors")
     ap.add_argument("--seed", type=int, default=0)

@@ -18,7 +18,7 @@
 # per shard (so BatchNorm batch statistics are per shard), averages the gradients and takes
 # one SGD step; BatchNorm running statistics are those of shard 0 (DDP broadcasts rank 0's
 # buffers). The lr is used as given (not scaled by W). --bn shared keeps instead the running
-# statistics updated by every shard in turn (what ../shared/anchors/torch_cifar_vgg_topk.py does).
+# statistics updated by every shard in turn (what scripts/anchors/torch_cifar_vgg_topk.py does).
 #
 # --hook replaces the dense average by a simulated sparse scheme on the whole flattened
 # gradient (one bucket), each worker with its own residual (error feedback):
