@@ -5,7 +5,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"time"
 
@@ -45,6 +47,7 @@ func runBenchTrain(args []string, stdout io.Writer) error {
 	size := fs.Int("size", 0, "input height = width instead of the data set's (ImageNet ResNets take any size from 32; 0: the data set's)")
 	seed := fs.Uint64("seed", 0, "seed for the weights and the random batch")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of text")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the timed steps (go tool pprof) to this file")
 	fs.Usage = func() {
 		fmt.Fprintln(stdout, "usage: spargo bench train [-model NAME] [-dataset cifar10|cifar100] [-size S] [-batch N] [-steps K] [-warmup W] [-json]")
 		fmt.Fprintln(stdout, "\nTimes single-process training steps (forward, cross-entropy, backward, SGD with momentum 0.9\nand weight decay 5e-4) on one random batch and prints the median images/s over the timed steps.\nThreads: GOMAXPROCS (set the environment variable to change it).")
@@ -121,6 +124,17 @@ func runBenchTrain(args []string, stdout io.Writer) error {
 		if err := step(); err != nil {
 			return err
 		}
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return fmt.Errorf("bench train: -cpuprofile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("bench train: -cpuprofile %s: %w", *cpuProfile, err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	times := make([]float64, *steps)
 	for i := range times {

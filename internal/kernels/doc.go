@@ -28,7 +28,7 @@
 // units would pack again (A when N is split, B when M is split) are packed
 // once, in parallel, into a shared buffer.
 //
-// With an indirect micro-kernel (AVX-512, and the portable one) and at least 16
+// With an indirect micro-kernel (AVX-512 8×32, AVX2 6×16, and the portable one) and at least 16
 // channels, the convolution layers instead copy the image once into a
 // zero-padded NHWC layout (PadNHWC), where a GEMM row's KH·KW·C values are
 // KH·KW contiguous channel runs. ConvNHWC reads those runs in place through a
