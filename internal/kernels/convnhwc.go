@@ -453,20 +453,41 @@ func (j *convJob) compute(ws *convWorkspace, m0, m1, s0, s1 int) {
 	g := j.g
 	plane := j.oh * j.ow
 	// Offsets of each row's tap windows (channel 0), group by group; rows
-	// past m1 repeat the group's first row (computed, then dropped).
+	// past m1 repeat the group's first row (computed, then dropped). A
+	// window is its pixel's corner offset plus a per-tap constant; the
+	// pixel's (image, row, column) advance without divisions (with 16
+	// output channels the divisions took a fifth of this function's time).
+	var tapBuf [64]int
+	tapOff := tapBuf[:0]
+	if taps > len(tapBuf) {
+		tapOff = make([]int, 0, taps)
+	}
+	for t := range taps {
+		tapOff = append(tapOff, ((t/g.KW)*j.wp+t%g.KW)*c)
+	}
 	offs := ws.offs
+	n, rem := m0/plane, m0%plane
+	oy, ox := rem/j.ow, rem%j.ow
 	for r0 := m0; r0 < m1; r0 += mr {
-		grp := (r0 - m0) / mr
+		grp := offs[(r0-m0)/mr*taps*mr : ((r0-m0)/mr+1)*taps*mr]
+		var first int
 		for r := range mr {
-			px := r0 + r
-			if px >= m1 {
-				px = r0
+			corner := first
+			if r0+r < m1 {
+				corner = ((n*j.hp+oy*g.StrideH)*j.wp + ox*g.StrideW) * c
+				if ox++; ox == j.ow {
+					ox = 0
+					if oy++; oy == j.oh {
+						oy = 0
+						n++
+					}
+				}
 			}
-			n, rem := px/plane, px%plane
-			oy, ox := rem/j.ow, rem%j.ow
-			for t := range taps {
-				i, jj := t/g.KW, t%g.KW
-				offs[(grp*taps+t)*mr+r] = ((n*j.hp+oy*g.StrideH+i)*j.wp + ox*g.StrideW + jj) * c
+			if r == 0 {
+				first = corner
+			}
+			for t, to := range tapOff {
+				grp[t*mr+r] = corner + to
 			}
 		}
 	}

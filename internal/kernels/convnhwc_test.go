@@ -40,6 +40,10 @@ var convNHWCCases = []ConvGeom{
 	// scalar tail, and channel counts with a scalar remainder.
 	{N: 2, C: 32, H: 3, W: 16, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1},
 	{N: 1, C: 18, H: 3, W: 20, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1},
+	// ResNet's stride-2 16→32 block and a map of more pixels than a unit's rows
+	// (units start mid-row, mid-image: the offset table's running position).
+	{N: 3, C: 16, H: 12, W: 10, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 2, StrideW: 2},
+	{N: 2, C: 16, H: 16, W: 14, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1},
 }
 
 // TestConvNHWC checks ConvNHWC (and PadNHWC, NHWCToNCHW with bias and
@@ -109,6 +113,9 @@ func TestConvNHWCMatchesPortable(t *testing.T) {
 		{N: 8, C: 64, H: 8, W: 8, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1},
 		{N: 8, C: 260, H: 2, W: 2, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1},
 		{N: 3, C: 3, H: 13, W: 12, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1},
+		// ResNet-20's 16- and 32-channel maps.
+		{N: 4, C: 16, H: 32, W: 32, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1},
+		{N: 4, C: 32, H: 16, W: 16, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1},
 	} {
 		const m = 72
 		x := randSlice(r, g.N*g.C*g.H*g.W)
