@@ -328,6 +328,7 @@ func (j *convJob) block(bi int) (t0, nt, c0, cl, koff int) {
 
 func (j *convJob) execute() {
 	p, c := j.p, j.g.C
+	countGEMM(j.pix, j.m, j.taps*c)
 	if c >= p.kc {
 		j.tpb, j.cchunks = 1, ceilDiv(c, p.kc)
 		j.cl = ceilDiv(c, j.cchunks)

@@ -42,6 +42,7 @@ func Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int
 // execute plans the job, packs operands that several units would otherwise
 // pack again, runs the units on the worker pool and returns j to the pool.
 func (j *gemmJob) execute() {
+	countGEMM(j.m, j.n, j.k)
 	nw := runtime.GOMAXPROCS(0)
 	if float64(j.m)*float64(j.n)*float64(j.k) < 1<<18 {
 		nw = 1
