@@ -19,7 +19,7 @@
 #   SPARGO_BIN   a prebuilt spargo binary (default: go build ./cmd/spargo into a temp dir)
 #   BEFORE_BIN   a second spargo binary (e.g. built at an earlier commit) run alternately in
 #                every round: its column shows the before figure
-#   TEST_BIN_DIR where Go is missing: a directory of test binaries built with
+#   TEST_BIN_DIR instead of `go test` (where Go is missing): a directory of test binaries built with
 #                `go test -c -o DIR/kernels.test ./internal/kernels/` (and nn.test for ./nn/)
 #   OUT          directory for the raw JSON and logs (default: a temp dir, printed)
 #
@@ -64,7 +64,7 @@ fi
 if [ "$TESTS" != 0 ]; then
 	for k in $impls; do
 		echo "== tests, SPARGO_KERNELS=$k"
-		if command -v go >/dev/null; then
+		if [ -z "${TEST_BIN_DIR:-}" ] && command -v go >/dev/null; then
 			SPARGO_KERNELS=$k go test -count=1 ./internal/kernels/ ./nn/ 2>&1 | tail -5
 		elif [ -n "${TEST_BIN_DIR:-}" ]; then
 			for pkg in internal/kernels nn; do
