@@ -23,17 +23,15 @@ import (
 
 // PadNHWC writes x (NCHW, geometry g) into dst as [N, H+2·PadH, W+2·PadW, C]
 // with a zero border: the image ConvNHWC and ConvWeightGradNHWC read.
-// Rows of a multiple of 16 pixels go through the in-register 16×16
-// transpose (transpose16), narrower maps eight channels at a time. Parallel.
+// Rows of a multiple of 16 (8 on AVX2) pixels go through the in-register
+// tile transpose (layoutTranspose), narrower maps eight channels at a time.
+// Parallel.
 func PadNHWC(g ConvGeom, x, dst []float32) {
 	g.checkImage("PadNHWC", len(x))
 	if need := PaddedLen(g); len(dst) != need {
 		panic(fmt.Sprintf("kernels.PadNHWC: dst has %d elements, geometry %+v needs %d", len(dst), g, need))
 	}
-	tr := impl.vec.transpose16
-	if g.W%16 != 0 || g.C < 16 {
-		tr = nil
-	}
+	tr, ts := layoutTranspose(g.C, g.W)
 	h2, w2 := g.H+2*g.PadH, g.W+2*g.PadW
 	c, hw := g.C, g.H*g.W
 	parallelFor(g.N*h2, w2*c, func(lo, hi int) {
@@ -50,8 +48,8 @@ func PadNHWC(g ConvGeom, x, dst []float32) {
 			px, img := row[g.PadW*c:(g.PadW+g.W)*c], x[n*c*hw:(n+1)*c*hw]
 			if tr != nil {
 				ch := 0
-				for ; ch+16 <= c; ch += 16 {
-					tr(px[ch:], c, img[ch*hw+y*g.W:], hw, g.W/16)
+				for ; ch+ts <= c; ch += ts {
+					tr(px[ch:], c, img[ch*hw+y*g.W:], hw, g.W/ts)
 				}
 				padNHWCChannels(px, img, ch, c, hw, y, g.W)
 			} else {
@@ -59,6 +57,20 @@ func PadNHWC(g ConvGeom, x, dst []float32) {
 			}
 		}
 	})
+}
+
+// layoutTranspose returns PadNHWC's tile transpose for the implementation in
+// use and its tile size, for c channels (at least a tile) and rows of w pixels
+// (a multiple of the tile), or nil: transpose16 (AVX-512), else transpose8 (AVX2).
+func layoutTranspose(c, w int) (func(dst []float32, ldd int, src []float32, lds, blocks int), int) {
+	v := impl.vec
+	switch {
+	case v.transpose16 != nil && w%16 == 0 && c >= 16:
+		return v.transpose16, 16
+	case v.transpose8 != nil && w%8 == 0 && c >= 8:
+		return v.transpose8, 8
+	}
+	return nil, 0
 }
 
 // padNHWCRow8 writes image row y of img (one sample's NCHW planes) into px eight channels
@@ -96,16 +108,21 @@ func padNHWCChannels(px, img []float32, from, c, hw, y, w int) {
 
 // NHWCToNCHW writes src, an [n, plane, c] array, into dst as [n, c, plane],
 // adding bias[ch] to channel ch when bias is non-nil and accumulating into
-// dst instead of overwriting it when accumulate is set. With at least 16
-// pixels and a multiple of 16 channels it transposes 16×16 tiles in
-// registers (transpose16), otherwise eight channels at a time. Parallel.
+// dst instead of overwriting it when accumulate is set. With at least a
+// tile of pixels and a multiple of the tile in channels it transposes 16×16
+// (AVX-512) or 8×8 (AVX2) tiles in registers, otherwise eight channels at a
+// time. Parallel.
 func NHWCToNCHW(dst, src []float32, n, plane, c int, bias []float32, accumulate bool) {
 	layoutCheck("NHWCToNCHW", dst, src, c, n, plane)
 	if bias != nil && len(bias) != c {
 		panic(fmt.Sprintf("kernels.NHWCToNCHW: bias has %d elements, want %d", len(bias), c))
 	}
 	v := impl.vec
-	if v.transpose16 == nil || accumulate || c%16 != 0 || plane < 16 {
+	tr, ts := v.transpose16, 16
+	if tr == nil {
+		tr, ts = v.transpose8, 8
+	}
+	if tr == nil || accumulate || c%ts != 0 || plane < ts {
 		nhwcToNCHW8(dst, src, n, plane, c, bias, accumulate)
 		return
 	}
@@ -114,8 +131,8 @@ func NHWCToNCHW(dst, src []float32, n, plane, c int, bias []float32, accumulate 
 			s := src[img*plane*c : (img+1)*plane*c]
 			d := dst[img*c*plane : (img+1)*c*plane]
 			p := 0
-			for ; p+16 <= plane; p += 16 {
-				v.transpose16(d[p:], plane, s[p*c:], c, c/16)
+			for ; p+ts <= plane; p += ts {
+				tr(d[p:], plane, s[p*c:], c, c/ts)
 			}
 			for ch := range c {
 				var b float32
@@ -469,26 +486,28 @@ func (j *convJob) compute(ws *convWorkspace, m0, m1, s0, s1 int) {
 	offs := ws.offs
 	n, rem := m0/plane, m0%plane
 	oy, ox := rem/j.ow, rem%j.ow
+	var corners [8]int // mr ≤ 8
 	for r0 := m0; r0 < m1; r0 += mr {
 		grp := offs[(r0-m0)/mr*taps*mr : ((r0-m0)/mr+1)*taps*mr]
-		var first int
-		for r := range mr {
-			corner := first
-			if r0+r < m1 {
-				corner = ((n*j.hp+oy*g.StrideH)*j.wp + ox*g.StrideW) * c
-				if ox++; ox == j.ow {
-					ox = 0
-					if oy++; oy == j.oh {
-						oy = 0
-						n++
-					}
+		cs := corners[:mr]
+		for r := range cs {
+			if r0+r >= m1 {
+				cs[r] = cs[0]
+				continue
+			}
+			cs[r] = ((n*j.hp+oy*g.StrideH)*j.wp + ox*g.StrideW) * c
+			if ox++; ox == j.ow {
+				ox = 0
+				if oy++; oy == j.oh {
+					oy = 0
+					n++
 				}
 			}
-			if r == 0 {
-				first = corner
-			}
-			for t, to := range tapOff {
-				grp[t*mr+r] = corner + to
+		}
+		for t, to := range tapOff {
+			row := grp[t*mr : t*mr+mr]
+			for r, corner := range cs {
+				row[r] = corner + to
 			}
 		}
 	}

@@ -2026,6 +2026,85 @@ addAVX2_done:
 	VZEROUPPER
 	RET
 
+// func transpose8AVX2(dst *float32, ldd int, src *float32, lds int, blocks int)
+// Requires: AVX
+TEXT ·transpose8AVX2(SB), NOSPLIT, $0-40
+	MOVQ  dst+0(FP), AX
+	MOVQ  ldd+8(FP), CX
+	MOVQ  src+16(FP), DX
+	MOVQ  lds+24(FP), BX
+	MOVQ  blocks+32(FP), SI
+	SHLQ  $0x02, CX
+	SHLQ  $0x02, BX
+	TESTQ SI, SI
+	JE    transpose8AVX2_done
+
+transpose8AVX2_loop:
+	MOVQ       DX, DI
+	VMOVUPS    (DI), Y0
+	ADDQ       BX, DI
+	VMOVUPS    (DI), Y1
+	ADDQ       BX, DI
+	VMOVUPS    (DI), Y2
+	ADDQ       BX, DI
+	VMOVUPS    (DI), Y3
+	ADDQ       BX, DI
+	VMOVUPS    (DI), Y4
+	ADDQ       BX, DI
+	VMOVUPS    (DI), Y5
+	ADDQ       BX, DI
+	VMOVUPS    (DI), Y6
+	ADDQ       BX, DI
+	VMOVUPS    (DI), Y7
+	VUNPCKLPS  Y1, Y0, Y8
+	VUNPCKHPS  Y1, Y0, Y0
+	VUNPCKLPS  Y3, Y2, Y1
+	VUNPCKHPS  Y3, Y2, Y2
+	VUNPCKLPS  Y5, Y4, Y3
+	VUNPCKHPS  Y5, Y4, Y4
+	VUNPCKLPS  Y7, Y6, Y5
+	VUNPCKHPS  Y7, Y6, Y6
+	VSHUFPS    $0x44, Y1, Y8, Y7
+	VSHUFPS    $0xee, Y1, Y8, Y1
+	VSHUFPS    $0x44, Y2, Y0, Y8
+	VSHUFPS    $0xee, Y2, Y0, Y0
+	VSHUFPS    $0x44, Y5, Y3, Y2
+	VSHUFPS    $0xee, Y5, Y3, Y3
+	VSHUFPS    $0x44, Y6, Y4, Y5
+	VSHUFPS    $0xee, Y6, Y4, Y4
+	MOVQ       AX, DI
+	VPERM2F128 $0x20, Y2, Y7, Y6
+	VMOVUPS    Y6, (DI)
+	ADDQ       CX, DI
+	VPERM2F128 $0x20, Y3, Y1, Y6
+	VMOVUPS    Y6, (DI)
+	ADDQ       CX, DI
+	VPERM2F128 $0x20, Y5, Y8, Y6
+	VMOVUPS    Y6, (DI)
+	ADDQ       CX, DI
+	VPERM2F128 $0x20, Y4, Y0, Y6
+	VMOVUPS    Y6, (DI)
+	ADDQ       CX, DI
+	VPERM2F128 $0x31, Y2, Y7, Y2
+	VMOVUPS    Y2, (DI)
+	ADDQ       CX, DI
+	VPERM2F128 $0x31, Y3, Y1, Y1
+	VMOVUPS    Y1, (DI)
+	ADDQ       CX, DI
+	VPERM2F128 $0x31, Y5, Y8, Y1
+	VMOVUPS    Y1, (DI)
+	ADDQ       CX, DI
+	VPERM2F128 $0x31, Y4, Y0, Y0
+	VMOVUPS    Y0, (DI)
+	ADDQ       $0x20, DX
+	LEAQ       (AX)(CX*8), AX
+	DECQ       SI
+	JNZ        transpose8AVX2_loop
+
+transpose8AVX2_done:
+	VZEROUPPER
+	RET
+
 // func axpyAVX512(alpha float32, x *float32, y *float32, n int)
 // Requires: AVX, AVX512F, BMI2
 TEXT ·axpyAVX512(SB), NOSPLIT, $0-32

@@ -1,7 +1,8 @@
 package kernels
 
 // avx2Vec is the portable vector table with the AVX2 ReLU passes and the
-// residual add (sgemm_amd64.s) in place of the Go loops: on an AVX2 machine
+// residual add, and the 8×8 transposes of the NHWC layout passes
+// (sgemm_amd64.s) in place of the Go loops: on an AVX2 machine
 // these ran as scalar loops and took 11% of a ResNet-20 training step. The
 // assembly handles a multiple of 8 elements; the rest goes through the
 // portable loop. The other entries are genericVec's.
@@ -38,6 +39,12 @@ var avx2Vec = func() *vecOps {
 			addAVX2(&dst[0], &a[0], &b[0], n)
 		}
 		addGeneric(dst[n:], a[n:], b[n:])
+	}
+	v.transpose8 = func(dst []float32, ldd int, src []float32, lds, blocks int) {
+		if blocks > 0 {
+			_, _ = dst[(8*blocks-1)*ldd+7], src[7*lds+8*blocks-1]
+			transpose8AVX2(&dst[0], ldd, &src[0], lds, blocks)
+		}
 	}
 	return &v
 }()

@@ -53,6 +53,7 @@ func main() {
 	genIndirect(isaAVX2)
 	genBIndirect(isaAVX2)
 	genVecAVX2()
+	genTranspose8AVX2()
 	genVec()
 	Generate()
 }

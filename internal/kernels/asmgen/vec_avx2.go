@@ -100,3 +100,68 @@ func genVecAVX2() {
 		})
 	}
 }
+
+// genTranspose8AVX2 emits transpose8AVX2: blocks 8×8 transposes,
+// dst[(8b+j)·ldd + i] = src[i·lds + 8b + j] for i, j < 8 and b < blocks
+// (strides in floats): unpack 32-bit, 64-bit shuffles, then 128-bit lane
+// permutes. The layout passes of the NHWC convolution (PadNHWC,
+// NHWCToNCHW) use it on the AVX2 path.
+func genTranspose8AVX2() {
+	name := "transpose8AVX2"
+	TEXT(name, NOSPLIT, "func(dst *float32, ldd int, src *float32, lds, blocks int)")
+	Doc(name + " transposes blocks 8×8 tiles: dst[(8b+j)·ldd+i] = src[i·lds+8b+j] (AVX2).")
+	dst := Load(Param("dst"), GP64())
+	ldd := Load(Param("ldd"), GP64())
+	src := Load(Param("src"), GP64())
+	lds := Load(Param("lds"), GP64())
+	blocks := Load(Param("blocks"), GP64())
+	SHLQ(U8(2), ldd)
+	SHLQ(U8(2), lds)
+	TESTQ(blocks, blocks)
+	JE(LabelRef(name + "_done"))
+	Label(name + "_loop")
+	p := GP64()
+	MOVQ(src, p)
+	var r [8]reg.VecVirtual
+	for i := range r {
+		r[i] = YMM()
+		VMOVUPS(Mem{Base: p}, r[i])
+		if i < 7 {
+			ADDQ(lds, p)
+		}
+	}
+	var t, u [8]reg.VecVirtual
+	for i := 0; i < 8; i += 2 {
+		t[i], t[i+1] = YMM(), YMM()
+		VUNPCKLPS(r[i+1], r[i], t[i])   // r[i]0 r[i+1]0 r[i]1 r[i+1]1 (per 128-bit lane)
+		VUNPCKHPS(r[i+1], r[i], t[i+1]) // r[i]2 r[i+1]2 r[i]3 r[i+1]3
+	}
+	for h := 0; h < 8; h += 4 {
+		for q := range 2 {
+			u[h+2*q], u[h+2*q+1] = YMM(), YMM()
+			VSHUFPS(U8(0x44), t[h+2+q], t[h+q], u[h+2*q])   // columns 2q (lanes 0, 4)
+			VSHUFPS(U8(0xee), t[h+2+q], t[h+q], u[h+2*q+1]) // columns 2q+1
+		}
+	}
+	p2 := GP64()
+	MOVQ(dst, p2)
+	for j := range 8 {
+		o := YMM()
+		imm := U8(0x20) // low lanes: columns 0-3
+		if j >= 4 {
+			imm = U8(0x31) // high lanes: columns 4-7
+		}
+		VPERM2F128(imm, u[4+j%4], u[j%4], o)
+		VMOVUPS(o, Mem{Base: p2})
+		if j < 7 {
+			ADDQ(ldd, p2)
+		}
+	}
+	ADDQ(U8(32), src)
+	LEAQ(Mem{Base: dst, Index: ldd, Scale: 8}, dst)
+	DECQ(blocks)
+	JNZ(LabelRef(name + "_loop"))
+	Label(name + "_done")
+	VZEROUPPER()
+	RET()
+}
