@@ -24,8 +24,10 @@
 #   OUT          directory for the raw JSON and logs (default: a temp dir, printed)
 #
 # PyTorch runs with OPENBLAS_NUM_THREADS=1 and OMP_WAIT_POLICY=PASSIVE (so a spinning OpenMP
-# pool does not steal the cores of the next spargo run), --threads as spargo's GOMAXPROCS.
-# Every figure is the median over ROUNDS of each run's median step.
+# pool does not steal the cores of the next spargo run; set OMP_WAIT_POLICY=ACTIVE or unset it
+# with OMP_WAIT_POLICY= for the issue's idle-machine setting), --threads as spargo's GOMAXPROCS.
+# Every figure is the median over ROUNDS of each run's median step; the ratio is the median of
+# the rounds' spargo ÷ PyTorch ratios.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -106,21 +108,27 @@ for t in $THREADS; do
 				run_spargo "$BEFORE_BIN" "$t" "$m" before "$r" >/dev/null
 			fi
 			if [ $torch_ok = 1 ]; then
-				OPENBLAS_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE "$TORCH" scripts/torch_throughput.py \
+				OPENBLAS_NUM_THREADS=1 OMP_WAIT_POLICY=${OMP_WAIT_POLICY-PASSIVE} "$TORCH" scripts/torch_throughput.py \
 					--model "$m" --batch "$BATCH" --steps "$STEPS" --threads "$t" \
 					--json "$OUT/torch-$m-t$t-r$r.json" >"$OUT/torch-$m-t$t-r$r.log" 2>&1 ||
 					echo "torch $m t$t failed: $(tail -1 "$OUT/torch-$m-t$t-r$r.log")" >&2
 			fi
 		done
 		s=$(for f in "$OUT"/spargo-"$m"-t"$t"-r*.json; do field images_per_s "$f"; done | median)
-		sall=$(for f in "$OUT"/spargo-"$m"-t"$t"-r*.json; do field images_per_s "$f"; done | xargs printf '%.1f / ' 2>/dev/null | sed 's| / $||')
-		b=$(for f in "$OUT"/before-"$m"-t"$t"-r*.json; do [ -e "$f" ] && field images_per_s "$f"; done | median)
-		p=$(for f in "$OUT"/torch-"$m"-t"$t"-r*.json; do [ -e "$f" ] && sed -n 's/.*"img_s": \([-0-9.e+]*\).*/\1/p' "$f"; done | median)
-		pall=$(for f in "$OUT"/torch-"$m"-t"$t"-r*.json; do [ -e "$f" ] && sed -n 's/.*"img_s": \([-0-9.e+]*\).*/\1/p' "$f"; done | xargs printf '%.1f / ' 2>/dev/null | sed 's| / $||')
+		sall=$(for f in "$OUT"/spargo-"$m"-t"$t"-r*.json; do field images_per_s "$f"; done | xargs -r printf '%.1f / ' 2>/dev/null | sed 's| / $||')
+		b=$(for f in "$OUT"/before-"$m"-t"$t"-r*.json; do if [ -e "$f" ]; then field images_per_s "$f"; fi; done | median)
+		p=$(for f in "$OUT"/torch-"$m"-t"$t"-r*.json; do if [ -e "$f" ]; then sed -n 's/.*"img_s": \([-0-9.e+]*\).*/\1/p' "$f"; fi; done | median)
+		pall=$(for f in "$OUT"/torch-"$m"-t"$t"-r*.json; do if [ -e "$f" ]; then sed -n 's/.*"img_s": \([-0-9.e+]*\).*/\1/p' "$f"; fi; done | xargs -r printf '%.1f / ' 2>/dev/null | sed 's| / $||')
 		gf=$(for f in "$OUT"/spargo-"$m"-t"$t"-r*.json; do field gflops "$f"; done | median)
 		pk=$(for f in "$OUT"/spargo-"$m"-t"$t"-r*.json; do field sgemm_peak_gflops "$f"; done | median)
 		rl=$(for f in "$OUT"/spargo-"$m"-t"$t"-r*.json; do field roofline "$f"; done | median)
-		ratio=$(awk -v s="$s" -v p="$p" 'BEGIN { if (p == "-" || s == "-" || p == 0) print "-"; else printf "%.2f", s / p }')
+		# the median of the rounds' own ratios (each pair ran back to back)
+		ratio=$(for r in $(seq 1 "$ROUNDS"); do
+			fs="$OUT/spargo-$m-t$t-r$r.json" ft="$OUT/torch-$m-t$t-r$r.json"
+			[ -s "$fs" ] && [ -s "$ft" ] || continue
+			awk -v s="$(field images_per_s "$fs")" -v p="$(sed -n 's/.*"img_s": \([-0-9.e+]*\).*/\1/p' "$ft")" \
+				'BEGIN { if (s != "" && p > 0) print s / p }'
+		done | median | awk '{ if ($1 == "-") print "-"; else printf "%.2f", $1 }')
 		row=$(awk -v m="$m" -v t="$t" -v s="$s" -v sall="$sall" -v b="$b" -v p="$p" -v pall="${pall:--}" -v r="$ratio" -v gf="$gf" -v pk="$pk" -v rl="$rl" \
 			'function f(x, d) { return x == "-" || x == "" ? "-" : sprintf("%." d "f", x) }
 			BEGIN { printf "| %s | %s | %s (%s) | %s | %s (%s) | %s | %s | %s | %s |", m, t, f(s, 1), sall, f(b, 1), f(p, 1), pall, r, f(gf, 1), f(pk, 0), f(rl, 3) }')
@@ -132,6 +140,6 @@ done
 echo
 echo "### ${model:-unknown} (${ncpu} logical CPUs; batch $BATCH, $STEPS steps, median of $ROUNDS alternated rounds)"
 echo
-echo "| model | threads | spargo img/s (rounds) | before img/s | PyTorch img/s (rounds) | spargo ÷ PyTorch | spargo GFLOP/s | SGEMM peak GFLOP/s | roofline |"
+echo "| model | threads | spargo img/s (rounds) | before img/s | PyTorch img/s (rounds) | spargo ÷ PyTorch (median of rounds) | spargo GFLOP/s | SGEMM peak GFLOP/s | roofline |"
 echo "|---|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${rows[@]}"
