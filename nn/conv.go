@@ -10,7 +10,7 @@ import (
 // Conv2d is a 2-D convolution over NCHW input with a square kernel, PyTorch's Conv2d
 // semantics (cross-correlation, zero padding). Weight has shape [Out, In, K, K].
 //
-// The whole batch goes through one GEMM per pass. With AVX-512 and at least 16
+// The whole batch goes through one GEMM per pass. With at least 16
 // input channels (kernels.UseConvNHWC), x is copied once into a zero-padded
 // NHWC image and an indirect GEMM reads each output pixel's K·K channel runs
 // in place (kernels.ConvNHWC); the result comes back to NCHW with the bias in

@@ -40,6 +40,12 @@ var convNHWCCases = []ConvGeom{
 	// scalar tail, and channel counts with a scalar remainder.
 	{N: 2, C: 32, H: 3, W: 16, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1},
 	{N: 1, C: 18, H: 3, W: 20, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1},
+	// 8-wide rows with a channel remainder past the 8×8 tiles (AVX2's layout passes).
+	{N: 2, C: 12, H: 3, W: 8, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1},
+	// ResNet's stride-2 16→32 block and a map of more pixels than a unit's rows
+	// (units start mid-row, mid-image: the offset table's running position).
+	{N: 3, C: 16, H: 12, W: 10, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 2, StrideW: 2},
+	{N: 2, C: 16, H: 16, W: 14, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1},
 }
 
 // TestConvNHWC checks ConvNHWC (and PadNHWC, NHWCToNCHW with bias and
@@ -109,6 +115,9 @@ func TestConvNHWCMatchesPortable(t *testing.T) {
 		{N: 8, C: 64, H: 8, W: 8, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1},
 		{N: 8, C: 260, H: 2, W: 2, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1},
 		{N: 3, C: 3, H: 13, W: 12, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1},
+		// ResNet-20's 16- and 32-channel maps.
+		{N: 4, C: 16, H: 32, W: 32, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1},
+		{N: 4, C: 32, H: 16, W: 16, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1},
 	} {
 		const m = 72
 		x := randSlice(r, g.N*g.C*g.H*g.W)
@@ -135,28 +144,37 @@ func TestConvNHWCMatchesPortable(t *testing.T) {
 	}
 }
 
-// TestTranspose16 checks each implementation's 16×16 tile transpose against
+// TestTranspose16 checks each implementation's 16×16 and 8×8 tile transposes against
 // its definition, with strides wider than the tiles and several blocks.
 func TestTranspose16(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 3))
 	for _, name := range availableImpls() {
-		tr := implTable[name].vec.transpose16
-		if tr == nil {
-			continue
-		}
-		for _, tc := range []struct{ ldd, lds, blocks int }{{16, 16, 1}, {19, 40, 2}, {16, 64, 4}, {33, 17, 1}} {
-			src := randSlice(r, 15*tc.lds+16*tc.blocks)
-			dst := randSlice(r, (16*tc.blocks-1)*tc.ldd+16)
-			want := append([]float32(nil), dst...)
-			for b := range tc.blocks {
-				for i := range 16 {
-					for j := range 16 {
-						want[(16*b+j)*tc.ldd+i] = src[i*tc.lds+16*b+j]
+		for _, tile := range []int{16, 8} {
+			tr := implTable[name].vec.transpose16
+			if tile == 8 {
+				tr = implTable[name].vec.transpose8
+			}
+			if tr == nil {
+				continue
+			}
+			for _, tc := range []struct{ ldd, lds, blocks int }{{16, 16, 1}, {19, 40, 2}, {16, 64, 4}, {33, 17, 1}, {8, 8, 3}, {9, 27, 3}} {
+				if tc.ldd < tile { // overlapping destination columns
+
+					continue
+				}
+				src := randSlice(r, (tile-1)*tc.lds+tile*tc.blocks)
+				dst := randSlice(r, (tile*tc.blocks-1)*tc.ldd+tile)
+				want := append([]float32(nil), dst...)
+				for b := range tc.blocks {
+					for i := range tile {
+						for j := range tile {
+							want[(tile*b+j)*tc.ldd+i] = src[i*tc.lds+tile*b+j]
+						}
 					}
 				}
+				tr(dst, tc.ldd, src, tc.lds, tc.blocks)
+				assertBitEqual(t, fmt.Sprintf("%s %d×%d %+v", name, tile, tile, tc), dst, want)
 			}
-			tr(dst, tc.ldd, src, tc.lds, tc.blocks)
-			assertBitEqual(t, fmt.Sprintf("%s %+v", name, tc), dst, want)
 		}
 	}
 }

@@ -61,6 +61,8 @@ type vecOps struct {
 	// transpose16 writes dst[(16b+j)·ldd+i] = src[i·lds+16b+j] for i, j < 16,
 	// b < blocks (nil: callers use scalar loops).
 	transpose16 func(dst []float32, ldd int, src []float32, lds, blocks int)
+	// transpose8 is transpose16 for 8×8 tiles (the AVX2 path; nil elsewhere).
+	transpose8 func(dst []float32, ldd int, src []float32, lds, blocks int)
 	// pack8 writes dst[(16b+p)·8+r] = src[r·lds+16b+p] for r < 8, p < 16, b < blocks:
 	// eight rows of A in the 8-row micro-kernel's sliver layout (nil: a Go loop).
 	pack8 func(dst, src []float32, lds, blocks int)

@@ -36,9 +36,21 @@ var avx2Impl = &gemmImpl{
 	name: "avx2",
 	mr:   6, nr: 16,
 	mc: 192, kc: 256, nc: 4096,
-	kernel: wrapKernel(sgemmKernelAVX2),
-	vec:    genericVec,
-	half:   amd64Half,
+	kernel:   wrapKernel(sgemmKernelAVX2),
+	indirect: indirectAVX2,
+	bIndirect: func(k int, a, x []float32, base int, offs []int, c []float32, ldc int, beta float32) {
+		_, _ = a[6*k-1], offs[k-1]
+		sgemmBIndirectAVX2x6(k, &a[0], &x[base], &offs[0], &c[0], ldc, beta)
+	},
+	vec:  avx2Vec,
+	half: amd64Half,
+}
+
+// indirectAVX2 adapts sgemmIndirectAVX2x6 to indirectKernel (the same
+// guarantees as indirectAVX512).
+func indirectAVX2(_ *gemmImpl, taps, clen int, x []float32, base int, offs []int, b, c []float32, ldc int, beta float32) {
+	_ = offs[taps*6-1]
+	sgemmIndirectAVX2x6(taps, clen, &x[base], &offs[0], &b[0], &c[0], ldc, beta)
 }
 
 func archImpls() []*gemmImpl { return []*gemmImpl{avx512Impl, avx2Impl} }

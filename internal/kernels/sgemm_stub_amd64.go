@@ -26,6 +26,27 @@ func sgemmBIndirectAVX512x8(k int, a *float32, base *float32, offs *int, c *floa
 // sgemmKernelAVX2 computes a 6×16 tile C = alpha*A*B + beta*C from packed panels (AVX2+FMA).
 func sgemmKernelAVX2(k int, a *float32, b *float32, c *float32, ldc int, alpha float32, beta float32)
 
+// sgemmIndirectAVX2x6 computes an 6×16 tile C = A·B + beta·C where A's rows are read through an offset table (AVX2+FMA).
+func sgemmIndirectAVX2x6(taps int, clen int, base *float32, offs *int, b *float32, c *float32, ldc int, beta float32)
+
+// sgemmBIndirectAVX2x6 computes an 6×16 tile C = A·B + beta·C where B's rows are read through an offset table (AVX2+FMA).
+func sgemmBIndirectAVX2x6(k int, a *float32, base *float32, offs *int, c *float32, ldc int, beta float32)
+
+// reluFwdAVX2 computes dst[i] = max(x[i], 0) for i < n (a multiple of 8), NaN giving 0 (AVX2).
+func reluFwdAVX2(dst *float32, x *float32, n int)
+
+// reluBwdAVX2 computes dx[i] += dy[i] where y[i] > 0 (dx unchanged elsewhere), for i < n (a multiple of 8) (AVX2).
+func reluBwdAVX2(dx *float32, y *float32, dy *float32, n int)
+
+// reluBwdSetAVX2 computes dx[i] = dy[i] where y[i] > 0, else 0, for i < n (a multiple of 8) (AVX2).
+func reluBwdSetAVX2(dx *float32, y *float32, dy *float32, n int)
+
+// addAVX2 computes dst[i] = a[i] + b[i] for i < n (a multiple of 8) (AVX2).
+func addAVX2(dst *float32, a *float32, b *float32, n int)
+
+// transpose8AVX2 transposes blocks 8×8 tiles: dst[(8b+j)·ldd+i] = src[i·lds+8b+j] (AVX2).
+func transpose8AVX2(dst *float32, ldd int, src *float32, lds int, blocks int)
+
 // axpyAVX512 computes y[i] += alpha*x[i] for i < n (AVX-512F, fused multiply-add).
 func axpyAVX512(alpha float32, x *float32, y *float32, n int)
 

@@ -1,29 +1,49 @@
 package main
 
 import (
+	"fmt"
+
 	. "github.com/mmcloughlin/avo/build"
 	. "github.com/mmcloughlin/avo/operand"
 	"github.com/mmcloughlin/avo/reg"
 )
 
-// genIndirectAVX512 emits sgemmIndirectAVX512x8, the indirect-GEMM
-// micro-kernel of the NHWC convolution (convnhwc.go): an 8×32 tile
+// vecISA describes the vector registers of one micro-kernel family: the
+// AVX-512 kernels use zmm (32 columns per tile row in two registers), the
+// AVX2 kernels ymm (16 columns).
+type vecISA struct {
+	suffix string // name suffix: "AVX512x8", "AVX2x6"
+	doc    string // the instruction set, for the doc comments
+	mr     int    // tile rows
+	bytes  int    // bytes per vector register
+	alloc  func() reg.VecVirtual
+	zero   func(ops ...Op)
+}
+
+var (
+	isaAVX512 = vecISA{suffix: "AVX512x8", doc: "AVX-512F", mr: 8, bytes: 64, alloc: ZMM, zero: VPXORD}
+	// 6×16 uses all sixteen ymm registers: 12 accumulators, two B vectors, one broadcast.
+	isaAVX2 = vecISA{suffix: "AVX2x6", doc: "AVX2+FMA", mr: 6, bytes: 32, alloc: YMM, zero: VXORPS}
+)
+
+// genIndirect emits sgemmIndirect<suffix>, the indirect-GEMM micro-kernel
+// of the NHWC convolution (convnhwc.go): an mr×nr tile (nr = two vectors)
 // C = A·B + beta·C where row r of A is not packed but read in place, as
-// taps runs of clen contiguous floats starting at base + offs[t·8 + r]
+// taps runs of clen contiguous floats starting at base + offs[t·mr + r]
 // (element offsets into a padded NHWC image: one output pixel's input
 // window, channel-contiguous per kernel tap). B is packed like the SGEMM
-// kernel's: taps·clen groups of 32 floats.
-func genIndirectAVX512() {
-	const mr, nr = 8, 32
-	name := "sgemmIndirectAVX512x8"
+// kernel's: taps·clen groups of nr floats.
+func genIndirect(isa vecISA) {
+	mr, nr := isa.mr, 2*isa.bytes/4
+	name := "sgemmIndirect" + isa.suffix
 	TEXT(name, NOSPLIT, "func(taps, clen int, base *float32, offs *int, b, c *float32, ldc int, beta float32)")
-	Doc(name + " computes an 8×32 tile C = A·B + beta·C where A's rows are read through an offset table (AVX-512F).")
+	Doc(fmt.Sprintf("%s computes an %d×%d tile C = A·B + beta·C where A's rows are read through an offset table (%s).", name, mr, nr, isa.doc))
 	taps := Load(Param("taps"), GP64())
 	offs := Load(Param("offs"), GP64())
 	b := Load(Param("b"), GP64())
 
-	acc := zeroAccumulators(mr, ZMM, VPXORD)
-	b0, b1, abc := ZMM(), ZMM(), ZMM()
+	acc := zeroAccumulators(mr, isa.alloc, isa.zero)
+	b0, b1, abc := isa.alloc(), isa.alloc(), isa.alloc()
 	rows := make([]reg.GPVirtual, mr)
 	for r := range rows {
 		rows[r] = GP64()
@@ -43,7 +63,7 @@ func genIndirectAVX512() {
 	Load(Param("clen"), n)
 	step := func(u int) {
 		VMOVUPS(Mem{Base: b, Disp: u * nr * 4}, b0)
-		VMOVUPS(Mem{Base: b, Disp: u*nr*4 + 64}, b1)
+		VMOVUPS(Mem{Base: b, Disp: u*nr*4 + isa.bytes}, b1)
 		for r := range mr {
 			VBROADCASTSS(Mem{Base: rows[r], Index: idx, Scale: 1, Disp: u * 4}, abc)
 			VFMADD231PS(abc, b0, acc[r][0])
@@ -63,7 +83,7 @@ func genIndirectAVX512() {
 	c := Load(Param("c"), GP64())
 	ldc := Load(Param("ldc"), GP64())
 	SHLQ(U8(2), ldc)
-	storeTile(name, acc, c, ldc, b1, 64)
+	storeTile(name, acc, c, ldc, b1, isa.bytes)
 }
 
 // genGather32AVX512 emits gather32AVX512, the weight packer of ConvNHWC: for
@@ -175,27 +195,27 @@ func genTranspose16AVX512() {
 	RET()
 }
 
-// genBIndirectAVX512 emits sgemmBIndirectAVX512x8, the weight-gradient
-// micro-kernel of the NHWC convolution: an 8×32 tile C = A·B + beta·C with A
-// packed (k groups of 8 floats) and row p of B read in place as the 32
+// genBIndirect emits sgemmBIndirect<suffix>, the weight-gradient
+// micro-kernel of ConvWeightGradNHWC: an mr×nr tile C = A·B + beta·C, A
+// packed (k groups of mr floats) and row p of B read in place as the nr
 // floats at base + offs[p] (element offsets into a padded NHWC image: one
-// output pixel's input at one kernel tap, 32 consecutive channels).
-func genBIndirectAVX512() {
-	const mr = 8
-	name := "sgemmBIndirectAVX512x8"
+// output pixel's input at one kernel tap, nr consecutive channels).
+func genBIndirect(isa vecISA) {
+	mr, nr := isa.mr, 2*isa.bytes/4
+	name := "sgemmBIndirect" + isa.suffix
 	TEXT(name, NOSPLIT, "func(k int, a, base *float32, offs *int, c *float32, ldc int, beta float32)")
-	Doc(name + " computes an 8×32 tile C = A·B + beta·C where B's rows are read through an offset table (AVX-512F).")
+	Doc(fmt.Sprintf("%s computes an %d×%d tile C = A·B + beta·C where B's rows are read through an offset table (%s).", name, mr, nr, isa.doc))
 	k := Load(Param("k"), GP64())
 	a := Load(Param("a"), GP64())
 	base := Load(Param("base"), GP64())
 	offs := Load(Param("offs"), GP64())
-	acc := zeroAccumulators(mr, ZMM, VPXORD)
-	b0, b1, abc := ZMM(), ZMM(), ZMM()
+	acc := zeroAccumulators(mr, isa.alloc, isa.zero)
+	b0, b1, abc := isa.alloc(), isa.alloc(), isa.alloc()
 	row := GP64()
 	step := func(u int) {
 		MOVQ(Mem{Base: offs, Disp: u * 8}, row)
 		VMOVUPS(Mem{Base: base, Index: row, Scale: 4}, b0)
-		VMOVUPS(Mem{Base: base, Index: row, Scale: 4, Disp: 64}, b1)
+		VMOVUPS(Mem{Base: base, Index: row, Scale: 4, Disp: isa.bytes}, b1)
 		for r := range mr {
 			VBROADCASTSS(Mem{Base: a, Disp: (u*mr + r) * 4}, abc)
 			VFMADD231PS(abc, b0, acc[r][0])
@@ -211,7 +231,7 @@ func genBIndirectAVX512() {
 	c := Load(Param("c"), GP64())
 	ldc := Load(Param("ldc"), GP64())
 	SHLQ(U8(2), ldc)
-	storeTile(name, acc, c, ldc, b1, 64)
+	storeTile(name, acc, c, ldc, b1, isa.bytes)
 }
 
 // genPack8AVX512 emits pack8AVX512, the packing of eight rows of A into the AVX-512

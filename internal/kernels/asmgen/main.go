@@ -44,12 +44,16 @@ func main() {
 	// embedded-broadcast FMAs were 5-15% slower. Other shapes can be
 	// re-measured by emitting them here and using BenchmarkTune.
 	genAVX512(8, false)
-	genIndirectAVX512()
+	genIndirect(isaAVX512)
 	genGather32AVX512()
 	genTranspose16AVX512()
 	genPack8AVX512()
-	genBIndirectAVX512()
+	genBIndirect(isaAVX512)
 	genAVX2()
+	genIndirect(isaAVX2)
+	genBIndirect(isaAVX2)
+	genVecAVX2()
+	genTranspose8AVX2()
 	genVec()
 	Generate()
 }

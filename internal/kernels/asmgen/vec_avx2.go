@@ -1,0 +1,167 @@
+package main
+
+import (
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	"github.com/mmcloughlin/avo/reg"
+)
+
+// AVX2 elementwise kernels: the ReLU passes and the residual add. Each
+// processes n float32 elements, n a multiple of 8 (the Go wrappers in
+// sgemm_amd64.go run the last n mod 8 through the portable loops): 32 per
+// iteration (4 ymm), then 8.
+
+// streamAVX2 emits the loop skeleton; body(off) processes 8 elements at
+// byte offset off from every pointer.
+func streamAVX2(name string, n reg.GPVirtual, ptrs []reg.GPVirtual, body func(off int)) {
+	Label(name + "_loop32")
+	CMPQ(n, U8(32))
+	JL(LabelRef(name + "_loop8"))
+	for u := range 4 {
+		body(u * 32)
+	}
+	for _, p := range ptrs {
+		ADDQ(U8(128), p)
+	}
+	SUBQ(U8(32), n)
+	JMP(LabelRef(name + "_loop32"))
+
+	Label(name + "_loop8")
+	CMPQ(n, U8(8))
+	JL(LabelRef(name + "_done"))
+	body(0)
+	for _, p := range ptrs {
+		ADDQ(U8(32), p)
+	}
+	SUBQ(U8(8), n)
+	JMP(LabelRef(name + "_loop8"))
+	Label(name + "_done")
+	VZEROUPPER()
+	RET()
+}
+
+func genVecAVX2() {
+	TEXT("reluFwdAVX2", NOSPLIT, "func(dst, x *float32, n int)")
+	Doc("reluFwdAVX2 computes dst[i] = max(x[i], 0) for i < n (a multiple of 8), NaN giving 0 (AVX2).")
+	{
+		d, x, n := gp("dst"), gp("x"), gp("n")
+		zero := YMM()
+		VXORPS(zero, zero, zero)
+		streamAVX2("reluFwdAVX2", n, []reg.GPVirtual{d, x}, func(off int) {
+			v := YMM()
+			// Intel order: max(src1=x, src2=0) returns src2 when x is NaN.
+			VMOVUPS(Mem{Base: x, Disp: off}, v)
+			VMAXPS(zero, v, v)
+			VMOVUPS(v, Mem{Base: d, Disp: off})
+		})
+	}
+
+	TEXT("reluBwdAVX2", NOSPLIT, "func(dx, y, dy *float32, n int)")
+	Doc("reluBwdAVX2 computes dx[i] += dy[i] where y[i] > 0 (dx unchanged elsewhere), for i < n (a multiple of 8) (AVX2).")
+	{
+		dx, y, dy, n := gp("dx"), gp("y"), gp("dy"), gp("n")
+		zero := YMM()
+		VXORPS(zero, zero, zero)
+		streamAVX2("reluBwdAVX2", n, []reg.GPVirtual{dx, y, dy}, func(off int) {
+			m, vd, s := YMM(), YMM(), YMM()
+			VMOVUPS(Mem{Base: y, Disp: off}, m)
+			VCMPPS(U8(0x1e), zero, m, m) // y > 0 (GT_OQ)
+			VMOVUPS(Mem{Base: dx, Disp: off}, vd)
+			VADDPS(Mem{Base: dy, Disp: off}, vd, s)
+			VBLENDVPS(m, s, vd, vd) // m ? dx+dy : dx
+			VMOVUPS(vd, Mem{Base: dx, Disp: off})
+		})
+	}
+
+	TEXT("reluBwdSetAVX2", NOSPLIT, "func(dx, y, dy *float32, n int)")
+	Doc("reluBwdSetAVX2 computes dx[i] = dy[i] where y[i] > 0, else 0, for i < n (a multiple of 8) (AVX2).")
+	{
+		dx, y, dy, n := gp("dx"), gp("y"), gp("dy"), gp("n")
+		zero := YMM()
+		VXORPS(zero, zero, zero)
+		streamAVX2("reluBwdSetAVX2", n, []reg.GPVirtual{dx, y, dy}, func(off int) {
+			m := YMM()
+			VMOVUPS(Mem{Base: y, Disp: off}, m)
+			VCMPPS(U8(0x1e), zero, m, m) // y > 0 (GT_OQ)
+			VANDPS(Mem{Base: dy, Disp: off}, m, m)
+			VMOVUPS(m, Mem{Base: dx, Disp: off})
+		})
+	}
+
+	TEXT("addAVX2", NOSPLIT, "func(dst, a, b *float32, n int)")
+	Doc("addAVX2 computes dst[i] = a[i] + b[i] for i < n (a multiple of 8) (AVX2).")
+	{
+		d, a, b, n := gp("dst"), gp("a"), gp("b"), gp("n")
+		streamAVX2("addAVX2", n, []reg.GPVirtual{d, a, b}, func(off int) {
+			v := YMM()
+			VMOVUPS(Mem{Base: a, Disp: off}, v)
+			VADDPS(Mem{Base: b, Disp: off}, v, v)
+			VMOVUPS(v, Mem{Base: d, Disp: off})
+		})
+	}
+}
+
+// genTranspose8AVX2 emits transpose8AVX2: blocks 8×8 transposes,
+// dst[(8b+j)·ldd + i] = src[i·lds + 8b + j] for i, j < 8 and b < blocks
+// (strides in floats): unpack 32-bit, 64-bit shuffles, then 128-bit lane
+// permutes. The layout passes of the NHWC convolution (PadNHWC,
+// NHWCToNCHW) use it on the AVX2 path.
+func genTranspose8AVX2() {
+	name := "transpose8AVX2"
+	TEXT(name, NOSPLIT, "func(dst *float32, ldd int, src *float32, lds, blocks int)")
+	Doc(name + " transposes blocks 8×8 tiles: dst[(8b+j)·ldd+i] = src[i·lds+8b+j] (AVX2).")
+	dst := Load(Param("dst"), GP64())
+	ldd := Load(Param("ldd"), GP64())
+	src := Load(Param("src"), GP64())
+	lds := Load(Param("lds"), GP64())
+	blocks := Load(Param("blocks"), GP64())
+	SHLQ(U8(2), ldd)
+	SHLQ(U8(2), lds)
+	TESTQ(blocks, blocks)
+	JE(LabelRef(name + "_done"))
+	Label(name + "_loop")
+	p := GP64()
+	MOVQ(src, p)
+	var r [8]reg.VecVirtual
+	for i := range r {
+		r[i] = YMM()
+		VMOVUPS(Mem{Base: p}, r[i])
+		if i < 7 {
+			ADDQ(lds, p)
+		}
+	}
+	var t, u [8]reg.VecVirtual
+	for i := 0; i < 8; i += 2 {
+		t[i], t[i+1] = YMM(), YMM()
+		VUNPCKLPS(r[i+1], r[i], t[i])   // r[i]0 r[i+1]0 r[i]1 r[i+1]1 (per 128-bit lane)
+		VUNPCKHPS(r[i+1], r[i], t[i+1]) // r[i]2 r[i+1]2 r[i]3 r[i+1]3
+	}
+	for h := 0; h < 8; h += 4 {
+		for q := range 2 {
+			u[h+2*q], u[h+2*q+1] = YMM(), YMM()
+			VSHUFPS(U8(0x44), t[h+2+q], t[h+q], u[h+2*q])   // columns 2q (lanes 0, 4)
+			VSHUFPS(U8(0xee), t[h+2+q], t[h+q], u[h+2*q+1]) // columns 2q+1
+		}
+	}
+	p2 := GP64()
+	MOVQ(dst, p2)
+	for j := range 8 {
+		o := YMM()
+		imm := U8(0x20) // low lanes: columns 0-3
+		if j >= 4 {
+			imm = U8(0x31) // high lanes: columns 4-7
+		}
+		VPERM2F128(imm, u[4+j%4], u[j%4], o)
+		VMOVUPS(o, Mem{Base: p2})
+		if j < 7 {
+			ADDQ(ldd, p2)
+		}
+	}
+	ADDQ(U8(32), src)
+	LEAQ(Mem{Base: dst, Index: ldd, Scale: 8}, dst)
+	DECQ(blocks)
+	JNZ(LabelRef(name + "_loop"))
+	Label(name + "_done")
+	VZEROUPPER()
+	RET()
+}

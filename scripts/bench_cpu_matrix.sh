@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# Training throughput of spargo against PyTorch on whatever x86-64 Linux machine this runs on
+# (issue 23): the CPU model and its vector extensions, the kernels' tests on every kernel
+# implementation the CPU can run (SPARGO_KERNELS=generic|avx2|avx512), then alternated
+# `spargo bench train` / scripts/torch_throughput.py rounds per model at 2 threads and at
+# all cores, and a markdown table of the medians for BENCHMARKS.md.
+#
+#   scripts/bench_cpu_matrix.sh                     # defaults below; about 5 minutes on 16 cores
+#   MODELS="resnet20 vgg16 vgg11 resnet56" ROUNDS=5 scripts/bench_cpu_matrix.sh
+#
+# Environment:
+#   MODELS       models of the catalogue (default "resnet20 vgg16")
+#   ROUNDS       alternated spargo / PyTorch rounds per model and thread count (default 3)
+#   THREADS      thread counts (default "2 ALL"; ALL = nproc)
+#   BATCH STEPS  batch size and timed steps (default 32 and 15)
+#   TESTS        0 skips the kernels' tests (default 1)
+#   TORCH        the Python with PyTorch (default /usr/bin/python3; rows without PyTorch
+#                show "-" where it is missing)
+#   SPARGO_BIN   a prebuilt spargo binary (default: go build ./cmd/spargo into a temp dir)
+#   BEFORE_BIN   a second spargo binary (e.g. built at an earlier commit) run alternately in
+#                every round: its column shows the before figure
+#   TEST_BIN_DIR instead of `go test` (where Go is missing): a directory of test binaries built with
+#                `go test -c -o DIR/kernels.test ./internal/kernels/` (and nn.test for ./nn/)
+#   OUT          directory for the raw JSON and logs (default: a temp dir, printed)
+#
+# PyTorch runs with OPENBLAS_NUM_THREADS=1 and OMP_WAIT_POLICY=PASSIVE (so a spinning OpenMP
+# pool does not steal the cores of the next spargo run; set OMP_WAIT_POLICY=ACTIVE or unset it
+# with OMP_WAIT_POLICY= for the issue's idle-machine setting), --threads as spargo's GOMAXPROCS.
+# Every figure is the median over ROUNDS of each run's median step; the ratio is the median of
+# the rounds' spargo ÷ PyTorch ratios.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+MODELS=${MODELS:-"resnet20 vgg16"}
+ROUNDS=${ROUNDS:-3}
+THREADS=${THREADS:-"2 ALL"}
+BATCH=${BATCH:-32}
+STEPS=${STEPS:-15}
+TESTS=${TESTS:-1}
+TORCH=${TORCH:-/usr/bin/python3}
+OUT=${OUT:-$(mktemp -d /tmp/bench_cpu_matrix.XXXXXX)}
+mkdir -p "$OUT"
+ncpu=$(nproc)
+
+echo "# bench_cpu_matrix: $(date -u +%Y-%m-%dT%H:%M:%SZ), output in $OUT"
+model=$(sed -n 's/^model name[[:space:]]*:[[:space:]]*//p' /proc/cpuinfo | head -1)
+flags=$(sed -n 's/^flags[[:space:]]*:[[:space:]]*//p' /proc/cpuinfo | head -1)
+vec=""
+for f in avx2 fma f16c avx512f avx512vl avx512bw avx512_bf16 avx512_vnni amx_tile amx_bf16; do
+	case " $flags " in *" $f "*) vec="$vec $f" ;; esac
+done
+echo "cpu: ${model:-unknown}; $ncpu logical CPUs; $(grep -c '^processor' /proc/cpuinfo) in /proc/cpuinfo"
+echo "vector extensions:${vec:- none of avx2 avx512 amx}"
+echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+
+has() { case " $flags " in *" $1 "*) return 0 ;; esac; return 1; }
+impls="generic"
+if has avx2 && has fma; then impls="$impls avx2"; fi
+if has avx512f && has avx512vl && has bmi2; then impls="$impls avx512"; fi
+
+if [ -z "${SPARGO_BIN:-}" ]; then
+	SPARGO_BIN="$OUT/spargo"
+	go build -o "$SPARGO_BIN" ./cmd/spargo
+fi
+
+if [ "$TESTS" != 0 ]; then
+	for k in $impls; do
+		echo "== tests, SPARGO_KERNELS=$k"
+		if [ -z "${TEST_BIN_DIR:-}" ] && command -v go >/dev/null; then
+			SPARGO_KERNELS=$k go test -count=1 ./internal/kernels/ ./nn/ 2>&1 | tail -5
+		elif [ -n "${TEST_BIN_DIR:-}" ]; then
+			for pkg in internal/kernels nn; do
+				bin="$TEST_BIN_DIR/$(basename $pkg).test"
+				[ -x "$bin" ] || { echo "no $bin"; continue; }
+				(cd "$pkg" && SPARGO_KERNELS=$k "$bin" -test.count=1 2>&1 | tail -3) || echo "FAIL $pkg ($k)"
+			done
+		else
+			echo "no go and no TEST_BIN_DIR: tests skipped"
+		fi
+	done
+fi
+
+torch_ok=0
+if "$TORCH" -c 'import torch' 2>/dev/null; then
+	torch_ok=1
+	echo "torch: $("$TORCH" -c 'import torch; print(torch.__version__, torch.backends.mkldnn.is_available())')"
+else
+	echo "torch: not available ($TORCH): PyTorch columns stay empty"
+fi
+
+# median of the numbers on stdin ("-" when none)
+median() { sort -g | awk '{v[NR]=$1} END {if (NR==0) print "-"; else if (NR%2) print v[(NR+1)/2]; else print (v[NR/2]+v[NR/2+1])/2}'; }
+field() { sed -n "s/.*\"$1\":\([-0-9.e+]*\).*/\1/p" "$2"; }
+
+run_spargo() { # bin threads model tag round
+	local f="$OUT/$4-$3-t$2-r$5.json"
+	GOMAXPROCS=$2 "$1" bench train -model "$3" -batch "$BATCH" -steps "$STEPS" -json >"$f" 2>"$f.err" || echo "spargo $4 $3 t$2 failed: $(tail -1 "$f.err")" >&2
+	echo "$f"
+}
+
+rows=()
+for t in $THREADS; do
+	[ "$t" = ALL ] && t=$ncpu
+	for m in $MODELS; do
+		for r in $(seq 1 "$ROUNDS"); do
+			run_spargo "$SPARGO_BIN" "$t" "$m" spargo "$r" >/dev/null
+			if [ -n "${BEFORE_BIN:-}" ]; then
+				run_spargo "$BEFORE_BIN" "$t" "$m" before "$r" >/dev/null
+			fi
+			if [ $torch_ok = 1 ]; then
+				OPENBLAS_NUM_THREADS=1 OMP_WAIT_POLICY=${OMP_WAIT_POLICY-PASSIVE} "$TORCH" scripts/torch_throughput.py \
+					--model "$m" --batch "$BATCH" --steps "$STEPS" --threads "$t" \
+					--json "$OUT/torch-$m-t$t-r$r.json" >"$OUT/torch-$m-t$t-r$r.log" 2>&1 ||
+					echo "torch $m t$t failed: $(tail -1 "$OUT/torch-$m-t$t-r$r.log")" >&2
+			fi
+		done
+		s=$(for f in "$OUT"/spargo-"$m"-t"$t"-r*.json; do field images_per_s "$f"; done | median)
+		sall=$(for f in "$OUT"/spargo-"$m"-t"$t"-r*.json; do field images_per_s "$f"; done | xargs -r printf '%.1f / ' 2>/dev/null | sed 's| / $||')
+		b=$(for f in "$OUT"/before-"$m"-t"$t"-r*.json; do if [ -e "$f" ]; then field images_per_s "$f"; fi; done | median)
+		p=$(for f in "$OUT"/torch-"$m"-t"$t"-r*.json; do if [ -e "$f" ]; then sed -n 's/.*"img_s": \([-0-9.e+]*\).*/\1/p' "$f"; fi; done | median)
+		pall=$(for f in "$OUT"/torch-"$m"-t"$t"-r*.json; do if [ -e "$f" ]; then sed -n 's/.*"img_s": \([-0-9.e+]*\).*/\1/p' "$f"; fi; done | xargs -r printf '%.1f / ' 2>/dev/null | sed 's| / $||')
+		gf=$(for f in "$OUT"/spargo-"$m"-t"$t"-r*.json; do field gflops "$f"; done | median)
+		pk=$(for f in "$OUT"/spargo-"$m"-t"$t"-r*.json; do field sgemm_peak_gflops "$f"; done | median)
+		rl=$(for f in "$OUT"/spargo-"$m"-t"$t"-r*.json; do field roofline "$f"; done | median)
+		# the median of the rounds' own ratios (each pair ran back to back)
+		ratio=$(for r in $(seq 1 "$ROUNDS"); do
+			fs="$OUT/spargo-$m-t$t-r$r.json" ft="$OUT/torch-$m-t$t-r$r.json"
+			[ -s "$fs" ] && [ -s "$ft" ] || continue
+			awk -v s="$(field images_per_s "$fs")" -v p="$(sed -n 's/.*"img_s": \([-0-9.e+]*\).*/\1/p' "$ft")" \
+				'BEGIN { if (s != "" && p > 0) print s / p }'
+		done | median | awk '{ if ($1 == "-") print "-"; else printf "%.2f", $1 }')
+		row=$(awk -v m="$m" -v t="$t" -v s="$s" -v sall="$sall" -v b="$b" -v p="$p" -v pall="${pall:--}" -v r="$ratio" -v gf="$gf" -v pk="$pk" -v rl="$rl" \
+			'function f(x, d) { return x == "-" || x == "" ? "-" : sprintf("%." d "f", x) }
+			BEGIN { printf "| %s | %s | %s (%s) | %s | %s (%s) | %s | %s | %s | %s |", m, t, f(s, 1), sall, f(b, 1), f(p, 1), pall, r, f(gf, 1), f(pk, 0), f(rl, 3) }')
+		rows+=("$row")
+		echo "$row"
+	done
+done
+
+echo
+echo "### ${model:-unknown} (${ncpu} logical CPUs; batch $BATCH, $STEPS steps, median of $ROUNDS alternated rounds)"
+echo
+echo "| model | threads | spargo img/s (rounds) | before img/s | PyTorch img/s (rounds) | spargo ÷ PyTorch (median of rounds) | spargo GFLOP/s | SGEMM peak GFLOP/s | roofline |"
+echo "|---|---|---|---|---|---|---|---|---|"
+printf '%s\n' "${rows[@]}"
