@@ -62,6 +62,16 @@
 // naming the rank (the first survivor to notice tells the others in its goodbye, so they all
 // name the same rank).
 //
+// Start-up is bounded in two stages: waiting for every rank's address (Options.RendezvousTimeout,
+// 5 minutes, as ranks may start far apart), then connecting the mesh, which
+// SPARGO_CONNECT_TIMEOUT (Options.ConnectTimeout; default SPARGO_TIMEOUT, else 30 s) bounds: a
+// rank that published its address and died is named by every other rank within it.
+// Heartbeats cannot catch a rank that is alive but out of step (it ran fewer steps and waits
+// in another collective): SPARGO_OP_TIMEOUT (Options.OpTimeout; none by default) bounds every
+// operation with a peer and fails the group naming the peer that never answered, like gloo's
+// timeout. Set it above the longest time one rank may wait for another (evaluation,
+// checkpoints). A context deadline bounds a single operation (comm.TCPConfig.OpTimeout).
+//
 // StoreServer and Store speak PyTorch 1.13's TCPStore protocol (see store_protocol.go) and
 // work with PyTorch's own clients and servers in both directions: Python can rendezvous
 // through a spargo store and spargo through torchrun's. Store keys carry TCPStore's "/" prefix,
