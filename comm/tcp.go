@@ -123,6 +123,7 @@ type tcpGroup struct {
 	maxMessage int
 	secret     []byte
 	logf       func(format string, args ...any)
+	rejects    *LogLimiter // rejected connections: the first per interval, then a count
 	counters   Counters
 	msgs       sizedPool  // messages that arrived before their receive was posted
 	peers      []*tcpPeer // peers[rank] is the in-memory loop back
@@ -179,6 +180,7 @@ func newTCPGroup(cfg TCPConfig) (*tcpGroup, error) {
 	if g.logf == nil {
 		g.logf = log.Printf
 	}
+	g.rejects = NewLogLimiter(g.logf, 0, 0, fmt.Sprintf("connections refused or rejected by rank %d", g.rank))
 	g.peers = make([]*tcpPeer, g.size)
 	for r := range g.peers {
 		g.peers[r] = newTCPPeer(g, r, nil)
@@ -277,6 +279,7 @@ wait:
 		}
 	}
 	g.wg.Wait()
+	g.rejects.Close()
 	return nil
 }
 
@@ -532,6 +535,7 @@ func (g *tcpGroup) connect(ctx context.Context, addrs []string, dialTimeout time
 		}
 		g.closeListener()
 		g.wg.Wait()
+		g.rejects.Close()
 		err := fmt.Errorf("comm: rank %d: mesh not complete after %v: no connection with rank(s) %v (lower ranks dial higher ones)", g.rank, dialTimeout, lost)
 		return errors.Join(append([]error{err}, errs...)...)
 	}
@@ -565,14 +569,14 @@ func (g *tcpGroup) acceptLoop(deliver func(int, net.Conn)) {
 			continue
 		}
 		if g.meshUp.Load() {
-			g.logf("comm: rank %d: refused connection from %s: the mesh is complete", g.rank, c.RemoteAddr())
+			g.rejects.Logf("comm: rank %d: refused connection from %s: the mesh is complete", g.rank, c.RemoteAddr())
 			c.Close()
 			continue
 		}
 		g.hsMu.Lock()
 		if len(g.handshakes) >= tcpMaxHandshakes || g.meshUp.Load() {
 			g.hsMu.Unlock()
-			g.logf("comm: rank %d: refused connection from %s: too many connections authenticating", g.rank, c.RemoteAddr())
+			g.rejects.Logf("comm: rank %d: refused connection from %s: too many connections authenticating", g.rank, c.RemoteAddr())
 			c.Close()
 			continue
 		}
@@ -585,7 +589,7 @@ func (g *tcpGroup) acceptLoop(deliver func(int, net.Conn)) {
 			g.hsMu.Unlock()
 			if err != nil {
 				if !g.meshUp.Load() {
-					g.logf("comm: rank %d: rejected connection from %s: %v", g.rank, c.RemoteAddr(), err)
+					g.rejects.Logf("comm: rank %d: rejected connection from %s: %v", g.rank, c.RemoteAddr(), err)
 				}
 				c.Close()
 				return
