@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -25,7 +26,8 @@ type Options struct {
 	// SPARGO_BIND). The default binds the address this host uses to reach the master, on a
 	// free port. An unspecified host (0.0.0.0, ::) listens everywhere and advertises that
 	// address. Its port may not be the store's MASTER_PORT. Rank 0's store listens on all
-	// interfaces at MASTER_PORT unless Bind names a host, which it then uses too.
+	// interfaces at MASTER_PORT unless Bind names a host, which it then uses too, or
+	// MASTER_ADDR is a loopback address (spargo launch), which it then listens on.
 	Bind string
 	// Timeout is the peer failure timeout: a peer silent for this long fails the group with
 	// an error naming it (else SPARGO_TIMEOUT, a duration such as 90s or seconds; 0 = 30 s).
@@ -93,6 +95,13 @@ func Init(ctx context.Context, opts Options) (comm.Group, Env, error) {
 	if err != nil {
 		return fail(err)
 	}
+	if len(secret) == 0 {
+		why := "no SPARGO_SECRET"
+		if v, ok := lookup("SPARGO_SECRET"); ok && strings.TrimSpace(v) == "" {
+			why = "SPARGO_SECRET is set but empty, which counts as none"
+		}
+		logf("warning: %s: the store and the data connections are not authenticated (anyone who can reach them can join or disturb the job)", why)
+	}
 	timeout, err := durationOption(e, opts.Timeout, "SPARGO_TIMEOUT")
 	if err != nil {
 		return fail(err)
@@ -140,7 +149,7 @@ func Init(ctx context.Context, opts Options) (comm.Group, Env, error) {
 	if env.UseAgentStore {
 		storeOpts.Secret = nil // torchrun's agent speaks plain PyTorch protocol
 	} else if env.Rank == 0 {
-		if server, err = NewStoreServer(context.WithoutCancel(ctx), net.JoinHostPort(bindHost, strconv.Itoa(env.MasterPort)), storeOpts); err != nil {
+		if server, err = NewStoreServer(context.WithoutCancel(ctx), net.JoinHostPort(storeHost(bindHost, env.MasterAddr), strconv.Itoa(env.MasterPort)), storeOpts); err != nil {
 			return fail(fmt.Errorf("host the store: %w (is MASTER_PORT %d in use? each job needs its own)", err, env.MasterPort))
 		}
 	}
@@ -201,6 +210,19 @@ func Init(ctx context.Context, opts Options) (comm.Group, Env, error) {
 		return g, env, nil
 	}
 	return &storeOwningGroup{Group: g, server: server}, env, nil
+}
+
+// storeHost is where rank 0's store listens: the bind host when one is given; else, when the
+// master address is a loopback one (spargo launch, torchrun --standalone), that address, since
+// no other machine could reach the master anyway; else every interface.
+func storeHost(bindHost, masterAddr string) string {
+	if bindHost != "" {
+		return bindHost
+	}
+	if ip := net.ParseIP(masterAddr); (ip != nil && ip.IsLoopback()) || masterAddr == "localhost" {
+		return masterAddr
+	}
+	return ""
 }
 
 // defaultPeerTimeout is comm's peer failure timeout when none is set.

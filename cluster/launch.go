@@ -34,8 +34,10 @@ type LaunchConfig struct {
 	// a silent peer before failing with an error naming it.
 	Timeout time.Duration
 	// SecretFile, when set, is given to the ranks as SPARGO_SECRET_FILE. Otherwise a
-	// SPARGO_SECRET or SPARGO_SECRET_FILE already in Env is kept, and failing that each job
-	// gets a fresh random secret in SPARGO_SECRET.
+	// SPARGO_SECRET or SPARGO_SECRET_FILE already in Env is kept (an empty one counts as
+	// none), and failing that each job gets a fresh random secret in SPARGO_SECRET. The ranks'
+	// MASTER_ADDR is 127.0.0.1, so rank 0's store listens on loopback only unless SPARGO_BIND
+	// in Env says otherwise.
 	SecretFile string
 	// Grace is how long stopped ranks get between SIGTERM and SIGKILL (0 = 10 s).
 	Grace time.Duration
@@ -172,7 +174,9 @@ func launchBaseEnv(cfg LaunchConfig) (base, secret []string, err error) {
 		name, _, _ := strings.Cut(kv, "=")
 		switch {
 		case name == "SPARGO_SECRET" || name == "SPARGO_SECRET_FILE":
-			inheritedSecret = append(inheritedSecret, kv)
+			if _, v, _ := strings.Cut(kv, "="); strings.TrimSpace(v) != "" { // set but empty counts as none
+				inheritedSecret = append(inheritedSecret, kv)
+			}
 		case !contains(launchVars, name):
 			base = append(base, kv)
 		}
