@@ -33,6 +33,9 @@ type LaunchConfig struct {
 	// Timeout, when > 0, is given to the ranks as SPARGO_TIMEOUT: how long a rank waits for
 	// a silent peer before failing with an error naming it.
 	Timeout time.Duration
+	// OpTimeout, when > 0, is given to the ranks as SPARGO_OP_TIMEOUT: how long an operation
+	// with a live peer may wait before the group fails naming it (Options.OpTimeout).
+	OpTimeout time.Duration
 	// SecretFile, when set, is given to the ranks as SPARGO_SECRET_FILE. Otherwise a
 	// SPARGO_SECRET or SPARGO_SECRET_FILE already in Env is kept (an empty one counts as
 	// none), and failing that each job gets a fresh random secret in SPARGO_SECRET. The ranks'
@@ -157,6 +160,9 @@ func Launch(ctx context.Context, cfg LaunchConfig) error {
 			"SPARGO_RESTART_COUNT="+strconv.Itoa(attempt))
 		if cfg.Timeout > 0 {
 			env = append(env, "SPARGO_TIMEOUT="+cfg.Timeout.String())
+		}
+		if cfg.OpTimeout > 0 {
+			env = append(env, "SPARGO_OP_TIMEOUT="+cfg.OpTimeout.String())
 		}
 		err = runAttempt(ctx, cfg, program, env, stdout, stderr, attempt)
 		var rankErr *RankError

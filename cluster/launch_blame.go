@@ -12,10 +12,10 @@ import (
 )
 
 // blameLine matches what a rank prints when it knows which rank failed: a comm.PeerError
-// ("peer rank 2 failed: silent for 5s", "peer rank 1 reports that this rank (2) failed: …")
-// or a collective checkpoint save that another rank could not write ("rank 0 failed to save
+// ("peer rank 2 failed: silent for 5s", "peer rank 1 reports that this rank (2) failed: …",
+// "this rank (2) failed: out of step: …") or a collective checkpoint save that another rank could not write ("rank 0 failed to save
 // its part").
-var blameLine = regexp.MustCompile(`peer rank (\d+) failed: (.*)|peer rank \d+ reports that this rank \((\d+)\) failed: (.*)|rank (\d+) (failed to save its part.*)`)
+var blameLine = regexp.MustCompile(`peer rank (\d+) failed: (.*)|peer rank \d+ reports that this rank \((\d+)\) failed: (.*)|this rank \((\d+)\) failed: (.*)|rank (\d+) (failed to save its part.*)`)
 
 // reportedBy is the suffix a PeerError adds when a peer's goodbye told of the failure.
 var reportedBy = regexp.MustCompile(` \(reported by rank \d+\)$`)

@@ -304,6 +304,8 @@ type PeerError struct {
 
 func (f *PeerError) Error() string {
 	switch {
+	case f.ReportedBy < 0 && f.Rank == f.self:
+		return fmt.Sprintf("this rank (%d) failed: %v", f.Rank, f.Cause)
 	case f.ReportedBy < 0:
 		return fmt.Sprintf("peer rank %d failed: %v", f.Rank, f.Cause)
 	case f.Rank == f.self:

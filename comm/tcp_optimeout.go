@@ -1,6 +1,7 @@
 package comm
 
 import (
+	"slices"
 	"fmt"
 	"sync"
 	"time"
@@ -84,10 +85,36 @@ func (g *tcpGroup) checkOps(now time.Time) {
 	if late == nil || g.failure.Load() != nil {
 		return
 	}
+	p := g.peers[lateOp.peer]
+	if lateOp.op == "recv from" {
+		if tags := p.queuedTags(lateOp.tag); len(tags) > 0 {
+			// The peer is busy with other messages for this rank, which this rank has not
+			// asked for: this rank is the one out of step.
+			g.fail(&PeerError{Rank: g.rank, ReportedBy: -1, self: g.rank, Cause: fmt.Errorf(
+				"out of step: waited %v (the operation timeout) for rank %d under tag %d, while rank %d sent it messages under tag(s) %v that it has not received",
+				g.opTimeout, lateOp.peer, lateOp.tag, lateOp.peer, tags)})
+			return
+		}
+	}
 	what := "sent nothing for this rank's receive"
 	if lateOp.op == "send to" {
 		what = "did not take this rank's message"
 	}
-	g.peerFailed(g.peers[lateOp.peer], fmt.Errorf("alive, but %s under tag %d within the operation timeout %v (are the ranks out of step?)",
+	g.peerFailed(p, fmt.Errorf("alive, but %s under tag %d within the operation timeout %v (are the ranks out of step?)",
 		what, lateOp.tag, g.opTimeout))
+}
+
+// queuedTags lists the tags other than except under which the peer's messages wait for a
+// receive (in no particular order, at most 8).
+func (p *tcpPeer) queuedTags(except uint32) []uint32 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var tags []uint32
+	for tag, b := range p.boxes {
+		if tag != except && len(b.msgs) > 0 && len(tags) < 8 {
+			tags = append(tags, tag)
+		}
+	}
+	slices.Sort(tags)
+	return tags
 }

@@ -94,3 +94,42 @@ func TestTCPOpWatchList(t *testing.T) {
 		t.Fatalf("late receive: %v", err)
 	}
 }
+
+// A rank whose receive times out while the peer's messages under other tags wait unreceived
+// is the one out of step: it names itself, and the peer learns so from its goodbye.
+func TestTCPOpTimeoutNamesItselfWhenBehind(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	groups, err := newTCPLoopback(ctx, 2, func(c *TCPConfig) {
+		if c.Rank == 0 {
+			c.OpTimeout = 200 * time.Millisecond
+		}
+		c.Logf = func(string, ...any) {}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeAll(groups)
+	// Rank 1 has moved on: it sent under tag 9 (which rank 0 never asks for) and waits for
+	// tag 9's answer; rank 0 still waits under tag 5.
+	if err := groups[1].Send(ctx, 0, 9, []byte("ahead")); err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 2)
+	go func() { _, err := groups[0].Recv(ctx, 1, 5, make([]byte, 4)); errs <- err }()
+	go func() { _, err := groups[1].Recv(ctx, 0, 9, make([]byte, 4)); errs <- err }()
+	for range 2 {
+		select {
+		case err := <-errs:
+			var pe *PeerError
+			if !errors.As(err, &pe) || pe.Rank != 0 || !strings.Contains(err.Error(), "out of step: waited 200ms (the operation timeout) for rank 1 under tag 5, while rank 1 sent it messages under tag(s) [9]") {
+				t.Errorf("err = %v, want rank 0 named as out of step", err)
+			}
+			if pe != nil && pe.self == 0 && !strings.Contains(err.Error(), "this rank (0) failed: out of step") {
+				t.Errorf("rank 0: %v", err)
+			}
+		case <-ctx.Done():
+			t.Fatal("still waiting")
+		}
+	}
+}
