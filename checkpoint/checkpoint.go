@@ -6,7 +6,8 @@
 // Saver keeps the newest Keep of them:
 //
 //	ckpt-0000001234/
-//	    meta.json            Meta (model, hook spec, world size, flags, spargo version) and Position
+//	    meta.json            Meta (model, hook spec, world size, flags, spargo version), Position
+//	                         and every file's SHA-256 digests, whole and per tensor (FileDigest)
 //	    model.safetensors    parameters and buffers (BatchNorm running statistics) by dotted name, F32;
 //	                         PyTorch loads it (scripts/read_safetensors.py)
 //	    optimizer.safetensors  the optimizer's State() (momentum buffers, …)
@@ -29,6 +30,10 @@
 // same model, hook and world size (and flags, Meta.Config); the error says what differs.
 // The data position (Position) is the caller's to act on: datasets.Loader.EpochFrom resumes
 // an epoch at a step.
+//
+// Load checks every file it reads against the digests in meta.json and refuses a corrupt
+// checkpoint, naming the file and the tensors whose bytes changed; Verify checks a whole
+// checkpoint. A checkpoint written before digests were recorded loads with a warning.
 //
 // Diff and Compare tell whether two checkpoints hold the same state, tensor by tensor, and
 // where they differ (`spargo diff A B` on the command line): the check of an exact resume.

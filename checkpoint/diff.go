@@ -38,7 +38,9 @@ func (d Difference) String() string {
 // not compared) and Position, and every safetensors file (the model, the optimizer, every
 // rank's file with the hook's and DDP's state, the generators and the loop's arrays) tensor
 // by tensor, with their metadata. It returns every difference found, nil when the two hold
-// the same state: the test of an exact resume, or of two runs that must agree. A directory
+// the same state: the test of an exact resume, or of two runs that must agree. Each side is
+// also checked against the digests its meta.json records: a file or tensor that does not
+// match is a difference too (see Verify). A directory
 // that holds a "latest" file (a run's -checkpoint directory) stands for its latest checkpoint.
 // The error is for what could not be read.
 func Diff(a, b string) ([]Difference, error) {
@@ -50,14 +52,17 @@ func Diff(a, b string) ([]Difference, error) {
 		return nil, err
 	}
 	var diffs []Difference
-	metaA, posA, err := ReadInfo(a)
+	inA, err := readInfo(a)
 	if err != nil {
 		return nil, err
 	}
-	metaB, posB, err := ReadInfo(b)
+	inB, err := readInfo(b)
 	if err != nil {
 		return nil, err
 	}
+	metaA, posA, metaB, posB := inA.Meta, inA.Position, inB.Meta, inB.Position
+	diffs = append(diffs, corruptions(a, inA.Files, "first")...)
+	diffs = append(diffs, corruptions(b, inB.Files, "second")...)
 	if err := metaA.Check(metaB); err != nil { // worded as Load words it: a as saved, b as this run
 		diffs = append(diffs, Difference{File: metaFile, What: err.Error()})
 	}

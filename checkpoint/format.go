@@ -1,9 +1,12 @@
 package checkpoint
 
 import (
+	"encoding/hex"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -45,6 +48,8 @@ const (
 type info struct {
 	Meta     Meta     `json:"meta"`
 	Position Position `json:"position"`
+	// Files records every safetensors file's digests (absent before spargo recorded them).
+	Files map[string]FileDigest `json:"files,omitempty"`
 }
 
 // shaped returns an F32 tensor of v with shape (a scalar's is []).
@@ -89,17 +94,43 @@ func Latest(dir string) (string, error) {
 
 // ReadInfo returns the Meta and Position saved in the checkpoint directory path.
 func ReadInfo(path string) (Meta, Position, error) {
+	in, err := readInfo(path)
+	return in.Meta, in.Position, err
+}
+
+// readInfo parses path's meta.json.
+func readInfo(path string) (info, error) {
 	b, err := os.ReadFile(filepath.Join(path, metaFile))
 	if err != nil {
-		return Meta{}, Position{}, fmt.Errorf("checkpoint: %w", err)
+		return info{}, fmt.Errorf("checkpoint: %w", err)
 	}
+	in, err := parseInfo(b)
+	if err != nil {
+		return info{}, fmt.Errorf("checkpoint: %s: not a spargo checkpoint description: %w", filepath.Join(path, metaFile), err)
+	}
+	return in, nil
+}
+
+// parseInfo decodes meta.json's bytes: one JSON object with no unknown fields and nothing after it.
+func parseInfo(b []byte) (info, error) {
 	var in info
-	d := json.NewDecoder(strings.NewReader(string(b)))
+	d := json.NewDecoder(bytes.NewReader(b))
 	d.DisallowUnknownFields()
 	if err := d.Decode(&in); err != nil {
-		return Meta{}, Position{}, fmt.Errorf("checkpoint: %s: not a spargo checkpoint description: %w", filepath.Join(path, metaFile), err)
+		return info{}, err
 	}
-	return in.Meta, in.Position, nil
+	if _, err := d.Token(); err != io.EOF {
+		return info{}, errors.New("data after the description")
+	}
+	for name, f := range in.Files {
+		if name != filepath.Base(name) || !strings.HasSuffix(name, ".safetensors") {
+			return info{}, fmt.Errorf("files: %q is not a checkpoint file name", name)
+		}
+		if _, err := hex.DecodeString(f.SHA256); err != nil || f.Size < 0 || len(f.SHA256) != 64 {
+			return info{}, fmt.Errorf("files: %s: malformed digest", name)
+		}
+	}
+	return in, nil
 }
 
 // split sorts a rank file's entries by prefix into float sections (model/, optim/, hook/,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -19,15 +20,19 @@ import (
 // the DDP group's size): a checkpoint of another model, hook, world size or configuration
 // is refused with an error naming the differences. With DDP, call it after ddp.New on every
 // rank (it reads this rank's file; it communicates nothing). Errors name the file and the
-// entry at fault; the state may be partly restored after an error.
+// entry at fault; the state may be partly restored after an error. Every file read is checked
+// against the digests meta.json records (see FileDigest): a corrupt file is refused, naming
+// it and its damaged tensors; a checkpoint saved before digests were recorded loads with a
+// warning (slog).
 func Load(path string, st State, meta Meta) (Position, error) {
 	if st.Model == nil {
 		return Position{}, errors.New("checkpoint: Load: State.Model is nil")
 	}
-	saved, pos, err := ReadInfo(path)
+	in, err := readInfo(path)
 	if err != nil {
 		return Position{}, err
 	}
+	saved, pos := in.Meta, in.Position
 	rank, world := 0, 1
 	if g := st.group(); g != nil {
 		rank, world = g.Rank(), g.Size()
@@ -42,22 +47,25 @@ func Load(path string, st State, meta Meta) (Position, error) {
 		return Position{}, fmt.Errorf("checkpoint %s: saved by %d ranks, this run has %d", path, saved.World, world)
 	}
 	rf := filepath.Join(path, rankFile(rank))
-	own, err := safetensors.ReadFile(rf)
+	own, err := readVerified(path, rankFile(rank), in.Files)
 	if err != nil {
-		return Position{}, fmt.Errorf("checkpoint: %w", err)
+		return Position{}, err
 	}
 	sections, err := split(own, rf)
 	if err != nil {
 		return Position{}, err
 	}
-	if err := loadModel(path, st.Model, sections[pfxModel], dropList(own, mdDropModel)); err != nil {
+	if err := loadModel(path, in.Files, st.Model, sections[pfxModel], dropList(own, mdDropModel)); err != nil {
 		return Position{}, err
 	}
 	if st.Optimizer != nil {
 		of := filepath.Join(path, optimizerFile)
-		f, err := safetensors.ReadFile(of)
-		if err != nil {
+		if _, err := os.Stat(of); err != nil {
 			return Position{}, fmt.Errorf("checkpoint: %w (was the run saved without an optimizer?)", err)
+		}
+		f, err := readVerified(path, optimizerFile, in.Files)
+		if err != nil {
+			return Position{}, err
 		}
 		optState, err := floats(f, of, "")
 		if err != nil {
@@ -106,11 +114,11 @@ func Load(path string, st State, meta Meta) (Position, error) {
 
 // loadModel copies model.safetensors (rank 0's) and this rank's overrides into m; every
 // parameter and buffer must be there with its shape, and nothing else.
-func loadModel(path string, m nn.Module, override map[string][]float32, drop []string) error {
+func loadModel(path string, files map[string]FileDigest, m nn.Module, override map[string][]float32, drop []string) error {
 	mf := filepath.Join(path, modelFile)
-	f, err := safetensors.ReadFile(mf)
+	f, err := readVerified(path, modelFile, files)
 	if err != nil {
-		return fmt.Errorf("checkpoint: %w", err)
+		return err
 	}
 	vals, shapes := modelState(m)
 	dropped := map[string]bool{}

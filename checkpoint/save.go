@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -127,9 +128,10 @@ func (s Saver) Save(ctx context.Context, st State, meta Meta, pos Position) (str
 	if err = agree(ctx, g, tagReady, err); err != nil {
 		return "", fmt.Errorf("checkpoint: %s: %w", tmp, err)
 	}
-	err = own.WriteFile(filepath.Join(tmp, rankFile(rank)))
+	ownDigest, err := writeDigested(filepath.Join(tmp, rankFile(rank)), own)
+	var shared map[string]FileDigest
 	if err == nil && rank == 0 {
-		err = writeShared(tmp, meta, model, shapes, optState, st.Optimizer != nil)
+		shared, err = writeShared(tmp, meta, model, shapes, optState, st.Optimizer != nil)
 	}
 	if err = agree(ctx, g, tagWritten, err); err != nil {
 		if rank == 0 {
@@ -137,8 +139,16 @@ func (s Saver) Save(ctx context.Context, st State, meta Meta, pos Position) (str
 		}
 		return "", fmt.Errorf("checkpoint: %w", err)
 	}
+	files, err := gatherDigests(ctx, g, rank, ownDigest)
+	if err != nil {
+		if rank == 0 {
+			os.RemoveAll(tmp)
+		}
+		return "", fmt.Errorf("checkpoint: gathering the files' digests: %w", err)
+	}
 	if rank == 0 {
-		err = s.publish(tmp, final, name, meta, pos)
+		maps.Copy(files, shared)
+		err = s.publish(tmp, final, name, info{Meta: meta, Position: pos, Files: files})
 	}
 	if err = agree(ctx, g, tagDone, err); err != nil {
 		return "", fmt.Errorf("checkpoint: %w", err)
@@ -146,31 +156,37 @@ func (s Saver) Save(ctx context.Context, st State, meta Meta, pos Position) (str
 	return final, nil
 }
 
-// writeShared writes rank 0's model and optimizer files.
-func writeShared(dir string, meta Meta, model map[string][]float32, shapes map[string][]int, opt map[string][]float32, hasOpt bool) error {
+// writeShared writes rank 0's model and optimizer files and returns their digests.
+func writeShared(dir string, meta Meta, model map[string][]float32, shapes map[string][]int, opt map[string][]float32, hasOpt bool) (map[string]FileDigest, error) {
 	mf := safetensors.New()
 	mf.Metadata["format"] = "pt" // what Hugging Face tools expect of a PyTorch state dict
 	mf.Metadata["spargo.model"] = meta.Model
 	for k, v := range model {
 		mf.Tensors[k] = shaped(v, shapes[k])
 	}
-	if err := mf.WriteFile(filepath.Join(dir, modelFile)); err != nil {
-		return err
+	files := map[string]FileDigest{}
+	d, err := writeDigested(filepath.Join(dir, modelFile), mf)
+	if err != nil {
+		return nil, err
 	}
+	files[modelFile] = d
 	if !hasOpt {
-		return nil
+		return files, nil
 	}
 	of := safetensors.New()
 	for k, v := range opt {
 		of.Tensors[k] = safetensors.FromFloat32(v)
 	}
-	return of.WriteFile(filepath.Join(dir, optimizerFile))
+	if files[optimizerFile], err = writeDigested(filepath.Join(dir, optimizerFile), of); err != nil {
+		return nil, err
+	}
+	return files, nil
 }
 
-// publish writes meta.json, renames the temporary directory into place, points latest at it
+// publish writes meta.json (with the files' digests), renames the temporary directory into place, points latest at it
 // and removes old checkpoints (rank 0).
-func (s Saver) publish(tmp, final, name string, meta Meta, pos Position) error {
-	b, err := json.MarshalIndent(info{Meta: meta, Position: pos}, "", "  ")
+func (s Saver) publish(tmp, final, name string, in info) error {
+	b, err := json.MarshalIndent(in, "", "  ")
 	if err != nil {
 		return err
 	}

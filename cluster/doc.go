@@ -62,6 +62,16 @@
 // naming the rank (the first survivor to notice tells the others in its goodbye, so they all
 // name the same rank).
 //
+// Start-up is bounded in two stages: waiting for every rank's address (Options.RendezvousTimeout,
+// 5 minutes, as ranks may start far apart), then connecting the mesh, which
+// SPARGO_CONNECT_TIMEOUT (Options.ConnectTimeout; default SPARGO_TIMEOUT, else 30 s) bounds: a
+// rank that published its address and died is named by every other rank within it.
+// Heartbeats cannot catch a rank that is alive but out of step (it ran fewer steps and waits
+// in another collective): SPARGO_OP_TIMEOUT (Options.OpTimeout; none by default) bounds every
+// operation with a peer and fails the group naming the peer that never answered, like gloo's
+// timeout. Set it above the longest time one rank may wait for another (evaluation,
+// checkpoints). A context deadline bounds a single operation (comm.TCPConfig.OpTimeout).
+//
 // StoreServer and Store speak PyTorch 1.13's TCPStore protocol (see store_protocol.go) and
 // work with PyTorch's own clients and servers in both directions: Python can rendezvous
 // through a spargo store and spargo through torchrun's. Store keys carry TCPStore's "/" prefix,
@@ -79,8 +89,13 @@
 //   - the data connections run comm's own HMAC challenge–response (comm.TCPConfig.Secret), and
 //     after the mesh is complete they accept no new connection.
 //
-// A connection that fails is closed and logged ("rejected connection from …") and the job
-// goes on. Limits on lengths keep a stranger from making a rank allocate what it asks for.
+// A connection that fails is closed and logged ("rejected connection from …", at most 10 lines
+// per 10 s, then a count) and the job goes on. Limits on lengths keep a stranger from making a
+// rank allocate what it asks for; the store also closes a connection that has not
+// authenticated (or, without a secret, sent a query) within the handshake deadline, caps the
+// connections in the handshake and the open ones per source address, and, without a secret,
+// stores at most StoreOptions.UnauthenticatedBytes of keys and values. Under spargo launch
+// (MASTER_ADDR 127.0.0.1) the store listens on loopback only.
 //
 // Limits of this scheme, to know before exposing ports:
 //
@@ -89,7 +104,8 @@
 //     rendezvous keys (so could they with PyTorch itself). The data connections are still
 //     authenticated, so a forged address can stall the job's start but not join it. Use
 //     --rdzv_backend=c10d (rank 0 hosts an authenticated spargo store) on untrusted networks.
-//   - Without a secret nothing is authenticated. Init does not require one; set SPARGO_SECRET
+//   - Without a secret nothing is authenticated. An empty SPARGO_SECRET counts as none. Init
+//     does not require one, but warns; set SPARGO_SECRET
 //     (or use spargo launch) outside a trusted network.
 //   - Authentication is not encryption: gradients and store values travel in clear. Across
 //     untrusted networks use a VPN or WireGuard between the machines.

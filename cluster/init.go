@@ -1,12 +1,14 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -24,14 +26,25 @@ type Options struct {
 	// SPARGO_BIND). The default binds the address this host uses to reach the master, on a
 	// free port. An unspecified host (0.0.0.0, ::) listens everywhere and advertises that
 	// address. Its port may not be the store's MASTER_PORT. Rank 0's store listens on all
-	// interfaces at MASTER_PORT unless Bind names a host, which it then uses too.
+	// interfaces at MASTER_PORT unless Bind names a host, which it then uses too, or
+	// MASTER_ADDR is a loopback address (spargo launch), which it then listens on.
 	Bind string
 	// Timeout is the peer failure timeout: a peer silent for this long fails the group with
 	// an error naming it (else SPARGO_TIMEOUT, a duration such as 90s or seconds; 0 = 30 s).
 	Timeout time.Duration
-	// RendezvousTimeout bounds reaching the store and waiting for every rank's address, and
-	// then the set-up of the data connections (0 = 5 minutes, PyTorch's store default).
+	// RendezvousTimeout bounds reaching the store and waiting for every rank's address
+	// (0 = 5 minutes, PyTorch's store default): ranks may start far apart.
 	RendezvousTimeout time.Duration
+	// ConnectTimeout bounds the set-up of the data connections once every rank has published
+	// its address (else SPARGO_CONNECT_TIMEOUT; 0 = the peer failure timeout, Timeout). Every
+	// rank is up by then, so a rank that has not connected within it has died or cannot be
+	// reached: Init fails naming it.
+	ConnectTimeout time.Duration
+	// OpTimeout bounds every operation with a peer (else SPARGO_OP_TIMEOUT; 0 = none): see
+	// comm.TCPConfig.OpTimeout. It catches a live rank that is out of step (a different
+	// -steps), and must exceed the longest wait of one rank for another (evaluation,
+	// checkpoints).
+	OpTimeout time.Duration
 	// Logf receives notes: rejected connections, peer failures (nil = standard error,
 	// prefixed with "rank R: ").
 	Logf func(format string, args ...any)
@@ -82,13 +95,27 @@ func Init(ctx context.Context, opts Options) (comm.Group, Env, error) {
 	if err != nil {
 		return fail(err)
 	}
-	timeout := opts.Timeout
-	if timeout <= 0 {
-		if v, ok := e.get("SPARGO_TIMEOUT"); ok {
-			if timeout, err = parseTimeout("SPARGO_TIMEOUT", v); err != nil {
-				return fail(err)
-			}
+	if len(secret) == 0 {
+		why := "no SPARGO_SECRET"
+		if v, ok := lookup("SPARGO_SECRET"); ok && strings.TrimSpace(v) == "" {
+			why = "SPARGO_SECRET is set but empty, which counts as none"
 		}
+		logf("warning: %s: the store and the data connections are not authenticated (anyone who can reach them can join or disturb the job)", why)
+	}
+	timeout, err := durationOption(e, opts.Timeout, "SPARGO_TIMEOUT")
+	if err != nil {
+		return fail(err)
+	}
+	connectTimeout, err := durationOption(e, opts.ConnectTimeout, "SPARGO_CONNECT_TIMEOUT")
+	if err != nil {
+		return fail(err)
+	}
+	if connectTimeout <= 0 {
+		connectTimeout = cmp.Or(timeout, defaultPeerTimeout)
+	}
+	opTimeout, err := durationOption(e, opts.OpTimeout, "SPARGO_OP_TIMEOUT")
+	if err != nil {
+		return fail(err)
 	}
 	bind := opts.Bind
 	if bind == "" {
@@ -122,7 +149,7 @@ func Init(ctx context.Context, opts Options) (comm.Group, Env, error) {
 	if env.UseAgentStore {
 		storeOpts.Secret = nil // torchrun's agent speaks plain PyTorch protocol
 	} else if env.Rank == 0 {
-		if server, err = NewStoreServer(context.WithoutCancel(ctx), net.JoinHostPort(bindHost, strconv.Itoa(env.MasterPort)), storeOpts); err != nil {
+		if server, err = NewStoreServer(context.WithoutCancel(ctx), net.JoinHostPort(storeHost(bindHost, env.MasterAddr), strconv.Itoa(env.MasterPort)), storeOpts); err != nil {
 			return fail(fmt.Errorf("host the store: %w (is MASTER_PORT %d in use? each job needs its own)", err, env.MasterPort))
 		}
 	}
@@ -169,7 +196,7 @@ func Init(ctx context.Context, opts Options) (comm.Group, Env, error) {
 	}
 	g, err := comm.NewTCP(rdzvCtx, comm.TCPConfig{
 		Rank: env.Rank, Size: env.WorldSize, Listener: ln, Addrs: addrs,
-		Secret: secret, Timeout: timeout, DialTimeout: rdzvTimeout, Logf: logf,
+		Secret: secret, Timeout: timeout, DialTimeout: connectTimeout, OpTimeout: opTimeout, Logf: logf,
 	})
 	// Every rank read all addresses before it could connect, so the store has done its job
 	// for the others; rank 0 keeps its server for the group's lifetime all the same, so a
@@ -177,12 +204,39 @@ func Init(ctx context.Context, opts Options) (comm.Group, Env, error) {
 	st.Close()
 	if err != nil {
 		closeStore(nil)
-		return fail(err)
+		return fail(fmt.Errorf("%w (every rank had published its address, so a rank not connected has exited or cannot be reached; the limit is SPARGO_CONNECT_TIMEOUT, else SPARGO_TIMEOUT)", err))
 	}
 	if server == nil {
 		return g, env, nil
 	}
 	return &storeOwningGroup{Group: g, server: server}, env, nil
+}
+
+// storeHost is where rank 0's store listens: the bind host when one is given; else, when the
+// master address is a loopback one (spargo launch, torchrun --standalone), that address, since
+// no other machine could reach the master anyway; else every interface.
+func storeHost(bindHost, masterAddr string) string {
+	if bindHost != "" {
+		return bindHost
+	}
+	if ip := net.ParseIP(masterAddr); (ip != nil && ip.IsLoopback()) || masterAddr == "localhost" {
+		return masterAddr
+	}
+	return ""
+}
+
+// defaultPeerTimeout is comm's peer failure timeout when none is set.
+const defaultPeerTimeout = 30 * time.Second
+
+// durationOption is v when set, else the environment variable name's duration, else 0.
+func durationOption(e envReader, v time.Duration, name string) (time.Duration, error) {
+	if v > 0 {
+		return v, nil
+	}
+	if s, ok := e.get(name); ok {
+		return parseTimeout(name, s)
+	}
+	return 0, nil
 }
 
 // splitBind parses Options.Bind: "", "host", "host:port", ":port", "[v6]:port".

@@ -8,9 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,9 +33,14 @@ type LaunchConfig struct {
 	// Timeout, when > 0, is given to the ranks as SPARGO_TIMEOUT: how long a rank waits for
 	// a silent peer before failing with an error naming it.
 	Timeout time.Duration
+	// OpTimeout, when > 0, is given to the ranks as SPARGO_OP_TIMEOUT: how long an operation
+	// with a live peer may wait before the group fails naming it (Options.OpTimeout).
+	OpTimeout time.Duration
 	// SecretFile, when set, is given to the ranks as SPARGO_SECRET_FILE. Otherwise a
-	// SPARGO_SECRET or SPARGO_SECRET_FILE already in Env is kept, and failing that each job
-	// gets a fresh random secret in SPARGO_SECRET.
+	// SPARGO_SECRET or SPARGO_SECRET_FILE already in Env is kept (an empty one counts as
+	// none), and failing that each job gets a fresh random secret in SPARGO_SECRET. The ranks'
+	// MASTER_ADDR is 127.0.0.1, so rank 0's store listens on loopback only unless SPARGO_BIND
+	// in Env says otherwise.
 	SecretFile string
 	// Grace is how long stopped ranks get between SIGTERM and SIGKILL (0 = 10 s).
 	Grace time.Duration
@@ -58,38 +65,24 @@ type RankError struct {
 	// Also are the ranks that failed on their own right after Rank, before the launcher
 	// stopped the rest, in the order observed. When ranks fail within a millisecond of one
 	// another (one dies, its peers notice), the first observed is not always the one that
-	// failed first: look at all of them.
+	// failed first: look at all of them, and at Blamed.
 	Also []RankFailure
+	// Blamed is the rank the ranks' own output says failed (-1: none said): the rank most
+	// ranks name in a comm.PeerError ("peer rank 2 failed: …") or a failed checkpoint save
+	// ("rank 0 failed to save its part"). A stalled or partitioned rank does not exit by
+	// itself, so it is often not Rank; a rank that cannot write often exits after the peers
+	// it told. BlamedBy are the ranks that named it and Cause what the first one said.
+	Blamed   int
+	BlamedBy []int
+	Cause    string
+	// Stopped are the ranks still running when the launcher stopped them (SIGTERM).
+	Stopped []int
 }
 
 // RankFailure is one rank's exit error.
 type RankFailure struct {
 	Rank int
 	Err  error
-}
-
-func (e *RankError) Error() string {
-	msg := fmt.Sprintf("rank %d failed: %v", e.Rank, e.Err)
-	if len(e.Also) > 0 {
-		msg += " (first observed failure; then"
-		for i, f := range e.Also {
-			if i > 0 {
-				msg += ","
-			}
-			msg += fmt.Sprintf(" rank %d: %v", f.Rank, f.Err)
-		}
-		msg += ")"
-	}
-	return msg
-}
-
-// Ranks lists every rank named in the error, the first observed first.
-func (e *RankError) Ranks() []int {
-	ranks := []int{e.Rank}
-	for _, f := range e.Also {
-		ranks = append(ranks, f.Rank)
-	}
-	return ranks
 }
 
 func (e *RankError) Unwrap() error { return e.Err }
@@ -108,7 +101,9 @@ var launchVars = []string{"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"
 // the rank. When a rank exits with an error, the others get SIGTERM 200 ms later (ranks that
 // fail on their own meanwhile are recorded with it) and SIGKILL after cfg.Grace more; then the
 // job is restarted (cfg.Restarts) or Launch returns a *RankError naming the failed ranks. When
-// ctx is cancelled, the ranks are stopped the same way and ctx's cause is returned. Launch
+// ctx is cancelled, the ranks are stopped the same way and ctx's cause is returned. The
+// error names the rank the ranks' own output blames (RankError.Blamed), the first to exit and
+// the ranks the launcher stopped. Launch
 // returns nil when every rank exits 0.
 func Launch(ctx context.Context, cfg LaunchConfig) error {
 	if cfg.NProc < 1 {
@@ -166,6 +161,9 @@ func Launch(ctx context.Context, cfg LaunchConfig) error {
 		if cfg.Timeout > 0 {
 			env = append(env, "SPARGO_TIMEOUT="+cfg.Timeout.String())
 		}
+		if cfg.OpTimeout > 0 {
+			env = append(env, "SPARGO_OP_TIMEOUT="+cfg.OpTimeout.String())
+		}
 		err = runAttempt(ctx, cfg, program, env, stdout, stderr, attempt)
 		var rankErr *RankError
 		if !errors.As(err, &rankErr) || attempt >= cfg.Restarts || ctx.Err() != nil {
@@ -182,7 +180,9 @@ func launchBaseEnv(cfg LaunchConfig) (base, secret []string, err error) {
 		name, _, _ := strings.Cut(kv, "=")
 		switch {
 		case name == "SPARGO_SECRET" || name == "SPARGO_SECRET_FILE":
-			inheritedSecret = append(inheritedSecret, kv)
+			if _, v, _ := strings.Cut(kv, "="); strings.TrimSpace(v) != "" { // set but empty counts as none
+				inheritedSecret = append(inheritedSecret, kv)
+			}
 		case !contains(launchVars, name):
 			base = append(base, kv)
 		}
@@ -229,13 +229,16 @@ func runAttempt(ctx context.Context, cfg LaunchConfig, program string, env []str
 	// noticed it a millisecond later.
 	var output outputCopier
 	defer output.finish(cfg.Grace)
+	blamed := newBlame()
+	running := map[int]bool{}
 	for r := range cfg.NProc {
 		cmd := exec.Command(program, cfg.Args...)
 		cmd.Env = append(env[:len(env):len(env)], "RANK="+strconv.Itoa(r), "LOCAL_RANK="+strconv.Itoa(r))
 		prefix := fmt.Sprintf("[rank %d] ", r)
+		line := func(l []byte) { blamed.observe(r, l) }
 		var err error
-		if cmd.Stdout, err = output.pipe(&prefixWriter{w: stdout, prefix: prefix}); err == nil {
-			cmd.Stderr, err = output.pipe(&prefixWriter{w: stderr, prefix: prefix})
+		if cmd.Stdout, err = output.pipe(&prefixWriter{w: stdout, prefix: prefix, line: line}); err == nil {
+			cmd.Stderr, err = output.pipe(&prefixWriter{w: stderr, prefix: prefix, line: line})
 		}
 		if err == nil {
 			setProcessGroup(cmd)
@@ -250,6 +253,7 @@ func runAttempt(ctx context.Context, cfg LaunchConfig, program string, env []str
 			return fmt.Errorf("dist: launch: start rank %d: %w", r, err)
 		}
 		procs = append(procs, cmd)
+		running[r] = true
 		go func() { exits <- exit{r, cmd.Wait()} }()
 	}
 
@@ -261,6 +265,9 @@ func runAttempt(ctx context.Context, cfg LaunchConfig, program string, env []str
 	done := ctx.Done()
 	stopAll := func() {
 		window = nil
+		if failure != nil {
+			failure.Stopped = slices.Sorted(maps.Keys(running))
+		}
 		stop()
 		kill = time.After(cfg.Grace)
 	}
@@ -268,10 +275,11 @@ func runAttempt(ctx context.Context, cfg LaunchConfig, program string, env []str
 		select {
 		case e := <-exits:
 			remaining--
+			delete(running, e.rank)
 			switch {
 			case e.err == nil:
 			case failure == nil && stopErr == nil:
-				failure = &RankError{Rank: e.rank, Attempt: attempt, Err: e.err}
+				failure = &RankError{Rank: e.rank, Attempt: attempt, Err: e.err, Blamed: -1}
 				if remaining > 0 {
 					cfg.Logf("rank %d failed (%v); stopping the other ranks", e.rank, e.err)
 					window = time.After(failureWindow)
@@ -296,6 +304,8 @@ func runAttempt(ctx context.Context, cfg LaunchConfig, program string, env []str
 		}
 	}
 	if failure != nil {
+		output.finish(cfg.Grace) // every line read, for the verdict
+		failure.Blamed, failure.BlamedBy, failure.Cause = blamed.verdict()
 		return failure
 	}
 	return stopErr
@@ -391,6 +401,7 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 type prefixWriter struct {
 	w       io.Writer
 	prefix  string
+	line    func([]byte) // when set, sees every complete line (without its newline)
 	mu      sync.Mutex
 	partial []byte
 }
@@ -413,6 +424,9 @@ func (p *prefixWriter) Write(b []byte) (int, error) {
 			break
 		}
 		out = append(append(append(out, p.prefix...), p.partial...), b[:i+1]...)
+		if p.line != nil {
+			p.line(append(p.partial, b[:i]...))
+		}
 		p.partial = p.partial[:0]
 		b = b[i+1:]
 	}

@@ -11,8 +11,9 @@ import (
 	"net"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
+
+	"github.com/spargo-dl/spargo/comm"
 )
 
 // StoreOptions configure a StoreServer and a Store client. The zero value speaks the plain
@@ -31,8 +32,15 @@ type StoreOptions struct {
 	// MaxValueBytes caps one key or value on the wire (0 = DefaultMaxValueBytes).
 	MaxValueBytes int
 	// Logf receives the server's notes: rejected connections and protocol errors
-	// (nil = the standard logger).
+	// (nil = the standard logger). Rejections are logged at most 10 per 10 s, then counted.
 	Logf func(format string, args ...any)
+	// MaxConnsPerSource caps the open connections from one IP address
+	// (0 = DefaultMaxConnsPerSource); more are refused at once.
+	MaxConnsPerSource int
+	// UnauthenticatedBytes is, for a server without a Secret, the budget of the keys and
+	// values it stores (0 = DefaultUnauthenticatedBytes): a SET beyond it is refused and the
+	// connection closed, so a stranger cannot grow the rank that hosts the store.
+	UnauthenticatedBytes int
 }
 
 // DefaultStoreTimeout is PyTorch's default store timeout.
@@ -82,9 +90,14 @@ type StoreServer struct {
 	watchers map[string][]*serverConn // key → connections that sent WATCH_KEY for it
 	conns    map[net.Conn]*serverConn // every open connection, authenticated or not
 
-	wg sync.WaitGroup // the accept loop and every connection's goroutines
+	perSource      map[string]int // open connections by source IP
+	authenticating int            // connections in the handshake now
+	authBySource   map[string]int // of those, by source IP
+	dataBytes      int            // keys and values stored
 
-	authenticating atomic.Int32 // connections in the handshake now
+	rejects *comm.LogLimiter // notes of refused and rejected connections
+
+	wg sync.WaitGroup // the accept loop and every connection's goroutines
 }
 
 // maxAuthenticating caps the connections in the authentication handshake at once; more are
@@ -97,7 +110,8 @@ const maxAuthenticating = 64
 type serverConn struct {
 	c        net.Conn
 	peer     string
-	awaiting int // keys of the pending WAIT not yet set; guarded by StoreServer.mu
+	source   string // the peer's IP address
+	awaiting int    // keys of the pending WAIT not yet set; guarded by StoreServer.mu
 
 	outMu     sync.Mutex
 	out       [][]byte
@@ -127,7 +141,11 @@ func ServeStore(ctx context.Context, ln net.Listener, opts StoreOptions) *StoreS
 		waiting:  make(map[string][]*serverConn),
 		watchers: make(map[string][]*serverConn),
 		conns:    make(map[net.Conn]*serverConn),
+
+		perSource:    make(map[string]int),
+		authBySource: make(map[string]int),
 	}
+	s.rejects = comm.NewLogLimiter(opts.logf, 0, 0, "connections refused or rejected by the store")
 	s.stop = context.AfterFunc(ctx, func() { s.Close() })
 	s.wg.Add(1)
 	go s.acceptLoop()
@@ -166,6 +184,7 @@ func (s *StoreServer) Close() error {
 		c.Close()
 	}
 	s.wg.Wait()
+	s.rejects.Close()
 	return err
 }
 
@@ -191,12 +210,18 @@ func (s *StoreServer) acceptLoop() {
 		if tc, ok := c.(*net.TCPConn); ok {
 			tc.SetNoDelay(true)
 		}
-		sc := &serverConn{c: c, peer: c.RemoteAddr().String(), outSignal: make(chan struct{}, 1), done: make(chan struct{})}
+		sc := &serverConn{c: c, peer: c.RemoteAddr().String(), source: sourceOf(c), outSignal: make(chan struct{}, 1), done: make(chan struct{})}
 		s.mu.Lock()
 		if s.closed {
 			s.mu.Unlock()
 			c.Close()
 			return
+		}
+		if !s.admitLocked(sc) {
+			s.mu.Unlock()
+			s.rejects.Logf("dist: store server %s: refused connection from %s: %d connections from %s are open", s.ln.Addr(), sc.peer, s.opts.maxConnsPerSource(), sc.source)
+			c.Close()
+			continue
 		}
 		s.conns[c] = sc
 		s.wg.Add(1)
@@ -211,25 +236,35 @@ func (s *StoreServer) serveConn(sc *serverConn) {
 	defer s.wg.Done()
 	defer s.dropConn(sc)
 	if len(s.opts.Secret) > 0 {
-		if s.authenticating.Add(1) > maxAuthenticating {
-			s.authenticating.Add(-1)
-			s.opts.logf("dist: store server %s: refused connection from %s: too many connections authenticating", s.ln.Addr(), sc.peer)
+		if !s.startAuth(sc) {
+			s.rejects.Logf("dist: store server %s: refused connection from %s: too many connections authenticating", s.ln.Addr(), sc.peer)
 			return
 		}
 		sc.c.SetDeadline(time.Now().Add(s.opts.handshakeTimeout()))
 		err := serverAuth(sc.c, s.opts.Secret)
-		s.authenticating.Add(-1)
+		s.endAuth(sc)
 		if err != nil {
-			s.opts.logf("dist: store server %s: rejected connection from %s: %v", s.ln.Addr(), sc.peer, err)
+			s.rejects.Logf("dist: store server %s: rejected connection from %s: %v", s.ln.Addr(), sc.peer, err)
 			return
 		}
 		sc.c.SetDeadline(time.Time{})
+	} else {
+		// Without a secret, a client must say something within the handshake deadline: idle
+		// strangers do not hold connections open.
+		sc.c.SetReadDeadline(time.Now().Add(s.opts.handshakeTimeout()))
 	}
 	s.wg.Add(1)
 	go s.writeLoop(sc)
 	r := &wireReader{r: bufio.NewReaderSize(sc.c, 64<<10), maxValue: s.opts.maxValue()}
-	for {
+	for first := true; ; first = false {
 		q, err := r.byte()
+		if first && len(s.opts.Secret) == 0 {
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				s.rejects.Logf("dist: store server %s: closed connection from %s: no query within %v", s.ln.Addr(), sc.peer, s.opts.handshakeTimeout())
+				return
+			}
+			sc.c.SetReadDeadline(time.Time{})
+		}
 		if err != nil {
 			if !isClosedErr(err) {
 				s.opts.logf("dist: store server %s: connection from %s: %v", s.ln.Addr(), sc.peer, err)
@@ -253,7 +288,10 @@ func isClosedErr(err error) bool {
 // dropConn forgets the connection's waits and watches and closes it.
 func (s *StoreServer) dropConn(sc *serverConn) {
 	s.mu.Lock()
-	delete(s.conns, sc.c)
+	if _, ok := s.conns[sc.c]; ok {
+		delete(s.conns, sc.c)
+		s.releaseLocked(sc)
+	}
 	s.clearWaitLocked(sc)
 	for k, list := range s.watchers {
 		if list = removeConn(list, sc); len(list) == 0 {
@@ -360,6 +398,9 @@ func (s *StoreServer) query(sc *serverConn, q byte, r *wireReader) error {
 				value = append(bytes.Clone(old), value...)
 			}
 		}
+		if err := s.budgetLocked(key, value); err != nil {
+			return err
+		}
 		s.setLocked(key, value)
 		return nil
 
@@ -378,6 +419,9 @@ func (s *StoreServer) query(sc *serverConn, q byte, r *wireReader) error {
 		}
 		s.mu.Lock()
 		defer s.mu.Unlock()
+		if err := s.budgetLocked(key, desired); err != nil {
+			return err
+		}
 		old, exists := s.data[key]
 		switch {
 		case !exists && len(expected) == 0:
@@ -425,6 +469,9 @@ func (s *StoreServer) query(sc *serverConn, q byte, r *wireReader) error {
 				return fmt.Errorf("key %q holds %q, not an integer", key, truncate(old))
 			}
 			sum += v
+		}
+		if err := s.budgetLocked(key, []byte(strconv.FormatInt(sum, 10))); err != nil {
+			return err
 		}
 		s.setLocked(key, []byte(strconv.FormatInt(sum, 10)))
 		s.send(sc, appendUint64(nil, uint64(sum)))
@@ -489,6 +536,7 @@ func (s *StoreServer) query(sc *serverConn, q byte, r *wireReader) error {
 		var n uint64
 		if old, ok := s.data[key]; ok {
 			delete(s.data, key)
+			s.accountLocked(key, old, true, nil, false)
 			s.notifyWatchersLocked(key, watchDeleted, old, nil)
 			n = 1
 		}
@@ -542,8 +590,14 @@ func (s *StoreServer) query(sc *serverConn, q byte, r *wireReader) error {
 				return err
 			}
 			s.mu.Lock()
-			s.setLocked(key, value)
+			err = s.budgetLocked(key, value)
+			if err == nil {
+				s.setLocked(key, value)
+			}
 			s.mu.Unlock()
+			if err != nil {
+				return err
+			}
 		}
 		return nil
 	}
@@ -554,6 +608,7 @@ func (s *StoreServer) query(sc *serverConn, q byte, r *wireReader) error {
 func (s *StoreServer) setLocked(key string, value []byte) {
 	old, existed := s.data[key]
 	s.data[key] = value
+	s.accountLocked(key, old, existed, value, true)
 	for _, sc := range s.waiting[key] {
 		if sc.awaiting--; sc.awaiting == 0 {
 			s.send(sc, []byte{waitStopWaiting})

@@ -39,6 +39,15 @@ type TCPConfig struct {
 	// DialTimeout bounds the whole mesh set-up; peers that start later are retried with backoff
 	// until then. 0 means 60s.
 	DialTimeout time.Duration
+	// OpTimeout bounds every operation with a peer (0: none): a send or receive not complete
+	// this long after it started fails the group, naming that peer as failed (a PeerError whose
+	// cause says it is alive but never took part), as gloo's per-operation timeout does. It
+	// catches a live peer that is out of step (ran fewer steps, waits under another tag),
+	// which heartbeats cannot. It must exceed the longest time one rank may wait for another
+	// between matching operations (an evaluation or checkpoint on one rank only). A context
+	// deadline bounds a single operation instead: it fails with the context's error, naming
+	// the peer and tag, and leaves the group usable.
+	OpTimeout time.Duration
 	// Logf reports rejected connections and peer failures; nil means log.Printf.
 	Logf func(format string, args ...any)
 	// MaxMessage is the largest message, in bytes, this rank accepts from a peer (and sends);
@@ -105,66 +114,16 @@ func NewTCP(ctx context.Context, cfg TCPConfig) (Group, error) {
 	return g, nil
 }
 
-// NewTCPLoopback starts size ranks in this process, connected by NewTCP over real sockets on
-// 127.0.0.1 (ports chosen by the kernel), and returns their Groups. It is meant for tests and for
-// measuring the transport on one machine.
-func NewTCPLoopback(ctx context.Context, size int, secret []byte) ([]Group, error) {
-	return newTCPLoopback(ctx, size, func(c *TCPConfig) { c.Secret = secret })
-}
-
-// newTCPLoopback is NewTCPLoopback with a hook that adjusts each rank's configuration.
-func newTCPLoopback(ctx context.Context, size int, configure func(*TCPConfig)) ([]Group, error) {
-	if size < 1 {
-		return nil, fmt.Errorf("comm: NewTCPLoopback: size %d, want >= 1", size)
-	}
-	lns := make([]net.Listener, size)
-	addrs := make([]string, size)
-	for r := range lns {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			for _, l := range lns[:r] {
-				l.Close()
-			}
-			return nil, fmt.Errorf("comm: NewTCPLoopback: rank %d: %w", r, err)
-		}
-		lns[r], addrs[r] = ln, ln.Addr().String()
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	groups := make([]Group, size)
-	errs := make([]error, size)
-	var wg sync.WaitGroup
-	for r := range size {
-		wg.Go(func() {
-			cfg := TCPConfig{Rank: r, Size: size, Listener: lns[r], Addrs: addrs}
-			if configure != nil {
-				configure(&cfg)
-			}
-			groups[r], errs[r] = NewTCP(ctx, cfg)
-			if errs[r] != nil {
-				cancel() // the others would wait for this rank until their dial timeout
-			}
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		for _, g := range groups {
-			if g != nil {
-				g.Close()
-			}
-		}
-		return nil, err
-	}
-	return groups, nil
-}
-
 // tcpGroup is one rank of a TCP mesh.
 type tcpGroup struct {
 	rank, size int
 	timeout    time.Duration
+	opTimeout  time.Duration
+	watch      tcpOpWatch // operations under opTimeout
 	maxMessage int
 	secret     []byte
 	logf       func(format string, args ...any)
+	rejects    *LogLimiter // rejected connections: the first per interval, then a count
 	counters   Counters
 	msgs       sizedPool  // messages that arrived before their receive was posted
 	peers      []*tcpPeer // peers[rank] is the in-memory loop back
@@ -204,6 +163,7 @@ func newTCPGroup(cfg TCPConfig) (*tcpGroup, error) {
 		rank:       cfg.Rank,
 		size:       cfg.Size,
 		timeout:    cfg.Timeout,
+		opTimeout:  cfg.OpTimeout,
 		maxMessage: cfg.MaxMessage,
 		secret:     slices.Clone(cfg.Secret),
 		logf:       cfg.Logf,
@@ -220,6 +180,7 @@ func newTCPGroup(cfg TCPConfig) (*tcpGroup, error) {
 	if g.logf == nil {
 		g.logf = log.Printf
 	}
+	g.rejects = NewLogLimiter(g.logf, 0, 0, fmt.Sprintf("connections refused or rejected by rank %d", g.rank))
 	g.peers = make([]*tcpPeer, g.size)
 	for r := range g.peers {
 		g.peers[r] = newTCPPeer(g, r, nil)
@@ -273,14 +234,14 @@ func (g *tcpGroup) Isend(ctx context.Context, to int, tag uint32, payload []byte
 	if to == g.rank {
 		return DoneRequest(len(payload), g.peers[to].sendSelf(tag, payload))
 	}
-	return g.peers[to].isend(ctx, tag, payload)
+	return g.watchOp(g.peers[to].isend(ctx, tag, payload), "send to", to, tag)
 }
 
 func (g *tcpGroup) Irecv(ctx context.Context, from int, tag uint32, buf []byte) *Request {
 	if err := checkPeer("recv from", g.rank, from, g.size, tag); err != nil {
 		return DoneRequest(0, err)
 	}
-	return g.peers[from].irecv(ctx, tag, buf)
+	return g.watchOp(g.peers[from].irecv(ctx, tag, buf), "recv from", from, tag)
 }
 
 // Close says goodbye to every peer, fails this rank's pending and later operations with
@@ -318,6 +279,7 @@ wait:
 		}
 	}
 	g.wg.Wait()
+	g.rejects.Close()
 	return nil
 }
 
@@ -342,6 +304,8 @@ type PeerError struct {
 
 func (f *PeerError) Error() string {
 	switch {
+	case f.ReportedBy < 0 && f.Rank == f.self:
+		return fmt.Sprintf("this rank (%d) failed: %v", f.Rank, f.Cause)
 	case f.ReportedBy < 0:
 		return fmt.Sprintf("peer rank %d failed: %v", f.Rank, f.Cause)
 	case f.Rank == f.self:
@@ -430,6 +394,10 @@ func (g *tcpGroup) start() {
 	if g.size > 1 {
 		g.wg.Add(1)
 		go func() { defer g.wg.Done(); g.monitor() }()
+	}
+	if g.size > 1 && g.opTimeout > 0 {
+		g.wg.Add(1)
+		go func() { defer g.wg.Done(); g.opWatcher() }()
 	}
 }
 
@@ -569,6 +537,7 @@ func (g *tcpGroup) connect(ctx context.Context, addrs []string, dialTimeout time
 		}
 		g.closeListener()
 		g.wg.Wait()
+		g.rejects.Close()
 		err := fmt.Errorf("comm: rank %d: mesh not complete after %v: no connection with rank(s) %v (lower ranks dial higher ones)", g.rank, dialTimeout, lost)
 		return errors.Join(append([]error{err}, errs...)...)
 	}
@@ -602,14 +571,14 @@ func (g *tcpGroup) acceptLoop(deliver func(int, net.Conn)) {
 			continue
 		}
 		if g.meshUp.Load() {
-			g.logf("comm: rank %d: refused connection from %s: the mesh is complete", g.rank, c.RemoteAddr())
+			g.rejects.Logf("comm: rank %d: refused connection from %s: the mesh is complete", g.rank, c.RemoteAddr())
 			c.Close()
 			continue
 		}
 		g.hsMu.Lock()
 		if len(g.handshakes) >= tcpMaxHandshakes || g.meshUp.Load() {
 			g.hsMu.Unlock()
-			g.logf("comm: rank %d: refused connection from %s: too many connections authenticating", g.rank, c.RemoteAddr())
+			g.rejects.Logf("comm: rank %d: refused connection from %s: too many connections authenticating", g.rank, c.RemoteAddr())
 			c.Close()
 			continue
 		}
@@ -622,7 +591,7 @@ func (g *tcpGroup) acceptLoop(deliver func(int, net.Conn)) {
 			g.hsMu.Unlock()
 			if err != nil {
 				if !g.meshUp.Load() {
-					g.logf("comm: rank %d: rejected connection from %s: %v", g.rank, c.RemoteAddr(), err)
+					g.rejects.Logf("comm: rank %d: rejected connection from %s: %v", g.rank, c.RemoteAddr(), err)
 				}
 				c.Close()
 				return

@@ -143,11 +143,19 @@ func (p *tcpPeer) peerSaidBye(r byeReason) {
 	if r.failedRank >= 0 {
 		p.g.peerReported(p.rank, r)
 	}
+	goneErr := fmt.Errorf("peer rank %d closed its group: %w", p.rank, ErrClosed)
+	// Sends fail before any receive reports the goodbye: a caller that has seen a receive from
+	// p fail must not see a later send to p succeed (the writer would still deliver it).
+	why := p.g.termErr()
+	if why == nil {
+		why = goneErr
+	}
+	p.stopWriter(false, why)
 	p.mu.Lock()
-	p.goneErr = fmt.Errorf("peer rank %d closed its group: %w", p.rank, ErrClosed)
+	p.goneErr = goneErr
 	// A failure of this rank outranks the goodbye: the one reported here, or one that another
 	// goroutine has just set and whose failReceives has not reached this peer yet.
-	why := p.g.termErr()
+	why = p.g.termErr()
 	if why == nil {
 		why = p.goneErr
 	}
@@ -173,7 +181,6 @@ func (p *tcpPeer) peerSaidBye(r byeReason) {
 		p.dropIfEmptyLocked(tag, box)
 	}
 	p.mu.Unlock()
-	p.stopWriter(false, why)
 }
 
 // readerExit runs when the connection ends: after the peer's goodbye, or this rank's Close or
