@@ -3,12 +3,14 @@ package cifar
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/spargo-dl/spargo/examples/internal/jsonlines"
 	"github.com/spargo-dl/spargo/hooks/profile"
 	"github.com/spargo-dl/spargo/models"
 	"github.com/spargo-dl/spargo/nn"
@@ -113,4 +115,43 @@ func TestRunFindsDataInSPARGODATA(t *testing.T) {
 	if !strings.Contains(out.String(), "data: "+want+"\n") {
 		t.Fatalf("output does not name %s:\n%s", want, out.String())
 	}
+}
+
+// Under -log-format json (the Printers Main hands a program) every line on stdout and stderr
+// is a JSON object: the epoch and done lines carry their fields, progress (training and the
+// evaluation's) comes as records, and the other lines as msg records.
+func TestJSONLogFormat(t *testing.T) {
+	c := tinyConfig(t)
+	c.Steps, c.Progress = 2, true
+	stdout, stderr := jsonlines.NewOutput(), jsonlines.NewOutput()
+	if _, err := Run(context.Background(), c, stdout.Printer, stderr.Printer); err != nil {
+		t.Fatalf("%v\n%s", err, stderr.String())
+	}
+	recs, err := jsonlines.Parse(stdout.String(), stderr.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	epochs := recs.Find("epoch")
+	if len(epochs) != 1 {
+		t.Fatalf("%d epoch records, want 1:\n%s", len(epochs), stdout.String())
+	}
+	if miss := epochs[0].Missing("epoch", "steps", "train_loss", "train_acc", "test_loss", "test_acc", "img_s", "train_s", "total_s", "lr"); len(miss) > 0 || epochs[0]["steps"] != 2.0 {
+		t.Errorf("epoch record lacks %v or has the wrong steps: %v", miss, epochs[0])
+	}
+	done := recs.Find("done")
+	if len(done) != 1 || len(done[0].Missing("final_test_acc", "epochs", "config", "total_s")) > 0 {
+		t.Errorf("done records %v", done)
+	}
+	if phases := progressPhases(recs); !phases["train img"] || !phases["eval img"] {
+		t.Errorf("progress records of phases %v, want train and eval in img:\n%s", phases, stderr.String())
+	}
+}
+
+// progressPhases are the phase and unit of a run's progress records.
+func progressPhases(recs jsonlines.Records) map[string]bool {
+	seen := map[string]bool{}
+	for _, r := range recs.Find("progress") {
+		seen[fmt.Sprint(r["phase"], " ", r["unit"])] = true
+	}
+	return seen
 }
