@@ -317,7 +317,7 @@ func (w *imdbWorker) run(ctx context.Context) error {
 		return logits, loss, tape.Err()
 	}
 	loop := &train.Loop[datasets.TextBatch]{
-		Group: g, DDP: dp, Model: model, Optimizer: opt, Schedule: sched, Epochs: c.Epochs, StepsPerEpoch: steps,
+		Group: g, DDP: dp, Model: model, Optimizer: opt, Schedule: sched, Epochs: c.Epochs, StepsPerEpoch: steps, Unit: "reviews",
 		Batches: func(ctx context.Context, epoch, first int) iter.Seq2[datasets.TextBatch, error] {
 			return func(yield func(datasets.TextBatch, error) bool) {
 				i := 0

@@ -503,6 +503,7 @@ func (w *lmWorker) run(ctx context.Context) error {
 			_, err := w.validate(ctx, iteration, steps, true)
 			return err
 		},
+		Unit: "words", // a step's N is its window's words
 		Describe: func(epoch int, loss, _, perSec float64) string {
 			return fmt.Sprintf("epoch %d/%d loss %.3f ppl %.1f %.0f words/s", epoch+1, c.Epochs, loss, math.Exp(loss), perSec)
 		},
