@@ -2,7 +2,7 @@ package main
 
 import (
 	"context"
-	"fmt"
+	"io"
 	"path/filepath"
 	"testing"
 
@@ -19,17 +19,16 @@ var ptbMini = filepath.Join("..", "..", "testdata", "ptb-mini")
 func TestLMJSONLogFormat(t *testing.T) {
 	c := smallConfig(ptbMini)
 	c.Epochs, c.Steps, c.EvalEvery, c.Progress = 1, 2, 1, true
-	stdout, stderr := jsonlines.NewOutput(), jsonlines.NewOutput()
-	if _, err := RunLM(context.Background(), c, stdout.Printer, stderr.Printer); err != nil {
-		t.Fatalf("%v\n%s", err, stderr.String())
-	}
-	recs, err := jsonlines.Parse(stdout.String(), stderr.String())
+	recs, err := jsonlines.Capture(func(stdout, stderr io.Writer) error {
+		_, err := RunLM(context.Background(), c, stdout, stderr)
+		return err
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	epochs := recs.Find("epoch")
 	if len(epochs) != 1 {
-		t.Fatalf("%d epoch records, want 1:\n%s", len(epochs), stdout.String())
+		t.Fatalf("%d epoch records, want 1: %v", len(epochs), recs)
 	}
 	if miss := epochs[0].Missing("epoch", "steps", "train_loss", "train_ppl", "val_loss", "val_ppl", "test_ppl", "words_s", "lr", "total_s"); len(miss) > 0 {
 		t.Errorf("epoch record lacks %v: %v", miss, epochs[0])
@@ -42,14 +41,12 @@ func TestLMJSONLogFormat(t *testing.T) {
 	if done := recs.Find("done"); len(done) != 1 || len(done[0].Missing("final_val_ppl", "test_ppl", "epochs", "config")) > 0 {
 		t.Errorf("done records %v", done)
 	}
-	if phases := progressPhases(recs); !phases["train words"] || !phases["eval words"] {
-		t.Errorf("progress records of phases %v, want train and eval in words:\n%s", phases, stderr.String())
+	if phases := recs.Phases(); !phases["train words"] || !phases["eval words"] {
+		t.Errorf("progress records of phases %v, want train and eval in words", phases)
 	}
-	// Every evaluation (one window per rank here) ends at its total: the words of both ranks' shards.
-	for _, r := range recs.Find("progress") {
-		if r["phase"] == "eval" && (r["done"] != r["total"] || r["total"] == 0.0) {
-			t.Errorf("an evaluation's progress ends at %v of %v words", r["done"], r["total"])
-		}
+	// Three evaluations ran to their end: the validation after each step and the final test.
+	if n := recs.Completed("eval"); n != 3 {
+		t.Errorf("%d evaluations' progress reached its total, want 3: %v", n, recs.Find("progress"))
 	}
 }
 
@@ -57,31 +54,21 @@ func TestLMJSONLogFormat(t *testing.T) {
 func TestIMDBJSONLogFormat(t *testing.T) {
 	c := imdbConfig(t)
 	c.Epochs, c.Steps, c.Progress = 1, 2, true
-	stdout, stderr := jsonlines.NewOutput(), jsonlines.NewOutput()
-	if _, err := RunIMDB(context.Background(), c, stdout.Printer, stderr.Printer); err != nil {
-		t.Fatalf("%v\n%s", err, stderr.String())
-	}
-	recs, err := jsonlines.Parse(stdout.String(), stderr.String())
+	recs, err := jsonlines.Capture(func(stdout, stderr io.Writer) error {
+		_, err := RunIMDB(context.Background(), c, stdout, stderr)
+		return err
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	epochs := recs.Find("epoch")
 	if len(epochs) != 1 || len(epochs[0].Missing("train_loss", "train_acc", "val_loss", "test_acc", "words_s")) > 0 {
-		t.Fatalf("epoch records %v:\n%s", epochs, stdout.String())
+		t.Fatalf("epoch records %v", epochs)
 	}
 	if done := recs.Find("done"); len(done) != 1 || len(done[0].Missing("final_test_acc", "epochs")) > 0 {
 		t.Errorf("done records %v", done)
 	}
-	if phases := progressPhases(recs); !phases["train reviews"] {
-		t.Errorf("progress records of phases %v, want train in reviews:\n%s", phases, stderr.String())
+	if phases := recs.Phases(); !phases["train reviews"] {
+		t.Errorf("progress records of phases %v, want train in reviews", phases)
 	}
-}
-
-// progressPhases are the phase and unit of a run's progress records.
-func progressPhases(recs jsonlines.Records) map[string]bool {
-	seen := map[string]bool{}
-	for _, r := range recs.Find("progress") {
-		seen[fmt.Sprint(r["phase"], " ", r["unit"])] = true
-	}
-	return seen
 }

@@ -3,7 +3,7 @@ package cifar
 import (
 	"bytes"
 	"context"
-	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -123,17 +123,16 @@ func TestRunFindsDataInSPARGODATA(t *testing.T) {
 func TestJSONLogFormat(t *testing.T) {
 	c := tinyConfig(t)
 	c.Steps, c.Progress = 2, true
-	stdout, stderr := jsonlines.NewOutput(), jsonlines.NewOutput()
-	if _, err := Run(context.Background(), c, stdout.Printer, stderr.Printer); err != nil {
-		t.Fatalf("%v\n%s", err, stderr.String())
-	}
-	recs, err := jsonlines.Parse(stdout.String(), stderr.String())
+	recs, err := jsonlines.Capture(func(stdout, stderr io.Writer) error {
+		_, err := Run(context.Background(), c, stdout, stderr)
+		return err
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	epochs := recs.Find("epoch")
 	if len(epochs) != 1 {
-		t.Fatalf("%d epoch records, want 1:\n%s", len(epochs), stdout.String())
+		t.Fatalf("%d epoch records, want 1: %v", len(epochs), recs)
 	}
 	if miss := epochs[0].Missing("epoch", "steps", "train_loss", "train_acc", "test_loss", "test_acc", "img_s", "train_s", "total_s", "lr"); len(miss) > 0 || epochs[0]["steps"] != 2.0 {
 		t.Errorf("epoch record lacks %v or has the wrong steps: %v", miss, epochs[0])
@@ -142,16 +141,10 @@ func TestJSONLogFormat(t *testing.T) {
 	if len(done) != 1 || len(done[0].Missing("final_test_acc", "epochs", "config", "total_s")) > 0 {
 		t.Errorf("done records %v", done)
 	}
-	if phases := progressPhases(recs); !phases["train img"] || !phases["eval img"] {
-		t.Errorf("progress records of phases %v, want train and eval in img:\n%s", phases, stderr.String())
+	if phases := recs.Phases(); !phases["train img"] || !phases["eval img"] {
+		t.Errorf("progress records of phases %v, want train and eval in img", phases)
 	}
-}
-
-// progressPhases are the phase and unit of a run's progress records.
-func progressPhases(recs jsonlines.Records) map[string]bool {
-	seen := map[string]bool{}
-	for _, r := range recs.Find("progress") {
-		seen[fmt.Sprint(r["phase"], " ", r["unit"])] = true
+	if recs.Completed("train") != 1 || recs.Completed("eval") != 1 {
+		t.Errorf("progress of %d epochs and %d evaluations reached its total, want 1 and 1: %v", recs.Completed("train"), recs.Completed("eval"), recs.Find("progress"))
 	}
-	return seen
 }

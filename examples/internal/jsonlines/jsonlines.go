@@ -2,9 +2,10 @@
 // examples' tests: every line must be one JSON object with the time, level and msg members of
 // train.Printer's records, and a test then looks records up by their msg.
 //
-//	stdout, stderr := jsonlines.NewOutput(), jsonlines.NewOutput()
-//	_, err := cifar.Run(ctx, c, stdout.Printer, stderr.Printer)
-//	recs, err := jsonlines.Parse(stdout.String(), stderr.String())
+//	recs, err := jsonlines.Capture(func(stdout, stderr io.Writer) error {
+//		_, err := cifar.Run(ctx, c, stdout, stderr)
+//		return err
+//	})
 //	epoch := recs.Find("epoch") // the epoch records, train_loss and all
 package jsonlines
 
@@ -12,6 +13,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"strings"
 
 	"github.com/spargo-dl/spargo/train"
@@ -35,6 +37,27 @@ func (rs Records) Find(msg string) Records {
 		}
 	}
 	return out
+}
+
+// Phases are the "phase unit" pairs of the progress records ("train img", "eval words").
+func (rs Records) Phases() map[string]bool {
+	seen := map[string]bool{}
+	for _, r := range rs.Find("progress") {
+		seen[fmt.Sprint(r["phase"], " ", r["unit"])] = true
+	}
+	return seen
+}
+
+// Completed counts the progress records of phase whose count reached a positive total: the
+// phases that ran to their end (a phase prints its last count once).
+func (rs Records) Completed(phase string) int {
+	n := 0
+	for _, r := range rs.Find("progress") {
+		if r["phase"] == phase && r["done"] == r["total"] && r["total"] != 0.0 {
+			n++
+		}
+	}
+	return n
 }
 
 // Missing returns the members of keys that r lacks.
@@ -66,6 +89,16 @@ func NewOutput() *Output {
 func (o *Output) String() string {
 	_ = o.Printer.Flush()
 	return o.buf.String()
+}
+
+// Capture runs a program's run with its stdout and stderr in JSON and parses what it printed
+// (Parse); the error of run comes with what it printed on stderr.
+func Capture(run func(stdout, stderr io.Writer) error) (Records, error) {
+	stdout, stderr := NewOutput(), NewOutput()
+	if err := run(stdout.Printer, stderr.Printer); err != nil {
+		return nil, fmt.Errorf("%w\nstderr:\n%s", err, stderr.String())
+	}
+	return Parse(stdout.String(), stderr.String())
 }
 
 // Parse reads the outputs' lines: every non-empty output must end with a newline and every

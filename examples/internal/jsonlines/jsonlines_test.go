@@ -1,7 +1,9 @@
 package jsonlines
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 
@@ -30,6 +32,40 @@ func TestParseReadsPrinterOutput(t *testing.T) {
 	}
 	if miss := epoch[0].Missing("test_acc", "train_loss"); len(miss) != 1 || miss[0] != "test_acc" {
 		t.Fatalf("Missing: %v", miss)
+	}
+}
+
+// Capture hands run JSON Printers, parses both outputs, and returns run's error with its
+// stderr; Phases names the progress records' phases and units, Completed counts the phases
+// that reached their total.
+func TestCapture(t *testing.T) {
+	recs, err := Capture(func(stdout, stderr io.Writer) error {
+		for _, p := range []struct {
+			phase       string
+			done, total int
+		}{{"train", 1, 2}, {"train", 2, 2}, {"eval", 1, 4}, {"eval", 0, 0}} {
+			if err := train.Print(stderr, "progress", map[string]any{"phase": p.phase, "unit": "img", "done": p.done, "total": p.total}, "progress"); err != nil {
+				return err
+			}
+		}
+		_, err := fmt.Fprintln(stdout, "done")
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if phases := recs.Phases(); len(recs) != 5 || len(phases) != 2 || !phases["train img"] || !phases["eval img"] {
+		t.Fatalf("records %v, phases %v", recs, recs.Phases())
+	}
+	if recs.Completed("train") != 1 || recs.Completed("eval") != 0 {
+		t.Fatalf("completed: train %d, eval %d; want 1 and 0", recs.Completed("train"), recs.Completed("eval"))
+	}
+	_, err = Capture(func(stdout, stderr io.Writer) error {
+		fmt.Fprintln(stderr, "why it failed")
+		return errors.New("bad flag")
+	})
+	if err == nil || !strings.Contains(err.Error(), "bad flag") || !strings.Contains(err.Error(), `"msg":"why it failed"`) {
+		t.Fatalf("Capture of a failing run: %v", err)
 	}
 }
 
