@@ -38,6 +38,7 @@ import (
 	"github.com/spargo-dl/spargo/comm"
 	"github.com/spargo-dl/spargo/datasets"
 	"github.com/spargo-dl/spargo/ddp"
+	"github.com/spargo-dl/spargo/examples/internal/cifar"
 	"github.com/spargo-dl/spargo/hooks"
 	"github.com/spargo-dl/spargo/internal/kernels"
 	"github.com/spargo-dl/spargo/nn"
@@ -144,7 +145,7 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) error {
 	var wg sync.WaitGroup
 	for r, g := range groups {
 		wg.Go(func() {
-			w := &worker{cfg: c, group: g, train: train, test: test, stdout: stdout, stderr: stderr}
+			w := &worker{cfg: c, group: g, train: train, test: test, stdout: stdout, stderr: stderr, start: start}
 			if errs[r] = w.run(ctx); errs[r] != nil {
 				errs[r] = fmt.Errorf("rank %d: %w", r, errs[r])
 				cancel() // unblock the other ranks
@@ -236,6 +237,7 @@ type worker struct {
 	train, test *datasets.Images
 	stdout      io.Writer
 	stderr      io.Writer
+	start       time.Time // the run's
 }
 
 func (w *worker) run(ctx context.Context) error {
@@ -286,15 +288,17 @@ func (w *worker) run(ctx context.Context) error {
 		Batches:  loader.EpochFrom,
 		Step:     train.ClassifierStep(dp, tape, 3, 32, 32),
 		LogEvery: c.PrintEvery, // a collective: every rank takes part, rank 0 prints
+		Start:    w.start,
 		EndEpoch: func(ctx context.Context, es train.EpochStats) error {
 			testLoss, testAcc, err := train.Evaluate(ctx, g, dp, model, tape, evalLoader, c.EvalLimit, 3, 32, 32)
 			if err != nil || rank != 0 {
 				return err
 			}
-			res := epochRecord{Epoch: es.Epoch, Steps: es.Steps, TrainLoss: es.Loss, TrainAcc: es.Acc, TestLoss: testLoss, TestAcc: testAcc,
-				ImgPerSec: es.Samples / es.TrainSec, StepMS: 1000 * es.TrainSec / float64(max(es.Steps, 1)), TrainSec: es.TrainSec}
+			res := epochRecord{Epoch: cifar.Epoch{Epoch: es.Epoch, Steps: es.Steps, TrainLoss: es.Loss, TrainAcc: es.Acc, TestLoss: testLoss, TestAcc: testAcc,
+				ImgPerSec: es.Samples / es.TrainSec, TrainSec: es.TrainSec, TotalSec: time.Since(w.start).Seconds(), LR: opt.LR()},
+				StepMS: 1000 * es.TrainSec / float64(max(es.Steps, 1))}
 			return train.Print(w.stdout, "epoch", res, fmt.Sprintf("epoch %d train_loss %.4f train_acc %.4f test_loss %.4f test_acc %.4f img_s %.1f step_ms %.1f train_s %.1f",
-				res.Epoch, res.TrainLoss, res.TrainAcc, res.TestLoss, res.TestAcc, res.ImgPerSec, res.StepMS, res.TrainSec))
+				res.Epoch.Epoch, res.TrainLoss, res.TrainAcc, res.TestLoss, res.TestAcc, res.ImgPerSec, res.StepMS, res.TrainSec))
 		},
 	}
 	if rank == 0 {
@@ -310,15 +314,9 @@ func (w *worker) run(ctx context.Context) error {
 	return loop.Run(ctx)
 }
 
-// epochRecord is an epoch's line, and its fields in JSON.
+// epochRecord is an epoch's line, and its fields in JSON: the CIFAR programs' epoch record
+// and the mean step time.
 type epochRecord struct {
-	Epoch     int     `json:"epoch"`
-	Steps     int     `json:"steps"`
-	TrainLoss float64 `json:"train_loss"`
-	TrainAcc  float64 `json:"train_acc"`
-	TestLoss  float64 `json:"test_loss"`
-	TestAcc   float64 `json:"test_acc"`
-	ImgPerSec float64 `json:"img_s"`
-	StepMS    float64 `json:"step_ms"`
-	TrainSec  float64 `json:"train_s"`
+	cifar.Epoch
+	StepMS float64 `json:"step_ms"`
 }
