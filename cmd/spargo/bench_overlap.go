@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 
 	"github.com/spargo-dl/spargo/cluster"
@@ -47,7 +48,7 @@ WORLD_SIZE / MASTER_ADDR set by hand, e.g. one process per network namespace) ev
 is one rank over TCP and rank 0 prints; -workers, when given, must equal the world size:
 
   spargo bench overlap -model vgg16 -workers 4 -iters 5 -trace
-  spargo bench overlap -model lstm-ptb-small -data ../shared/data/ptb -hook topka -hook omgs
+  spargo bench overlap -model lstm-ptb-small -data ~/data/ptb -hook topka -hook omgs
   spargo launch -n 4 -- spargo bench overlap -model vgg16 -json
 
 flags:
@@ -115,8 +116,25 @@ func runBenchOverlap(args []string, stdout io.Writer) error {
 	}
 	cfg := overlap.Config{Model: entry, Hooks: hs, SingleBucket: *buckets == "single", Batch: *batch, BPTT: *bptt,
 		Warmup: *warmup, Iters: *iters, ProfileWarmup: *profWarmup, ProfileIterations: *profIters, Seed: *seed, Trace: *withTrace}
+	env, err := cluster.DetectEnv(cluster.Overrides{})
+	if err != nil {
+		return fmt.Errorf("bench overlap: %w", err)
+	}
+	name := "bench overlap"
+	if env.WorldSize > 1 {
+		if set["workers"] && *workers != env.WorldSize {
+			return fmt.Errorf("bench overlap: -workers %d, but the launcher (%s) started %d processes; leave -workers out or make it equal",
+				*workers, env.Source, env.WorldSize)
+		}
+		name = fmt.Sprintf("rank %d", env.Rank)
+	} else if *workers < 1 {
+		return fmt.Errorf("bench overlap: -workers %d: want at least 1", *workers)
+	}
+	ctx, stop := cluster.NotifyContext(context.Background(), name, nil)
+	defer stop()
 	if *data != "" {
-		dir, err := datasets.FindPTB(*data)
+		// An explicit -data is only looked in (never downloaded), so progress has nothing to show.
+		dir, err := datasets.Find(ctx, datasets.PTBSet, *data, os.Stderr)
 		if err != nil {
 			return fmt.Errorf("bench overlap: %w", err)
 		}
@@ -126,32 +144,14 @@ func runBenchOverlap(args []string, stdout io.Writer) error {
 		}
 		cfg.Tokens = ptb.Train
 	}
-
-	env, err := cluster.DetectEnv(cluster.Overrides{})
-	if err != nil {
-		return fmt.Errorf("bench overlap: %w", err)
-	}
 	var rep *overlap.Report
 	if env.WorldSize > 1 {
-		if set["workers"] && *workers != env.WorldSize {
-			return fmt.Errorf("bench overlap: -workers %d, but the launcher (%s) started %d processes; leave -workers out or make it equal",
-				*workers, env.Source, env.WorldSize)
-		}
-		ctx, stop := cluster.NotifyContext(context.Background(), fmt.Sprintf("rank %d", env.Rank), nil)
-		defer stop()
 		if rep, err = overlapRank(ctx, cfg); err != nil || rep == nil {
 			return err // rep is nil on ranks other than 0
 		}
 		rep.Transport = fmt.Sprintf("TCP, one process per rank, %s environment", env.Source)
-	} else {
-		if *workers < 1 {
-			return fmt.Errorf("bench overlap: -workers %d: want at least 1", *workers)
-		}
-		ctx, stop := cluster.NotifyContext(context.Background(), "bench overlap", nil)
-		defer stop()
-		if rep, err = overlap.RunLocal(ctx, *workers, cfg); err != nil {
-			return fmt.Errorf("bench overlap: %w", err)
-		}
+	} else if rep, err = overlap.RunLocal(ctx, *workers, cfg); err != nil {
+		return fmt.Errorf("bench overlap: %w", err)
 	}
 	if *asJSON {
 		return json.NewEncoder(stdout).Encode(rep)

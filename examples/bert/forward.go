@@ -9,6 +9,7 @@ import (
 	"github.com/spargo-dl/spargo/ddp"
 	"github.com/spargo-dl/spargo/models"
 	"github.com/spargo-dl/spargo/nn"
+	"github.com/spargo-dl/spargo/train"
 )
 
 // maskedPositions lists the positions of b that carry an MLM label (sample-major flat
@@ -55,6 +56,7 @@ const tagMLMEval = 104
 
 // evaluate runs the model (recording off, dropout off) over the held-out pairs, split across
 // ranks, and returns the masked-LM loss and accuracy and the NSP accuracy over all of them.
+// Rank 0 shows its progress in sequences over all ranks (every rank walks every batch).
 func (w *mlmWorker) evaluate(ctx context.Context, dp *ddp.DDP, model *models.BertForPreTraining, tape *nn.Tape, ld *datasets.MLMLoader) (loss, acc, nspAcc float64, err error) {
 	g := w.group
 	nn.SetTraining(model, false)
@@ -62,6 +64,12 @@ func (w *mlmWorker) evaluate(ctx context.Context, dp *ddp.DDP, model *models.Ber
 	defer tape.SetGradEnabled(true)
 	var sums [5]float32 // loss × tokens, correct tokens, tokens, correct NSP, sequences
 	i, seen := 0, 0
+	total := w.corpus.Valid.Len()
+	if limit := w.cfg.EvalLimit; limit > 0 && limit < total {
+		total = limit
+	}
+	progress := train.StartProgress(ctx, total, "seq")
+	defer progress.Finish()
 	for b, err := range ld.Epoch(ctx, 0) {
 		if err != nil {
 			return 0, 0, 0, err
@@ -75,7 +83,8 @@ func (w *mlmWorker) evaluate(ctx context.Context, dp *ddp.DDP, model *models.Ber
 		seen += b.N
 		mine := i%g.Size() == g.Rank()
 		i++
-		if !mine {
+		if !mine { // another rank's batch: counted as it goes by
+			progress.Add(b.N)
 			continue
 		}
 		_, mlmLoss, mlm, nsp, labels, nspLabels := mlmForward(dp, model, tape, b)
@@ -89,6 +98,7 @@ func (w *mlmWorker) evaluate(ctx context.Context, dp *ddp.DDP, model *models.Ber
 			sums[3] += float32(nn.Accuracy(nsp.Value, nspLabels))
 			sums[4] += float32(b.N)
 		}
+		progress.Add(b.N)
 	}
 	s := sums[:]
 	if err := comm.AllReduce(ctx, g, tagMLMEval, s, comm.Auto); err != nil {

@@ -123,8 +123,8 @@ func trainMLMRanks(ctx context.Context, c MLMConfig, groups []comm.Group, corpus
 			}
 			last := sum.Rounds[len(sum.Rounds)-1]
 			sum.ValLoss, sum.ValAcc = last.ValLoss, last.ValAcc
-			fmt.Fprintf(stdout, "done: bert-%s %s, %d workers × batch %d × %d tokens, %d steps: held-out MLM loss %.4f, accuracy %.2f%%, NSP accuracy %.2f%%, %.0fs total\n",
-				c.Model, c.Hook, c.Workers, c.Batch, c.Seq, last.AtStep, last.ValLoss, 100*last.ValAcc, 100*last.ValNSPAcc, sum.TotalSec)
+			_ = train.Print(stdout, "done", sum, fmt.Sprintf("done: bert-%s %s, %d workers × batch %d × %d tokens, %d steps: held-out MLM loss %.4f, accuracy %.2f%%, NSP accuracy %.2f%%, %.0fs total",
+				c.Model, c.Hook, c.Workers, c.Batch, c.Seq, last.AtStep, last.ValLoss, 100*last.ValAcc, 100*last.ValNSPAcc, sum.TotalSec))
 			return sum
 		})
 	if err != nil {
@@ -261,8 +261,8 @@ func (w *mlmWorker) run(ctx context.Context) error {
 				TotalSec: time.Since(w.start).Seconds(), LR: opt.LR()}
 			w.sum.Rounds = append(w.sum.Rounds, res)
 			w.sum.CommStats = rep.Traffic()
-			fmt.Fprintf(w.stdout, "step %d train_loss %.4f train_acc %.4f val_loss %.4f val_acc %.4f val_nsp_acc %.4f seq_s %.1f train_s %.1f total_s %.1f\n",
-				res.AtStep, res.TrainLoss, res.TrainAcc, res.ValLoss, res.ValAcc, res.ValNSPAcc, res.SeqPerSec, res.TrainSec, res.TotalSec)
+			_ = train.Print(w.stdout, "epoch", res, fmt.Sprintf("step %d train_loss %.4f train_acc %.4f val_loss %.4f val_acc %.4f val_nsp_acc %.4f seq_s %.1f train_s %.1f total_s %.1f",
+				res.AtStep, res.TrainLoss, res.TrainAcc, res.ValLoss, res.ValAcc, res.ValNSPAcc, res.SeqPerSec, res.TrainSec, res.TotalSec))
 			return w.metrics.Write(res)
 		},
 		LogEvery: c.LogEvery,

@@ -14,6 +14,10 @@
 // -data, else $SPARGO_DATA/cifar10, else the user cache directory, else downloaded into the
 // cache (md5-checked); docs/data.md says more. -head spargo swaps the gorgonia head for spargo's
 // Linear+ReLU+Linear with the same initial weights, to compare accuracy and speed.
+//
+// Training runs on package train's Loop: its progress (a bar on a terminal, plain lines
+// elsewhere, the evaluation's too) on stderr with -progress, and the first Ctrl-C stops after
+// the step under way (the second at once).
 package main
 
 import (
@@ -23,18 +27,18 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"runtime"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/schollz/progressbar/v3"
 	G "gorgonia.org/gorgonia"
 
+	"github.com/spargo-dl/spargo/cluster"
 	"github.com/spargo-dl/spargo/comm"
 	"github.com/spargo-dl/spargo/datasets"
 	"github.com/spargo-dl/spargo/ddp"
+	"github.com/spargo-dl/spargo/examples/internal/cifar"
 	"github.com/spargo-dl/spargo/hooks"
 	"github.com/spargo-dl/spargo/internal/kernels"
 	"github.com/spargo-dl/spargo/nn"
@@ -78,15 +82,14 @@ func main() {
 	flag.Float64Var(&c.WD, "wd", 5e-4, "weight decay")
 	flag.Uint64Var(&c.Seed, "seed", 0, "seed for initialisation, shuffling and augmentation")
 	flag.IntVar(&c.EvalLimit, "eval-limit", 0, "evaluate on the first N test images (0: all)")
-	flag.IntVar(&c.PrintEvery, "print-every", 50, "print the running loss and accuracy every N steps (0: only per epoch)")
-	flag.BoolVar(&c.Progress, "progress", true, "show a progress bar per epoch when stderr is a terminal")
+	flag.IntVar(&c.PrintEvery, "print-every", 50, "print the training loss, averaged over the ranks and the steps since the last line, every N steps (0: only per epoch)")
+	flag.BoolVar(&c.Progress, "progress", true, "show each epoch's and evaluation's progress on stderr: a bar on a terminal, else a plain line per tenth")
 	flag.Parse()
-	if fi, err := os.Stderr.Stat(); err != nil || fi.Mode()&os.ModeCharDevice == 0 {
-		c.Progress = false
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	if err := run(ctx, c, os.Stdout, os.Stderr); err != nil {
+	// The first SIGINT or SIGTERM stops training after the step under way, the second at once.
+	ctx, stop := cluster.NotifyGraceful(context.Background(), "gorgonia", nil)
+	err := run(ctx, c, os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "gorgonia:", err)
 		os.Exit(1)
 	}
@@ -142,7 +145,7 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) error {
 	var wg sync.WaitGroup
 	for r, g := range groups {
 		wg.Go(func() {
-			w := &worker{cfg: c, group: g, train: train, test: test, stdout: stdout, stderr: stderr}
+			w := &worker{cfg: c, group: g, train: train, test: test, stdout: stdout, stderr: stderr, start: start}
 			if errs[r] = w.run(ctx); errs[r] != nil {
 				errs[r] = fmt.Errorf("rank %d: %w", r, errs[r])
 				cancel() // unblock the other ranks
@@ -234,6 +237,7 @@ type worker struct {
 	train, test *datasets.Images
 	stdout      io.Writer
 	stderr      io.Writer
+	start       time.Time // the run's
 }
 
 func (w *worker) run(ctx context.Context) error {
@@ -279,68 +283,40 @@ func (w *worker) run(ctx context.Context) error {
 		steps = c.Steps
 	}
 	tape := nn.NewTape()
-	stat := make([]float32, 3) // loss sum, correct, samples: all-reduced over the ranks
-	for epoch := 0; epoch < c.Epochs; epoch++ {
-		var bar *progressbar.ProgressBar
-		if rank == 0 && c.Progress {
-			bar = progressbar.NewOptions(steps, progressbar.OptionSetWriter(w.stderr),
-				progressbar.OptionSetDescription(fmt.Sprintf("epoch %d/%d", epoch+1, c.Epochs)),
-				progressbar.OptionShowCount(), progressbar.OptionSetWidth(24), progressbar.OptionThrottle(250*time.Millisecond),
-				progressbar.OptionClearOnFinish())
-		}
-		nn.SetTraining(model, true)
-		tape.SetGradEnabled(true)
-		var lossSum, correct, seen float64
-		epochStart := time.Now()
-		step := 0
-		for b, err := range loader.Epoch(ctx, epoch) {
-			if err != nil {
+	loop := &train.Loop[datasets.Batch]{
+		Group: g, DDP: dp, Model: model, Optimizer: opt, Epochs: c.Epochs, StepsPerEpoch: steps,
+		Batches:  loader.EpochFrom,
+		Step:     train.ClassifierStep(dp, tape, 3, 32, 32),
+		LogEvery: c.PrintEvery, // a collective: every rank takes part, rank 0 prints
+		Start:    w.start,
+		EndEpoch: func(ctx context.Context, es train.EpochStats) error {
+			testLoss, testAcc, err := train.Evaluate(ctx, g, dp, model, tape, evalLoader, c.EvalLimit, 3, 32, 32)
+			if err != nil || rank != 0 {
 				return err
 			}
-			if step == steps {
-				break
-			}
-			x, err := nn.FromSlice(b.X, b.N, 3, 32, 32)
-			if err != nil {
-				return err
-			}
-			tape.Reset()
-			opt.ZeroGrad()
-			logits := dp.Forward(tape.Const(x))
-			loss := nn.CrossEntropy(logits, b.Y)
-			if err := dp.Backward(ctx, loss); err != nil {
-				return fmt.Errorf("epoch %d, step %d: %w", epoch+1, step+1, err)
-			}
-			opt.Step()
-			lossSum += float64(loss.Item()) * float64(b.N)
-			correct += float64(nn.Accuracy(logits.Value, b.Y))
-			seen += float64(b.N)
-			step++
-			if bar != nil {
-				_ = bar.Add(1)
-			}
-			if rank == 0 && c.PrintEvery > 0 && step%c.PrintEvery == 0 {
-				fmt.Fprintf(w.stdout, "epoch %d step %d/%d: loss %.4f acc %.4f (rank 0's batches) %.1f img/s\n",
-					epoch+1, step, steps, lossSum/seen, correct/seen, seen*float64(world)/time.Since(epochStart).Seconds())
-			}
+			res := epochRecord{Epoch: cifar.Epoch{Epoch: es.Epoch, Steps: es.Steps, TrainLoss: es.Loss, TrainAcc: es.Acc, TestLoss: testLoss, TestAcc: testAcc,
+				ImgPerSec: es.Samples / es.TrainSec, TrainSec: es.TrainSec, TotalSec: time.Since(w.start).Seconds(), LR: opt.LR()},
+				StepMS: 1000 * es.TrainSec / float64(max(es.Steps, 1))}
+			return train.Print(w.stdout, "epoch", res, fmt.Sprintf("epoch %d train_loss %.4f train_acc %.4f test_loss %.4f test_acc %.4f img_s %.1f step_ms %.1f train_s %.1f",
+				res.Epoch.Epoch, res.TrainLoss, res.TrainAcc, res.TestLoss, res.TestAcc, res.ImgPerSec, res.StepMS, res.TrainSec))
+		},
+	}
+	if rank == 0 {
+		if c.Progress {
+			loop.Progress = w.stderr
 		}
-		trainSec := time.Since(epochStart).Seconds()
-		if bar != nil {
-			_ = bar.Finish()
-		}
-		stat[0], stat[1], stat[2] = float32(lossSum), float32(correct), float32(seen)
-		if err := comm.AllReduce(ctx, g, 100, stat, comm.Auto); err != nil {
+		loop.LogStep = func(rec train.StepRecord) error {
+			epoch, step := (rec.Step-1)/int64(steps)+1, (rec.Step-1)%int64(steps)+1
+			_, err := fmt.Fprintf(w.stdout, "epoch %d step %d/%d: loss %.4f (all ranks, since the last line) %.1fs\n", epoch, step, steps, rec.Loss, rec.TotalSec)
 			return err
-		}
-		testLoss, testAcc, err := train.Evaluate(ctx, w.group, dp, model, tape, evalLoader, w.cfg.EvalLimit, 3, 32, 32)
-		if err != nil {
-			return err
-		}
-		if rank == 0 {
-			fmt.Fprintf(w.stdout, "epoch %d train_loss %.4f train_acc %.4f test_loss %.4f test_acc %.4f img_s %.1f step_ms %.1f train_s %.1f\n",
-				epoch+1, float64(stat[0]/stat[2]), float64(stat[1]/stat[2]), testLoss, testAcc,
-				float64(stat[2])/trainSec, 1000*trainSec/float64(max(step, 1)), trainSec)
 		}
 	}
-	return nil
+	return loop.Run(ctx)
+}
+
+// epochRecord is an epoch's line, and its fields in JSON: the CIFAR programs' epoch record
+// and the mean step time.
+type epochRecord struct {
+	cifar.Epoch
+	StepMS float64 `json:"step_ms"`
 }

@@ -23,15 +23,20 @@ func TestRunFewSteps(t *testing.T) {
 	for _, head := range []string{"gorgonia", "spargo"} {
 		var out, errb bytes.Buffer
 		c := config{Data: dir, Workers: 2, Hook: "spardl", Head: head, Hidden: 32, Batch: 4, Epochs: 1, Steps: 2,
-			LR: 0.02, Momentum: 0.9, WD: 5e-4, EvalLimit: 21, PrintEvery: 1}
+			LR: 0.02, Momentum: 0.9, WD: 5e-4, EvalLimit: 21, PrintEvery: 1, Progress: true}
 		if err := run(context.Background(), c, &out, &errb); err != nil {
 			t.Fatalf("%s head: %v\n%s%s", head, err, out.String(), errb.String())
 		}
 		s := out.String()
-		for _, want := range []string{"model: spargo conv stack + " + head + " MLP head", "epoch 1 step 2/2: loss", "epoch 1 train_loss", "done: " + head + " head, hook spardl, 2 workers"} {
+		for _, want := range []string{"model: spargo conv stack + " + head + " MLP head", "epoch 1 step 1/2: loss", "epoch 1 step 2/2: loss", "epoch 1 train_loss", "done: " + head + " head, hook spardl, 2 workers"} {
 			if !strings.Contains(s, want) {
 				t.Fatalf("%s head: output lacks %q:\n%s", head, want, s)
 			}
+		}
+		// Progress on a stderr that is not a terminal: plain lines, the epoch's and the
+		// evaluation's (the fixture's 8 test images), each ending at 100%, without carriage returns.
+		if e := errb.String(); strings.Contains(e, "\r") || !strings.Contains(e, "step 2/2 (100%)") || !strings.Contains(e, "8/8 img (100%)") {
+			t.Fatalf("%s head: progress on stderr:\n%q", head, e)
 		}
 		m := regexp.MustCompile(`epoch 1 train_loss ([0-9.]+) train_acc [0-9.]+ test_loss ([0-9.]+) test_acc ([0-9.]+)`).FindStringSubmatch(s)
 		if m == nil {

@@ -190,8 +190,8 @@ func trainIMDBRanks(ctx context.Context, c IMDBConfig, groups []comm.Group, data
 			}
 			last := sum.Epochs[len(sum.Epochs)-1]
 			sum.FinalAcc = last.TestAcc
-			fmt.Fprintf(stdout, "done: %s %s, %d workers × batch %d, %d epochs: test acc %.2f%%, train loss %.4f, %.0f words/s, %.0fs total\n",
-				c.Model, c.Hook, c.Workers, c.Batch, c.Epochs, 100*last.TestAcc, last.TrainLoss, last.WordsSec, sum.TotalSec)
+			_ = train.Print(stdout, "done", sum, fmt.Sprintf("done: %s %s, %d workers × batch %d, %d epochs: test acc %.2f%%, train loss %.4f, %.0f words/s, %.0fs total",
+				c.Model, c.Hook, c.Workers, c.Batch, c.Epochs, 100*last.TestAcc, last.TrainLoss, last.WordsSec, sum.TotalSec))
 			return sum
 		})
 	if err != nil {
@@ -317,7 +317,7 @@ func (w *imdbWorker) run(ctx context.Context) error {
 		return logits, loss, tape.Err()
 	}
 	loop := &train.Loop[datasets.TextBatch]{
-		Group: g, DDP: dp, Model: model, Optimizer: opt, Schedule: sched, Epochs: c.Epochs, StepsPerEpoch: steps,
+		Group: g, DDP: dp, Model: model, Optimizer: opt, Schedule: sched, Epochs: c.Epochs, StepsPerEpoch: steps, Unit: "reviews",
 		Batches: func(ctx context.Context, epoch, first int) iter.Seq2[datasets.TextBatch, error] {
 			return func(yield func(datasets.TextBatch, error) bool) {
 				i := 0
@@ -367,8 +367,8 @@ func (w *imdbWorker) run(ctx context.Context) error {
 				WordsSec: es.Samples * float64(w.data.Train.MaxLen) / es.TrainSec, TrainSec: es.TrainSec, TotalSec: time.Since(w.start).Seconds(), LR: opt.LR()}
 			w.sum.Epochs = append(w.sum.Epochs, res)
 			w.sum.CommStats = rep.Traffic()
-			fmt.Fprintf(w.stdout, "epoch %d train_loss %.4f train_acc %.4f test_loss %.4f test_acc %.4f words_s %.0f train_s %.1f total_s %.1f\n",
-				res.Epoch, res.TrainLoss, res.TrainAcc, res.ValLoss, res.TestAcc, res.WordsSec, res.TrainSec, res.TotalSec)
+			_ = train.Print(w.stdout, "epoch", res, fmt.Sprintf("epoch %d train_loss %.4f train_acc %.4f test_loss %.4f test_acc %.4f words_s %.0f train_s %.1f total_s %.1f",
+				res.Epoch, res.TrainLoss, res.TrainAcc, res.ValLoss, res.TestAcc, res.WordsSec, res.TrainSec, res.TotalSec))
 			return w.metrics.Write(res)
 		},
 		Clip: optim.ClipGradNorm, MaxNorm: c.Clip, LogEvery: c.LogEvery, Start: w.start,

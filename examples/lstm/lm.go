@@ -333,8 +333,8 @@ func trainLMRanks(ctx context.Context, c LMConfig, groups []comm.Group, data *da
 			}
 			last := sum.Epochs[len(sum.Epochs)-1]
 			sum.FinalPPL = last.ValPPL
-			fmt.Fprintf(stdout, "done: %s %s, %d workers × batch %d × bptt %d, %d epochs: valid ppl %.2f, test ppl %.2f, %.0f words/s, %.0fs total\n",
-				c.Model, c.Hook, c.Workers, c.Batch, c.Bptt, c.Epochs, last.ValPPL, sum.TestPPL, last.WordsSec, sum.TotalSec)
+			_ = train.Print(stdout, "done", sum, fmt.Sprintf("done: %s %s, %d workers × batch %d × bptt %d, %d epochs: valid ppl %.2f, test ppl %.2f, %.0f words/s, %.0fs total",
+				c.Model, c.Hook, c.Workers, c.Batch, c.Bptt, c.Epochs, last.ValPPL, sum.TestPPL, last.WordsSec, sum.TotalSec))
 			return sum
 		})
 	if err != nil {
@@ -480,14 +480,15 @@ func (w *lmWorker) run(ctx context.Context) error {
 			w.sum.Epochs = append(w.sum.Epochs, res)
 			w.sum.TestPPL = res.TestPPL
 			w.sum.CommStats = rep.Traffic()
-			fmt.Fprintf(w.stdout, "epoch %d train_loss %.4f train_ppl %.2f", res.Epoch, res.TrainLoss, res.TrainPPL)
+			text := fmt.Sprintf("epoch %d train_loss %.4f train_ppl %.2f", res.Epoch, res.TrainLoss, res.TrainPPL)
 			if !c.NoEval {
-				fmt.Fprintf(w.stdout, " val_loss %.4f val_ppl %.2f", res.ValLoss, res.ValPPL)
+				text += fmt.Sprintf(" val_loss %.4f val_ppl %.2f", res.ValLoss, res.ValPPL)
 			}
 			if res.TestPPL > 0 {
-				fmt.Fprintf(w.stdout, " test_ppl %.2f", res.TestPPL)
+				text += fmt.Sprintf(" test_ppl %.2f", res.TestPPL)
 			}
-			fmt.Fprintf(w.stdout, " words_s %.0f lr %g train_s %.1f total_s %.1f\n", res.WordsSec, res.LR, res.TrainSec, res.TotalSec)
+			text += fmt.Sprintf(" words_s %.0f lr %g train_s %.1f total_s %.1f", res.WordsSec, res.LR, res.TrainSec, res.TotalSec)
+			_ = train.Print(w.stdout, "epoch", res, text)
 			return w.metrics.Write(res)
 		},
 		Clip:      optim.ClipGradNorm,
@@ -502,6 +503,7 @@ func (w *lmWorker) run(ctx context.Context) error {
 			_, err := w.validate(ctx, iteration, steps, true)
 			return err
 		},
+		Unit: "words", // a step's N is its window's words
 		Describe: func(epoch int, loss, _, perSec float64) string {
 			return fmt.Sprintf("epoch %d/%d loss %.3f ppl %.1f %.0f words/s", epoch+1, c.Epochs, loss, math.Exp(loss), perSec)
 		},
@@ -594,14 +596,15 @@ func (w *lmWorker) validate(ctx context.Context, iteration int64, stepsPerEpoch 
 		return loss, nil
 	}
 	rec := LMEvalRecord{Step: iteration, ValLoss: loss, ValPPL: math.Exp(loss), TotalSec: time.Since(w.start).Seconds(), StepsPerEpoch: stepsPerEpoch}
-	fmt.Fprintf(w.stdout, "step %d val_loss %.4f val_ppl %.2f total_s %.1f\n", rec.Step, rec.ValLoss, rec.ValPPL, rec.TotalSec)
+	_ = train.Print(w.stdout, "eval", rec, fmt.Sprintf("step %d val_loss %.4f val_ppl %.2f total_s %.1f", rec.Step, rec.ValLoss, rec.ValPPL, rec.TotalSec))
 	return loss, w.metrics.Write(rec)
 }
 
 // evaluate returns the mean cross-entropy per word of a token stream: each rank takes its
 // contiguous shard, lays it out in EvalBatch columns and runs its bptt windows from the zero
 // state carrying the state over; the sums are all-reduced. The model is left in evaluation
-// mode (the loop switches it back at the next epoch).
+// mode (the loop switches it back at the next epoch). Rank 0 shows its progress in words
+// over all ranks (the shards are equal, so every rank is as far as rank 0).
 func (w *lmWorker) evaluate(ctx context.Context, tokens []int32) (float64, error) {
 	c, g := w.cfg, w.group
 	shard, err := datasets.ShardTokens(tokens, g.Rank(), g.Size())
@@ -617,6 +620,8 @@ func (w *lmWorker) evaluate(ctx context.Context, tokens []int32) (float64, error
 	w.model.State = w.model.NewState(c.EvalBatch)
 	sums := make([]float32, 2)
 	var lossSum, words float64
+	progress := train.StartProgress(ctx, (data.Rows-1)*data.Cols*g.Size(), "words")
+	defer progress.Finish()
 	for i := range data.Windows(c.Bptt) {
 		if err := ctx.Err(); err != nil {
 			return 0, err
@@ -629,6 +634,7 @@ func (w *lmWorker) evaluate(ctx context.Context, tokens []int32) (float64, error
 		n := float64(steps * c.EvalBatch)
 		lossSum += float64(loss.Item()) * n
 		words += n
+		progress.Add(steps * c.EvalBatch * g.Size())
 	}
 	sums[0], sums[1] = float32(lossSum), float32(words)
 	if err := allReduceSums(ctx, g, sums); err != nil {

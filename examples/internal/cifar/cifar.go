@@ -323,8 +323,8 @@ func trainRanks(ctx context.Context, c Config, groups []comm.Group, trainSet, te
 			}
 			last := sum.Epochs[len(sum.Epochs)-1]
 			sum.FinalAcc = last.TestAcc
-			fmt.Fprintf(stdout, "done: %s %s, %d workers × batch %d, %d epochs: test acc %.2f%%, train loss %.4f, %.1f img/s, %.0fs total\n",
-				c.Model, c.Hook, c.Workers, c.Batch, c.Epochs, 100*last.TestAcc, last.TrainLoss, last.ImgPerSec, sum.TotalSec)
+			_ = train.Print(stdout, "done", sum, fmt.Sprintf("done: %s %s, %d workers × batch %d, %d epochs: test acc %.2f%%, train loss %.4f, %.1f img/s, %.0fs total",
+				c.Model, c.Hook, c.Workers, c.Batch, c.Epochs, 100*last.TestAcc, last.TrainLoss, last.ImgPerSec, sum.TotalSec))
 			return sum
 		})
 	if err != nil {
@@ -407,8 +407,8 @@ func (w *worker) run(ctx context.Context) error {
 				ImgPerSec: es.Samples / es.TrainSec, TrainSec: es.TrainSec, TotalSec: time.Since(w.start).Seconds(), LR: opt.LR()}
 			w.sum.Epochs = append(w.sum.Epochs, res)
 			w.sum.CommStats = rep.Traffic()
-			fmt.Fprintf(w.stdout, "epoch %d train_loss %.4f train_acc %.4f test_loss %.4f test_acc %.4f img_s %.1f train_s %.1f total_s %.1f\n",
-				res.Epoch, res.TrainLoss, res.TrainAcc, res.TestLoss, res.TestAcc, res.ImgPerSec, res.TrainSec, res.TotalSec)
+			_ = train.Print(w.stdout, "epoch", res, fmt.Sprintf("epoch %d train_loss %.4f train_acc %.4f test_loss %.4f test_acc %.4f img_s %.1f train_s %.1f total_s %.1f",
+				res.Epoch, res.TrainLoss, res.TrainAcc, res.TestLoss, res.TestAcc, res.ImgPerSec, res.TrainSec, res.TotalSec))
 			return w.metrics.Write(res)
 		},
 		LogEvery: c.LogEvery,

@@ -3,12 +3,14 @@ package cifar
 import (
 	"bytes"
 	"context"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/spargo-dl/spargo/examples/internal/jsonlines"
 	"github.com/spargo-dl/spargo/hooks/profile"
 	"github.com/spargo-dl/spargo/models"
 	"github.com/spargo-dl/spargo/nn"
@@ -112,5 +114,37 @@ func TestRunFindsDataInSPARGODATA(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "data: "+want+"\n") {
 		t.Fatalf("output does not name %s:\n%s", want, out.String())
+	}
+}
+
+// Under -log-format json (the Printers Main hands a program) every line on stdout and stderr
+// is a JSON object: the epoch and done lines carry their fields, progress (training and the
+// evaluation's) comes as records, and the other lines as msg records.
+func TestJSONLogFormat(t *testing.T) {
+	c := tinyConfig(t)
+	c.Steps, c.Progress = 2, true
+	recs, err := jsonlines.Capture(func(stdout, stderr io.Writer) error {
+		_, err := Run(context.Background(), c, stdout, stderr)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	epochs := recs.Find("epoch")
+	if len(epochs) != 1 {
+		t.Fatalf("%d epoch records, want 1: %v", len(epochs), recs)
+	}
+	if miss := epochs[0].Missing("epoch", "steps", "train_loss", "train_acc", "test_loss", "test_acc", "img_s", "train_s", "total_s", "lr"); len(miss) > 0 || epochs[0]["steps"] != 2.0 {
+		t.Errorf("epoch record lacks %v or has the wrong steps: %v", miss, epochs[0])
+	}
+	done := recs.Find("done")
+	if len(done) != 1 || len(done[0].Missing("final_test_acc", "epochs", "config", "total_s")) > 0 {
+		t.Errorf("done records %v", done)
+	}
+	if phases := recs.Phases(); !phases["train img"] || !phases["eval img"] {
+		t.Errorf("progress records of phases %v, want train and eval in img", phases)
+	}
+	if recs.Completed("train") != 1 || recs.Completed("eval") != 1 {
+		t.Errorf("progress of %d epochs and %d evaluations reached its total, want 1 and 1: %v", recs.Completed("train"), recs.Completed("eval"), recs.Find("progress"))
 	}
 }
