@@ -127,7 +127,7 @@ func (p *Printer) writeJSON(level slog.Level, msg string, fields any) error {
 	}
 	line := head
 	if fields != nil {
-		body, err := json.Marshal(fields)
+		body, err := marshalFinite(fields)
 		if err != nil {
 			return fmt.Errorf("print %q: %w", msg, err)
 		}

@@ -1,7 +1,6 @@
 package train
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -27,8 +26,7 @@ func OpenMetrics(path string, resume bool) (*os.File, error) {
 // program's epoch records), then the run's summary. A nil *MetricsLog (no -metrics, or
 // another rank) writes nothing, so every rank may call its methods.
 type MetricsLog struct {
-	f   *os.File
-	enc *json.Encoder
+	f *os.File
 }
 
 // OpenMetricsLog opens path (OpenMetrics: appended to when resuming); nil when path is
@@ -41,15 +39,24 @@ func OpenMetricsLog(path string, resume bool) (*MetricsLog, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &MetricsLog{f: f, enc: json.NewEncoder(f)}, nil
+	return &MetricsLog{f: f}, nil
 }
 
-// Write appends one record.
+// Write appends one record. A non-finite number (a diverged run's loss) is written as null.
 func (m *MetricsLog) Write(v any) error {
 	if m == nil {
 		return nil
 	}
-	return m.enc.Encode(v)
+	return m.encode(v)
+}
+
+func (m *MetricsLog) encode(v any) error {
+	b, err := marshalFinite(v)
+	if err != nil {
+		return err
+	}
+	_, err = m.f.Write(append(b, '\n'))
+	return err
 }
 
 // Close closes the file (after Finish, or on an error path).
@@ -64,7 +71,7 @@ func (m *MetricsLog) Finish(summary any, f *Flags, stdout io.Writer) error {
 	if m == nil {
 		return nil
 	}
-	if err := m.enc.Encode(summary); err != nil {
+	if err := m.encode(summary); err != nil {
 		return err
 	}
 	if err := m.f.Close(); err != nil {
