@@ -85,7 +85,7 @@ func TestUnknownCommand(t *testing.T) {
 
 func TestBenchTrainJSON(t *testing.T) {
 	var out, errb bytes.Buffer
-	code := dispatch([]string{"bench", "train", "-model", "vgg11", "-batch", "2", "-steps", "2", "-warmup", "1", "-json"}, &out, &errb)
+	code := dispatch([]string{"bench", "train", "-model", "vgg11", "-batch", "2", "-steps", "2", "-warmup", "1", "-peak", "0", "-json"}, &out, &errb)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
@@ -107,7 +107,7 @@ func TestBenchTrainJSON(t *testing.T) {
 func TestBenchTrainResNet(t *testing.T) {
 	for _, args := range [][]string{{"-model", "resnet20", "-dataset", "cifar100"}, {"-model", "resnet18", "-size", "32"}} {
 		var out, errb bytes.Buffer
-		code := dispatch(append([]string{"bench", "train", "-batch", "2", "-steps", "1", "-warmup", "0", "-json"}, args...), &out, &errb)
+		code := dispatch(append([]string{"bench", "train", "-batch", "2", "-steps", "1", "-warmup", "0", "-peak", "0", "-json"}, args...), &out, &errb)
 		if code != 0 {
 			t.Fatalf("%v: exit %d: %s", args, code, errb.String())
 		}
