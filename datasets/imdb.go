@@ -32,7 +32,7 @@ func DownloadIMDB(ctx context.Context, destDir string, progress io.Writer) error
 	return fetchArchive(ctx, imdbArchive, destDir, progress)
 }
 
-// IMDB defaults: the seeds' LSTM-IMDB classifier uses the 50,000 most
+// IMDB defaults: SparDL's LSTM-IMDB classifier uses the 50,000 most
 // frequent training words; reviews longer than IMDBDefaultMaxLen tokens are
 // cut (a choice of this package, not of the seeds: set
 // IMDBOptions.MaxLen to match a reference run).
@@ -253,7 +253,7 @@ func parseIMDBName(name string) (id, rating int, ok bool) {
 	return id, rating, true
 }
 
-// TokenizeIMDB splits a review into tokens, the rule of the seeds'
+// TokenizeIMDB splits a review into tokens, the rule of SparDL's
 // LSTM-IMDB preprocessing:
 //
 //  1. every "<br />" (also "<br/>", "<br>", any case) becomes a space;

@@ -32,7 +32,7 @@ const PTBEOS = "<eos>"
 // PTBFiles are the three files of the corpus, in a PTB directory.
 var PTBFiles = [3]string{"ptb.train.txt", "ptb.valid.txt", "ptb.test.txt"}
 
-// PTBVocab maps the training words to ids 0..Size()-1 in the seeds' order.
+// PTBVocab maps the training words to ids 0..Size()-1 in the order of TensorFlow's PTB reader.
 type PTBVocab struct {
 	Words []string // Words[id]
 	ids   map[string]int32
@@ -93,7 +93,7 @@ func LoadPTB(dir string) (*PTB, error) {
 }
 
 // BuildPTBVocab returns the vocabulary of a token stream: its distinct words sorted by
-// decreasing count, ties by the word, as the seeds' _build_vocab.
+// decreasing count, ties by the word, as _build_vocab of TensorFlow's PTB reader (ptb/reader.py).
 func BuildPTBVocab(words []string) *PTBVocab {
 	count := map[string]int{}
 	for _, w := range words {

@@ -96,7 +96,7 @@ func TestBatchifyWindowsShards(t *testing.T) {
 	}
 }
 
-// The full corpus (Mikolov's split): the counts of its published files and the seeds' ids.
+// The full corpus (Mikolov's split): the counts of its published files and the ids of TensorFlow's PTB reader.
 func TestRealPTB(t *testing.T) {
 	p, err := LoadPTB(realData(t, PTBSet))
 	if err != nil {
@@ -105,7 +105,7 @@ func TestRealPTB(t *testing.T) {
 	if p.Vocab.Size() != 10000 || len(p.Train) != 929589 || len(p.Valid) != 73760 || len(p.Test) != 82430 {
 		t.Fatal(p.Summary())
 	}
-	// The seeds' ptb_reader order: the, <unk>, <eos>, N, of …; the first words of train.
+	// TensorFlow's PTB reader order: the, <unk>, <eos>, N, of …; the first words of train.
 	if got := strings.Join(p.Vocab.Words[:5], " "); got != "the <unk> <eos> N of" {
 		t.Fatalf("first words %q", got)
 	}

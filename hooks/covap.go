@@ -16,7 +16,7 @@ import (
 	"github.com/spargo-dl/spargo/internal/kernels"
 )
 
-// COVAP is the COVAP comm hook (paper 004; ALGORITHMS.md §6): a coarse-grained filter that
+// COVAP is the COVAP comm hook (Meng et al., arXiv 2023; docs/ALGORITHMS.md §6): a coarse-grained filter that
 // communicates whole pieces of DDP buckets, each once every I iterations, so that the
 // communication left per iteration fits behind the backward computation. There is no top-k:
 // what travels is a dense all-reduce of the pieces whose turn it is.
@@ -48,10 +48,10 @@ import (
 //     element. The coefficient multiplies the old residual each time it is added to a gradient
 //     ("before the residuals are added to current gradients", line 2 of Algorithm 1), so a
 //     gradient dropped j times reaches the wire scaled by about c^j. Feedback = "reference" is
-//     the authors' reducer and ALGORITHMS.md §6's wording: a dropped shard keeps r = c(s)·r + g,
+//     the authors' reducer and docs/ALGORITHMS.md §6's wording: a dropped shard keeps r = c(s)·r + g,
 //     a sent one sends g + r unscaled; at I = 2 its coefficient never acts (r is 0 whenever it
 //     would be scaled). With c ≡ 1 (Init = 1) both are exact error feedback and the
-//     conservation test of ALGORITHMS.md §0 holds; with c < 1 the part (1 - c)·r is dropped by
+//     conservation test of docs/ALGORITHMS.md §0 holds; with c < 1 the part (1 - c)·r is dropped by
 //     design. Dense iterations send g + c(s)·r (paper) or g + r (reference) and clear r.
 //
 // Accuracy and the learning rate. The hook is the paper's algorithm: a plain re-implementation

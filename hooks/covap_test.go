@@ -287,7 +287,7 @@ func sentShardOracle(p *CovapPlan, b int, s int64) int {
 	return -1
 }
 
-// With c ≡ 1 (init=1) the conservation test of ALGORITHMS.md §0 holds on every bucket at every
+// With c ≡ 1 (init=1) the conservation test of docs/ALGORITHMS.md §0 holds on every bucket at every
 // iteration; with the default schedule the test holds with the old residuals scaled exactly
 // where each rule says the coefficient acts (paper: every residual, every iteration;
 // reference: the dropped shards only). Outputs are bit-identical on every rank, and zero
@@ -585,7 +585,7 @@ func TestCovapDenseIterations(t *testing.T) {
 	}
 }
 
-// Replica consistency under DDP (ALGORITHMS.md §0): after every step all ranks hold
+// Replica consistency under DDP (docs/ALGORITHMS.md §0): after every step all ranks hold
 // bit-identical parameters, P in {2, 3, 4, 5, 8}, with compression under way.
 func TestCovapReplicaConsistencyUnderDDP(t *testing.T) {
 	const steps = 7

@@ -32,7 +32,7 @@ func paramHash(ps []*nn.Param) uint64 {
 	return h.Sum64()
 }
 
-// Replica consistency (ALGORITHMS.md §0): after every step of a DDP training with several
+// Replica consistency (docs/ALGORITHMS.md §0): after every step of a DDP training with several
 // buckets (SparDL's default plan: one), all ranks hold bit-identical parameters, for every hook of this issue and P in
 // {2, 3, 4, 5, 8} (gtopk: powers of two). The loss must also stay finite.
 func TestReplicaConsistencyUnderDDP(t *testing.T) {

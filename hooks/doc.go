@@ -26,7 +26,7 @@
 // sparse entry is two words), for a bucket of n elements and k = max(1, int(n·density)):
 //
 //   - allreduce: dense all-reduce (ring, Rabenseifner or recursive doubling).
-//   - spardl: SparDL (ALGORITHMS.md §2). Spar-Reduce-Scatter inside teams of N = P/d ranks (any
+//   - spardl: SparDL (docs/ALGORITHMS.md §2). Spar-Reduce-Scatter inside teams of N = P/d ranks (any
 //     N; bags of blocks sent as one message per round, each block cut to its top-k_b right
 //     before it is sent), global residual collection, Spar-All-Gather across the d teams (R-SAG
 //     for d a power of two, B-SAG with the adaptive h of the paper's Algorithm 2 otherwise), a
@@ -38,7 +38,7 @@
 //     with backward, each with its own budget; on VGG-11 this trains measurably worse).
 //   - topka: SparCML's TopkA — local top-k, all-gather of P·k pairs: ceil(log2 P) rounds,
 //     2k(P-1) words.
-//   - lags, mgs, omgs: OMGS-SGD's family (ALGORITHMS.md §5) — TopkA on every bucket of a plan
+//   - lags, mgs, omgs: OMGS-SGD's family (docs/ALGORITHMS.md §5) — TopkA on every bucket of a plan
 //     the hook makes itself (ddp.Planner), in backward order, so groups are communicated while
 //     backward runs: lags one bucket per tensor (LAGS-SGD), mgs consecutive tensors merged
 //     until threshold elements (default 8192), omgs the merge plan of least predicted
@@ -61,7 +61,7 @@
 //     [4k(P-1)/P, (2k+n)(P-1)/P] words plus P-1 words of counts.
 //   - gtopk: gTopk — tree reduction keeping the top-k of each 2k merge, then a broadcast;
 //     power-of-two P only; 2·log2 P rounds, at most 4k·log2 P words.
-//   - oktopk: Ok-Topk (ALGORITHMS.md §3) — local and global selection by thresholds reused
+//   - oktopk: Ok-Topk (docs/ALGORITHMS.md §3) — local and global selection by thresholds reused
 //     between exact re-evaluations every τ' calls (a distributed radix select finds the exact
 //     global one), with the reference's multiplicative feedback (preset=vgg|lstm|bert) and, by
 //     default, an exact re-evaluation within the call when a reused threshold's count leaves
@@ -84,7 +84,7 @@
 //   - gaussiank: Gaussiank — the magnitude threshold of a normal fit of g + ξ, corrected toward k
 //     (the reference's up to 20 steps of 1.02 into [3k/4, 5k/4]); all-gather-v of the
 //     selections: 2·ceil(log2 P) rounds, P-1 words of sizes plus 2 words per received entry.
-//   - covap: COVAP (ALGORITHMS.md §6) — no selection at all: DDP's buckets, oversized ones cut
+//   - covap: COVAP (docs/ALGORITHMS.md §6) — no selection at all: DDP's buckets, oversized ones cut
 //     into min(I, max(1, floor(x/median))) contiguous shards, numbered globally in bucket order;
 //     shard i is all-reduced at iteration s iff (i + s) mod I == 0, the others return zeros and
 //     stay in the residual. Iteration 0 is dense. interval=auto measures I = ceil(CCR) on a few
@@ -102,7 +102,7 @@
 //
 // # Two-stage synchronization
 //
-//   - osp: OSP (ALGORITHMS.md §7) on all-reduce. Every iteration the parameter tensors are
+//   - osp: OSP (docs/ALGORITHMS.md §7) on all-reduce. Every iteration the parameter tensors are
 //     ranked by Σ|Ĝ·W| (the last global gradient applied to the tensor times its true value:
 //     the same on every rank, so no bitmap is sent); the least important, up to S(G^u)
 //     elements, are all-reduced on a goroutine of the hook while the next iteration computes

@@ -19,7 +19,7 @@ const (
 	gaussiankMaxSteps = 20
 )
 
-// GaussianK is Gaussiank (Shi et al.; Ok-Topk paper's Table 1, ALGORITHMS.md §4): instead of a
+// GaussianK is Gaussiank (Shi et al.; Ok-Topk paper's Table 1, docs/ALGORITHMS.md §4): instead of a
 // top-k it fits a normal distribution to G = g + ξ (mean μ, sample standard deviation σ) and
 // selects |G| >= t, t the magnitude that a fraction density of the fitted normal exceeds
 // (gaussianThreshold; Φ⁻¹(1 - density/2)·σ when μ = 0). Real gradients are not normal, so the

@@ -291,7 +291,7 @@ func severalBuckets(dp *ddp.DDP) error {
 }
 
 // checkReplicasAgree requires every rank's parameters to equal rank 0's after every step
-// (ALGORITHMS.md §0); prefix starts the failure message.
+// (docs/ALGORITHMS.md §0); prefix starts the failure message.
 func checkReplicasAgree(t testing.TB, prefix string, hashes [][]uint64) {
 	t.Helper()
 	for s := range hashes[0] {
@@ -372,7 +372,7 @@ func grads(seed uint64, p, n int) [][]float32 {
 	return gs
 }
 
-// checkConservation is the test of ALGORITHMS.md §0: with T = Σ_r (g_r + ξ_r) before the call,
+// checkConservation is the test of docs/ALGORITHMS.md §0: with T = Σ_r (g_r + ξ_r) before the call,
 // S = P·output and ξ'_r after, S + Σ ξ'_r = T elementwise up to float rounding.
 func checkConservation(t testing.TB, what string, gs, before, after [][]float32, out []float32) {
 	t.Helper()

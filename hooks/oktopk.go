@@ -57,7 +57,7 @@ type OkTopkConstants struct {
 	GlobalLow, GlobalHigh, GlobalDecrease, GlobalIncrease float64
 }
 
-// okTopkPresets are the constants of the reference code (ALGORITHMS.md §3), per model family.
+// okTopkPresets are the constants of the reference code (docs/ALGORITHMS.md §3), per model family.
 var okTopkPresets = map[string]OkTopkConstants{
 	"vgg":  {TauPrime: 32, LocalLow: 2.0 / 3, LocalHigh: 5.0 / 4, LocalScale: 1.012, GlobalLow: 2.0 / 3, GlobalHigh: 4.0 / 3, GlobalDecrease: 1.008, GlobalIncrease: 1.008},
 	"lstm": {TauPrime: 32, LocalLow: 3.0 / 4, LocalHigh: 5.0 / 4, LocalScale: 1.012, GlobalLow: 3.0 / 4, GlobalHigh: 5.0 / 4, GlobalDecrease: 1.01, GlobalIncrease: 1.008},
@@ -85,7 +85,7 @@ func (c OkTopkConstants) check() error {
 	return nil
 }
 
-// OkTopk is the Ok-Topk comm hook (paper 001; ALGORITHMS.md §3): the O(k) sparse all-reduce
+// OkTopk is the Ok-Topk comm hook (Li and Hoefler, PPoPP 2022; docs/ALGORITHMS.md §3): the O(k) sparse all-reduce
 // Topk_global(Σ_r Topk_local(g_r + ξ_r)) with threshold reuse. Per bucket of n elements on P
 // ranks, k = max(1, int(n·density)), sparse call i (counted from 0 after dense_warmup):
 //
@@ -121,7 +121,7 @@ func (c OkTopkConstants) check() error {
 //     order (one round); then an all-gather-v (Bruck, ceil(log2 P) rounds).
 //  6. Output: the selected sums / P at their positions, the same bits on every rank. Residual:
 //     ξ' = acc, zeroed exactly at L ∩ (global selection) — what this rank contributed to an
-//     applied entry. The conservation test of ALGORITHMS.md §0 holds.
+//     applied entry. The conservation test of docs/ALGORITHMS.md §0 holds.
 //  7. Feedback for the next call: the local (global) threshold is divided by its factor when
 //     this call's local (global) count fell below its band, multiplied when above it.
 //

@@ -10,7 +10,7 @@ import (
 	"github.com/spargo-dl/spargo/comm"
 )
 
-// The communicators of Ok-Topk (paper 001, ALGORITHMS.md §3): the exact integer all-reduce
+// The communicators of Ok-Topk (Li and Hoefler, PPoPP 2022, docs/ALGORITHMS.md §3): the exact integer all-reduce
 // behind the boundary consensus and the global threshold, the split-and-reduce with
 // destination rotation and bucketing, and balance-and-all-gather-v. Sparse messages are COO
 // wire forms without header (8 bytes an entry).

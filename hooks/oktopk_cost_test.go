@@ -63,7 +63,7 @@ func okOverhead(t *testing.T, p int) (words, rounds int64) {
 	return words, rounds
 }
 
-// The cost oracle (ALGORITHMS.md §3): words received per rank <= 6k(P-1)/P plus the 2(P-1)
+// The cost oracle (docs/ALGORITHMS.md §3): words received per rank <= 6k(P-1)/P plus the 2(P-1)
 // words of counts, on every distribution, for every P from 2 to 16, with balancing on. The
 // selections are exact (tau_prime=1: both thresholds re-evaluated, so every rank selects k
 // locally and k are selected globally, a few more on ties) and the regions fresh (tau=1), as the bound assumes;

@@ -9,7 +9,7 @@ import (
 	"github.com/spargo-dl/spargo/comm"
 )
 
-// Region partitioning of Ok-Topk (paper 001, Sec. 3.1.1): where the P regions of the split
+// Region partitioning of Ok-Topk (Li and Hoefler, PPoPP 2022, Sec. 3.1.1): where the P regions of the split
 // and reduce begin. The reference averages the ranks' own quantiles, which balances the union
 // of the selections only when every rank's selected positions are spread alike (the paper's
 // observation); when they are not — each rank's entries in a different part of the bucket, or

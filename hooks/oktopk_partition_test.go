@@ -412,7 +412,7 @@ func TestOkTopkRepartitionTrigger(t *testing.T) {
 	}
 }
 
-// Conservation and replica identity (ALGORITHMS.md §0) on the skewed generators and on many
+// Conservation and replica identity (docs/ALGORITHMS.md §0) on the skewed generators and on many
 // equal magnitudes, for both partitions, the balancing policies in turn and the default
 // thresholds (reused between re-evaluations, with the guard), over eight calls with tau=3.
 func TestOkTopkSkewConservation(t *testing.T) {

@@ -116,7 +116,7 @@ func runOkTopkCalls(t *testing.T, w *world, name string, calls int, gen func(cal
 	return outs
 }
 
-// Conservation (ALGORITHMS.md §0) and replica consistency for every P from 2 to 16, three
+// Conservation (docs/ALGORITHMS.md §0) and replica consistency for every P from 2 to 16, three
 // densities, the four distributions, the three balancing policies (rotating), over five calls
 // with tau=2, tau_prime=3: calls 0 and 3 re-evaluate the thresholds, 0, 2 and 4 repartition,
 // the others reuse thresholds adjusted by the feedback.

@@ -16,7 +16,7 @@ import (
 	"github.com/spargo-dl/spargo/nn"
 )
 
-// MergedTopK is the layer-wise sparsification family of OMGS-SGD (paper 003; ALGORITHMS.md
+// MergedTopK is the layer-wise sparsification family of OMGS-SGD (Shi et al., INFOCOM 2020; docs/ALGORITHMS.md
 // §5): TopkA (exact local top-k of g + ξ, all-gather of the P·k COO pairs, scatter-add, local
 // error feedback) run on every bucket of a plan that the hook chooses itself (ddp.Planner), in
 // backward order so that a group is communicated while the rest of backward runs:

@@ -9,7 +9,7 @@ import (
 	"github.com/spargo-dl/spargo/hooks/profile"
 )
 
-// This file is OMGS-SGD's planner (paper 003, §II-IV): the cost model of an iteration of
+// This file is OMGS-SGD's planner (Shi et al., INFOCOM 2020, §II-IV): the cost model of an iteration of
 // merged-gradient sparsification, the paper's Algorithm 1 (FindMergedLayers), an exact
 // optimum over all merge plans, and the brute force that checks both.
 //

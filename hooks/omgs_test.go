@@ -117,7 +117,7 @@ func profileStep(m nn.Module, seed uint64) profile.Step {
 // quickProfile is profile.Measure with few iterations and sizes, for tests.
 var quickProfile = profile.Options{Warmup: 1, Iterations: 2, Repeats: 1, TopKSizes: []int{256, 4096}, AllGatherBytes: []int{8, 512}}
 
-// Replica consistency (ALGORITHMS.md §0) under DDP, with the hooks' own plans: lags without a
+// Replica consistency (docs/ALGORITHMS.md §0) under DDP, with the hooks' own plans: lags without a
 // profile (reverse declaration order) and with one (measured order), mgs, omgs on a measured
 // profile with both planners and timelines; P in {2, 3, 4, 5, 8}.
 func TestMergedTopKReplicaConsistencyUnderDDP(t *testing.T) {

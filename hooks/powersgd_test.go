@@ -131,7 +131,7 @@ func TestPowerSGDFullRankIsExact(t *testing.T) {
 	}
 }
 
-// The conservation test of ALGORITHMS.md §0 (summed input = P·output + summed new errors) for
+// The conservation test of docs/ALGORITHMS.md §0 (summed input = P·output + summed new errors) for
 // P in {2, 3, 4, 5, 8}, ranks 1 and 2, over several calls (dense, then compressed with warm
 // start), and replica consistency of the outputs.
 func TestPowerSGDConservation(t *testing.T) {
@@ -530,7 +530,7 @@ func TestPowerSGDGolden(t *testing.T) {
 	}
 }
 
-// Replica consistency (ALGORITHMS.md §0) for PyTorch's built-in hooks: after every step of a
+// Replica consistency (docs/ALGORITHMS.md §0) for PyTorch's built-in hooks: after every step of a
 // DDP training with several buckets, all ranks hold bit-identical parameters, P in
 // {2, 3, 4, 5, 8}. noop, which does not communicate, must not keep them identical.
 func TestReplicaConsistencyBuiltinHooks(t *testing.T) {

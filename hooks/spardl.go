@@ -44,7 +44,7 @@ const (
 	tagAuto
 )
 
-// SparDL is the SparDL comm hook (paper 000; ALGORITHMS.md §2). Per bucket of n elements on P
+// SparDL is the SparDL comm hook (Zhao et al., ICDE 2024; docs/ALGORITHMS.md §2). Per bucket of n elements on P
 // ranks in d teams of N = P/d:
 //
 //  1. G = g + ξ, cut into N blocks of c = ceil(n/N); per-block budget k_b = max(1, int(c·density)).
@@ -56,7 +56,7 @@ const (
 //  4. A sparse Bruck all-gather of the final blocks in each team; output sum / P.
 //  5. Global residual collection: a position outside the final set keeps the rank's own G; a
 //     position inside keeps what this rank discarded there while forwarding (plus its share
-//     of what SAG discarded). The conservation test of ALGORITHMS.md §0 holds.
+//     of what SAG discarded). The conservation test of docs/ALGORITHMS.md §0 holds.
 //
 // Cost at d = 1 when every block has at least k_b non-zeros: exactly 2·ceil(log2 P) rounds and
 // 4(P-1)·k_b words received per rank (= 4k(P-1)/P). With d > 1 the paper's Table I rows.

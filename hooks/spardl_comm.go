@@ -10,7 +10,7 @@ import (
 	"github.com/spargo-dl/spargo/comm"
 )
 
-// The communicators of SparDL (paper 000, ALGORITHMS.md §2): Spar-Reduce-Scatter inside a team,
+// The communicators of SparDL (Zhao et al., ICDE 2024, docs/ALGORITHMS.md §2): Spar-Reduce-Scatter inside a team,
 // R-SAG and B-SAG across teams, and the sparse Bruck all-gather that ends both. They work on
 // any comm.Group, in practice comm.Sub views of the world group. Every message is one COO
 // vector in wire form with no header (8 bytes an entry), so the words received are exactly two
@@ -89,7 +89,7 @@ func wireBuf(b []byte, n int) []byte {
 // received bag into its own copies of those blocks. Finally it cuts its own block (block
 // g.Rank()) to its top-finalK. Every selected entry is zeroed in acc, so on return acc holds
 // exactly what this rank discarded: for every block, its accumulated copy minus what it sent
-// (the local residual of ALGORITHMS.md §2 step 3). It returns the own block's final entries,
+// (the local residual of docs/ALGORITHMS.md §2 step 3). It returns the own block's final entries,
 // with indices relative to the block. ceil(log2 N) rounds; N-1 blocks of at most kb entries
 // received.
 func sparReduceScatter(ctx context.Context, g comm.Group, tag uint32, acc []float32, c, kb, finalK int) (COO, error) {

@@ -78,7 +78,7 @@ func TestSRSSchedule(t *testing.T) {
 	}
 }
 
-// The cost oracle of ALGORITHMS.md §2 at d = 1: exactly 2·ceil(log2 P) rounds and 4(P-1)·k_b
+// The cost oracle of docs/ALGORITHMS.md §2 at d = 1: exactly 2·ceil(log2 P) rounds and 4(P-1)·k_b
 // words received on every rank, when every block has at least k_b non-zeros.
 func TestSparDLCostOracle(t *testing.T) {
 	for p := 2; p <= 16; p++ {

@@ -11,7 +11,7 @@ import (
 	"github.com/spargo-dl/spargo/internal/kernels"
 )
 
-// TopkDSA is SparCML's TopkDSA (SparDL paper's Table I; ALGORITHMS.md §4). The bucket is cut
+// TopkDSA is SparCML's TopkDSA (SparDL paper's Table I; docs/ALGORITHMS.md §4). The bucket is cut
 // into P equal regions (c = ceil(n/P)). Every rank selects its exact local top-k of G = g + ξ
 // and sends region j of its selection to rank j with destination rotation (step i sends to
 // r+i and receives from r-i: P-1 rounds); rank r sums region r. The non-zero counts of the

@@ -10,7 +10,7 @@ import (
 )
 
 // LSTMLMConfig describes an LSTM language model: PyTorch's word_language_model RNNModel
-// with an LSTM and an untied decoder, which is also the seeds' model (Ok-Topk
+// with an LSTM and an untied decoder, which is also the model of SparDL's LSTM-PTB (from Ok-Topk's code,
 // LSTM/models/lstm.py).
 type LSTMLMConfig struct {
 	Vocab  int // words (the decoder's outputs)
@@ -21,21 +21,21 @@ type LSTMLMConfig struct {
 	// output, in training mode.
 	Dropout float64
 	// InitRange: the embedding and decoder weights start in U(−InitRange, InitRange), the
-	// decoder bias at 0 (word_language_model's and the seeds' init_weights); the LSTM keeps
+	// decoder bias at 0 (word_language_model's and Ok-Topk's init_weights); the LSTM keeps
 	// PyTorch's default. 0 means 0.1.
 	InitRange float64
 }
 
 // lstmLMPresets are the language models of the catalogue ("lstm-" + key).
 var lstmLMPresets = map[string]LSTMLMConfig{
-	// The seeds' PTB model: embedding 1500, 2-layer LSTM 1500, keep probability 0.35.
+	// SparDL's PTB model: embedding 1500, 2-layer LSTM 1500, keep probability 0.35.
 	"ptb": {Vocab: 10000, Embed: 1500, Hidden: 1500, Layers: 2, Dropout: 0.65},
 	// Zaremba et al. (2014), "Recurrent neural network regularization": small and medium.
 	"ptb-small":  {Vocab: 10000, Embed: 200, Hidden: 200, Layers: 2, Dropout: 0},
 	"ptb-medium": {Vocab: 10000, Embed: 650, Hidden: 650, Layers: 2, Dropout: 0.5},
 }
 
-// LSTMLMPreset returns the configuration of a preset: "ptb" (the seeds' 1500-unit model,
+// LSTMLMPreset returns the configuration of a preset: "ptb" (SparDL's 1500-unit model,
 // 66,034,000 parameters), "ptb-small" or "ptb-medium" (Zaremba et al.'s 200 and 650
 // units). The "lstm-" prefix of the catalogue names is accepted too.
 func LSTMLMPreset(name string) (LSTMLMConfig, error) {
@@ -131,7 +131,7 @@ type LSTMClassifierConfig struct {
 	Vocab, Embed, Hidden, Layers, Classes int
 }
 
-// LSTMIMDB is the seeds' LSTM-IMDB classifier: vocabulary 50,001 (50,000 words and the
+// LSTMIMDB is SparDL's LSTM-IMDB classifier: vocabulary 50,001 (50,000 words and the
 // padding id 0), embedding 50, one LSTM layer of 100, Linear 100 → 2: 2,561,052
 // parameters.
 var LSTMIMDB = LSTMClassifierConfig{Vocab: 50001, Embed: 50, Hidden: 100, Layers: 1, Classes: 2}
@@ -216,7 +216,7 @@ func SequenceFirst(t *nn.Tape, ids []int32, n, maxLen int) (*nn.Tensor, error) {
 // "lstm-ptb-medium") and the LSTM-IMDB classifier ("lstm-imdb").
 func lstmEntries() []Entry {
 	summaries := map[string]string{
-		"ptb":        "the seeds' PTB language model: embedding 1500, 2-layer LSTM 1500, dropout 0.65, untied decoder, vocabulary 10,000",
+		"ptb":        "SparDL's PTB language model: embedding 1500, 2-layer LSTM 1500, dropout 0.65, untied decoder, vocabulary 10,000",
 		"ptb-small":  "Zaremba et al.'s small PTB language model: 2-layer LSTM 200, no dropout, vocabulary 10,000",
 		"ptb-medium": "Zaremba et al.'s medium PTB language model: 2-layer LSTM 650, dropout 0.5, vocabulary 10,000",
 	}
@@ -232,7 +232,7 @@ func lstmEntries() []Entry {
 			}})
 	}
 	es = append(es, Entry{Name: "lstm-imdb", Family: "lstm",
-		Summary: "the seeds' LSTM-IMDB classifier: embedding 50 (vocabulary 50,001), 1-layer LSTM 100, Linear 2",
+		Summary: "SparDL's LSTM-IMDB classifier: embedding 50 (vocabulary 50,001), 1-layer LSTM 100, Linear 2",
 		Build:   func(rng *rand.Rand) (nn.Module, error) { return NewLSTMClassifier(LSTMIMDB, rng) }})
 	return es
 }

@@ -17,7 +17,7 @@ func TestLSTMParamCounts(t *testing.T) {
 		name   string
 		params int
 	}{
-		{"lstm-ptb", 66034000}, // the seeds' model (issue 10's table)
+		{"lstm-ptb", 66034000}, // SparDL's LSTM-PTB (issue 10's table)
 		{"lstm-imdb", 2561052},
 		{"lstm-ptb-small", 10000*200 + 2*(4*200*400+2*800) + 200*10000 + 10000},
 		{"lstm-ptb-medium", 10000*650 + 2*(4*650*1300+2*2600) + 650*10000 + 10000},

@@ -47,7 +47,7 @@ func ImageNetResNetNames() []string {
 // ResNet is a residual network (He et al. 2016) in one of two layouts, with PyTorch's
 // parameter names so that weights load into the usual PyTorch definitions:
 //
-//   - CIFAR (resnet20/32/44/56/110, the seeds' ResNet-20): a 3×3 convolution to 16
+//   - CIFAR (resnet20/32/44/56/110, He et al.'s CIFAR ResNet-20): a 3×3 convolution to 16
 //     channels, three stages of n basic blocks with 16, 32 and 64 channels (the 2nd and 3rd
 //     start with stride 2), global average pool, Linear(64, classes). Shortcuts are
 //     parameter-free (the paper's option A: a stride-2 subsample and zero channels, see

@@ -1,4 +1,4 @@
-// Package models builds the networks of the seeds' experiments with spargo's layers.
+// Package models builds the networks of the papers' experiments (docs/ALGORITHMS.md) with spargo's layers.
 //
 //	model, err := models.NewVGG("vgg16", models.CIFAR10, nn.NewRand(seed))
 //	fmt.Print(nn.Summary(model)) // features.0.weight … classifier.bias, 14,728,266 parameters
@@ -52,7 +52,7 @@ func VGGNames() []string {
 
 // VGG is the CIFAR variant of VGG with batch normalisation: 3×3 convolutions (padding 1,
 // with bias), BatchNorm and ReLU, 2×2 max-pools, then one Linear(512, classes) on the
-// 1×1×512 map — the model of the seeds' CIFAR experiments (14,728,266 parameters for
+// 1×1×512 map — the model of the SparDL and Ok-Topk papers' CIFAR experiments (14,728,266 parameters for
 // VGG-16 on CIFAR-10). Parameters are named features.<i>.weight/bias and
 // classifier.weight/bias.
 type VGG struct {

@@ -15,7 +15,7 @@ type Constant float64
 // LR returns the constant.
 func (c Constant) LR(int, int, int) float64 { return float64(c) }
 
-// WarmupStep is the seeds' recipe: the rate rises linearly from WarmupFrom (typically
+// WarmupStep is Goyal et al.'s warm-up and step decay: the rate rises linearly from WarmupFrom (typically
 // Base/P for P workers, Goyal et al.) to Base over the first WarmupEpochs epochs, per
 // step; then it is multiplied by Gamma at each epoch in Milestones (e.g. ×0.1 at 150
 // and 250).

@@ -64,7 +64,7 @@ class RNNModel(nn.Module):  # word_language_model's, LSTM, untied, dropout 0
         self.encoder = nn.Embedding(ntoken, ninp)
         self.rnn = nn.LSTM(ninp, nhid, nlayers)
         self.decoder = nn.Linear(nhid, ntoken)
-        initrange = 0.1  # as its init_weights and the seeds' (Ok-Topk LSTM/models/lstm.py)
+        initrange = 0.1  # as its init_weights and Ok-Topk's (LSTM/models/lstm.py)
         nn.init.uniform_(self.encoder.weight, -initrange, initrange)
         nn.init.zeros_(self.decoder.bias)
         nn.init.uniform_(self.decoder.weight, -initrange, initrange)

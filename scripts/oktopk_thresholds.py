@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-# Threshold accuracy of Ok-Topk from a training run's debug log (ALGORITHMS.md §3, issue 6):
+# Threshold accuracy of Ok-Topk from a training run's debug log (docs/ALGORITHMS.md §3, issue 6):
 # how far the number of locally and globally selected values strays from k, per bucket, over
 # the calls after the first exact re-evaluation.
 #

@@ -11,7 +11,7 @@
 #
 # The recipe, as spargo's (train/lm.go, datasets/ptb.go, models/lstm.go):
 #   * data: every line's words + <eos>; vocabulary by decreasing count, ties by the word (the
-#     seeds' ptb_reader); the training stream cut into --workers contiguous equal parts, each
+#     TensorFlow's PTB reader); the training stream cut into --workers contiguous equal parts, each
 #     laid out in --batch columns (word_language_model's batchify) and read in --bptt windows
 #     with targets shifted by one; the hidden state carried across windows, detached; zeros at
 #     the start of every epoch;

@@ -23,7 +23,7 @@
 # --hook replaces the dense average by a simulated sparse scheme on the whole flattened
 # gradient (one bucket), each worker with its own residual (error feedback):
 #   topka   local top-k per worker, sum of the sparse vectors (the anchor's TopkA);
-#   spardl  SparDL with d = 1 (ALGORITHMS.md §2): Spar-Reduce-Scatter over N = W blocks with
+#   spardl  SparDL with d = 1 (docs/ALGORITHMS.md §2): Spar-Reduce-Scatter over N = W blocks with
 #           per-block budget k_b, sparsify-before-send, global residual collection. It is
 #           written plainly from the specification, as an independent check of the Go hook's
 #           accuracy (not of its communication).
@@ -31,7 +31,7 @@
 #           tensor. --dense-below N sends the tensors of fewer than N elements densely (summed
 #           exactly, no residual), as spargo's lags/mgs/omgs option dense_below does (its
 #           default there is 8192; here 0, every tensor sparsified, the paper's algorithm).
-#   covap   COVAP with the paper's scheduled error feedback (ALGORITHMS.md §6, hooks/covap.go):
+#   covap   COVAP with the paper's scheduled error feedback (docs/ALGORITHMS.md §6, hooks/covap.go):
 #           DDP's buckets (reverse parameter order, 1 MiB first bucket, then 25 MiB), split into
 #           shards by the median rule, shard i sent at step s iff (i + s) mod I == 0 (--interval),
 #           step 0 dense, acc = g + c(s)·r with c(s) = min(0.5 + floor(s/50)·0.1, 1). Written
@@ -185,7 +185,7 @@ class Covap:
 
 
 def spardl_schedule(N):
-    """Bag sizes and gaps of Spar-Reduce-Scatter (ALGORITHMS.md §2)."""
+    """Bag sizes and gaps of Spar-Reduce-Scatter (docs/ALGORITHMS.md §2)."""
     L = (N - 1).bit_length()
     if L == 0:
         return [], []

@@ -51,7 +51,7 @@ type commResult struct {
 	// of k two workers share (see overlapTracker).
 	UnionK  *float64 `json:"union_k,omitempty"`
 	Overlap *float64 `json:"overlap,omitempty"`
-	// Transport is -transport's; Formula the ALGORITHMS.md / SparDL Table I volume and
+	// Transport is -transport's; Formula the docs/ALGORITHMS.md / SparDL Table I volume and
 	// FormulaWords its value (words received per worker, whole model as one bucket).
 	Transport    string  `json:"transport"`
 	Formula      string  `json:"formula"`

@@ -30,7 +30,7 @@ const planHelp = `usage: spargo plan (-profile FILE | -measure -model M -workers
                   [-allgather-alpha 22ms] [-allgather-beta 272] [-allreduce-alpha A] [-allreduce-beta B]
                   [-network 1gbit,50us] [-network-workers 16] [-compute-scale 0.1] [-save FILE] [-json]
 
-Prints the bucket plans that the merging hooks (lags, mgs, omgs: OMGS-SGD, paper 003) would
+Prints the bucket plans that the merging hooks (lags, mgs, omgs: OMGS-SGD, Shi et al., INFOCOM 2020) would
 choose for a model, with the iteration time the OMGS cost model predicts for each, next to
 TopK-SGD's (the whole model as one group) and LAGS's (no merging), without training. The
 plans come from the hooks' own planner (hooks.MergedTopK.PlanProfile), the one DDP calls

@@ -9,7 +9,7 @@ import (
 // Allocation-free dispatch for the layer kernels. Each kernel keeps its arguments
 // in a small job struct whose methods process an index range. Small problems call
 // the method directly; large ones copy the job into a pooled layerTask and run it
-// on the worker pool (dispatch in pool.go) with parallelFor's split, so neither
+// on the worker pool (dispatch in workers.go) with parallelFor's split, so neither
 // path allocates in the steady state.
 
 // runsSerial reports whether a loop of n items of the given cost runs on the

@@ -24,7 +24,7 @@ var mustBeChecked = []string{"nn", "ddp", "hooks", "comm", "cluster", "models", 
 // The core never links gorgonia: `go list -deps` of every package of the module except this
 // bridge and its example has no gorgonia.org/ package, and no other package's tests import
 // gorgonia or the bridge. (Importing gorgonia.org/tensor alone links Apache Arrow, two
-// protobuf stacks and flatbuffers; see ARCHITECTURE.md.)
+// protobuf stacks and flatbuffers; see docs/ARCHITECTURE.md.)
 func TestCoreDoesNotImportGorgonia(t *testing.T) {
 	goTool, err := exec.LookPath("go")
 	if err != nil {
