@@ -35,7 +35,7 @@
 //     words (id 0 = padding and unknown), reviews as MaxLen int32 ids;
 //     [DownloadIMDB] fetches the official tarball.
 //   - [LoadPTB], [PTBVocab], [Batchify], [LMBatches], [ShardTokens]
-//     (ptb.go): the Penn Treebank word-level corpus as the seeds read it
+//     (ptb.go): the Penn Treebank word-level corpus as TensorFlow's PTB reader reads it
 //     (<eos> per line, vocabulary by decreasing count), laid out in N
 //     columns and cut into bptt windows with targets shifted by one; each
 //     data-parallel rank takes a contiguous slice of the stream.

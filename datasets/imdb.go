@@ -34,7 +34,7 @@ func DownloadIMDB(ctx context.Context, destDir string, progress io.Writer) error
 
 // IMDB defaults: SparDL's LSTM-IMDB classifier uses the 50,000 most
 // frequent training words; reviews longer than IMDBDefaultMaxLen tokens are
-// cut (a choice of this package, not of the seeds: set
+// cut (a choice of this package, not of SparDL's code: set
 // IMDBOptions.MaxLen to match a reference run).
 const (
 	IMDBDefaultVocabSize = 50000

@@ -14,12 +14,12 @@ import (
 )
 
 // The Penn Treebank word-level language-modelling corpus (Mikolov's "simple-examples"
-// split: ptb.train.txt, ptb.valid.txt, ptb.test.txt), read as the seeds read it
+// split: ptb.train.txt, ptb.valid.txt, ptb.test.txt), read as TensorFlow's PTB reader reads it
 // (Ok-Topk's LSTM/ptb_reader.py, TensorFlow's PTB reader): every line's whitespace-separated
 // words followed by "<eos>", and a vocabulary of the training file's words sorted by
 // decreasing count, ties by the word (byte order, which is Python's code-point order for
 // UTF-8), so "the" is id 0 on PTB. Valid and test must use only training words: PTB has
-// none outside it, and a word outside it is an error naming the file and line (the seeds
+// none outside it, and a word outside it is an error naming the file and line (TensorFlow's reader
 // would drop it silently).
 //
 // For training, [Batchify] lays a token stream out in N columns (word_language_model's
@@ -181,7 +181,7 @@ func encodePTB(path string, pw ptbWords, v *PTBVocab) ([]int32, error) {
 
 // ShardTokens returns rank's contiguous share of a token stream for world data-parallel
 // ranks: the stream cut into world equal parts (the remainder dropped, at most world−1
-// tokens), as the seeds give each worker its own part of the corpus. Each rank then
+// tokens), as SparDL's and Ok-Topk's code give each worker its own part of the corpus. Each rank then
 // batchifies its part and carries its hidden state through it.
 func ShardTokens(tokens []int32, rank, world int) ([]int32, error) {
 	if world < 1 || rank < 0 || rank >= world {

@@ -115,7 +115,7 @@ func TestRealPTB(t *testing.T) {
 }
 
 // The fixture: PTB's first 40 training lines and three valid and test lines that use
-// only their words. The expected values come from the seeds' reading, done in Python:
+// only their words. The expected values come from TensorFlow's PTB reader's reading, done in Python:
 // words+<eos> per line, vocabulary by (-count, word).
 func TestPTBFixture(t *testing.T) {
 	p, err := LoadPTB(ptbFixture)

@@ -153,7 +153,7 @@ func TestCompressedReplicasUnderDDP(t *testing.T) {
 }
 
 // A hook restored from the state saved after k calls gives the same outputs as the hook that
-// went on (residuals, momenta, server residuals, call counters: the seeds' draws).
+// went on (residuals, momenta, server residuals, call counters: the generators' draws).
 func TestCompressedResume(t *testing.T) {
 	const p, n, k = 3, 500, 3
 	for name, spec := range compressedSpecs {
