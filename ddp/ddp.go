@@ -165,9 +165,9 @@ func (d *DDP) checkShapes(ctx context.Context, bindErr error) error {
 	if bindErr != nil {
 		return bindErr
 	}
-	for r, msg := range all {
+	for _, msg := range all {
 		if v, _, _ := strings.Cut(string(msg), "\n"); v != "" {
-			return fmt.Errorf("ddp: rank %d refused the hook: %s", r, v)
+			return fmt.Errorf("ddp: rank %d: not starting: %s", d.group.Rank(), strings.TrimPrefix(v, "ddp: "))
 		}
 	}
 	ref := strings.Split(string(all[0]), "\n")[1:]
