@@ -136,6 +136,18 @@ type simOptions struct {
 	concurrent    int          // time the kernels on this many goroutines at once, median round (-validate)
 }
 
+// largeSimulation is the world size from which -iters defaults to 1: one call of a hook on
+// P workers runs P goroutines over the scaled vectors, and at P = 1024 the README's five hooks
+// took 162 s of CPU (12 min on a loaded 2-core machine) with 1 warm-up and 2 timed calls.
+const largeSimulation = 512
+
+// flagSet reports whether the command line set flag name.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
 // simBytesPerElement is the memory a worker needs per element of its bucket while it
 // communicates: the gradient, the residual and the hook's dense scratch.
 const simBytesPerElement = 12
@@ -151,7 +163,7 @@ func runSimulate(args []string, stdout io.Writer) error {
 	bandwidth := fs.String("bandwidth", "1gbit", "NIC bandwidth per worker and direction (bit, kbit, mbit, gbit, tbit; e.g. 10gbit)")
 	latency := fs.Duration("latency", 50*time.Microsecond, "latency α of one message")
 	density := fs.Float64("density", 0.01, "density for hooks that take one and whose spec does not set it")
-	iters := fs.Int("iters", 2, "timed calls per hook (the mean is reported)")
+	iters := fs.Int("iters", 2, "timed calls per hook (the mean is reported; default 1 at P >= 512)")
 	warmup := fs.Int("warmup", 1, "calls per hook before the timed ones (oktopk's first call computes exact thresholds)")
 	seed := fs.Uint64("seed", 0, "seed of the synthetic gradients")
 	scaleFlag := fs.String("scale", "auto", "down-scaling factor M of the vectors (auto: 1 when P·n fits -mem, else the smallest that fits)")
@@ -163,6 +175,11 @@ func runSimulate(args []string, stdout io.Writer) error {
 	validate := fs.Bool("validate", false, "compare with the same hooks over TCP on loopback (α, β fitted from a probe)")
 	if helped, err := parseFlags(fs, args, stdout, simulateHelp); helped || err != nil {
 		return err
+	}
+	itersNote := ""
+	if !flagSet(fs, "iters") && *workers >= largeSimulation {
+		*iters = 1 // each call of a hook on 512+ workers takes minutes of CPU here
+		itersNote = fmt.Sprintf(", -iters 1 (the default from P=%d; give -iters to time more calls)", largeSimulation)
 	}
 	o := simOptions{workers: *workers, iters: *iters, warmup: *warmup, seed: *seed, compute: *compute, cores: *cores, alpha: latency.Seconds(),
 		backward: backward.Seconds()}
@@ -237,8 +254,8 @@ func runSimulate(args []string, stdout io.Writer) error {
 		}
 	}
 	if !*asJSON {
-		fmt.Fprintf(stdout, "%s: %d parameters; P=%d, %s, α=%v, compute %s\n",
-			o.model, o.nModel, o.workers, formatBandwidth(o.bandwidthBits), *latency, o.compute)
+		fmt.Fprintf(stdout, "%s: %d parameters; P=%d, %s, α=%v, compute %s%s\n",
+			o.model, o.nModel, o.workers, formatBandwidth(o.bandwidthBits), *latency, o.compute, itersNote)
 		fmt.Fprintf(stdout, "%-28s %10s %10s %10s %14s %14s %9s %7s  %s\n", "hook", "time_ms", "comm_ms", "compute_ms", "bytes_sent", "bytes_recv", "messages", "rounds", "formula (words received per worker)")
 	}
 	for i, row := range o.rows {

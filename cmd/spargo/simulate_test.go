@@ -301,3 +301,23 @@ func testRow(t testing.TB, spec string) hookRow {
 	}
 	return row
 }
+
+// From P = 512 one timed call is the default, and the header says so; -iters overrides it.
+func TestSimulateLargePDefaultIters(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		note bool
+	}{
+		{[]string{"simulate", "-n", "4k", "-workers", "512", "-hook", "allreduce", "-compute", "none", "-warmup", "0"}, true},
+		{[]string{"simulate", "-n", "4k", "-workers", "512", "-hook", "allreduce", "-compute", "none", "-warmup", "0", "-iters", "2"}, false},
+		{[]string{"simulate", "-n", "4k", "-workers", "256", "-hook", "allreduce", "-compute", "none", "-warmup", "0"}, false},
+	} {
+		var out, errb bytes.Buffer
+		if code := dispatch(c.args, &out, &errb); code != 0 {
+			t.Fatalf("%v: exit %d: %s", c.args, code, errb.String())
+		}
+		if got := strings.Contains(out.String(), "-iters 1 (the default from P=512"); got != c.note {
+			t.Errorf("%v: note of -iters 1 %v, want %v:\n%s", c.args, got, c.note, out.String())
+		}
+	}
+}
