@@ -36,7 +36,11 @@ type Group interface {
 	Irecv(ctx context.Context, from int, tag uint32, buf []byte) *Request
 	// Counters are this rank's communication statistics.
 	Counters() *Counters
-	// Close makes pending and later operations of this rank fail with ErrClosed.
+	// Close makes pending and later operations of this rank fail with ErrClosed, and the
+	// other ranks' operations that need this rank (a receive from it, a send to it) fail
+	// with an error wrapping ErrClosed that names this rank. A rank that returns early or
+	// fails closes its group (defer g.Close()), so the others get an error instead of
+	// waiting for it forever.
 	Close() error
 }
 

@@ -83,7 +83,7 @@ func (g *localGroup) Send(ctx context.Context, to int, tag uint32, payload []byt
 	dst.mu.Lock()
 	defer dst.mu.Unlock()
 	if dst.closed.Load() {
-		return fmt.Errorf("comm: rank %d: send to rank %d tag %d: peer: %w", g.rank, to, tag, ErrClosed)
+		return fmt.Errorf("comm: rank %d: send to rank %d tag %d: %w", g.rank, to, tag, peerClosed(to))
 	}
 	g.counters.AddSent(len(payload))
 	key := boxKey{from: g.rank, tag: tag}
@@ -165,7 +165,7 @@ func (g *localGroup) Irecv(ctx context.Context, from int, tag uint32, buf []byte
 	}
 	if g.world.ranks[from].closed.Load() {
 		g.mu.Unlock()
-		return DoneRequest(0, fmt.Errorf("comm: rank %d: recv from rank %d tag %d: peer: %w", g.rank, from, tag, ErrClosed))
+		return DoneRequest(0, fmt.Errorf("comm: rank %d: recv from rank %d tag %d: %w", g.rank, from, tag, peerClosed(from)))
 	}
 	if err := ctx.Err(); err != nil {
 		g.mu.Unlock()
@@ -210,6 +210,13 @@ func (g *localGroup) cancelRecv(p *pendingRecv, key boxKey, ctx context.Context)
 	g.finishLocked(p, 0, fmt.Errorf("comm: rank %d: recv from rank %d tag %d: %w", g.rank, key.from, key.tag, ctx.Err()))
 }
 
+// peerClosed is the error of an operation that needs rank r after r closed its group: a
+// rank that returns early or fails closes its group (defer g.Close()) so that the others'
+// collectives fail with this error, naming it, instead of waiting for it.
+func peerClosed(r int) error {
+	return fmt.Errorf("rank %d closed its group (it returned or failed): %w", r, ErrClosed)
+}
+
 // Close fails this rank's pending receives and all its later operations with ErrClosed, and
 // fails other ranks' receives that wait, with nothing queued, for a message from this rank.
 // Closing twice is a no-op.
@@ -237,7 +244,7 @@ func (g *localGroup) Close() error {
 				continue
 			}
 			for _, p := range box.waiting {
-				peer.finishLocked(p, 0, fmt.Errorf("comm: rank %d: recv from rank %d tag %d: peer: %w", peer.rank, key.from, key.tag, ErrClosed))
+				peer.finishLocked(p, 0, fmt.Errorf("comm: rank %d: recv from rank %d tag %d: %w", peer.rank, key.from, key.tag, peerClosed(key.from)))
 			}
 			box.waiting = nil
 			peer.dropIfEmpty(key, box)

@@ -22,6 +22,10 @@ type DDP struct {
 	late    *lateState // late results and LGP (late.go)
 	// bufFlat is SyncBuffers' message buffer, reused every step.
 	bufFlat []float32
+	// serial and hookIDs bind the hook instance to this DDP (bind.go); closed is set by Close.
+	serial  uint64
+	hookIDs []hookID
+	closed  bool
 }
 
 type config struct {
@@ -75,6 +79,10 @@ func WithBucketObserver(o BucketObserver) Option { return func(c *config) { c.ob
 // that returns one, else size-capped like PyTorch. A hook that cannot run at the group's
 // world size (a WorldSizeChecker: gTopk needs a power of two) is refused first, with an
 // error naming the hook and P.
+//
+// The hook instance is bound to the new DDP until Close (bind.go): a hook that another
+// rank's DDP holds is refused, on every rank alike (the ranks exchange their verdicts with
+// the parameter shapes), with an error that says to build one hook per rank.
 func New(ctx context.Context, model nn.Module, g comm.Group, opts ...Option) (*DDP, error) {
 	cfg := config{firstBucketBytes: DefaultFirstBucketBytes, bucketBytesCap: DefaultBucketBytesCap, broadcastBuffers: true}
 	for _, o := range opts {
@@ -93,10 +101,13 @@ func New(ctx context.Context, model nn.Module, g comm.Group, opts ...Option) (*D
 	if len(d.params) == 0 {
 		return nil, fmt.Errorf("ddp: the model has no parameters")
 	}
-	if err := d.checkShapes(ctx); err != nil {
+	bindErr := d.bindHook()
+	if err := d.checkShapes(ctx, bindErr); err != nil {
+		d.Close()
 		return nil, err
 	}
 	if err := d.broadcastState(ctx); err != nil {
+		d.Close()
 		return nil, err
 	}
 	switch {
@@ -106,6 +117,7 @@ func New(ctx context.Context, model nn.Module, g comm.Group, opts ...Option) (*D
 		if p, ok := cfg.hook.(Planner); ok {
 			plan, err := p.Plan(d.params)
 			if err != nil {
+				d.Close()
 				return nil, fmt.Errorf("ddp: hook %s: planning buckets: %w", cfg.hook.Name(), err)
 			}
 			d.plan = plan
@@ -115,6 +127,7 @@ func New(ctx context.Context, model nn.Module, g comm.Group, opts ...Option) (*D
 		}
 	}
 	if err := validatePlan(d.plan, len(d.params)); err != nil {
+		d.Close()
 		return nil, err
 	}
 	d.reducer = newReducer(g, cfg.hook, d.params, d.plan)
@@ -133,15 +146,33 @@ func signature(ps []*nn.Param) []string {
 	return lines
 }
 
-func (d *DDP) checkShapes(ctx context.Context) error {
-	mine := signature(d.params)
+// checkShapes exchanges every rank's parameter layout, preceded by its verdict on binding
+// the hook (bindErr; an empty line when bound), and fails alike on every rank when a rank
+// refused the hook or a layout differs from rank 0's.
+func (d *DDP) checkShapes(ctx context.Context, bindErr error) error {
+	verdict := ""
+	if bindErr != nil {
+		verdict = strings.ReplaceAll(bindErr.Error(), "\n", " ")
+	}
+	mine := append([]string{verdict}, signature(d.params)...)
 	all, err := comm.AllGatherBytes(ctx, d.group, tagShapeCheck, []byte(strings.Join(mine, "\n")))
 	if err != nil {
+		if bindErr != nil {
+			return bindErr
+		}
 		return fmt.Errorf("ddp: exchanging parameter shapes: %w", err)
 	}
-	ref := strings.Split(string(all[0]), "\n")
+	if bindErr != nil {
+		return bindErr
+	}
+	for _, msg := range all {
+		if v, _, _ := strings.Cut(string(msg), "\n"); v != "" {
+			return fmt.Errorf("ddp: rank %d: not starting: %s", d.group.Rank(), strings.TrimPrefix(v, "ddp: "))
+		}
+	}
+	ref := strings.Split(string(all[0]), "\n")[1:]
 	for r := 1; r < len(all); r++ {
-		other := strings.Split(string(all[r]), "\n")
+		other := strings.Split(string(all[r]), "\n")[1:]
 		for i := 0; i < max(len(ref), len(other)); i++ {
 			switch {
 			case i >= len(other):
@@ -283,10 +314,16 @@ func (d *DDP) Stats() IterationStats { return d.reducer.stats }
 // iteration's late results and adds them to their parameters' Grad; a parameter deferred
 // now gets in Grad only what arrived late for it; and the true values are back in p.Value.
 func (d *DDP) Backward(ctx context.Context, loss *nn.Var) error {
+	if err := d.holdsHook(); err != nil {
+		return err
+	}
 	d.late.recordLoss(loss)
 	tape := loss.Tape()
 	if d.noSync {
 		return tape.Backward(loss)
+	}
+	if err := d.checkCorrector(); err != nil {
+		return err // every rank alike, before any message
 	}
 	r := d.reducer
 	d.late.begin()

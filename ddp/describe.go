@@ -31,7 +31,8 @@ func CheckWorldSize(h CommHook, p int) error {
 // CorrectorNeeder is implemented by hooks that deliver part of their result late and, to
 // train on the dense run's values (LGP), need the optimizer installed with SetCorrector:
 // NeedsCorrector reports whether this configuration of the hook does (OSP with lgp=true). A
-// program whose optimizer is not a Corrector refuses such a hook.
+// program whose optimizer is not a Corrector refuses such a hook, and Backward refuses to run
+// it before SetCorrector (an error naming the hook and the call to make).
 type CorrectorNeeder interface {
 	NeedsCorrector() bool
 }
@@ -40,4 +41,15 @@ type CorrectorNeeder interface {
 func NeedsCorrector(h CommHook) bool {
 	c, ok := h.(CorrectorNeeder)
 	return ok && c.NeedsCorrector()
+}
+
+// checkCorrector refuses to run a hook that needs the optimizer's cooperation (LGP) before
+// SetCorrector: without it the hook's deferred parameters would train on lagging values.
+func (d *DDP) checkCorrector() error {
+	if d.late.corrector != nil || !NeedsCorrector(d.cfg.hook) {
+		return nil
+	}
+	return fmt.Errorf("ddp: rank %d: hook %s needs the optimizer's cooperation (local-gradient prediction): "+
+		"call dp.SetCorrector(opt) before the first Backward (optim.SGD is a Corrector), or turn the prediction off in the hook's spec (osp:lgp=false)",
+		d.group.Rank(), d.cfg.hook.Name())
 }

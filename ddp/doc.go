@@ -30,6 +30,39 @@
 //
 // NoSync runs backward passes without communication for gradient accumulation.
 //
+// # A script of one's own
+//
+// Three rules make a training program safe by construction, and DDP enforces the first and
+// the third:
+//
+//   - One hook per rank. A hook keeps the state of the rank it runs on (residuals,
+//     thresholds, its rank), so New binds the hook instance to the new DDP and refuses, on
+//     every rank alike, an instance that another rank's open DDP holds: build the hook on
+//     each rank (hooks.Parse(spec) or hooks.Config.New there). Close frees the instance; a
+//     rank that builds its DDP again on the same group takes its hook over. Stateless hook
+//     values (AllReduceHook) are copied into each DDP and may be shared.
+//   - Every rank closes its group when it returns, however it returns: defer g.Close()
+//     (and defer dp.Close()) right after creating them. A rank that returns early or
+//     fails then makes the other ranks' pending and later collectives fail with an error
+//     naming it (comm.ErrClosed) instead of leaving them blocked in Backward; a rank that
+//     fails that way closes its group in turn, so the failure reaches every rank. Close on
+//     the DDP does not close the group: the caller owns it.
+//   - A hook that needs the optimizer's cooperation (OSP with lgp=true, a CorrectorNeeder)
+//     refuses to run before SetCorrector: Backward fails with an error naming the hook
+//     and the call to make, or the hook option that turns the need off (osp:lgp=false).
+//
+// On the goroutine (or process) of each rank:
+//
+//	defer g.Close()
+//	hook, err := hooks.Parse(spec) // built on this rank
+//	dp, err := ddp.New(ctx, model, g, ddp.WithCommHook(hook))
+//	defer dp.Close()
+//	opt, err := optim.NewSGD(dp.Parameters(), cfg)
+//	dp.SetCorrector(opt) // a no-op for hooks that defer nothing
+//	… // the loop; return its errors
+//
+// Example_closeOnReturn runs this with a rank that fails before its first Backward.
+//
 // # Futures
 //
 // CommHook.Run returns a Future, and every hook in this module finishes its bucket inside

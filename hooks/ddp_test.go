@@ -51,7 +51,7 @@ func TestReplicaConsistencyUnderDDP(t *testing.T) {
 				continue
 			}
 			t.Run(fmt.Sprintf("%s/P=%d", spec, p), func(t *testing.T) {
-				tr := trainDDP(t, spec, p, steps, ddpTraining{bucketCap: smallBuckets, check: func(dp *ddp.DDP) error {
+				tr := trainDDP(t, spec, p, steps, ddpTraining{bucketCap: smallBuckets, lgp: true, check: func(dp *ddp.DDP) error {
 					if strings.HasPrefix(spec, "spardl") && !strings.Contains(spec, "buckets=ddp") {
 						if len(dp.Plan()) != 1 {
 							return fmt.Errorf("spardl's default plan: want one bucket with the whole model, got %d", len(dp.Plan()))

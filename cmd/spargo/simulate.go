@@ -66,15 +66,20 @@ raised to cover its profiling, 1 + profile_iters dense calls; the chosen I and C
 printed under the hook's row and are covap_interval / covap_ccr in -json).
 
 Memory: each worker holds its gradient and residual while it communicates (about 12 bytes an
-element). When P times the model does not fit in -mem, the vectors are scaled down by an
-integer factor M (-scale auto picks the smallest): every worker runs the hook on n/M elements,
-rounded to a multiple of P/density so that blocks, k and per-block budgets stay integers and
-scale exactly, and every message counts M times its bytes on the clock and in the output. The
-simulated model then has M·(n/M) elements, within 0.5 % of the real count (both are printed).
-Schedules whose message sizes are proportional to k or n (spardl, topka, gtopk, allreduce)
-give exactly the time of the full-size run; for data-dependent ones (oktopk, topkdsa) volumes
-are those of the scaled data times M. Gradients are synthetic (heavy-tailed, seeded, those of
-spargo bench comm), generated per worker when needed.
+element; topka and gaussiank also hold the P·k gathered entries, 16 bytes each). When P times
+the model does not fit in -mem, the vectors are scaled down by an integer factor M, chosen for
+each hook on its own (-scale auto picks the smallest that fits): every worker runs the hook on
+n/M elements, rounded to a multiple of the hook's unit so that k and the per-block budgets stay
+integers and scale exactly (P/density for the hooks that split the vector into P blocks, 1/density
+for topka and gaussiank, whose k need not be a multiple of P), and every message counts M times
+its bytes on the clock and in the output. The simulated model then has M·(n/M) elements, within
+0.5 % of the real count. Under each row the output says what was approximated: the factor, and
+whether the hook is exact under scaling. Schedules whose message sizes are proportional to k or
+n (spardl, topka, gtopk, allreduce) give exactly the time of the full-size run; for
+data-dependent ones (oktopk, topkdsa) volumes are those of the scaled data times M, which
+overestimates the time more as M grows (measured at P=8 on 8M elements: oktopk +7 % at M=200
+and +17 % at M=1000, topkdsa +4 % and +9 %); other hooks are marked as not checked. Gradients are
+synthetic (heavy-tailed, seeded, those of spargo bench comm), generated per worker when needed.
 
 -validate runs the hooks over real TCP on loopback (comm.NewTCPLoopback, P ranks in this
 process), fits α from a ping-pong and β from all ranks exchanging 4 MiB at once, simulates the
@@ -91,6 +96,7 @@ type simResult struct {
 	NModel        int     `json:"n_model"` // elements of the real model
 	NSim          int     `json:"n_sim"`   // elements each worker actually ran
 	Scale         int     `json:"scale"`   // M
+	Scaling       string  `json:"scaling"` // what the scaling approximates (scaling)
 	Density       float64 `json:"density"` // 1 for dense hooks
 	BandwidthBps  float64 `json:"bandwidth_bit_s"`
 	LatencyUS     float64 `json:"latency_us"`
@@ -130,6 +136,18 @@ type simOptions struct {
 	concurrent    int          // time the kernels on this many goroutines at once, median round (-validate)
 }
 
+// largeSimulation is the world size from which -iters defaults to 1: one call of a hook on
+// P workers runs P goroutines over the scaled vectors, and at P = 1024 the README's five hooks
+// took 162 s of CPU (12 min on a loaded 2-core machine) with 1 warm-up and 2 timed calls.
+const largeSimulation = 512
+
+// flagSet reports whether the command line set flag name.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
 // simBytesPerElement is the memory a worker needs per element of its bucket while it
 // communicates: the gradient, the residual and the hook's dense scratch.
 const simBytesPerElement = 12
@@ -145,7 +163,7 @@ func runSimulate(args []string, stdout io.Writer) error {
 	bandwidth := fs.String("bandwidth", "1gbit", "NIC bandwidth per worker and direction (bit, kbit, mbit, gbit, tbit; e.g. 10gbit)")
 	latency := fs.Duration("latency", 50*time.Microsecond, "latency α of one message")
 	density := fs.Float64("density", 0.01, "density for hooks that take one and whose spec does not set it")
-	iters := fs.Int("iters", 2, "timed calls per hook (the mean is reported)")
+	iters := fs.Int("iters", 2, "timed calls per hook (the mean is reported; default 1 at P >= 512)")
 	warmup := fs.Int("warmup", 1, "calls per hook before the timed ones (oktopk's first call computes exact thresholds)")
 	seed := fs.Uint64("seed", 0, "seed of the synthetic gradients")
 	scaleFlag := fs.String("scale", "auto", "down-scaling factor M of the vectors (auto: 1 when P·n fits -mem, else the smallest that fits)")
@@ -157,6 +175,11 @@ func runSimulate(args []string, stdout io.Writer) error {
 	validate := fs.Bool("validate", false, "compare with the same hooks over TCP on loopback (α, β fitted from a probe)")
 	if helped, err := parseFlags(fs, args, stdout, simulateHelp); helped || err != nil {
 		return err
+	}
+	itersNote := ""
+	if !flagSet(fs, "iters") && *workers >= largeSimulation {
+		*iters = 1 // each call of a hook on 512+ workers takes minutes of CPU here
+		itersNote = fmt.Sprintf(", -iters 1 (the default from P=%d; give -iters to time more calls)", largeSimulation)
 	}
 	o := simOptions{workers: *workers, iters: *iters, warmup: *warmup, seed: *seed, compute: *compute, cores: *cores, alpha: latency.Seconds(),
 		backward: backward.Seconds()}
@@ -224,21 +247,24 @@ func runSimulate(args []string, stdout io.Writer) error {
 	if *validate {
 		return runValidate(o, *nFlag != "", stdout, *asJSON)
 	}
-	plan, err := planScale(o)
-	if err != nil {
-		return fmt.Errorf("simulate: %w", err)
+	plans := make([]scalePlan, len(o.rows))
+	for i := range o.rows {
+		if plans[i], err = planScale(o, i); err != nil {
+			return fmt.Errorf("simulate: %w", err)
+		}
 	}
 	if !*asJSON {
-		fmt.Fprintf(stdout, "%s: %d parameters, simulated as %d = %d × %d elements per worker; P=%d, %s, α=%v, compute %s\n",
-			o.model, o.nModel, plan.nSim*plan.scale, plan.scale, plan.nSim, o.workers, formatBandwidth(o.bandwidthBits), *latency, o.compute)
+		fmt.Fprintf(stdout, "%s: %d parameters; P=%d, %s, α=%v, compute %s%s\n",
+			o.model, o.nModel, o.workers, formatBandwidth(o.bandwidthBits), *latency, o.compute, itersNote)
 		fmt.Fprintf(stdout, "%-28s %10s %10s %10s %14s %14s %9s %7s  %s\n", "hook", "time_ms", "comm_ms", "compute_ms", "bytes_sent", "bytes_recv", "messages", "rounds", "formula (words received per worker)")
 	}
-	for _, row := range o.rows {
+	for i, row := range o.rows {
 		runtime.GC()
-		res, err := simulateHook(o, plan, row)
+		res, err := simulateHook(o, plans[i], row)
 		if err != nil {
 			return fmt.Errorf("simulate: %s: %w", row.label, err)
 		}
+		res.Scaling = scaling(row.label, plans[i])
 		if *asJSON {
 			if err := json.NewEncoder(stdout).Encode(res); err != nil {
 				return err
@@ -247,6 +273,7 @@ func runSimulate(args []string, stdout io.Writer) error {
 		}
 		fmt.Fprintf(stdout, "%-28s %10.2f %10.2f %10.2f %14d %14d %9d %7d  %s = %.0f vs %d simulated\n", res.Hook, res.TimeMS, res.CommMS, res.ComputeMS,
 			res.BytesSent, res.BytesReceived, res.Messages, res.Rounds, res.Formula, res.FormulaWords, res.WordsReceived)
+		fmt.Fprintf(stdout, "%-28s %s\n", "", res.Scaling)
 		if res.CovapCCR > 0 {
 			fmt.Fprintf(stdout, "%-28s CCR %.3f against a backward of %v: I = %d\n", "", res.CovapCCR, *backward, res.CovapInterval)
 		}
@@ -288,81 +315,6 @@ func formatBandwidth(bps float64) string {
 		return strconv.FormatFloat(bps/1e6, 'g', 4, 64) + " Mbit/s"
 	}
 	return strconv.FormatFloat(bps, 'g', 4, 64) + " bit/s"
-}
-
-// scalePlan is how large the simulated vectors are: nSim elements per worker standing for
-// scale·nSim.
-type scalePlan struct{ nSim, scale int }
-
-// scaleUnit is the multiple of which a scaled vector's size must be for the budgets to scale
-// exactly: P times the least common multiple of the hooks' 1/density (when those are whole).
-func scaleUnit(p int, densities []float64) int {
-	q := 1
-	for _, d := range densities {
-		inv := 1 / d
-		if r := math.Round(inv); math.Abs(inv-r) < 1e-9*r && r <= 1e6 {
-			q = lcm(q, int(r))
-		}
-	}
-	return p * q
-}
-
-func lcm(a, b int) int {
-	g, x := a, b
-	for x != 0 {
-		g, x = x, g%x
-	}
-	return a / g * b
-}
-
-// planScale picks the down-scaling: none when P·n fits the memory budget (or -scale 1),
-// otherwise the vectors shrink to a multiple of scaleUnit and M·nSim approximates n.
-func planScale(o simOptions) (scalePlan, error) {
-	// TopkA and Gaussiank all-gather every worker's selection: each worker holds P·k entries
-	// (wire form and decoded, 16 bytes an entry) besides its vectors.
-	gather := 0.0
-	for i, spec := range o.specs {
-		if name, _, _ := strings.Cut(spec, ":"); name == "topka" || name == "gaussiank" {
-			gather = max(gather, 16*float64(o.workers)*o.densities[i])
-		}
-	}
-	need := func(n int) int64 {
-		return int64(o.workers) * int64(float64(n)*(simBytesPerElement+gather))
-	}
-	if o.scale == 1 || o.scale == 0 && need(o.nModel) <= o.mem {
-		if need(o.nModel) > o.mem {
-			return scalePlan{}, fmt.Errorf("-scale 1: %d workers × %d elements need about %d MiB, more than -mem %d MiB", o.workers, o.nModel, need(o.nModel)>>20, o.mem>>20)
-		}
-		return scalePlan{nSim: o.nModel, scale: 1}, nil
-	}
-	u := scaleUnit(o.workers, o.densities)
-	units := max(1, int(math.Round(float64(o.nModel)/float64(u)))) // units in the real model
-	if o.scale > 0 {
-		j := max(1, int(math.Round(float64(units)/float64(o.scale))))
-		if need(u*j) > o.mem {
-			return scalePlan{}, fmt.Errorf("-scale %d: %d workers × %d elements need about %d MiB, more than -mem %d MiB", o.scale, o.workers, u*j, need(u*j)>>20, o.mem>>20)
-		}
-		return scalePlan{nSim: u * j, scale: o.scale}, nil
-	}
-	jMax := int(o.mem / need(u))
-	if jMax < 1 {
-		return scalePlan{}, fmt.Errorf("-mem %d MiB is too small: %d workers need at least %d MiB (vectors of %d elements, P/density)", o.mem>>20, o.workers, need(u)>>20, u)
-	}
-	// From the smallest scale M that fits, the one (up to twice that) whose M·round(units/M)
-	// is closest to the real count; a larger M only when it is strictly closer. (Taking the
-	// largest vector that fits and rounding M could leave M·nSim several per cent off n.)
-	m0 := (units + jMax - 1) / jMax
-	bestM, bestJ, bestErr := 0, 0, math.MaxInt
-	for m := m0; m <= 2*m0; m++ {
-		j := int(math.Round(float64(units) / float64(m)))
-		if j < 1 || j > jMax {
-			continue
-		}
-		if e := abs(m*j - units); e < bestErr {
-			bestM, bestJ, bestErr = m, j, e
-		}
-	}
-	return scalePlan{nSim: u * bestJ, scale: bestM}, nil
 }
 
 // costModel is the local computation charged to a worker per call, in seconds, for the real

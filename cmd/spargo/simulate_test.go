@@ -116,40 +116,51 @@ func TestSimulateScaledMatchesFull(t *testing.T) {
 	}
 }
 
-// -scale auto shrinks only when P·n does not fit -mem, to a multiple of P/density.
+// -scale auto shrinks only when P·n does not fit -mem, each hook to a multiple of its own
+// unit: P/density for the hooks that split the vector into P blocks, 1/density for those
+// that gather whole selections.
 func TestPlanScale(t *testing.T) {
-	o := simOptions{workers: 1024, nModel: 14_728_266, densities: []float64{0.01, 1}, mem: 2 << 30}
-	plan, err := planScale(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if plan.nSim%102400 != 0 || math.Abs(float64(plan.nSim*plan.scale)/14_728_266-1) > 0.005 ||
-		int64(plan.nSim)*1024*simBytesPerElement > o.mem {
-		t.Errorf("plan %+v: want a multiple of 102400 within -mem, M·nSim within 0.5 %% of n", plan)
+	o := simOptions{workers: 1024, nModel: 14_728_266, specs: []string{"spardl:density=0.01", "allreduce"}, densities: []float64{0.01, 1}, mem: 2 << 30}
+	for i, unit := range []int{102400, 1024} {
+		plan, err := planScale(o, i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if plan.nSim%unit != 0 || math.Abs(float64(plan.nSim*plan.scale)/14_728_266-1) > 0.005 ||
+			int64(plan.nSim)*1024*simBytesPerElement > o.mem {
+			t.Errorf("%s: plan %+v: want a multiple of %d within -mem, M·nSim within 0.5 %% of n", o.specs[i], plan, unit)
+		}
 	}
 	// VGG-19 on CIFAR-100 at P = 14 (SparDL's setting): the largest vector that fits is
 	// between n/2 and n, so M = 2; M·nSim must still be within 0.5 % of n (it was +7 %).
 	o = simOptions{workers: 14, nModel: 20_086_692, specs: []string{"topka:density=0.01"}, densities: []float64{0.01}, mem: 2 << 30}
-	plan, err = planScale(o)
-	if err != nil || plan.scale != 2 || plan.nSim%1400 != 0 || math.Abs(float64(plan.nSim*plan.scale)/20_086_692-1) > 0.005 {
-		t.Errorf("vgg19 P=14: plan %+v, %v; want M = 2, a multiple of 1400, M·nSim within 0.5 %% of n", plan, err)
+	plan, err := planScale(o, 0)
+	if err != nil || plan.scale != 2 || plan.nSim%100 != 0 || math.Abs(float64(plan.nSim*plan.scale)/20_086_692-1) > 0.005 {
+		t.Errorf("vgg19 P=14: plan %+v, %v; want M = 2, a multiple of 100, M·nSim within 0.5 %% of n", plan, err)
 	}
 	// VGG-16 at P = 256: units of 25,600 elements; M = 22 (the smallest that fits) leaves
 	// 22·26 = 572 of 575 units (−0.6 %), M = 23 gives 23·25 = 575.
-	o = simOptions{workers: 256, nModel: 14_728_266, densities: []float64{0.01}, mem: 2 << 30}
-	plan, err = planScale(o)
+	o = simOptions{workers: 256, nModel: 14_728_266, specs: []string{"spardl:density=0.01"}, densities: []float64{0.01}, mem: 2 << 30}
+	plan, err = planScale(o, 0)
 	if err != nil || plan.nSim%25600 != 0 || math.Abs(float64(plan.nSim*plan.scale)/14_728_266-1) > 0.002 ||
 		int64(plan.nSim)*256*simBytesPerElement > o.mem {
 		t.Errorf("vgg16 P=256: plan %+v, %v; want a multiple of 25600 within -mem, M·nSim within 0.2 %% of n", plan, err)
 	}
 	o.workers, o.nModel = 4, 1000
-	if plan, err := planScale(o); err != nil || plan != (scalePlan{nSim: 1000, scale: 1}) {
+	if plan, err := planScale(o, 0); err != nil || plan != (scalePlan{nSim: 1000, scale: 1}) {
 		t.Errorf("small run: %+v, %v; want no scaling", plan, err)
 	}
-	// TopkA at P = 1024 holds P·k entries per worker: 1024 workers do not fit 2 GiB.
-	o = simOptions{workers: 1024, nModel: 14_728_266, specs: []string{"topka:density=0.01"}, densities: []float64{0.01}, mem: 2 << 30}
-	if _, err := planScale(o); err == nil || !strings.Contains(err.Error(), "too small") {
-		t.Errorf("topka at P=1024 in 2 GiB: %v, want -mem too small", err)
+	// TopkA at P = 1024 holds P·k entries per worker: its k shrinks to a whole number (not a
+	// multiple of P), so 1024 workers fit 2 GiB with their gathered selections.
+	o = simOptions{workers: 1024, nModel: 20_040_522, specs: []string{"topka:density=0.01"}, densities: []float64{0.01}, mem: 2 << 30}
+	plan, err = planScale(o, 0)
+	gathered := int64(plan.nSim) * 1024 * (simBytesPerElement + 16*1024/100)
+	if err != nil || plan.nSim%100 != 0 || gathered > o.mem || math.Abs(float64(plan.nSim*plan.scale)/20_040_522-1) > 0.005 {
+		t.Errorf("topka at P=1024 in 2 GiB: plan %+v (%d MiB), %v; want a multiple of 100 within -mem", plan, gathered>>20, err)
+	}
+	o.mem = 1 << 20
+	if _, err := planScale(o, 0); err == nil || !strings.Contains(err.Error(), "-mem 1 MiB is too small for topka:density=0.01") {
+		t.Errorf("topka at P=1024 in 1 MiB: %v, want -mem too small, naming the hook", err)
 	}
 }
 
@@ -177,7 +188,8 @@ func TestSimulateTable(t *testing.T) {
 	if code := dispatch([]string{"simulate", "-model", "vgg11", "-workers", "4", "-scale", "64", "-hook", "spardl", "-hook", "topka"}, &out, &errb); code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
-	for _, want := range []string{"vgg11: 9", "= 64 ×", "spardl:density=0.01", "topka:density=0.01", "4k(P-1)/P", "2k(P-1)", "comm_ms"} {
+	for _, want := range []string{"vgg11: 9", "= 64 ×", "spardl:density=0.01", "topka:density=0.01", "4k(P-1)/P", "2k(P-1)", "comm_ms",
+		"every message counted 64 times: exact (message sizes follow k or n)"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
@@ -288,4 +300,24 @@ func testRow(t testing.TB, spec string) hookRow {
 		t.Fatal(err)
 	}
 	return row
+}
+
+// From P = 512 one timed call is the default, and the header says so; -iters overrides it.
+func TestSimulateLargePDefaultIters(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		note bool
+	}{
+		{[]string{"simulate", "-n", "4k", "-workers", "512", "-hook", "allreduce", "-compute", "none", "-warmup", "0"}, true},
+		{[]string{"simulate", "-n", "4k", "-workers", "512", "-hook", "allreduce", "-compute", "none", "-warmup", "0", "-iters", "2"}, false},
+		{[]string{"simulate", "-n", "4k", "-workers", "256", "-hook", "allreduce", "-compute", "none", "-warmup", "0"}, false},
+	} {
+		var out, errb bytes.Buffer
+		if code := dispatch(c.args, &out, &errb); code != 0 {
+			t.Fatalf("%v: exit %d: %s", c.args, code, errb.String())
+		}
+		if got := strings.Contains(out.String(), "-iters 1 (the default from P=512"); got != c.note {
+			t.Errorf("%v: note of -iters 1 %v, want %v:\n%s", c.args, got, c.note, out.String())
+		}
+	}
 }
