@@ -23,7 +23,7 @@ func init() {
 			if err != nil {
 				return nil, err
 			}
-			return ddp.AllReduceHook{Algorithm: allReduceAlgorithms[a]}, nil
+			return &ddp.AllReduceHook{Algorithm: allReduceAlgorithms[a]}, nil // a pointer: ddp.New can tell a shared instance
 		},
 	})
 }

@@ -10,11 +10,11 @@ import (
 
 func TestParse(t *testing.T) {
 	h, err := Parse("allreduce")
-	if err != nil || h.Name() != "allreduce" || h.(ddp.AllReduceHook).Algorithm != comm.Auto {
+	if err != nil || h.Name() != "allreduce" || h.(*ddp.AllReduceHook).Algorithm != comm.Auto {
 		t.Fatalf("allreduce: %v %v", h, err)
 	}
 	h, err = Parse("allreduce:algorithm=ring")
-	if err != nil || h.(ddp.AllReduceHook).Algorithm != comm.Ring {
+	if err != nil || h.(*ddp.AllReduceHook).Algorithm != comm.Ring {
 		t.Fatalf("allreduce:algorithm=ring: %v %v", h, err)
 	}
 	for spec, want := range map[string]string{

@@ -259,6 +259,7 @@ func (w *worker) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	dp.SetCorrector(opt) // SGD predicts its own step: OSP's LGP needs it, other hooks ignore it
 	loader, err := datasets.NewLoader(w.train, datasets.LoaderOptions{Batch: c.Batch, Rank: rank, World: world,
 		Seed: c.Seed, Shuffle: true, Augment: true, DropLast: true, Mean: datasets.CIFAR10Mean, Std: datasets.CIFAR10Std})
 	if err != nil {
