@@ -37,6 +37,32 @@ func Fields(settings map[string]string) []comm.Field {
 	return fields
 }
 
+// MetaFields are a program's fields for Setup.Agree: what resuming its checkpoints requires
+// (meta's Model and Config) and more, the settings checkpoints leave out that every rank
+// must share all the same (-epochs, evaluation and checkpoint periods, whether the run
+// resumes, the data set's identity).
+func MetaFields(meta checkpoint.Meta, more map[string]string) []comm.Field {
+	m := map[string]string{"model": meta.Model}
+	for k, v := range meta.Config {
+		m[k] = v
+	}
+	for k, v := range more {
+		m[k] = v
+	}
+	return Fields(m)
+}
+
+// CheckpointFields are the checkpoint settings every rank must share, for MetaFields' more:
+// whether there are checkpoints, their period and whether the run resumes (saving and
+// resuming are collective).
+func CheckpointFields(dir string, every int, resume bool, more map[string]string) map[string]string {
+	m := map[string]string{"checkpoint": strconv.FormatBool(dir != ""), "checkpoint_every": strconv.Itoa(every), "resume": strconv.FormatBool(resume)}
+	for k, v := range more {
+		m[k] = v
+	}
+	return m
+}
+
 // ParamsDigest describes model's parameters and buffers for the agreement: their count, how
 // many values they hold and a SHA-256 of every "name shape" line, so that replicas of another
 // model, or of the same model built with other sizes, differ here before DDP compares them.
