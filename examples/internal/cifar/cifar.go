@@ -105,7 +105,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.StringVar(&c.Checkpoint, "checkpoint", c.Checkpoint, "save checkpoints into this directory at the end of every epoch (and every -checkpoint-every steps); the newest is named by DIR/latest")
 	fs.IntVar(&c.CheckpointEvery, "checkpoint-every", c.CheckpointEvery, "also save a checkpoint every N steps (0: only at epoch ends)")
 	fs.IntVar(&c.Keep, "keep", c.Keep, "keep the newest N checkpoints (0: all)")
-	fs.BoolVar(&c.Resume, "resume", c.Resume, "continue from the latest checkpoint in -checkpoint DIR, exactly where it stopped (the same flags are required; -epochs may grow)")
+	fs.BoolVar(&c.Resume, "resume", c.Resume, "continue from the latest checkpoint in -checkpoint DIR, exactly where it stopped (the same flags are required; -epochs may grow); automatic when a launcher restarts the job and DIR has one")
 	fs.StringVar(&c.RecordGrads, "record-grads", c.RecordGrads, "record every rank's local gradients (the comm hook's bucket inputs) as safetensors files in this directory, for spargo bench comm -grads")
 	fs.IntVar(&c.RecordEvery, "record-every", cmp.Or(c.RecordEvery, 50), "with -record-grads: start a window of recorded iterations every N iterations (0: only the first window)")
 	fs.IntVar(&c.RecordSteps, "record-steps", cmp.Or(c.RecordSteps, 3), "with -record-grads: consecutive iterations per window")
