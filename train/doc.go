@@ -1,7 +1,8 @@
 // Package train is the generic half of a data-parallel training program, for the examples
 // and for programs of other modules alike:
 //
-//   - Setup, one rank's set-up: the comm hook from its parsed -hook spec (ParseHook), DDP around the
+//   - Setup, one rank's set-up: first the ranks' agreement on their settings, then the comm
+//     hook from its parsed -hook spec (ParseHook), DDP around the
 //     model with it (bucket cap, the program's DDP options, and for a hook that plans its
 //     buckets from measured costs the profile it measures or loads), then the -optim
 //     optimizer over DDP's parameters (installed as DDP's corrector when it is one). Its
@@ -23,6 +24,22 @@
 //     Printer makes every line a JSON object under -log-format json (Print for a line with
 //     fields); under Main the first SIGINT or SIGTERM stops the loop at the next step, after a
 //     checkpoint with -checkpoint (StoppedError), and a second one at once.
+//
+// Every rank of a job must train with the same settings; Setup.New checks it before anything
+// else is communicated (comm.AgreeConfig) and fails on every rank with the first setting that
+// differs, both values and the ranks. It compares its own settings (world size, the hook's,
+// optimizer's and schedule's canonical specs, -lr, -momentum, -wd, -warmup, -bucket-mb,
+// -log-every), the program's (Setup.Agree, made with MetaFields and CheckpointFields from what
+// its checkpoints require: model, batch, seed, steps, clip…, plus epochs, evaluation and
+// checkpoint periods, whether it resumes and the data set's identity) and a digest of the
+// model's parameter names and shapes (ParamsDigest). Settings that may differ between ranks
+// stay out: the data shard, -data's path, -metrics, -plot, -progress, -log-level,
+// -log-format, -profile's path, -record-grads and -keep.
+//
+// A job restarted by its launcher (spargo launch -restarts, torchrun --max_restarts) resumes
+// by itself: AutoResume turns a restart (cluster.Env.RestartCount > 0) of a program with
+// -checkpoint into -resume when a complete checkpoint exists, and into a fresh start when the
+// failed attempt saved none.
 //
 // A program brings its model, data and printing: examples/vgg and examples/resnet (through
 // examples/internal/cifar), examples/lstm (the PTB language model, and the IMDB classifier

@@ -68,6 +68,13 @@ type Setup struct {
 	ProfileStep func() (step profile.Step, stop func(), err error)
 	// Stdout receives the profile's messages (rank 0 prints them; nil: io.Discard).
 	Stdout io.Writer
+	// Agree are the program's own settings that every rank must share (Fields makes them
+	// from a name → value map): the model's name, batch, seed, steps, epochs, the data set's
+	// identity, clipping, evaluation and checkpoint periods, whether it resumes…. New agrees
+	// on them, with the set-up's own (world size, hook, optimizer, schedule, -lr, -momentum,
+	// -wd, -warmup, -bucket-mb, -log-every) and a digest of the model's parameter names and
+	// shapes, before anything else is communicated; see the package doc for what may differ.
+	Agree []comm.Field
 }
 
 // Replica is one rank's trained model: DDP around it with the comm hook, and the optimizer.
@@ -80,8 +87,10 @@ type Replica struct {
 	traffic comm.Stats // the group's counters when the set-up ended
 }
 
-// New sets up model on g (see Setup). Every rank of g must call it: DDP's start and the
-// profile's measurement are collective.
+// New sets up model on g (see Setup). Every rank of g must call it: the agreement on the
+// settings (Agree), DDP's start and the profile's measurement are collective. Ranks whose
+// settings differ all get an error wrapping the *comm.ConfigError that names the first
+// differing field, its values and the ranks that have each.
 func (s Setup) New(ctx context.Context, g comm.Group, model nn.Module) (*Replica, error) {
 	if s.Flags == nil {
 		return nil, errors.New("train: Setup.Flags is nil: the set-up builds the optimizer from them")
@@ -96,6 +105,11 @@ func (s Setup) New(ctx context.Context, g comm.Group, model nn.Module) (*Replica
 	hook, err := cfg.New()
 	if err != nil {
 		return nil, fmt.Errorf("-hook %s: %w", cfg, err)
+	}
+	// Every rank must train the same thing: refuse a rank started with other settings before
+	// the first collective that depends on them (the profile, DDP's start) runs.
+	if err := s.agree(ctx, g, model, cfg); err != nil {
+		return nil, err
 	}
 	opts := append([]ddp.Option{ddp.WithCommHook(hook)}, s.Options...)
 	if s.BucketMB > 0 {

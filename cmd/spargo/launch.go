@@ -24,7 +24,8 @@ a shared secret (a random SPARGO_SECRET per job unless -secret-file or an inheri
 SPARGO_SECRET / SPARGO_SECRET_FILE gives one); cluster.Init in the program does the rest.
 Output lines are prefixed with "[rank R] ". When a rank fails, the others get SIGTERM
 and, after -grace, SIGKILL; the job is restarted -restarts times (SPARGO_RESTART_COUNT
-tells the program which attempt it is, to resume from its checkpoint) and then launch
+tells the program which attempt it is: spargo's programs with -checkpoint DIR then
+resume from DIR's latest checkpoint, or start afresh when there is none) and then launch
 exits non-zero naming the rank that failed: the one the ranks' own errors blame
 ("peer rank 2 failed: …"), which for a stalled rank is not the first to exit, then the
 first to exit and the ranks it had to stop. SIGINT or SIGTERM to launch stops the ranks

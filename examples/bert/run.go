@@ -6,6 +6,7 @@ import (
 	"io"
 	"iter"
 	"runtime"
+	"strconv"
 	"time"
 
 	"github.com/spargo-dl/spargo/checkpoint"
@@ -92,6 +93,9 @@ func RunMLMProcess(ctx context.Context, c MLMConfig, env cluster.Env, stdout, st
 	corpus, err := LoadMLMCorpus(ctx, c)
 	if err != nil {
 		return nil, fmt.Errorf("rank %d: %w", g.Rank(), err)
+	}
+	if c.Resume, err = train.AutoResume(c.Resume, c.Checkpoint, env.RestartCount, stdout); err != nil { // restarted by the launcher
+		return nil, err
 	}
 	return trainMLMRanks(ctx, c, []comm.Group{g}, corpus, stdout, stderr, env.Source)
 }
@@ -189,6 +193,10 @@ func (w *mlmWorker) run(ctx context.Context) error {
 			}
 		}
 	}
+	steps, round, err := c.runLength(nb)
+	if err != nil {
+		return err
+	}
 	tape := nn.NewTape()
 	rep, err := train.Setup{Hook: c.hook, Flags: &c.Flags, BucketMB: c.BucketMB, Profile: c.Profile, Stdout: w.stdout,
 		ProfileStep: func() (profile.Step, func(), error) {
@@ -208,15 +216,14 @@ func (w *mlmWorker) run(ctx context.Context) error {
 				}
 				return backward(model.Loss(mlm, nsp, labels, nspLabels))
 			}, stop, nil
-		}}.New(ctx, g, model)
+		},
+		Agree: train.MetaFields(c.checkpointMeta(world, vocab.Size(), round), train.CheckpointFields(c.Checkpoint, c.CheckpointEvery, c.Resume, map[string]string{
+			"run_steps": strconv.Itoa(steps), "eval_every": strconv.Itoa(c.EvalEvery), "eval_limit": strconv.Itoa(c.EvalLimit), "data": fmt.Sprintf("%d training pairs from %d documents, %d held out",
+				w.corpus.Train.Len(), w.corpus.Train.Documents, w.corpus.Valid.Len())}))}.New(ctx, g, model)
 	if err != nil {
 		return err
 	}
 	dp, opt := rep.DDP, rep.Optimizer
-	steps, round, err := c.runLength(nb)
-	if err != nil {
-		return err
-	}
 	rounds := steps / round
 	sched, schedSpec, err := c.newSchedule(steps, rounds, round, world)
 	if err != nil {

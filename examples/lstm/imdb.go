@@ -171,6 +171,9 @@ func RunIMDBProcess(ctx context.Context, c IMDBConfig, env cluster.Env, stdout, 
 	if err != nil {
 		return nil, fmt.Errorf("rank %d: %w", g.Rank(), err)
 	}
+	if c.Resume, err = train.AutoResume(c.Resume, c.Checkpoint, env.RestartCount, stdout); err != nil { // restarted by the launcher
+		return nil, err
+	}
 	return trainIMDBRanks(ctx, c, []comm.Group{g}, data, summary, stdout, stderr, env.Source)
 }
 
@@ -279,7 +282,9 @@ func (w *imdbWorker) run(ctx context.Context) error {
 				model.Lengths = b.Lengths
 				return backward(nn.CrossEntropy(model.Forward(tape.Const(x)), b.Y))
 			}, stop, nil
-		}}.New(ctx, g, model)
+		},
+		Agree: train.MetaFields(c.checkpointMeta(world), train.CheckpointFields(c.Checkpoint, c.CheckpointEvery, c.Resume,
+			map[string]string{"epochs": strconv.Itoa(c.Epochs), "data": w.sum.Dataset}))}.New(ctx, g, model)
 	if err != nil {
 		return err
 	}

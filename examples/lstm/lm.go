@@ -314,6 +314,9 @@ func RunLMProcess(ctx context.Context, c LMConfig, env cluster.Env, stdout, stde
 	if err != nil {
 		return nil, fmt.Errorf("rank %d: %w", g.Rank(), err)
 	}
+	if c.Resume, err = train.AutoResume(c.Resume, c.Checkpoint, env.RestartCount, stdout); err != nil { // restarted by the launcher
+		return nil, err
+	}
 	return trainLMRanks(ctx, c, []comm.Group{g}, data, stdout, stderr, env.Source)
 }
 
@@ -393,7 +396,8 @@ func (w *lmWorker) run(ctx context.Context) error {
 		return fmt.Errorf("training data (rank %d of %d, %d tokens): %w", rank, world, len(shard), err)
 	}
 	rep, err := train.Setup{Hook: c.hook, Flags: &c.Flags, BucketMB: c.BucketMB, Profile: c.Profile, Stdout: w.stdout,
-		ProfileStep: func() (profile.Step, func(), error) { return w.profileStep(model, data), func() {}, nil }}.New(ctx, g, model)
+		ProfileStep: func() (profile.Step, func(), error) { return w.profileStep(model, data), func() {}, nil },
+		Agree:       c.agreement(world, w.corpus)}.New(ctx, g, model)
 	if err != nil {
 		return err
 	}
@@ -660,4 +664,12 @@ func (c LMConfig) checkpointMeta(world int) checkpoint.Meta {
 	cfg["dropout"] = strconv.FormatFloat(c.Dropout, 'g', -1, 64)
 	cfg["bucket_mb"] = strconv.FormatFloat(c.BucketMB, 'g', -1, 64)
 	return checkpoint.Meta{Model: c.Model, Hook: c.hook.String(), World: world, Config: cfg, Canonical: c.Flags.CanonicalSpec}
+}
+
+// agreement is what every rank must share besides train.Setup's own fields (see
+// examples/internal/cifar's): the corpus by its sizes, not by -data's path.
+func (c LMConfig) agreement(world int, corpus *datasets.PTB) []comm.Field {
+	return train.MetaFields(c.checkpointMeta(world), train.CheckpointFields(c.Checkpoint, c.CheckpointEvery, c.Resume, map[string]string{
+		"epochs": strconv.Itoa(c.Epochs), "eval_every": strconv.Itoa(c.EvalEvery), "eval_limit": strconv.Itoa(c.EvalLimit),
+		"data": fmt.Sprintf("PTB: vocabulary %d, tokens train %d, valid %d, test %d", corpus.Vocab.Size(), len(corpus.Train), len(corpus.Valid), len(corpus.Test))}))
 }

@@ -25,7 +25,7 @@ const runAsVGGVar = "SPARGO_TEST_RUN_AS_VGG"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(runAsVGGVar) == "1" {
-		main()
+		runAsProgram() // main, with restart_test.go's test switches
 		os.Exit(0)
 	}
 	os.Exit(m.Run())

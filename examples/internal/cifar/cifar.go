@@ -76,6 +76,10 @@ type Config struct {
 	ModelHelp string `json:"-"`
 	// NewModel builds the model Model for CIFAR-10 (models.New's signature); required.
 	NewModel func(name string, ds models.Dataset, rng *rand.Rand) (nn.Module, error) `json:"-"`
+	// Saved, when set, is called on every rank after each checkpoint is saved, with its path
+	// and position (train.Checkpointer.Saved): tools and tests watch a run with it
+	// (examples/vgg's tests stop a rank there to test restarts).
+	Saved func(path string, pos checkpoint.Position) `json:"-"`
 	// CheckModel, when set, refuses a -model that NewModel does not build, without building
 	// it (nil: the flag check builds the model once to find out).
 	CheckModel func(name string) error `json:"-"`
@@ -101,7 +105,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.StringVar(&c.Checkpoint, "checkpoint", c.Checkpoint, "save checkpoints into this directory at the end of every epoch (and every -checkpoint-every steps); the newest is named by DIR/latest")
 	fs.IntVar(&c.CheckpointEvery, "checkpoint-every", c.CheckpointEvery, "also save a checkpoint every N steps (0: only at epoch ends)")
 	fs.IntVar(&c.Keep, "keep", c.Keep, "keep the newest N checkpoints (0: all)")
-	fs.BoolVar(&c.Resume, "resume", c.Resume, "continue from the latest checkpoint in -checkpoint DIR, exactly where it stopped (the same flags are required; -epochs may grow)")
+	fs.BoolVar(&c.Resume, "resume", c.Resume, "continue from the latest checkpoint in -checkpoint DIR, exactly where it stopped (the same flags are required; -epochs may grow); automatic when a launcher restarts the job and DIR has one")
 	fs.StringVar(&c.RecordGrads, "record-grads", c.RecordGrads, "record every rank's local gradients (the comm hook's bucket inputs) as safetensors files in this directory, for spargo bench comm -grads")
 	fs.IntVar(&c.RecordEvery, "record-every", cmp.Or(c.RecordEvery, 50), "with -record-grads: start a window of recorded iterations every N iterations (0: only the first window)")
 	fs.IntVar(&c.RecordSteps, "record-steps", cmp.Or(c.RecordSteps, 3), "with -record-grads: consecutive iterations per window")
@@ -217,6 +221,10 @@ func RunProcess(ctx context.Context, c Config, env cluster.Env, stdout, stderr i
 	trainSet, test, err := c.load(dir, stdout)
 	if err != nil {
 		return nil, fmt.Errorf("rank %d: %w", rank, err)
+	}
+	// Restarted by the launcher: continue from the last checkpoint, if the failed attempt left one.
+	if c.Resume, err = train.AutoResume(c.Resume, c.Checkpoint, env.RestartCount, stdout); err != nil {
+		return nil, err
 	}
 	return trainRanks(ctx, c, []comm.Group{g}, trainSet, test, stdout, stderr, env.Source)
 }
@@ -362,7 +370,8 @@ func (w *worker) run(ctx context.Context) error {
 		opts = append(opts, ddp.WithBucketObserver(rec))
 	}
 	rep, err := train.Setup{Hook: c.hook, Flags: &c.Flags, BucketMB: c.BucketMB, Options: opts, Profile: c.Profile, Stdout: w.stdout,
-		ProfileStep: func() (profile.Step, func(), error) { return w.profileStep(ctx, model) }}.New(ctx, g, model)
+		ProfileStep: func() (profile.Step, func(), error) { return w.profileStep(ctx, model) },
+		Agree:       c.agreement(world, w.train, w.test)}.New(ctx, g, model)
 	if err != nil {
 		return err
 	}
@@ -415,7 +424,7 @@ func (w *worker) run(ctx context.Context) error {
 		Start:    w.start,
 	}
 	if c.Checkpoint != "" {
-		loop.Checkpoints = &train.Checkpointer{Dir: c.Checkpoint, Every: c.CheckpointEvery, Keep: c.Keep, Resume: c.Resume, Meta: c.checkpointMeta(world)}
+		loop.Checkpoints = &train.Checkpointer{Dir: c.Checkpoint, Every: c.CheckpointEvery, Keep: c.Keep, Resume: c.Resume, Meta: c.checkpointMeta(world), Saved: c.Saved}
 	}
 	loop.Report(rank, w.metrics, c.Progress, w.stdout, w.stderr, func(pos checkpoint.Position) string {
 		return fmt.Sprintf("epoch %d, step %d, iteration %d", pos.Epoch+1, pos.Step, pos.Iteration)
@@ -442,6 +451,15 @@ func (c Config) checkpointMeta(world int) checkpoint.Meta {
 	cfg["bucket_mb"] = strconv.FormatFloat(c.BucketMB, 'g', -1, 64)
 	cfg["dist_bn"] = c.DistBN
 	return checkpoint.Meta{Model: c.Model, Hook: c.hook.String(), World: world, Config: cfg, Canonical: c.Flags.CanonicalSpec}
+}
+
+// agreement is what every rank must share besides train.Setup's own fields: what resuming
+// requires (checkpointMeta), the epochs, the collective periods (evaluation, checkpoints),
+// whether the run resumes, and the data loaded (file names and record counts, not -data's
+// path, which may differ between hosts).
+func (c Config) agreement(world int, trainSet, test *datasets.Images) []comm.Field {
+	return train.MetaFields(c.checkpointMeta(world), train.CheckpointFields(c.Checkpoint, c.CheckpointEvery, c.Resume, map[string]string{
+		"epochs": strconv.Itoa(c.Epochs), "eval_limit": strconv.Itoa(c.EvalLimit), "data": trainSet.Summary + "; " + test.Summary}))
 }
 
 // profileStep makes the program's profile step (train.Setup.ProfileStep): one forward and
