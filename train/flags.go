@@ -43,7 +43,7 @@ type Flags struct {
 	// Schedule is the -schedule spec (optim.ParseSchedule); empty means the constant
 	// rate, or with Warmup the legacy warm-up.
 	Schedule string `json:"schedule,omitempty"`
-	// Warmup is -warmup, in epochs. Without -schedule it is the seeds' recipe: the rate rises
+	// Warmup is -warmup, in epochs. Without -schedule it is Goyal et al.'s recipe: the rate rises
 	// linearly per step from LR/workers to LR (Goyal et al.), then stays. With a -schedule
 	// that has a warmup option (cosine, linear, warmupstep) it sets that option.
 	Warmup int `json:"warmup_epochs"`
@@ -65,7 +65,7 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.Float64Var(&f.WD, "wd", f.WD, "SGD weight decay (for -optim sgd, unless its spec sets wd=; adam and adamw take wd= in their spec)")
 	fs.StringVar(&f.Optim, "optim", orDefault(f.Optim, "sgd"), "optimizer spec NAME[:key=value,…], e.g. sgd:nesterov=true, adamw:wd=0.01,no_decay=true (-optim help lists them); with -hook osp (LGP) only sgd works")
 	fs.StringVar(&f.Schedule, "schedule", f.Schedule, "learning-rate schedule spec NAME[:key=value,…], e.g. cosine:warmup=2, multistep:milestones=150/250 (-schedule help lists them); empty: constant -lr")
-	fs.IntVar(&f.Warmup, "warmup", f.Warmup, "epochs of linear warm-up: without -schedule from lr/workers to lr (the seeds' recipe), with one its warmup= option; 0: none")
+	fs.IntVar(&f.Warmup, "warmup", f.Warmup, "epochs of linear warm-up: without -schedule from lr/workers to lr (Goyal et al.'s recipe), with one its warmup= option; 0: none")
 	fs.StringVar(&f.Metrics, "metrics", f.Metrics, "write one JSON line per epoch (with -log-every also per N steps) and a summary to this file")
 	fs.IntVar(&f.LogEvery, "log-every", f.LogEvery, "with -metrics, also write a step record (step, loss, lr, total_s) every N optimizer steps; 0: epoch records only")
 	fs.StringVar(&f.Plot, "plot", f.Plot, "at the end, draw the -metrics file as a PNG at this path (needs -metrics)")
@@ -184,7 +184,7 @@ func boolInt(b bool) int {
 func (f *Flags) parseSchedule() (optim.ScheduleConfig, error) {
 	text := strings.TrimSpace(f.Schedule)
 	if text == "" && f.Warmup > 0 {
-		// The seeds' recipe: from lr/P (set by NewSchedule), per step, over Warmup epochs.
+		// Goyal et al.'s recipe: from lr/P (set by NewSchedule), per step, over Warmup epochs.
 		text = "warmupstep"
 	}
 	s, err := optim.ParseScheduleConfig(text)

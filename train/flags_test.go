@@ -76,7 +76,7 @@ func TestFlagsDefaultOptimizerIsTheOldSGD(t *testing.T) {
 	}
 }
 
-// -warmup alone is the seeds' warm-up from lr/workers (the schedule the examples built
+// -warmup alone is Goyal et al.'s warm-up from lr/workers (the schedule the examples built
 // before -schedule), at every step; with a schedule that has a warm-up it sets it; with one
 // that has none it is an error naming both flags.
 func TestFlagsSchedule(t *testing.T) {

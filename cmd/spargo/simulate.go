@@ -37,7 +37,7 @@ const simulateHelp = `usage: spargo simulate [-model M | -n N] -workers P [-hook
 Runs each hook's real schedule (the hook code itself, through comm.Group) on P simulated workers
 (comm/simnet) and reports the virtual time of one call on the model's gradient as one bucket,
 split into communication and local computation, with the maxima over workers of bytes sent and
-received, messages sent and rounds, next to the cost formula of ALGORITHMS.md / SparDL's Table I.
+received, messages sent and rounds, next to the cost formula of docs/ALGORITHMS.md / SparDL's Table I.
 
 The network: every worker has one full-duplex NIC port of -bandwidth; a message of L bytes
 costs α + L·β (α = -latency, β = 1/bandwidth) and queues behind the sender's earlier sends and,
@@ -678,7 +678,7 @@ type timedBenchBucket struct {
 
 func (b *timedBenchBucket) ReadyAfter() time.Duration { return b.ready }
 
-// costFormula is the ALGORITHMS.md / SparDL Table I volume of a hook (hooks.CostFormula):
+// costFormula is the docs/ALGORITHMS.md / SparDL Table I volume of a hook (hooks.CostFormula):
 // words received per worker, with its expression; a dense all-reduce's for the hooks
 // without a formula of their own at density 1.
 func costFormula(h ddp.CommHook, n, p int, density float64) (string, float64) {

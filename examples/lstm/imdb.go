@@ -22,13 +22,13 @@ import (
 	"github.com/spargo-dl/spargo/train"
 )
 
-// -task imdb: the seeds' LSTM-IMDB classifier (models.LSTMIMDB: embedding 50, one LSTM
+// -task imdb: SparDL's LSTM-IMDB classifier (models.LSTMIMDB: embedding 50, one LSTM
 // layer of 100, Linear 2) on the aclImdb folders (datasets.LoadIMDB: a train-only
 // vocabulary of the 50,000 most frequent words, reviews cut or padded to -max-len tokens),
 // classified from the LSTM's output at each review's last real token. The training reviews
 // are split across ranks by a DistributedSampler (reshuffled every epoch); the test split is
 // evaluated every epoch, shared across ranks. The recipe (Adam, lr 1e-3, batch 32 per
-// worker, no clipping) is this program's choice: the seeds' IMDB script is not in their
+// worker, no clipping) is this program's choice: SparDL's IMDB script is not in their
 // repositories.
 
 // IMDBConfig is a -task imdb run: the LSTM-IMDB classifier's own flags (the lstm program's

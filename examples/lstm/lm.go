@@ -90,10 +90,10 @@ type LMConfig struct {
 
 // Register defines the run's flags on fs; the struct's current values are the defaults.
 func (c *LMConfig) Register(fs *flag.FlagSet) {
-	fs.StringVar(&c.Task, "task", cmp.Or(c.Task, "lm"), "lm: the PTB language model; imdb: the seeds' LSTM-IMDB classifier on the aclImdb folders (its defaults: -model lstm-imdb -optim adam -lr 0.001 -batch 32 -clip 0 -schedule constant, unless given)")
+	fs.StringVar(&c.Task, "task", cmp.Or(c.Task, "lm"), "lm: the PTB language model; imdb: SparDL's LSTM-IMDB classifier on the aclImdb folders (its defaults: -model lstm-imdb -optim adam -lr 0.001 -batch 32 -clip 0 -schedule constant, unless given)")
 	fs.IntVar(&c.MaxLen, "max-len", c.MaxLen, "-task imdb: tokens per review (longer cut, shorter padded; 0: 500)")
 	fs.StringVar(&c.Data, "data", c.Data, "the data set's directory: PTB's ptb.train.txt, ptb.valid.txt, ptb.test.txt (-task lm) or the aclImdb folders (-task imdb) (default: $SPARGO_DATA/ptb or $SPARGO_DATA/aclImdb, then the user cache; downloaded if neither has it; see docs/data.md)")
-	fs.StringVar(&c.Model, "model", c.Model, "small|medium|ptb: Zaremba et al.'s 200- and 650-unit 2-layer LSTMs, or the seeds' 1500-unit one (catalogue names lstm-ptb-small… work too)")
+	fs.StringVar(&c.Model, "model", c.Model, "small|medium|ptb: Zaremba et al.'s 200- and 650-unit 2-layer LSTMs, or SparDL's 1500-unit one (catalogue names lstm-ptb-small… work too)")
 	fs.IntVar(&c.Workers, "workers", c.Workers, "data-parallel workers (in-process ranks); under a launcher leave it out, or give 1 or the world size")
 	fs.StringVar(&c.Hook, "hook", c.Hook, "comm hook spec, e.g. allreduce:algorithm=ring (see `spargo hooks`)")
 	fs.IntVar(&c.Batch, "batch", c.Batch, "columns (parallel streams) per worker: a step trains on batch × bptt words per worker")
@@ -205,7 +205,7 @@ type LMSummary struct {
 }
 
 // LMModelConfig returns the language model -model names for a vocabulary of vocab words:
-// small, medium or ptb (the seeds'), or a catalogue name (lstm-ptb-small, …).
+// small, medium or ptb (SparDL's), or a catalogue name (lstm-ptb-small, …).
 func LMModelConfig(name string, vocab int) (models.LSTMLMConfig, error) {
 	key := strings.ToLower(name)
 	switch key {

@@ -5,7 +5,7 @@
 //
 //	go run ./examples/lstm -data ~/data/ptb -model small -workers 2 -epochs 2     # PTB found or downloaded without -data
 //	go run ./examples/lstm -model medium -epochs 39 -schedule ptb:after=6,decay=0.8   # Zaremba's medium
-//	go run ./examples/lstm -model ptb -lr 1 -clip 0.25 -hook oktopk:density=0.02      # the seeds' 1500-unit model
+//	go run ./examples/lstm -model ptb -lr 1 -clip 0.25 -hook oktopk:density=0.02      # SparDL's 1500-unit model
 //	go run ./examples/lstm -metrics run.jsonl -log-every 50 -plot run.png
 //	go run ./examples/lstm -epochs 1 -steps 200 -eval-every 25 -eval-limit 20000 -metrics run.jsonl   # short run, 8 validations
 //	go run ./examples/lstm -workers 4 -hook omgs:density=0.01 -profile lstm.profile.json             # omgs: measured plan
@@ -34,10 +34,10 @@
 // clip 0.25, and Zaremba et al.'s decay (-schedule ptb: ×0.5 per epoch after epoch 4). That
 // is Zaremba's small recipe (lr 1 and clip 5 on a loss summed over 20 time steps) rescaled
 // for a loss averaged over the window's words, which is what word_language_model uses
-// (lr 20, clip 0.25). The seeds' own recipe for their 1500-unit model is -model ptb -lr 1
+// (lr 20, clip 0.25). The authors' reference code's recipe for the 1500-unit model is -model ptb -lr 1
 // -clip 0.25, with ×0.1 decays late in training (-schedule multistep:milestones=60/80).
 //
-// -task imdb trains the seeds' LSTM-IMDB classifier (embedding 50, LSTM 100,
+// -task imdb trains SparDL's LSTM-IMDB classifier (embedding 50, LSTM 100,
 // Linear 2; 2,561,052 parameters with the 50,000-word vocabulary) on the aclImdb folders,
 // classifying each review from the LSTM's output at its last real token; -max-len sets the
 // review length (default 500), and its defaults are -optim adam -lr 0.001 -batch 32 -clip 0

@@ -15,7 +15,7 @@
 //	go run ./examples/vgg -record-grads /tmp/grads -record-every 50 -record-steps 3   # for spargo bench comm -grads
 //
 // The program is the CIFAR-10 program of examples/internal/cifar (cifar.Main), which examples/resnet
-// shares; this one builds VGG models and has the seeds' recipe as defaults (-lr 0.01,
+// shares; this one builds VGG models and has the PyTorch anchor's recipe (scripts/anchors/torch_cifar_vgg.py) as defaults (-lr 0.01,
 // -momentum 0.9, -wd 5e-4, constant rate; -warmup N warms up from lr/workers). The training
 // flags every example shares (-optim, -schedule, -warmup, -lr, -momentum, -wd, -metrics,
 // -log-every, -plot) are train.Flags; -optim help and -schedule help list the specs.
@@ -49,7 +49,7 @@ import (
 )
 
 // defaults are the program's flags' defaults: VGG-11, 2 workers of batch 32, 3 epochs, SGD
-// with the seeds' lr 0.01, momentum 0.9 and weight decay 5e-4 at a constant rate.
+// with the PyTorch anchor's lr 0.01, momentum 0.9 and weight decay 5e-4 at a constant rate.
 func defaults() cifar.Config {
 	return cifar.Config{
 		Model: "vgg11", ModelHelp: "vgg11|vgg13|vgg16|vgg19", NewModel: newModel, CheckModel: checkModel,
