@@ -2,7 +2,7 @@
 # CI: the README's test command on a fresh clone, as a new user runs it.
 #
 # Clones this checkout's HEAD (the committed state, not the working tree)
-# into an empty temporary directory, so that no ../shared or other data lies
+# into an empty temporary directory, so that no data set lies
 # beside it, unsets SPARGO_DATA, points the user cache at an empty directory,
 # and runs `go test ./...` there with GOFLAGS=-count=1 (no cached results).
 # Works offline: the module cache is the caller's (GOMODCACHE), and tests
@@ -19,7 +19,7 @@ cd "$tmp/spargo"
 echo "fresh clone of $(git rev-parse --short HEAD) in $tmp/spargo"
 
 unset SPARGO_DATA
-# Nor is this CI to the tests: some demand ../shared/data when $CI is set.
+# Nor is this CI to the tests.
 unset CI
 export GOFLAGS=-count=1
 # The caller's module and build caches (offline: no proxy), read before the

@@ -8,8 +8,8 @@
 #
 # Usage: scripts/covap_lr0001.sh [CIFAR_DIR [PTB_DIR [RESULTS_DIR]]]
 #
-# CIFAR_DIR and PTB_DIR default to the programs' own search ($SPARGO_DATA, ../shared/data, the user
-# cache; see docs/data.md). The table in BENCHMARKS.md used ../shared/data/cifar10/approx, which
+# CIFAR_DIR and PTB_DIR default to the programs' own search (-data, $SPARGO_DATA, the user
+# cache; see docs/data.md). The table in BENCHMARKS.md used the JPEG-degraded CIFAR-10 copy, which
 # holds one training batch (10,000 images, 156 steps per epoch). RESULTS_DIR (default
 # ./covap-lr0.001) receives one metrics file (.jsonl) and one log (.out) per run.
 #
