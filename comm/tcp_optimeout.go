@@ -1,8 +1,8 @@
 package comm
 
 import (
-	"slices"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 )
