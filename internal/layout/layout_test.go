@@ -97,7 +97,7 @@ func TestPackageFloors(t *testing.T) {
 	if seen < 10 {
 		t.Fatalf("checked only %d library packages under %s", seen, root)
 	}
-	if _, err := os.Stat(filepath.Join(root, "docs", "docs/ARCHITECTURE.md")); err != nil {
+	if _, err := os.Stat(filepath.Join(root, "docs", "ARCHITECTURE.md")); err != nil {
 		t.Errorf("the floor table's home: %v", err)
 	}
 }
