@@ -27,7 +27,10 @@
 // checkpoint as the latest one.
 //
 // Load restores every rank's state from a checkpoint after checking that it was saved by the
-// same model, hook and world size (and flags, Meta.Config); the error says what differs.
+// same model and hook (and flags, Meta.Config); the error says what differs. A checkpoint
+// taken at an epoch's end also resumes on another number of ranks: the model and optimizer
+// load as they are, and a Redistributor hook's residuals are merged so that their sum over
+// the ranks is kept (other hook state is reset, with a warning); see resize.go.
 // The data position (Position) is the caller's to act on: datasets.Loader.EpochFrom resumes
 // an epoch at a step.
 //
@@ -67,7 +70,8 @@ type RandState interface {
 }
 
 // Meta describes the run a checkpoint belongs to. Load refuses a checkpoint whose Model,
-// Hook, World or Config differs from the resuming run's.
+// Hook or Config differs from the resuming run's, and one of another World unless it was
+// taken at an epoch's end (then it redistributes; resize.go).
 type Meta struct {
 	// Model names the architecture ("vgg11").
 	Model string `json:"model"`

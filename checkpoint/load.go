@@ -17,8 +17,9 @@ import (
 
 // Load restores st from the checkpoint directory path (Latest gives the newest) and returns
 // the position to resume from. meta is the resuming run's (Version ignored; World 0 means
-// the DDP group's size): a checkpoint of another model, hook, world size or configuration
-// is refused with an error naming the differences. With DDP, call it after ddp.New on every
+// the DDP group's size): a checkpoint of another model, hook or configuration is refused
+// with an error naming the differences. A checkpoint saved by another number of ranks
+// resumes from an epoch's end only (see Redistributor and resize.go). With DDP, call it after ddp.New on every
 // rank (it reads this rank's file; it communicates nothing). Errors name the file and the
 // entry at fault; the state may be partly restored after an error. Every file read is checked
 // against the digests meta.json records (see FileDigest): a corrupt file is refused, naming
@@ -40,8 +41,16 @@ func Load(path string, st State, meta Meta) (Position, error) {
 	if meta.World == 0 {
 		meta.World = world
 	}
-	if err := saved.Check(meta); err != nil {
+	resize := saved.World != meta.World && meta.World == world
+	check := meta
+	if resize { // another world size resumes at an epoch's end (resize.go)
+		check.World = saved.World
+	}
+	if err := saved.Check(check); err != nil {
 		return Position{}, fmt.Errorf("checkpoint %s: %w", path, err)
+	}
+	if resize {
+		return loadResized(path, in, st, rank, world)
 	}
 	if saved.World != world {
 		return Position{}, fmt.Errorf("checkpoint %s: saved by %d ranks, this run has %d", path, saved.World, world)
@@ -58,28 +67,8 @@ func Load(path string, st State, meta Meta) (Position, error) {
 	if err := loadModel(path, in.Files, st.Model, sections[pfxModel], dropList(own, mdDropModel)); err != nil {
 		return Position{}, err
 	}
-	if st.Optimizer != nil {
-		of := filepath.Join(path, optimizerFile)
-		if _, err := os.Stat(of); err != nil {
-			return Position{}, fmt.Errorf("checkpoint: %w (was the run saved without an optimizer?)", err)
-		}
-		f, err := readVerified(path, optimizerFile, in.Files)
-		if err != nil {
-			return Position{}, err
-		}
-		optState, err := floats(f, of, "")
-		if err != nil {
-			return Position{}, err
-		}
-		for _, k := range dropList(own, mdDropOptim) {
-			delete(optState, k)
-		}
-		for k, v := range sections[pfxOptim] {
-			optState[k] = v
-		}
-		if err := st.Optimizer.LoadState(optState); err != nil {
-			return Position{}, fmt.Errorf("checkpoint %s: optimizer: %w", path, err)
-		}
+	if err := loadOptimizer(path, in.Files, st.Optimizer, sections[pfxOptim], dropList(own, mdDropOptim)); err != nil {
+		return Position{}, err
 	}
 	if st.DDP != nil {
 		if err := st.DDP.LoadState(sections[pfxDDP]); err != nil {
@@ -110,6 +99,34 @@ func Load(path string, st State, meta Meta) (Position, error) {
 		}
 	}
 	return pos, nil
+}
+
+// loadOptimizer loads optimizer.safetensors (rank 0's state) less drop, with this rank's
+// override entries, into opt (nothing when opt is nil).
+func loadOptimizer(path string, files map[string]FileDigest, opt Optimizer, override map[string][]float32, drop []string) error {
+	if opt == nil {
+		return nil
+	}
+	of := filepath.Join(path, optimizerFile)
+	if _, err := os.Stat(of); err != nil {
+		return fmt.Errorf("checkpoint: %w (was the run saved without an optimizer?)", err)
+	}
+	f, err := readVerified(path, optimizerFile, files)
+	if err != nil {
+		return err
+	}
+	optState, err := floats(f, of, "")
+	if err != nil {
+		return err
+	}
+	for _, k := range drop {
+		delete(optState, k)
+	}
+	maps.Copy(optState, override)
+	if err := opt.LoadState(optState); err != nil {
+		return fmt.Errorf("checkpoint %s: optimizer: %w", path, err)
+	}
+	return nil
 }
 
 // loadModel copies model.safetensors (rank 0's) and this rank's overrides into m; every

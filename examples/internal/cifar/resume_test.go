@@ -96,8 +96,14 @@ func TestResumeComparesCanonicalSpecs(t *testing.T) {
 	}
 }
 
-// rewriteMeta edits the meta.json of the checkpoint at path.
+// rewriteMeta edits the meta of the checkpoint at path.
 func rewriteMeta(t *testing.T, path string, edit func(meta map[string]any)) {
+	t.Helper()
+	rewriteInfo(t, path, func(info map[string]any) { edit(info["meta"].(map[string]any)) })
+}
+
+// rewriteInfo edits the meta.json of the checkpoint at path.
+func rewriteInfo(t *testing.T, path string, edit func(info map[string]any)) {
 	t.Helper()
 	file := filepath.Join(path, "meta.json")
 	b, err := os.ReadFile(file)
@@ -108,7 +114,7 @@ func rewriteMeta(t *testing.T, path string, edit func(meta map[string]any)) {
 	if err := json.Unmarshal(b, &info); err != nil {
 		t.Fatal(err)
 	}
-	edit(info["meta"].(map[string]any))
+	edit(info)
 	if b, err = json.Marshal(info); err != nil {
 		t.Fatal(err)
 	}
