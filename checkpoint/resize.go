@@ -45,9 +45,8 @@ type Redistributor interface {
 func loadResized(path string, in info, st State, rank, world int) (Position, error) {
 	saved, pos := in.Meta, in.Position
 	if pos.Step != 0 {
-		return Position{}, fmt.Errorf("checkpoint %s: saved by %d ranks at step %d of epoch %d, this run has %d ranks: "+
-			"a checkpoint resumes on another number of ranks only from an epoch's end (saved by %d, resuming on %d)",
-			path, saved.World, pos.Step, pos.Epoch+1, world, saved.World, world)
+		return Position{}, fmt.Errorf("checkpoint %s: saved by %d ranks at step %d of epoch %d; resuming on %d ranks works only from a checkpoint at an epoch's end",
+			path, saved.World, pos.Step, pos.Epoch+1, world)
 	}
 	if st.DDP == nil {
 		return Position{}, fmt.Errorf("checkpoint %s: saved by %d ranks, restoring %d without DDP (State.DDP is nil)", path, saved.World, world)
