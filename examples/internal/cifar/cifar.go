@@ -441,8 +441,10 @@ func TrainLoader(batch, rank, world int, seed uint64) datasets.LoaderOptions {
 }
 
 // checkpointMeta describes the run for checkpoints: resuming requires the same model, hook
-// (compared in canonical form: the same hook written differently resumes), world size and the flags that change the trajectory (-epochs may grow; -data, -eval-limit,
-// -metrics, -log-every, -plot and -progress may change).
+// (compared in canonical form: the same hook written differently resumes) and the flags that
+// change the trajectory (-epochs may grow; -data, -eval-limit, -metrics, -log-every, -plot and
+// -progress may change). The world size may differ only from a checkpoint at an epoch's end
+// (checkpoint.Load: residuals are redistributed, other hook state is reset with a warning).
 func (c Config) checkpointMeta(world int) checkpoint.Meta {
 	cfg := c.Flags.MetaConfig()
 	cfg["batch"] = strconv.Itoa(c.Batch)
