@@ -285,13 +285,13 @@ func TestResumeIsExact(t *testing.T) {
 		})
 	}
 
-	// A checkpoint of another batch size or world size is refused, naming what differs.
+	// A checkpoint of another batch size is refused, naming what differs. (Another world size
+	// is accepted from an epoch's end: examples/internal/cifar's TestResumeOnFewerRanks…)
 	for _, tc := range []struct {
 		change func(*LMConfig)
 		want   string
 	}{
 		{func(c *LMConfig) { c.Batch = 3 }, `batch "4", this run "3"`},
-		{func(c *LMConfig) { c.Workers = 1 }, "world size 2, this run 1"},
 	} {
 		rc := c
 		rc.Resume = true
