@@ -34,6 +34,14 @@ func init() {
 					fmt.Fprintf(os.Stderr, "rank %d: FAILED: %v\n", g.Rank(), err)
 					os.Exit(1)
 				}
+				if step == at && os.Getenv("HOW") == "stuck" {
+					// The others reach the next collective a second after the stuck rank began
+					// its wait, more than the operation watcher's tick (a quarter of the timeout):
+					// the stuck rank's timeout fires first, and it finds the others' messages
+					// queued under a tag it never asked for. (Timeouts that fire within one tick of
+					// each other may name a rank that waits behind the stuck one.)
+					time.Sleep(time.Second)
+				}
 				time.Sleep(2 * time.Millisecond)
 			})
 			return err
