@@ -12,12 +12,16 @@ type Counters struct {
 	bytesSent, bytesRecv atomic.Int64
 	msgsSent, msgsRecv   atomic.Int64
 	rounds               atomic.Int64
+	interSent, interRecv atomic.Int64 // payload bytes to and from ranks on other nodes
 }
 
 // Stats is a snapshot of Counters. Bytes are payload bytes (a word is 4 of them); transport
 // framing is not counted.
 type Stats struct {
 	BytesSent, BytesRecv, MsgsSent, MsgsRecv, Rounds int64
+	// InterBytesSent and InterBytesRecv are the part of BytesSent and BytesRecv exchanged with
+	// ranks on other nodes (see Topology); they stay 0 on a group that does not know its topology.
+	InterBytesSent, InterBytesRecv int64
 }
 
 // AddSent counts one message of n payload bytes sent. Transports call it.
@@ -32,6 +36,14 @@ func (c *Counters) AddRecv(n int) {
 	c.msgsRecv.Add(1)
 }
 
+// AddInterSent counts n payload bytes, already counted by AddSent, as sent to a rank on another
+// node. Topology-aware groups call it.
+func (c *Counters) AddInterSent(n int) { c.interSent.Add(int64(n)) }
+
+// AddInterRecv counts n payload bytes, already counted by AddRecv, as received from a rank on
+// another node. Topology-aware groups call it.
+func (c *Counters) AddInterRecv(n int) { c.interRecv.Add(int64(n)) }
+
 // AddRound counts n rounds. Collectives call it once per round: once per group of messages
 // posted together and then awaited together.
 func (c *Counters) AddRound(n int) { c.rounds.Add(int64(n)) }
@@ -45,6 +57,9 @@ func (c *Counters) Snapshot() Stats {
 		MsgsSent:  c.msgsSent.Load(),
 		MsgsRecv:  c.msgsRecv.Load(),
 		Rounds:    c.rounds.Load(),
+
+		InterBytesSent: c.interSent.Load(),
+		InterBytesRecv: c.interRecv.Load(),
 	}
 }
 
@@ -56,6 +71,8 @@ func (c *Counters) Reset() {
 	c.msgsSent.Store(0)
 	c.msgsRecv.Store(0)
 	c.rounds.Store(0)
+	c.interSent.Store(0)
+	c.interRecv.Store(0)
 }
 
 // Sub returns s - o field by field: the traffic between two snapshots.
@@ -66,6 +83,9 @@ func (s Stats) Sub(o Stats) Stats {
 		MsgsSent:  s.MsgsSent - o.MsgsSent,
 		MsgsRecv:  s.MsgsRecv - o.MsgsRecv,
 		Rounds:    s.Rounds - o.Rounds,
+
+		InterBytesSent: s.InterBytesSent - o.InterBytesSent,
+		InterBytesRecv: s.InterBytesRecv - o.InterBytesRecv,
 	}
 }
 
@@ -77,11 +97,17 @@ func (s Stats) Add(o Stats) Stats {
 		MsgsSent:  s.MsgsSent + o.MsgsSent,
 		MsgsRecv:  s.MsgsRecv + o.MsgsRecv,
 		Rounds:    s.Rounds + o.Rounds,
+
+		InterBytesSent: s.InterBytesSent + o.InterBytesSent,
+		InterBytesRecv: s.InterBytesRecv + o.InterBytesRecv,
 	}
 }
 
 // WordsRecv is BytesRecv in 4-byte words, the unit of the cost formulas in docs/ALGORITHMS.md.
 func (s Stats) WordsRecv() float64 { return float64(s.BytesRecv) / 4 }
+
+// InterWordsRecv is InterBytesRecv in 4-byte words: what crossed nodes into this rank.
+func (s Stats) InterWordsRecv() float64 { return float64(s.InterBytesRecv) / 4 }
 
 func (s Stats) String() string {
 	return fmt.Sprintf("sent %d B in %d msgs, recv %d B in %d msgs, %d rounds",
