@@ -2,7 +2,9 @@
 // size, tagged blocking and non-blocking point-to-point messages), the collectives built on it
 // (AllReduce, AllReduceOf, Broadcast, AllGather, AllGatherV, AllGatherBytes, AllGatherBytesSized,
 // Barrier), SendRecv (one exchange whose message may be shorter than the buffer), Sub (a sub-group
-// view over some ranks, whose traffic counts on the parent rank), per-rank Counters, and
+// view over some ranks, whose traffic counts on the parent rank), Topology (which ranks share a
+// host; WithTopology simulates hosts in one process and counts the traffic that crosses them),
+// per-rank Counters, and
 // the transports. NewLocal runs P ranks as goroutines of one process. comm knows nothing of
 // tensors, models, DDP or hooks; it moves []float32 and []byte, and AllReduceOf reduces slices
 // of any fixed-size number type with the caller's reduction.
