@@ -1,7 +1,10 @@
 // Package spec is the one grammar of spargo's configuration strings: a name, optionally
 // followed by options, "name" or "name:key=value,key=value", and a wrapper around another
 // spec, "wrapper+spec" ("fp16+powersgd:rank=4": a '+' counts only before the first colon, and
-// the options after the colon belong to the innermost name). Comm hooks (hooks.ParseConfig),
+// the options after the colon belong to the innermost name). Some wrappers take the spec they
+// wrap after a colon instead, "wrapper:spec" ("hier:spardl:density=0.01,teams=2": everything
+// after the wrapper's colon, colons and commas included, is the wrapped spec); the owner of
+// the names says which (ParseNested). Comm hooks (hooks.ParseConfig),
 // optimizers (optim.ParseOptimizerConfig) and learning-rate schedules
 // (optim.ParseScheduleConfig) are all written in it.
 //
@@ -56,6 +59,8 @@ type Option struct {
 type Spec struct {
 	name  string
 	inner *Spec
+	// nested: inner follows the name's colon ("wrapper:spec"), not a '+'
+	nested bool
 	keys  []string
 	vals  map[string]string
 	given map[string]bool
@@ -64,7 +69,15 @@ type Spec struct {
 
 // Parse reads "name", "name:key=value,…" or "wrapper+spec". Errors start with the name (or
 // quote the spec when the name is missing), for the caller to prefix with what it parses.
-func Parse(s string) (Spec, error) {
+func Parse(s string) (Spec, error) { return ParseNested(s, nil) }
+
+// ParseNested is Parse for a grammar in which the names for which nests reports true wrap the
+// spec that follows their colon: "wrapper:spec", where spec is any spec with its own colon and
+// options ("hier:spardl:density=0.01,teams=2" wraps "spardl:density=0.01,teams=2"), nested
+// wrappers included ("hier:fp16+powersgd:rank=4"). Such a name takes no options of its own:
+// "wrapper", "wrapper:" and "wrapper:key=value" are refused, naming the form to write. A nil
+// nests is Parse.
+func ParseNested(s string, nests func(name string) bool) (Spec, error) {
 	head, rest, hasOpts := strings.Cut(strings.TrimSpace(s), ":")
 	if outer, innerText, wraps := strings.Cut(head, "+"); wraps {
 		outer = strings.TrimSpace(outer)
@@ -74,7 +87,7 @@ func Parse(s string) (Spec, error) {
 		if hasOpts {
 			innerText += ":" + rest
 		}
-		inner, err := Parse(innerText)
+		inner, err := ParseNested(innerText, nests)
 		if err != nil {
 			return Spec{}, err
 		}
@@ -83,6 +96,9 @@ func Parse(s string) (Spec, error) {
 	sp := Spec{name: strings.TrimSpace(head), vals: map[string]string{}, given: map[string]bool{}}
 	if sp.name == "" {
 		return Spec{}, fmt.Errorf("no name in %q", s)
+	}
+	if nests != nil && nests(sp.name) {
+		return parseNestedInner(sp, s, rest, hasOpts, nests)
 	}
 	if !hasOpts || strings.TrimSpace(rest) == "" {
 		return sp, nil
@@ -102,8 +118,36 @@ func Parse(s string) (Spec, error) {
 	return sp, nil
 }
 
+// parseNestedInner reads the spec that follows the colon of wrapper sp ("wrapper:spec", in
+// s); rest is the text after that colon.
+func parseNestedInner(sp Spec, s, rest string, hasColon bool, nests func(string) bool) (Spec, error) {
+	rest = strings.TrimSpace(rest)
+	if !hasColon || rest == "" {
+		return Spec{}, fmt.Errorf("%s wraps a spec: write %s:SPEC (%q has none after the colon)", sp.name, sp.name, s)
+	}
+	if i := strings.IndexAny(rest, ":,="); i >= 0 {
+		switch rest[i] {
+		case '=':
+			return Spec{}, fmt.Errorf("%s takes no options, only the spec it wraps: write %s:SPEC (got %q in %q)", sp.name, sp.name, rest, s)
+		case ',':
+			return Spec{}, fmt.Errorf("%s: the wrapped spec's options follow its own colon: write %s:%s:key=value,… (got %q in %q)",
+				sp.name, sp.name, strings.TrimSpace(rest[:i]), rest, s)
+		}
+	}
+	inner, err := ParseNested(rest, nests)
+	if err != nil {
+		return Spec{}, err
+	}
+	sp.inner, sp.nested = &inner, true
+	return sp, nil
+}
+
 // Name is the spec's name; for "wrapper+spec" the wrapper's.
 func (s Spec) Name() string { return s.name }
+
+// Nested reports whether the spec is "wrapper:spec" (ParseNested), whose Inner follows the
+// wrapper's colon; false for "wrapper+spec" and specs that wrap nothing.
+func (s Spec) Nested() bool { return s.inner != nil && s.nested }
 
 // Inner is the wrapped spec of "wrapper+spec", or nil.
 func (s Spec) Inner() *Spec { return s.inner }
@@ -137,7 +181,7 @@ func (s Spec) Bind(options []Option) (Spec, error) {
 		}
 		return Spec{}, fmt.Errorf("%s has no option %q (options: %s)", s.name, k, strings.Join(names, ", "))
 	}
-	b := Spec{name: s.name, inner: s.inner, keys: names, vals: map[string]string{}, given: map[string]bool{}, bound: true}
+	b := Spec{name: s.name, inner: s.inner, nested: s.nested, keys: names, vals: map[string]string{}, given: map[string]bool{}, bound: true}
 	for _, o := range options {
 		v, given := s.vals[o.Name], s.given[o.Name]
 		if !given {
@@ -213,10 +257,13 @@ func (s Spec) clone() Spec {
 }
 
 // String writes the spec back: "name", "name:key=value,…" in Keys order, leaving out
-// unset options, or "wrapper+" and the wrapped spec's String. For a bound spec (and a bound
-// Inner) it is the canonical form.
+// unset options, or "wrapper+" (for a Nested spec "wrapper:") and the wrapped spec's String.
+// For a bound spec (and a bound Inner) it is the canonical form.
 func (s Spec) String() string {
 	if s.inner != nil {
+		if s.nested {
+			return s.name + ":" + s.inner.String()
+		}
 		return s.name + "+" + s.inner.String()
 	}
 	var opts []string

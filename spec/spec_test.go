@@ -124,3 +124,62 @@ func TestErrors(t *testing.T) {
 		t.Errorf("Bind(noop:x=1) = %v", err)
 	}
 }
+
+// A name that nests takes the whole spec after its colon, its colons and commas included; the
+// canonical String writes it back with the colon.
+func TestParseNested(t *testing.T) {
+	nests := func(name string) bool { return name == "n" }
+	for s, want := range map[string]string{
+		"n:h":                     "n:h:density=0.01,teams=1,mode=fast,exact=false,betas=0.9/0.999",
+		"n:h:teams=2,density=0.1": "n:h:density=0.1,teams=2,mode=fast,exact=false,betas=0.9/0.999",
+		" n : h : density=1e-2 ":  "n:h:density=0.01,teams=1,mode=fast,exact=false,betas=0.9/0.999",
+		"n:w+h:teams=3":           "n:w+h:density=0.01,teams=3,mode=fast,exact=false,betas=0.9/0.999",
+		"w+n:h:teams=3":           "w+n:h:density=0.01,teams=3,mode=fast,exact=false,betas=0.9/0.999",
+		"n:n:h":                   "n:n:h:density=0.01,teams=1,mode=fast,exact=false,betas=0.9/0.999",
+	} {
+		p, err := ParseNested(s, nests)
+		if err != nil {
+			t.Fatalf("ParseNested(%q): %v", s, err)
+		}
+		// bind the innermost name, as the owner of the names does
+		var chain []Spec
+		for q := p; ; q = *q.Inner() {
+			chain = append(chain, q)
+			if q.Inner() == nil {
+				break
+			}
+		}
+		b, err := chain[len(chain)-1].Bind(testOptions)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := len(chain) - 2; i >= 0; i-- {
+			b = chain[i].WithInner(b)
+		}
+		if got := b.String(); got != want {
+			t.Errorf("ParseNested(%q).String() = %q, want %q", s, got, want)
+		}
+		if !p.Nested() && p.Name() == "n" {
+			t.Errorf("ParseNested(%q): not Nested", s)
+		}
+	}
+	if p, err := ParseNested("h:teams=2", nests); err != nil || p.Nested() || p.Get("teams") != "2" {
+		t.Errorf("a name that does not nest keeps its options: %+v, %v", p, err)
+	}
+	if p, err := Parse("n:h"); err == nil {
+		t.Errorf("Parse without nests read %q as %+v", "n:h", p)
+	}
+	for s, want := range map[string]string{
+		"n":           "n wraps a spec: write n:SPEC",
+		"n:":          "n wraps a spec: write n:SPEC",
+		"n:teams=2":   "n takes no options, only the spec it wraps",
+		"n:h,teams=2": "write n:h:key=value",
+		"n:h:teams":   `h: option "teams" is not key=value`,
+		"n::teams=2":  "no name in",
+		"w+n":         "n wraps a spec",
+	} {
+		if _, err := ParseNested(s, nests); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseNested(%q) = %v, want an error containing %q", s, err, want)
+		}
+	}
+}
