@@ -6,6 +6,7 @@ import (
 	"math/bits"
 	"strings"
 
+	"github.com/spargo-dl/spargo/comm"
 	"github.com/spargo-dl/spargo/ddp"
 )
 
@@ -235,3 +236,142 @@ func (h *Compressed) ControlTagOffsets() []uint32 {
 	}
 	return nil
 }
+
+// hier (hier.go) describes itself from its inner hook's description at P = H on a shard of
+// ⌈n/L⌉, for the topology it learnt on its first call or from a restored state; before it
+// knows one, as the flat group of P nodes of one rank (where hier is its inner hook).
+
+// HierCost is hier's volume per call in words received (4 bytes) by the busiest rank, split by
+// where the words travel: inside a node (the reduce-scatter and all-gather) and across nodes
+// (the inner hook on its shard).
+type HierCost struct {
+	Nodes, PerNode int
+	// Shard is the length of the longest shard, ⌈n/L⌉, on which the inner hook runs.
+	Shard      int
+	IntraExpr  string
+	Intra      float64
+	InterExpr  string
+	Inter      float64
+	InterKnown bool // false when the inner hook has no closed form (Inter is then 0)
+}
+
+// CostSplit is hier's volume for a bucket of n elements on nodes × perNode ranks: inside a
+// node 2n − min_i(|shard i−1| + |shard i|) (2n(L−1)/L when L divides n), across nodes the inner
+// hook's formula at P = nodes on the longest shard (its CostFormula; a dense allreduce's from
+// comm.AllReduce's costs).
+func (h *Hier) CostSplit(n, nodes, perNode int) HierCost {
+	c := HierCost{Nodes: nodes, PerNode: perNode, Shard: n, IntraExpr: "0 (one rank per node)"}
+	if perNode > 1 {
+		offs := shardOffsets(n, perNode)
+		least := n
+		for i := range perNode {
+			prev := (i + perNode - 1) % perNode
+			least = min(least, offs[prev+1]-offs[prev]+offs[i+1]-offs[i])
+		}
+		c.Shard, c.Intra = offs[1], float64(2*n-least)
+		c.IntraExpr = "2n(L-1)/L"
+		if n%perNode != 0 {
+			c.IntraExpr = "2n-min_i(|shard i-1|+|shard i|)"
+		}
+	}
+	if nodes == 1 {
+		c.InterExpr, c.InterKnown = "0 (one node)", true
+		return c
+	}
+	c.InterExpr, c.Inter, c.InterKnown = innerCost(h.Inner, c.Shard, nodes)
+	return c
+}
+
+// innerCost is the volume of hook h on m elements among p ranks: its CostFormula, or a dense
+// all-reduce's (ddp.AllReduceHook, which has no formula of its own).
+func innerCost(h ddp.CommHook, m, p int) (string, float64, bool) {
+	if expr, words, ok := CostFormula(h, m, p); ok {
+		return expr, words, true
+	}
+	var alg comm.Algorithm
+	switch a := h.(type) {
+	case *ddp.AllReduceHook:
+		alg = a.Algorithm
+	case ddp.AllReduceHook:
+		alg = a.Algorithm
+	default:
+		return "no closed form", 0, false
+	}
+	ring := func(q int) float64 { // the busiest rank of the ring's or Rabenseifner's blocks
+		offs := shardOffsets(m, q)
+		least := m
+		for i := range q {
+			next := (i + 1) % q
+			least = min(least, offs[i+1]-offs[i]+offs[next+1]-offs[next])
+		}
+		return float64(2*m - least)
+	}
+	pp := 1 << (bits.Len(uint(p)) - 1)
+	switch comm.AllReduceAlgorithm(m, p, alg) {
+	case comm.RecursiveDoubling:
+		if pp == p {
+			return "n·log2 P", float64(m) * log2Ceil(p), true
+		}
+		return "n(log2 P'+1)", float64(m) * (log2Ceil(pp) + 1), true
+	case comm.Rabenseifner:
+		if pp != p {
+			return "n+2n(P'-1)/P'", float64(m) + ring(pp), true
+		}
+	}
+	return "2n(P-1)/P", ring(p), true
+}
+
+// hierLayoutFor is the layout hier's descriptions assume on p ranks: the one it learnt when it
+// has p ranks, else p nodes of one rank.
+func (h *Hier) hierLayoutFor(p int) hierLayout {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.learnt && h.lay.nodes*h.lay.perNode == p {
+		return h.lay
+	}
+	return hierLayout{nodes: p, perNode: 1}
+}
+
+// CostFormula is the words inside a node plus the words across nodes (CostSplit), for the
+// topology hier learnt (CostDescriber); with one rank per node, the inner hook's own.
+func (h *Hier) CostFormula(n, p int) (string, float64, bool) {
+	lay := h.hierLayoutFor(p)
+	if lay.perNode == 1 {
+		return innerCost(h.Inner, n, p)
+	}
+	c := h.CostSplit(n, lay.nodes, lay.perNode)
+	if !c.InterKnown {
+		return "", 0, false
+	}
+	return fmt.Sprintf("%s inside a node + [%s at P=H=%d on ⌈n/L⌉=%d] across, L=%d", c.IntraExpr, c.InterExpr, lay.nodes, c.Shard, lay.perNode),
+		c.Intra + c.Inter, true
+}
+
+// CheckWorldSize is the inner hook's at the number of nodes, once hier knows the topology
+// (ddp.WorldSizeChecker); before, it accepts any P (the first call checks).
+func (h *Hier) CheckWorldSize(p int) error {
+	h.mu.Lock()
+	lay, learnt := h.lay, h.learnt && h.lay.nodes*h.lay.perNode == p
+	h.mu.Unlock()
+	if !learnt || lay.nodes == 1 {
+		return nil
+	}
+	if c, ok := h.Inner.(ddp.WorldSizeChecker); ok {
+		if err := c.CheckWorldSize(lay.nodes); err != nil {
+			return fmt.Errorf("across %d nodes: %w", lay.nodes, err)
+		}
+	}
+	return nil
+}
+
+// Selection is the inner hook's on the longest shard among the nodes (SelectionDescriber).
+func (h *Hier) Selection(n, p int) Selection {
+	lay := h.hierLayoutFor(p)
+	if lay.perNode == 1 {
+		return SelectionOf(h.Inner, n, p)
+	}
+	return SelectionOf(h.Inner, shardOffsets(n, lay.perNode)[1], lay.nodes)
+}
+
+// ControlTagOffsets are the inner hook's: hier's own messages are data (ControlTagger).
+func (h *Hier) ControlTagOffsets() []uint32 { return ControlTagOffsets(h.Inner) }

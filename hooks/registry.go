@@ -25,6 +25,11 @@ type Spec struct {
 	// Wrap, when set, makes the hook a wrapper too: the spec "NAME+INNER" (INNER any spec,
 	// options included, e.g. "fp16+powersgd:rank=4") gives Wrap(Parse(INNER)).
 	Wrap func(inner ddp.CommHook) (ddp.CommHook, error)
+	// Nest, when set, makes the hook a wrapper written with a colon instead: the spec
+	// "NAME:INNER", where INNER is any spec with its own colon and options
+	// ("hier:spardl:density=0.01,teams=2"), gives Nest(Parse(INNER)). Such a hook takes no
+	// options of its own, and "NAME" alone is refused.
+	Nest func(inner ddp.CommHook) (ddp.CommHook, error)
 }
 
 // Values are a hook's options after parsing, defaults filled in. The accessors return
@@ -96,6 +101,13 @@ func Register(s Spec) {
 	registry[s.Name] = s
 }
 
+// nests reports whether name is a hook written "name:spec" (Spec.Nest): the spec grammar
+// reads such a name's colon as the start of the spec it wraps (spec.ParseNested).
+func nests(name string) bool {
+	s, ok := lookup(name)
+	return ok && s.Nest != nil
+}
+
 // lookup returns the registered hook called name.
 func lookup(name string) (Spec, bool) {
 	registryMu.RLock()
@@ -128,8 +140,9 @@ func names(wrappersOnly bool) string {
 
 // Parse builds a hook from "name" or "name:key=value,key=value", or a wrapper around one
 // from "wrapper+spec" (e.g. "fp16+powersgd:rank=4,start_iter=10": the options after the colon
-// belong to the wrapped hook; a '+' counts only before the first colon). It is ParseConfig
-// followed by Config.New.
+// belong to the wrapped hook; a '+' counts only before the first colon) or, for the wrappers
+// written with a colon (Spec.Nest), "wrapper:spec" ("hier:spardl:density=0.01"). It is
+// ParseConfig followed by Config.New.
 //
 // A hook keeps per-rank state (residuals, thresholds, plans): every rank of a group needs its
 // own instance. A program that builds several parses the spec once with ParseConfig and calls
@@ -158,6 +171,9 @@ func Help() string {
 		fmt.Fprintf(&b, "%s\n    %s\n", s.Name, s.Summary)
 		if s.Wrap != nil {
 			fmt.Fprintf(&b, "    wrapper: %s+SPEC wraps the hook SPEC (SPEC's options after its colon)\n", s.Name)
+		}
+		if s.Nest != nil {
+			fmt.Fprintf(&b, "    wrapper: %s:SPEC wraps the hook SPEC, written with its own colon and options (%s:spardl:density=0.01)\n", s.Name, s.Name)
 		}
 		for _, o := range s.Options {
 			fmt.Fprintf(&b, "    %-14s default %-8s %s\n", o.Name, o.Default, o.Help)

@@ -25,7 +25,7 @@ type Config struct {
 // and given once, and the hook must build from the values. Nothing of a run is created: call
 // Config.New for each rank, since every rank needs its own hook instance.
 func ParseConfig(s string) (Config, error) {
-	p, err := spec.Parse(s)
+	p, err := spec.ParseNested(s, nests)
 	if err != nil {
 		return Config{}, fmt.Errorf("hooks: %w", err)
 	}
@@ -39,7 +39,12 @@ func resolve(p spec.Spec, s string) (Config, error) {
 		return Config{}, fmt.Errorf("hooks: unknown hook %q in %q (registered: %s)", p.Name(), s, names(false))
 	}
 	if in := p.Inner(); in != nil {
-		if reg.Wrap == nil {
+		switch {
+		case p.Nested() && reg.Nest == nil:
+			return Config{}, fmt.Errorf("hooks: %s in %q cannot wrap another hook after its colon", reg.Name, s)
+		case !p.Nested() && reg.Wrap == nil && reg.Nest != nil:
+			return Config{}, fmt.Errorf("hooks: %s in %q wraps a hook after a colon: write %s:%s", reg.Name, s, reg.Name, in)
+		case !p.Nested() && reg.Wrap == nil:
 			return Config{}, fmt.Errorf("hooks: %s in %q cannot wrap another hook (wrappers: %s)", reg.Name, s, names(true))
 		}
 		inner, err := resolve(*in, s)
@@ -51,6 +56,9 @@ func resolve(p spec.Spec, s string) (Config, error) {
 			return Config{}, err
 		}
 		return c, nil
+	}
+	if reg.Nest != nil { // spec.ParseNested refuses it; a Spec built otherwise may reach here
+		return Config{}, fmt.Errorf("hooks: %s in %q wraps a hook: write %s:SPEC", reg.Name, s, reg.Name)
 	}
 	b, err := p.Bind(reg.Options)
 	if err != nil {
@@ -91,16 +99,20 @@ func (c Config) New() (ddp.CommHook, error) {
 		if err != nil {
 			return nil, err
 		}
+		if c.s.Nested() {
+			return reg.Nest(in)
+		}
 		return reg.Wrap(in)
 	}
 	return reg.New(values(c.s))
 }
 
 // String is the canonical spec: "name:key=value,…" with every option that has a value, in
-// the hook's option order, or "wrapper+" and the wrapped hook's canonical spec.
+// the hook's option order, or "wrapper+" ("wrapper:" for the wrappers written with a colon,
+// Spec.Nest) and the wrapped hook's canonical spec.
 func (c Config) String() string { return c.s.String() }
 
-// Name is the hook's registered name; for "wrapper+spec" the wrapper's.
+// Name is the hook's registered name; for "wrapper+spec" and "wrapper:spec" the wrapper's.
 func (c Config) Name() string { return c.s.Name() }
 
 // Inner is the wrapped hook's configuration of "wrapper+spec"; ok is false for other hooks.

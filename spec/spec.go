@@ -61,10 +61,10 @@ type Spec struct {
 	inner *Spec
 	// nested: inner follows the name's colon ("wrapper:spec"), not a '+'
 	nested bool
-	keys  []string
-	vals  map[string]string
-	given map[string]bool
-	bound bool
+	keys   []string
+	vals   map[string]string
+	given  map[string]bool
+	bound  bool
 }
 
 // Parse reads "name", "name:key=value,…" or "wrapper+spec". Errors start with the name (or
