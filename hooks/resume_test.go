@@ -26,6 +26,7 @@ var resumeSpecs = map[string]string{
 	"covap":     "covap:interval=3,init=0.5,ascend_steps=2,dense_warmup=1",
 	"gaussiank": "gaussiank:density=0.05,dense_warmup=1",
 	"gtopk":     "gtopk:density=0.05",
+	"hier":      "hier:spardl:density=0.05,teams=2,dense_warmup=1", // 2 ranks, 2 nodes: spardl itself (hier_test.go resumes 2×2)
 	"lags":      "lags:density=0.05,dense_warmup=4",
 	"mgs":       "mgs:density=0.05",
 	"noop":      "noop",
@@ -57,7 +58,7 @@ func TestResumeIsExactForEveryHook(t *testing.T) {
 			if _, ok := mustParse(t, spec).(ProfiledPlanner); ok {
 				o.profile, o.profiles = true, make([]*profile.Profile, p) // measured once, the same plan in every run
 			}
-			if strings.HasPrefix(spec, "spardl") {
+			if strings.HasPrefix(spec, "spardl") || strings.HasPrefix(spec, "hier:spardl") {
 				o.bucketCap = [2]int{} // spardl plans one bucket
 			}
 			straight := trainDDP(t, spec, p, k+m, o)
