@@ -10,6 +10,7 @@ import (
 
 	"github.com/spargo-dl/spargo/checkpoint"
 	"github.com/spargo-dl/spargo/comm"
+	"github.com/spargo-dl/spargo/comm/simnet"
 	"github.com/spargo-dl/spargo/ddp"
 	"github.com/spargo-dl/spargo/nn"
 	"github.com/spargo-dl/spargo/optim"
@@ -393,6 +394,40 @@ func TestHierSpec(t *testing.T) {
 	w, _ = newHierWorld(t, 2, 3, "hier:gtopk")
 	if _, _, err := w.try(0, grads(1, 6, 100)); err != nil {
 		t.Errorf("hier:gtopk on 2 nodes × 3: %v", err)
+	}
+}
+
+// hier runs on simulated networks (spargo simulate's comm/simnet groups) seen through a
+// topology: the same bits on every rank, conservation, and the words across nodes of a flat
+// run on the node sums.
+func TestHierOnSimnet(t *testing.T) {
+	net, err := simnet.New(4, simnet.Config{Alpha: 50e-6, Beta: 1e-9})
+	if err != nil {
+		t.Fatal(err)
+	}
+	top, _ := comm.GridTopology(2, 2)
+	w := &world{}
+	for _, g := range net.Groups() {
+		v, err := comm.WithTopology(g, top)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.groups = append(w.groups, v)
+		w.hooks = append(w.hooks, mustParse(t, "hier:spardl:density=0.01"))
+	}
+	const n = 1600
+	for it := range 2 {
+		gs := grads(uint64(it), 4, n)
+		before := hierResiduals(w, top, n)
+		outs, stats := w.call(t, 0, gs)
+		checkIdentical(t, "simnet 2×2", outs)
+		checkConservation(t, "simnet 2×2", gs, before, hierResiduals(w, top, n), outs[0])
+		c := w.hooks[0].(*Hier).CostSplit(n, 2, 2)
+		for r, s := range stats {
+			if s.InterWordsRecv() != c.Inter {
+				t.Errorf("simnet 2×2 call %d rank %d: %v words across nodes, want %v (%s)", it, r, s.InterWordsRecv(), c.Inter, c.InterExpr)
+			}
+		}
 	}
 }
 

@@ -395,10 +395,14 @@ func withDensity(spec string, density float64) (hookRow, error) {
 	if c, err = c.With("density", d); err != nil {
 		return hookRow{}, err
 	}
-	if _, opts, _ := strings.Cut(spec, ":"); opts == "" {
-		return hookRow{strings.TrimSuffix(spec, ":") + ":density=" + d, c, density}, nil
+	// The density joins the innermost spec's options ("spardl:teams=2,density=D"), or
+	// starts them ("spardl:density=D", "hier:spardl:density=D") when it has none.
+	if label := spec + ",density=" + d; strings.Contains(spec, "=") {
+		if _, err := hooks.ParseConfig(label); err == nil {
+			return hookRow{label, c, density}, nil
+		}
 	}
-	return hookRow{spec + ",density=" + d, c, density}, nil
+	return hookRow{strings.TrimSuffix(strings.TrimSpace(spec), ":") + ":density=" + d, c, density}, nil
 }
 
 // hookRows parses the -hook specs (defaults when none are given) with withDensity. Of the

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/spargo-dl/spargo/gradrec"
+	"github.com/spargo-dl/spargo/hooks"
 )
 
 // Small n: every default hook runs, the JSON has the stable keys, and SparDL's counts match
@@ -278,6 +279,43 @@ func TestBenchCommGradsErrors(t *testing.T) {
 		args := append([]string{"bench", "comm", "-hook", "topka"}, tc.args...)
 		if code := dispatch(args, &out, &errb); code != 1 || !strings.Contains(errb.String(), tc.want) {
 			t.Errorf("%v: exit %d, stderr %q, want %q", tc.args, code, errb.String(), tc.want)
+		}
+	}
+}
+
+// A -hook's density joins the innermost spec's options, also under hier's colon, and the
+// label parses back to the same hook.
+func TestHierHookRowLabels(t *testing.T) {
+	for spec, want := range map[string]string{
+		"spardl":                         "spardl:density=0.02",
+		"spardl:teams=2":                 "spardl:teams=2,density=0.02",
+		"fp16+topka":                     "fp16+topka:density=0.02",
+		"hier:spardl":                    "hier:spardl:density=0.02",
+		"hier:spardl:teams=2":            "hier:spardl:teams=2,density=0.02",
+		"hier:oktopk:density=0.05":       "hier:oktopk:density=0.05",
+		"hier:allreduce":                 "hier:allreduce",
+		"hier:fp16+topka:dense_warmup=1": "hier:fp16+topka:dense_warmup=1,density=0.02",
+	} {
+		row, err := withDensity(spec, 0.02)
+		if err != nil || row.label != want {
+			t.Errorf("withDensity(%q) = %q, %v; want %q", spec, row.label, err, want)
+			continue
+		}
+		if c, err := hooks.ParseConfig(row.label); err != nil || c.String() != row.config.String() {
+			t.Errorf("label %q parses to %v, %v; the row's config is %q", row.label, c, err, row.config)
+		}
+	}
+}
+
+// spargo hooks lists hier with its description and how to write it.
+func TestHierInHooksCommand(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := dispatch([]string{"hooks"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	for _, want := range []string{"\nhier\n", "hierarchical", "wrapper: hier:SPEC"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("spargo hooks lacks %q:\n%s", want, out.String())
 		}
 	}
 }
