@@ -8,7 +8,8 @@
 //
 // A spec is a registered name, optionally followed by a colon and comma-separated
 // key=value options, or a wrapper's name, a plus sign and a spec ("fp16+powersgd:rank=4":
-// the options belong to the wrapped hook); package spec holds the grammar. `spargo hooks`
+// the options belong to the wrapped hook), or hier, a colon and any spec with its own colon
+// and options ("hier:spardl:density=0.01,teams=2"); package spec holds the grammar. `spargo hooks`
 // lists every registered hook with its options and defaults. Config.String is the canonical
 // spec (defaults filled in, keys in order, numbers in one form), which checkpoints compare.
 // Build one hook per rank (Config.New once per worker): sparse hooks keep per-rank state.
@@ -140,6 +141,27 @@
 //     train a data-parallel model (the replicas drift apart); it measures how much time
 //     communication costs.
 //
+// # Hierarchical: hier:SPEC
+//
+//   - hier:SPEC (Hier): any hook, run across nodes (hosts) on node sums, for groups that know
+//     which ranks share a node (comm.TopologyOf: the launcher's topology, or comm.WithTopology
+//     for simulated hosts in tests). With H nodes of L ranks each: a dense ring reduce-scatter
+//     inside each node leaves local rank i with the node's sum of shard i (the bucket cut into
+//     L shards, the first n mod L one element longer); SPEC runs on that shard among the H
+//     ranks of local index i, one per node, so every local rank works at once, each with its
+//     own SPEC instance and state (residuals, thresholds) in SPEC's sum units; SPEC's mean over
+//     H is divided by L, giving the mean over P; a ring all-gather inside each node gives every
+//     rank every shard. The result is SPEC's on the node-summed gradients, divided by L. Words
+//     per call and rank: 2n − |shard i−1| − |shard i| inside a node (2n(L−1)/L when L divides
+//     n), L−1 rounds each way; across nodes SPEC's own volume with P = H on its shard of
+//     about n/L (Hier.CostSplit; CostFormula is the sum, for the topology the hook ran on).
+//     L = 1 is SPEC itself, bit for bit; H = 1 a dense all-reduce inside the node. Every node
+//     must hold the same number of ranks (a first call on another topology fails, naming two
+//     nodes that differ), and SPEC must run at P = H (hier:gtopk needs a power-of-two number
+//     of nodes). hier refuses to wrap osp, lags, mgs, omgs (they need whole tensors; hier's
+//     inner hook sees shards) and itself. Its state is SPEC's plus the topology; a checkpoint
+//     resumes on the same nodes × ranks per node only, and a resize is refused.
+//
 // # Shared sparse parts
 //
 // The sparse hooks are built from the same pieces, in GRACE's decomposition: COO vectors with
@@ -162,6 +184,8 @@
 // not) keep the replicas bit-identical too; powersgd's output is exactly the average when its
 // rank reaches min(rows, cols), and its errors satisfy the same conservation test (for the
 // tensors it does not compress, PyTorch's e = input − average sums to zero over the ranks).
+// hier:SPEC keeps the replicas bit-identical and passes the conservation test whenever SPEC
+// does (its output is SPEC's on the node sums, divided by L, and its residuals are SPEC's).
 // noop does not keep the replicas identical. osp keeps the true parameters bit-identical while
 // each rank trains on its own LGP-corrected values, applies every global gradient exactly once
 // (one step late for the deferred tensors), and equals allreduce bit for bit when S(G^u) = 0.
