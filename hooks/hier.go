@@ -3,6 +3,7 @@ package hooks
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"sync"
 	"time"
 
@@ -115,7 +116,7 @@ func (h *Hier) Plan(params []*nn.Param) ([][]int, error) {
 func (h *Hier) layout(g comm.Group) (hierLayout, comm.Group, comm.Group, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if g == h.g {
+	if h.g != nil && reflect.TypeOf(g).Comparable() && g == h.g {
 		return h.lay, h.node, h.cross, nil
 	}
 	top := comm.TopologyOf(g)
