@@ -82,7 +82,9 @@ func TestDetectNode(t *testing.T) {
 }
 
 func TestTopologyOfChecksLocalRanks(t *testing.T) {
-	n := func(label string, lr, lws int) NodeInfo { return NodeInfo{Label: label, LocalRank: lr, LocalWorldSize: lws} }
+	n := func(label string, lr, lws int) NodeInfo {
+		return NodeInfo{Label: label, LocalRank: lr, LocalWorldSize: lws}
+	}
 	top, err := TopologyOf([]NodeInfo{n("a", 0, 2), n("a", 1, 2), n("b", 0, 2), n("b", 1, 2)})
 	if err != nil {
 		t.Fatal(err)
