@@ -203,14 +203,6 @@ func Init(ctx context.Context, opts Options) (comm.Group, Env, error) {
 		closeStore(st)
 		return fail(err)
 	}
-	// Every rank reads every rank's node, so they all agree on the topology (or all fail,
-	// naming the same rank).
-	top, nodes, err := agreeTopology(rdzvCtx, st, env, node)
-	if err != nil {
-		ln.Close()
-		closeStore(st)
-		return fail(err)
-	}
 	world, err := comm.NewTCP(rdzvCtx, comm.TCPConfig{
 		Rank: env.Rank, Size: env.WorldSize, Listener: ln, Addrs: addrs,
 		Secret: secret, Timeout: timeout, DialTimeout: connectTimeout, OpTimeout: opTimeout, Logf: logf,
@@ -218,6 +210,12 @@ func Init(ctx context.Context, opts Options) (comm.Group, Env, error) {
 	if err != nil {
 		closeStore(st)
 		return fail(fmt.Errorf("%w (every rank had published its address, so a rank not connected has exited or cannot be reached; the limit is SPARGO_CONNECT_TIMEOUT, else SPARGO_TIMEOUT)", err))
+	}
+	top, nodes, err := agreeTopology(rdzvCtx, world, node)
+	if err != nil {
+		world.Close()
+		closeStore(st)
+		return fail(err)
 	}
 	transport := opts.NodeTransport
 	if transport == nil {

@@ -134,48 +134,27 @@ func decodeNodeInfo(b []byte) (NodeInfo, error) {
 	return n, nil
 }
 
-// agreeTopology publishes this rank's node under node/<rank>, reads every rank's, and returns
-// the job's topology (the same on every rank, which reads the same records), with each rank's
-// record.
-func agreeTopology(ctx context.Context, st *Store, env Env, mine NodeInfo) (comm.Topology, []NodeInfo, error) {
-	key := func(r int) string { return "node/" + strconv.Itoa(r) }
-	if err := st.Set(ctx, key(env.Rank), mine.encode()); err != nil {
-		return comm.Topology{}, nil, fmt.Errorf("rendezvous: publish this rank's node: %w", err)
+// topologyTag is the tag of the exchange of node records on a job's new TCP group.
+const topologyTag = 0
+
+// agreeTopology sends this rank's node record to every rank of world, the job's TCP group just
+// connected, and returns the job's topology with each rank's record: every rank reads the same
+// records, so all agree on the topology or all refuse it, naming the same rank. The exchange
+// is left out of world's counters.
+func agreeTopology(ctx context.Context, world comm.Group, mine NodeInfo) (comm.Topology, []NodeInfo, error) {
+	recs, err := comm.AllGatherBytes(ctx, world, topologyTag, mine.encode())
+	if err != nil {
+		return comm.Topology{}, nil, fmt.Errorf("exchange the ranks' nodes: %w", err)
 	}
-	infos := make([]NodeInfo, env.WorldSize)
-	for r := range infos {
-		v, err := st.Get(ctx, key(r))
-		if err != nil {
-			return comm.Topology{}, nil, fmt.Errorf("rendezvous: read rank %d's node: %w", r, err)
-		}
-		if infos[r], err = decodeNodeInfo(v); err != nil {
-			return comm.Topology{}, nil, fmt.Errorf("rendezvous: rank %d published its node as %w", r, err)
+	world.Counters().Reset()
+	infos := make([]NodeInfo, len(recs))
+	for r, rec := range recs {
+		if infos[r], err = decodeNodeInfo(rec); err != nil {
+			return comm.Topology{}, nil, fmt.Errorf("rank %d sent its node as %w", r, err)
 		}
 	}
 	top, err := TopologyOf(infos)
-	if err != nil {
-		refusalRead(ctx, st, env)
-	}
 	return top, infos, err
-}
-
-// refusalWait bounds how long rank 0 keeps the store up for the other ranks to read what makes
-// them all refuse the topology.
-const refusalWait = 10 * time.Second
-
-// refusalRead makes rank 0, whose failing Init closes the store it hosts, wait until every rank
-// has read the records (they all refuse the topology alike, naming the same rank) or
-// refusalWait passes.
-func refusalRead(ctx context.Context, st *Store, env Env) {
-	ctx, cancel := context.WithTimeout(ctx, refusalWait)
-	defer cancel()
-	n, err := st.Add(ctx, "node/refused", 1)
-	if err == nil && n == int64(env.WorldSize) {
-		err = st.Set(ctx, "node/refused-by-all", []byte("1"))
-	}
-	if err == nil && env.Rank == 0 {
-		st.Wait(ctx, "node/refused-by-all")
-	}
 }
 
 // TopologyOf is the topology of the ranks whose nodes are infos (infos[r] is rank r's), after
