@@ -144,9 +144,9 @@ type simOptions struct {
 	mem           int64
 	compute       string
 	cores         int
-	backward      float64      // seconds of backward before every call (-backward)
-	ranksPerNode  int          // R: workers per node; 0 or 1 = a node per worker, no shared memory
-	intraAlpha    float64      // α' and β' between workers of one node (-intra-latency, -intra-bandwidth)
+	backward      float64 // seconds of backward before every call (-backward)
+	ranksPerNode  int     // R: workers per node; 0 or 1 = a node per worker, no shared memory
+	intraAlpha    float64 // α' and β' between workers of one node (-intra-latency, -intra-bandwidth)
 	intraBeta     float64
 	intraBits     float64
 	rates         *kernelRates // fixed kernel rates instead of measuring them (tests)
