@@ -48,6 +48,18 @@
 // expanded by ExpandNodelist. SPARGO_RUN_ID (else TORCHELASTIC_RUN_ID, else the Slurm job and
 // step, else "spargo") names the job in store keys.
 //
+// # Nodes
+//
+// Init also learns which ranks share a host (DetectNode): SPARGO_NODE when set, else
+// GROUP_RANK (torchrun; spargo launch sets 0), SLURM_NODEID (Slurm), the pod (Kubernetes),
+// else the host name (MPI, the flags). Once the mesh is connected the ranks exchange their
+// nodes over it and check them against the launcher's local ranks (TopologyOf): hosts that
+// share a name (network namespaces) contradict LOCAL_WORLD_SIZE and fail every rank alike,
+// naming the rank, until SPARGO_NODE tells them apart. The returned group reports the
+// comm.Topology (comm.TopologyOf) and counts the bytes that cross nodes. A NodeTransport
+// (Options.NodeTransport; shared memory once comm has it, refused by SPARGO_SHM=0) connects the
+// ranks of a node, and comm.Route sends their traffic through it instead of TCP.
+//
 // # Rendezvous
 //
 // With torchrun's default static rendezvous (TORCHELASTIC_USE_AGENT_STORE=True) the agent

@@ -50,6 +50,11 @@ type Options struct {
 	Logf func(format string, args ...any)
 	// Lookup reads environment variables (nil = os.LookupEnv).
 	Lookup func(string) (string, bool)
+	// NodeTransport connects the ranks that share a node (see DetectNode for how a rank's node
+	// is found); nil means shared memory (pending: until comm has a shared-memory transport, the
+	// ranks of a node talk over TCP like the others). SPARGO_SHM=0 on a node's ranks makes them
+	// use TCP whatever this says.
+	NodeTransport NodeTransport
 }
 
 // Init joins the job this process belongs to and returns its communication group.
@@ -80,6 +85,10 @@ func Init(ctx context.Context, opts Options) (comm.Group, Env, error) {
 		logf = func(format string, args ...any) {
 			fmt.Fprintf(os.Stderr, "rank %d: %s\n", env.Rank, fmt.Sprintf(format, args...))
 		}
+	}
+	node, err := DetectNode(env, opts.Flags, lookup)
+	if err != nil {
+		return nil, env, fmt.Errorf("dist: rank %d of %d (%s): %w", env.Rank, env.WorldSize, env.Source, err)
 	}
 	if env.WorldSize == 1 {
 		groups, err := comm.NewLocal(1)
@@ -194,17 +203,36 @@ func Init(ctx context.Context, opts Options) (comm.Group, Env, error) {
 		closeStore(st)
 		return fail(err)
 	}
-	g, err := comm.NewTCP(rdzvCtx, comm.TCPConfig{
+	world, err := comm.NewTCP(rdzvCtx, comm.TCPConfig{
 		Rank: env.Rank, Size: env.WorldSize, Listener: ln, Addrs: addrs,
 		Secret: secret, Timeout: timeout, DialTimeout: connectTimeout, OpTimeout: opTimeout, Logf: logf,
 	})
-	// Every rank read all addresses before it could connect, so the store has done its job
-	// for the others; rank 0 keeps its server for the group's lifetime all the same, so a
-	// slow reader is never cut off.
+	if err != nil {
+		closeStore(st)
+		return fail(fmt.Errorf("%w (every rank had published its address, so a rank not connected has exited or cannot be reached; the limit is SPARGO_CONNECT_TIMEOUT, else SPARGO_TIMEOUT)", err))
+	}
+	top, nodes, err := agreeTopology(rdzvCtx, world, node)
+	if err != nil {
+		world.Close()
+		closeStore(st)
+		return fail(err)
+	}
+	transport := opts.NodeTransport
+	if transport == nil {
+		transport = sharedMemory
+	}
+	g, err := joinNodes(rdzvCtx, world, top, nodes, transport, NodeGroupConfig{
+		RunID: env.RunID, Attempt: env.RestartCount, Secret: secret,
+		Timeout: cmp.Or(timeout, defaultPeerTimeout), OpTimeout: opTimeout, Store: st, Logf: logf,
+	})
+	// Every rank read all addresses before it could connect, and its node's ranks have
+	// connected, so the store has done its job for the others; rank 0 keeps its server for the
+	// group's lifetime all the same, so a slow reader is never cut off.
 	st.Close()
 	if err != nil {
+		world.Close()
 		closeStore(nil)
-		return fail(fmt.Errorf("%w (every rank had published its address, so a rank not connected has exited or cannot be reached; the limit is SPARGO_CONNECT_TIMEOUT, else SPARGO_TIMEOUT)", err))
+		return fail(err)
 	}
 	if server == nil {
 		return g, env, nil
@@ -303,6 +331,9 @@ type storeOwningGroup struct {
 	server *StoreServer
 	once   sync.Once
 }
+
+// Topology is the job's topology (comm.Topologist).
+func (g *storeOwningGroup) Topology() comm.Topology { return comm.TopologyOf(g.Group) }
 
 func (g *storeOwningGroup) Close() error {
 	err := g.Group.Close()

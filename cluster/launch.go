@@ -95,8 +95,8 @@ var launchVars = []string{"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"
 	"SPARGO_RESTART_COUNT", "SPARGO_RUN_ID", "SPARGO_MASTER_ADDR", "SPARGO_MASTER_PORT"}
 
 // Launch runs cfg.NProc copies of cfg.Program on this machine as one job, the way torchrun
-// --standalone does: each gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
-// MASTER_ADDR=127.0.0.1, a free MASTER_PORT, SPARGO_RUN_ID, SPARGO_RESTART_COUNT and the
+// --standalone does: each gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK=0
+// and GROUP_WORLD_SIZE=1 (its node: all ranks share it), MASTER_ADDR=127.0.0.1, a free MASTER_PORT, SPARGO_RUN_ID, SPARGO_RESTART_COUNT and the
 // secret, so cluster.Init in the program finds its place. Their output lines are prefixed with
 // the rank. When a rank exits with an error, the others get SIGTERM 200 ms later (ranks that
 // fail on their own meanwhile are recorded with it) and SIGKILL after cfg.Grace more; then the
@@ -154,6 +154,7 @@ func Launch(ctx context.Context, cfg LaunchConfig) error {
 		env = append(env,
 			"WORLD_SIZE="+strconv.Itoa(cfg.NProc),
 			"LOCAL_WORLD_SIZE="+strconv.Itoa(cfg.NProc),
+			"GROUP_RANK=0", "GROUP_WORLD_SIZE=1", // one node, as torchrun --standalone says
 			"MASTER_ADDR=127.0.0.1",
 			"MASTER_PORT="+strconv.Itoa(port),
 			"SPARGO_RUN_ID="+runID,

@@ -16,7 +16,7 @@ import (
 
 func init() {
 	helperRoles["launch-echo"] = func() int {
-		for _, v := range []string{"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "SPARGO_RUN_ID", "SPARGO_RESTART_COUNT"} {
+		for _, v := range []string{"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT", "SPARGO_RUN_ID", "SPARGO_RESTART_COUNT"} {
 			fmt.Printf("%s=%s\n", v, os.Getenv(v))
 		}
 		fmt.Printf("secret bytes %d\n", len(os.Getenv("SPARGO_SECRET")))
@@ -93,7 +93,7 @@ func TestLaunchEnvironmentAndOutput(t *testing.T) {
 	}
 	for r := range 3 {
 		for _, want := range []string{
-			fmt.Sprintf("RANK=%d", r), "WORLD_SIZE=3", fmt.Sprintf("LOCAL_RANK=%d", r), "LOCAL_WORLD_SIZE=3",
+			fmt.Sprintf("RANK=%d", r), "WORLD_SIZE=3", fmt.Sprintf("LOCAL_RANK=%d", r), "LOCAL_WORLD_SIZE=3", "GROUP_RANK=0",
 			"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port[1], "SPARGO_RUN_ID=" + runID[1], "SPARGO_RESTART_COUNT=0",
 			"secret bytes 64", `secret file ""`, `timeout "7s"`, `inherited TORCHELASTIC_RUN_ID ""`,
 			"no newline at the end",

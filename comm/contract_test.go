@@ -26,6 +26,11 @@ var transports = []struct {
 		return g
 	}},
 	{"tcp", func(t testing.TB, p int) []Group { return newTCP(t, p) }},
+	// Route over TCP loopback and in-process node groups, nodes of two ranks: 0 and 1 share a
+	// node, so do 2 and 3 (at P = 3, rank 2 is alone on the second node).
+	{"routed-consecutive", func(t testing.TB, p int) []Group { return newRouted(t, p, func(r int) int { return r / 2 }) }},
+	// The same with ranks dealt round-robin to two nodes: 0 and 2 share a node, 1 is on the other.
+	{"routed-interleaved", func(t testing.TB, p int) []Group { return newRouted(t, p, func(r int) int { return r % 2 }) }},
 }
 
 // TestGroupContract runs the Group contract against every transport.

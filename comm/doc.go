@@ -3,7 +3,9 @@
 // (AllReduce, AllReduceOf, Broadcast, AllGather, AllGatherV, AllGatherBytes, AllGatherBytesSized,
 // Barrier), SendRecv (one exchange whose message may be shorter than the buffer), Sub (a sub-group
 // view over some ranks, whose traffic counts on the parent rank), Topology (which ranks share a
-// host; WithTopology simulates hosts in one process and counts the traffic that crosses them),
+// host; WithTopology simulates hosts in one process and counts the traffic that crosses them;
+// Route joins a group of one node's ranks, such as shared memory, and the job's TCP group into
+// one view in which a node's traffic stays on the node),
 // per-rank Counters, and
 // the transports. NewLocal runs P ranks as goroutines of one process. comm knows nothing of
 // tensors, models, DDP or hooks; it moves []float32 and []byte, and AllReduceOf reduces slices

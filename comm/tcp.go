@@ -131,6 +131,7 @@ type tcpGroup struct {
 
 	closed  atomic.Bool
 	failure atomic.Pointer[error] // the first peer failure; every operation fails with it
+	failed  chan struct{}         // closed when failure is set
 	done    chan struct{}         // closed by Close
 	wg      sync.WaitGroup        // the acceptor, readers, writers and the monitor
 
@@ -169,6 +170,7 @@ func newTCPGroup(cfg TCPConfig) (*tcpGroup, error) {
 		logf:       cfg.Logf,
 		ln:         cfg.Listener,
 		done:       make(chan struct{}),
+		failed:     make(chan struct{}),
 		handshakes: make(map[net.Conn]bool),
 	}
 	if g.timeout <= 0 {
@@ -202,6 +204,9 @@ func (g *tcpGroup) termErr() error {
 	}
 	return nil
 }
+
+// failedSignal is closed when a peer failure has failed the group (failureSignaller).
+func (g *tcpGroup) failedSignal() <-chan struct{} { return g.failed }
 
 // opErr is an operation's error in the words of the Group contract.
 func (g *tcpGroup) opErr(op string, peer int, tag uint32, err error) error {
@@ -372,6 +377,7 @@ func (g *tcpGroup) fail(f *PeerError) {
 		}
 		return
 	}
+	close(g.failed)
 	g.logf("comm: rank %d: %v", g.rank, err)
 	for _, q := range g.peers {
 		q.failReceives(err)

@@ -18,7 +18,7 @@
 # Run a job across the namespaces (rank 0's store is at 10.77.0.1):
 #
 #   for r in 0 1 2 3; do
-#     ip netns exec spargo$r env RANK=$r WORLD_SIZE=4 LOCAL_RANK=0 \
+#     ip netns exec spargo$r env RANK=$r WORLD_SIZE=4 LOCAL_RANK=0 SPARGO_NODE=spargo$r \
 #       MASTER_ADDR=10.77.0.1 MASTER_PORT=29500 SPARGO_SECRET=$SECRET ./train … &
 #   done; wait
 #

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # netns-job.sh — run one job of P ranks across a cluster made by netns-cluster.sh, one rank per
 # namespace, each joining through the launcher environment (RANK, WORLD_SIZE, LOCAL_RANK=0,
-# LOCAL_WORLD_SIZE=1, MASTER_ADDR = namespace 0's address, MASTER_PORT, a shared SPARGO_SECRET).
+# LOCAL_WORLD_SIZE=1, SPARGO_NODE = its namespace, since the namespaces share the host's name,
+# MASTER_ADDR = namespace 0's address, MASTER_PORT, a shared SPARGO_SECRET).
 #
 #   sudo scripts/netns-job.sh P PROGRAM [ARGS...]
 #   e.g. scripts/netns-job.sh 4 /tmp/spargo bench comm -n 14.7M -hook spardl -json
@@ -35,7 +36,7 @@ pids=()
 # Highest rank first, so that the others are waiting when rank 0 opens the store.
 for ((r = p - 1; r >= 0; r--)); do
 	cmd=(ip netns exec "$PREFIX$r" env RANK=$r WORLD_SIZE=$p LOCAL_RANK=0 LOCAL_WORLD_SIZE=1
-		MASTER_ADDR="$SUBNET.1" MASTER_PORT="$PORT" SPARGO_SECRET="$secret"
+		SPARGO_NODE="$PREFIX$r" MASTER_ADDR="$SUBNET.1" MASTER_PORT="$PORT" SPARGO_SECRET="$secret"
 		SPARGO_TIMEOUT="${SPARGO_TIMEOUT:-300s}" "$@")
 	if [ "$r" -eq 0 ]; then
 		"${cmd[@]}" 2>"$logs/rank$r.err" & # this script's stdout, shared (not reopened)

@@ -19,7 +19,7 @@ const launchUsage = `usage: spargo launch -n N [-restarts K] [-timeout D] [-op-t
 
 Starts N processes of program on this machine as one data-parallel job, like
 torchrun --standalone: each gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
-MASTER_ADDR=127.0.0.1, a free MASTER_PORT, SPARGO_RUN_ID, SPARGO_RESTART_COUNT and
+GROUP_RANK=0 (one node: the ranks share this host), MASTER_ADDR=127.0.0.1, a free MASTER_PORT, SPARGO_RUN_ID, SPARGO_RESTART_COUNT and
 a shared secret (a random SPARGO_SECRET per job unless -secret-file or an inherited
 SPARGO_SECRET / SPARGO_SECRET_FILE gives one); cluster.Init in the program does the rest.
 Output lines are prefixed with "[rank R] ". When a rank fails, the others get SIGTERM

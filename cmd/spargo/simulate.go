@@ -30,7 +30,7 @@ func init() {
 }
 
 const simulateHelp = `usage: spargo simulate [-model M | -n N] -workers P [-hook SPEC]... [-bandwidth 1gbit] [-latency 50us]
-                      [-density D] [-iters K] [-warmup W] [-seed S] [-scale auto|M] [-mem 2GiB]
+                      [-ranks-per-node R [-intra-bandwidth 80gbit] [-intra-latency 1us]] [-density D] [-iters K] [-warmup W] [-seed S] [-scale auto|M] [-mem 2GiB]
                       [-compute measure|none] [-cores C] [-backward D] [-json]
        spargo simulate -validate -workers P [-n N] [-hook SPEC]... [-iters K]
 
@@ -41,7 +41,13 @@ received, messages sent and rounds, next to the cost formula of docs/ALGORITHMS.
 
 The network: every worker has one full-duplex NIC port of -bandwidth; a message of L bytes
 costs α + L·β (α = -latency, β = 1/bandwidth) and queues behind the sender's earlier sends and,
-at the receiver, behind messages arriving at the same time. Local computation is charged from a
+at the receiver, behind messages arriving at the same time. -ranks-per-node R puts the workers
+on P/R nodes of R consecutive workers (R must divide P): workers of one node exchange messages
+through shared memory, priced α' + L·β' (α' = -intra-latency, 1 µs by default; β' =
+1/-intra-bandwidth, 80 gbit = 10 GB/s by default) on a memory port of their own, while every
+worker keeps its own NIC for the other nodes; the hooks see the nodes (comm.Topologist), so
+hier:SPEC runs hierarchically, and the output adds the bytes (inter_recv) and words received
+from other nodes. Local computation is charged from a
 cost model measured once per run on this machine (-compute measure): the hook's selection
 kernel on the real size (exact top-k for topka/topkdsa/gtopk, per-block top-k for spardl), the
 dense passes over the gradient before and after, and decoding and adding every received byte.
@@ -113,6 +119,13 @@ type simResult struct {
 	BackwardMS    float64 `json:"backward_ms,omitempty"`    // -backward, outside time_ms
 	CovapInterval int     `json:"covap_interval,omitempty"` // the interval covap chose (or was given)
 	CovapCCR      float64 `json:"covap_ccr,omitempty"`      // what covap:interval=auto measured
+	// With -ranks-per-node R > 1: the nodes, their shared memory, and the part of the traffic
+	// received from other nodes (maximum over workers, Scale applied).
+	RanksPerNode       int     `json:"ranks_per_node,omitempty"`
+	IntraBandwidthBps  float64 `json:"intra_bandwidth_bit_s,omitempty"`
+	IntraLatencyUS     float64 `json:"intra_latency_us,omitempty"`
+	InterBytesReceived int64   `json:"inter_bytes_received,omitempty"`
+	InterWordsReceived int64   `json:"inter_words_received,omitempty"`
 }
 
 // simOptions are the parsed flags of one simulation.
@@ -131,7 +144,11 @@ type simOptions struct {
 	mem           int64
 	compute       string
 	cores         int
-	backward      float64      // seconds of backward before every call (-backward)
+	backward      float64 // seconds of backward before every call (-backward)
+	ranksPerNode  int     // R: workers per node; 0 or 1 = a node per worker, no shared memory
+	intraAlpha    float64 // α' and β' between workers of one node (-intra-latency, -intra-bandwidth)
+	intraBeta     float64
+	intraBits     float64
 	rates         *kernelRates // fixed kernel rates instead of measuring them (tests)
 	concurrent    int          // time the kernels on this many goroutines at once, median round (-validate)
 }
@@ -171,6 +188,9 @@ func runSimulate(args []string, stdout io.Writer) error {
 	compute := fs.String("compute", "measure", "measure: charge local computation from kernels timed on this machine; none: communication only")
 	cores := fs.Int("cores", 0, "charge computation as if the P workers shared this many cores (0: one core per worker)")
 	backward := fs.Duration("backward", 0, "backward computation before every call: on the clock, not in time_ms, and the bucket's ready time (needed by covap:interval=auto)")
+	ranksPerNode := fs.Int("ranks-per-node", 1, "workers per node R (must divide -workers): workers of one node talk through shared memory (-intra-bandwidth, -intra-latency), the others over their NICs (-bandwidth, -latency)")
+	intraBandwidth := fs.String("intra-bandwidth", "80gbit", "shared-memory bandwidth per worker and direction between workers of one node (80gbit = 10 GB/s)")
+	intraLatency := fs.Duration("intra-latency", time.Microsecond, "latency α' of one message between workers of one node")
 	asJSON := fs.Bool("json", false, "print one JSON object per hook instead of a table")
 	validate := fs.Bool("validate", false, "compare with the same hooks over TCP on loopback (α, β fitted from a probe)")
 	if helped, err := parseFlags(fs, args, stdout, simulateHelp); helped || err != nil {
@@ -200,7 +220,21 @@ func runSimulate(args []string, stdout io.Writer) error {
 		return fmt.Errorf("simulate: -cores %d: want 0 (one per worker) or more", *cores)
 	case *backward < 0:
 		return fmt.Errorf("simulate: -backward %v: want 0 or more", *backward)
+	case *ranksPerNode < 1:
+		return fmt.Errorf("simulate: -ranks-per-node %d: want at least 1", *ranksPerNode)
+	case *workers%*ranksPerNode != 0:
+		return fmt.Errorf("simulate: -ranks-per-node %d does not divide -workers %d: every node needs the same number of workers", *ranksPerNode, *workers)
+	case *intraLatency < 0:
+		return fmt.Errorf("simulate: -intra-latency %v: want 0 or more", *intraLatency)
+	case *validate && *ranksPerNode > 1:
+		return fmt.Errorf("simulate: -validate runs every worker over TCP on loopback, with no nodes: leave out -ranks-per-node")
 	}
+	o.ranksPerNode, o.intraAlpha = *ranksPerNode, intraLatency.Seconds()
+	ibw, err := parseBandwidth(*intraBandwidth)
+	if err != nil {
+		return fmt.Errorf("simulate: -intra-bandwidth %q: %w", *intraBandwidth, err)
+	}
+	o.intraBits, o.intraBeta = ibw, 8/ibw
 	bw, err := parseBandwidth(*bandwidth)
 	if err != nil {
 		return fmt.Errorf("simulate: -bandwidth %q: %w", *bandwidth, err)
@@ -253,10 +287,17 @@ func runSimulate(args []string, stdout io.Writer) error {
 			return fmt.Errorf("simulate: %w", err)
 		}
 	}
+	nodes := o.ranksPerNode > 1
 	if !*asJSON {
 		fmt.Fprintf(stdout, "%s: %d parameters; P=%d, %s, α=%v, compute %s%s\n",
 			o.model, o.nModel, o.workers, formatBandwidth(o.bandwidthBits), *latency, o.compute, itersNote)
-		fmt.Fprintf(stdout, "%-28s %10s %10s %10s %14s %14s %9s %7s  %s\n", "hook", "time_ms", "comm_ms", "compute_ms", "bytes_sent", "bytes_recv", "messages", "rounds", "formula (words received per worker)")
+		if nodes {
+			fmt.Fprintf(stdout, "%d nodes of R=%d workers; inside a node shared memory of %s, α'=%v\n",
+				o.workers/o.ranksPerNode, o.ranksPerNode, formatBandwidth(o.intraBits), *intraLatency)
+			fmt.Fprintf(stdout, "%-28s %10s %10s %10s %14s %14s %14s %9s %7s  %s\n", "hook", "time_ms", "comm_ms", "compute_ms", "bytes_sent", "bytes_recv", "inter_recv", "messages", "rounds", "formula (words received per worker)")
+		} else {
+			fmt.Fprintf(stdout, "%-28s %10s %10s %10s %14s %14s %9s %7s  %s\n", "hook", "time_ms", "comm_ms", "compute_ms", "bytes_sent", "bytes_recv", "messages", "rounds", "formula (words received per worker)")
+		}
 	}
 	for i, row := range o.rows {
 		runtime.GC()
@@ -271,8 +312,13 @@ func runSimulate(args []string, stdout io.Writer) error {
 			}
 			continue
 		}
-		fmt.Fprintf(stdout, "%-28s %10.2f %10.2f %10.2f %14d %14d %9d %7d  %s = %.0f vs %d simulated\n", res.Hook, res.TimeMS, res.CommMS, res.ComputeMS,
-			res.BytesSent, res.BytesReceived, res.Messages, res.Rounds, res.Formula, res.FormulaWords, res.WordsReceived)
+		if nodes {
+			fmt.Fprintf(stdout, "%-28s %10.2f %10.2f %10.2f %14d %14d %14d %9d %7d  %s = %.0f vs %d simulated, %d from other nodes\n", res.Hook, res.TimeMS, res.CommMS, res.ComputeMS,
+				res.BytesSent, res.BytesReceived, res.InterBytesReceived, res.Messages, res.Rounds, res.Formula, res.FormulaWords, res.WordsReceived, res.InterWordsReceived)
+		} else {
+			fmt.Fprintf(stdout, "%-28s %10.2f %10.2f %10.2f %14d %14d %9d %7d  %s = %.0f vs %d simulated\n", res.Hook, res.TimeMS, res.CommMS, res.ComputeMS,
+				res.BytesSent, res.BytesReceived, res.Messages, res.Rounds, res.Formula, res.FormulaWords, res.WordsReceived)
+		}
 		fmt.Fprintf(stdout, "%-28s %s\n", "", res.Scaling)
 		if res.CovapCCR > 0 {
 			fmt.Fprintf(stdout, "%-28s CCR %.3f against a backward of %v: I = %d\n", "", res.CovapCCR, *backward, res.CovapInterval)
@@ -539,8 +585,16 @@ func simulateHook(o simOptions, plan scalePlan, row hookRow) (simResult, error) 
 	for _, off := range hooks.ControlTagOffsets(hs[0]) {
 		control[(&benchBucket{}).Tag()+off] = true
 	}
-	net, err := simnet.New(p, simnet.Config{Alpha: o.alpha, Beta: o.beta, RecvCost: cost.perRecvByte * cost.contention,
-		Scale: float64(plan.scale), Unscaled: func(tag uint32) bool { return control[tag] }})
+	netCfg := simnet.Config{Alpha: o.alpha, Beta: o.beta, RecvCost: cost.perRecvByte * cost.contention,
+		Scale: float64(plan.scale), Unscaled: func(tag uint32) bool { return control[tag] }}
+	if o.ranksPerNode > 1 {
+		var err error
+		if netCfg.Topology, err = comm.GridTopology(p/o.ranksPerNode, o.ranksPerNode); err != nil {
+			return simResult{}, err
+		}
+		netCfg.IntraAlpha, netCfg.IntraBeta = o.intraAlpha, o.intraBeta
+	}
+	net, err := simnet.New(p, netCfg)
 	if err != nil {
 		return simResult{}, err
 	}
@@ -571,11 +625,12 @@ func simulateHook(o simOptions, plan scalePlan, row hookRow) (simResult, error) 
 		start := net.Sync()
 		computed := make([]float64, p)
 		before := make([]comm.Stats, p)
-		sent0, recv0 := make([]float64, p), make([]float64, p)
+		sent0, recv0, interRecv0 := make([]float64, p), make([]float64, p), make([]float64, p)
 		for r := range p {
 			computed[r] = net.Computed(r)
 			before[r] = groups[r].Counters().Snapshot()
 			sent0[r], recv0[r] = net.Bytes(r)
+			_, interRecv0[r] = net.InterBytes(r)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 		errs := make([]error, p)
@@ -624,6 +679,8 @@ func simulateHook(o simOptions, plan scalePlan, row hookRow) (simResult, error) 
 			last[r] = groups[r].Counters().Snapshot().Sub(before[r])
 			s, rv := net.Bytes(r)
 			last[r].BytesSent, last[r].BytesRecv = int64(math.Round(s-sent0[r])), int64(math.Round(rv-recv0[r]))
+			_, irv := net.InterBytes(r)
+			last[r].InterBytesRecv = int64(math.Round(irv - interRecv0[r]))
 		}
 		if it >= warmup { // the backward is on the clock but not the hook's cost
 			if covap != nil {
@@ -643,7 +700,8 @@ func simulateHook(o simOptions, plan scalePlan, row hookRow) (simResult, error) 
 		// mean per timed call, a whole number of intervals.
 		for r := range timed {
 			last[r] = comm.Stats{BytesSent: timed[r].BytesSent / int64(iters), BytesRecv: timed[r].BytesRecv / int64(iters),
-				MsgsSent: timed[r].MsgsSent / int64(iters), Rounds: timed[r].Rounds / int64(iters)}
+				MsgsSent: timed[r].MsgsSent / int64(iters), Rounds: timed[r].Rounds / int64(iters),
+				InterBytesRecv: timed[r].InterBytesRecv / int64(iters)}
 		}
 	}
 	for _, s := range last {
@@ -651,8 +709,13 @@ func simulateHook(o simOptions, plan scalePlan, row hookRow) (simResult, error) 
 		res.BytesReceived = max(res.BytesReceived, s.BytesRecv)
 		res.Messages = max(res.Messages, s.MsgsSent)
 		res.Rounds = max(res.Rounds, s.Rounds)
+		res.InterBytesReceived = max(res.InterBytesReceived, s.InterBytesRecv)
 	}
 	res.WordsReceived = res.BytesReceived / 4
+	if o.ranksPerNode > 1 {
+		res.RanksPerNode, res.IntraBandwidthBps, res.IntraLatencyUS = o.ranksPerNode, o.intraBits, o.intraAlpha*1e6
+		res.InterWordsReceived = res.InterBytesReceived / 4
+	}
 	res.TimeMS = max(0, sumT/float64(iters)*1e3) // -backward was subtracted: no rounding below 0
 	res.ComputeMS = max(0, sumCompute/float64(iters)*1e3)
 	res.CommMS = res.TimeMS - res.ComputeMS

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"math"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -39,6 +40,45 @@ func TestSimulateRing(t *testing.T) {
 	}
 	if r.Formula != "2n(P-1)/P" || r.FormulaWords != 6000 || r.WordsReceived != 6000 {
 		t.Errorf("formula %q = %v, simulated %d words; want 2n(P-1)/P = 6000", r.Formula, r.FormulaWords, r.WordsReceived)
+	}
+}
+
+// Recursive doubling on nodes of R workers: the first log2 R steps swap the whole vector
+// through shared memory, the other log2(P/R) across nodes, so a call takes exactly
+// log2(R)(α' + 4nβ') + log2(P/R)(α + 4nβ), and a worker receives log2(P/R)·n words from other
+// nodes.
+func TestSimulateRanksPerNode(t *testing.T) {
+	const n, p = 4000, 8
+	alpha, beta, intraAlpha, intraBeta := 50e-6, 8e-9, 2e-6, 8.0/40e9
+	for _, r := range []int{1, 2, 4, 8} {
+		spec := "allreduce:algorithm=recursive_doubling"
+		res := simJSON(t, "-n", "4000", "-workers", "8", "-hook", spec, "-compute", "none", "-bandwidth", "1gbit", "-latency", "50us",
+			"-ranks-per-node", strconv.Itoa(r), "-intra-bandwidth", "40gbit", "-intra-latency", "2us")[spec]
+		intraSteps, interSteps := math.Log2(float64(r)), math.Log2(float64(p/r))
+		want := (intraSteps*(intraAlpha+4*n*intraBeta) + interSteps*(alpha+4*n*beta)) * 1e3
+		if math.Abs(res.TimeMS-want) > 1e-9*want {
+			t.Errorf("R=%d: %.9f ms, want log2(R)(α'+4nβ') + log2(P/R)(α+4nβ) = %.9f ms", r, res.TimeMS, want)
+		}
+		if r == 1 {
+			if res.RanksPerNode != 0 || res.InterWordsReceived != 0 {
+				t.Errorf("R=1 reports nodes: %+v", res)
+			}
+			continue
+		}
+		if res.RanksPerNode != r || res.InterWordsReceived != int64(interSteps)*n || res.WordsReceived != int64(math.Log2(p))*n {
+			t.Errorf("R=%d: %d of %d words from other nodes, want %d of %d (%+v)", r, res.InterWordsReceived, res.WordsReceived,
+				int64(interSteps)*n, int64(math.Log2(p))*n, res)
+		}
+	}
+	// The table shows the inter-node traffic next to the totals.
+	var out, errb bytes.Buffer
+	if code := dispatch([]string{"simulate", "-n", "4000", "-workers", "4", "-ranks-per-node", "2", "-hook", "allreduce", "-compute", "none"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	for _, w := range []string{"2 nodes of R=2 workers; inside a node shared memory of 80 Gbit/s, α'=1µs", "inter_recv", "from other nodes"} {
+		if !strings.Contains(out.String(), w) {
+			t.Errorf("output lacks %q:\n%s", w, out.String())
+		}
 	}
 }
 
@@ -229,6 +269,11 @@ func TestSimulateErrors(t *testing.T) {
 		{[]string{"-workers", "1024", "-n", "1M", "-mem", "1MiB"}, "-mem 1 MiB is too small"},
 		{[]string{"-workers", "1", "-validate"}, "-workers 1: want at least 2"},
 		{[]string{"-workers", "4", "extra"}, `unexpected argument "extra"`},
+		{[]string{"-workers", "8", "-ranks-per-node", "3"}, "-ranks-per-node 3 does not divide -workers 8: every node needs the same number of workers"},
+		{[]string{"-workers", "8", "-ranks-per-node", "0"}, "-ranks-per-node 0: want at least 1"},
+		{[]string{"-workers", "8", "-ranks-per-node", "2", "-intra-bandwidth", "fast"}, `-intra-bandwidth "fast"`},
+		{[]string{"-workers", "8", "-ranks-per-node", "2", "-intra-latency", "-1us"}, "-intra-latency -1µs"},
+		{[]string{"-workers", "4", "-ranks-per-node", "2", "-validate"}, "-validate runs every worker over TCP on loopback, with no nodes"},
 	} {
 		var out, errb bytes.Buffer
 		if code := dispatch(append([]string{"simulate"}, tc.args...), &out, &errb); code != 1 || !strings.Contains(errb.String(), tc.want) {

@@ -18,6 +18,14 @@
 //   - A receive completes at max(E, receiver's clock) + L·RecvCost (decoding and reducing what
 //     arrived, when the caller models it).
 //
+// With a Topology, ranks that share a node exchange messages through shared memory instead:
+// the same rules with IntraAlpha and IntraBeta, on a second pair of queues per rank (its
+// memory port) that the NIC's traffic does not touch, so a rank can receive from its node while
+// its NIC serves another node. Every rank still has a NIC of its own (one per GPU, as in most
+// GPU clusters); ranks of one node do not share one. The groups report the Topology
+// (comm.Topologist), so hooks that read it (hier:SPEC) see the simulated nodes, and count the
+// payload that crosses nodes in Stats.InterBytesSent/InterBytesRecv.
+//
 // Local computation is charged explicitly with Advance (a cost model, see `spargo simulate`):
 // the wall time a goroutine spends means nothing when 1024 ranks share two cores. Scale makes
 // every message count Scale times its bytes on the clock, for runs that shrink the vectors of a
@@ -56,6 +64,13 @@ type Config struct {
 	// Unscaled, when set, names the tags whose messages Scale does not apply to: control
 	// messages (counts, boundaries) whose size does not shrink with the vectors.
 	Unscaled func(tag uint32) bool
+	// Topology places the ranks on nodes; the zero value puts every rank on a node of its own
+	// and prices every message with Alpha and Beta, self-sends included, as without nodes.
+	Topology comm.Topology
+	// IntraAlpha and IntraBeta price a message between two ranks of one node (a rank and
+	// itself included) when Topology is set: latency in seconds and time per byte of a
+	// rank's memory port (1e-10 for 10 GB/s).
+	IntraAlpha, IntraBeta float64
 }
 
 func (c Config) check() error {
@@ -68,6 +83,10 @@ func (c Config) check() error {
 		return fmt.Errorf("simnet: RecvCost %v s/byte, want a finite number >= 0", c.RecvCost)
 	case !(c.Scale >= 0) || math.IsInf(c.Scale, 0):
 		return fmt.Errorf("simnet: Scale %v, want a finite number >= 0 (0 means 1)", c.Scale)
+	case !(c.IntraAlpha >= 0) || math.IsInf(c.IntraAlpha, 0):
+		return fmt.Errorf("simnet: IntraAlpha %v s, want a finite number >= 0", c.IntraAlpha)
+	case !(c.IntraBeta >= 0) || math.IsInf(c.IntraBeta, 0):
+		return fmt.Errorf("simnet: IntraBeta %v s/byte, want a finite number >= 0", c.IntraBeta)
 	}
 	return nil
 }
@@ -88,9 +107,11 @@ type Network struct {
 type rank struct {
 	mu                      sync.Mutex
 	clock                   float64
-	egressFree, ingressFree float64
+	egressFree, ingressFree float64 // the NIC port
+	memOutFree, memInFree   float64 // the memory port, for ranks of the same node
 	compute                 float64 // total charged by Advance
 	sent, recv              float64 // bytes on the clock (Scale applied)
+	interSent, interRecv    float64 // of which to and from other nodes
 }
 
 // linkKey names the messages from one rank to another under one tag.
@@ -104,6 +125,9 @@ type stamp struct {
 	arrival float64 // A: the last byte at the receiver
 	wire    float64 // L·Scale·β: the time it occupies a port
 	bytes   float64 // L·Scale
+	real    int     // L, the payload
+	intra   bool    // between ranks of one node: the memory port, not the NIC
+	inter   bool    // between ranks of different nodes (only with a Topology)
 	taken   bool
 }
 
@@ -122,6 +146,9 @@ func New(size int, cfg Config) (*Network, error) {
 	}
 	if err := cfg.check(); err != nil {
 		return nil, err
+	}
+	if s := cfg.Topology.Size(); s != 0 && s != size {
+		return nil, fmt.Errorf("simnet: New: topology of %d ranks for %d ranks", s, size)
 	}
 	local, err := comm.NewLocal(size)
 	if err != nil {
@@ -170,6 +197,34 @@ func (n *Network) Bytes(r int) (sent, recv float64) {
 	return rk.sent, rk.recv
 }
 
+// InterBytes returns the part of Bytes(r) exchanged with ranks on other nodes (0 without a
+// Topology).
+func (n *Network) InterBytes(r int) (sent, recv float64) {
+	rk := n.ranks[r]
+	rk.mu.Lock()
+	defer rk.mu.Unlock()
+	return rk.interSent, rk.interRecv
+}
+
+// Topology is the ranks' placement on nodes: Config.Topology, or a node per rank.
+func (n *Network) Topology() comm.Topology {
+	if n.cfg.Topology.Size() == 0 {
+		return comm.FlatTopology(len(n.ranks))
+	}
+	return n.cfg.Topology
+}
+
+// intra reports whether a message from one rank to another moves through shared memory.
+func (n *Network) intra(from, to int) bool {
+	return n.cfg.Topology.Size() != 0 && n.cfg.Topology.SameNode(from, to)
+}
+
+// inter reports whether a message from one rank to another crosses nodes; without a Topology,
+// none is counted as crossing.
+func (n *Network) inter(from, to int) bool {
+	return n.cfg.Topology.Size() != 0 && !n.cfg.Topology.SameNode(from, to)
+}
+
 // Advance charges d seconds of local computation to rank r: its clock moves forward by d.
 // Call it from rank r's goroutine (or while rank r is idle).
 func (n *Network) Advance(r int, d float64) {
@@ -209,14 +264,22 @@ func (n *Network) send(from, to int, tag uint32, l int) float64 {
 	if n.cfg.Unscaled == nil || !n.cfg.Unscaled(tag) {
 		bytes *= n.scale
 	}
-	wire := bytes * n.cfg.Beta
+	intra, inter := n.intra(from, to), n.inter(from, to)
+	alpha, beta, free := n.cfg.Alpha, n.cfg.Beta, &rk.egressFree
+	if intra {
+		alpha, beta, free = n.cfg.IntraAlpha, n.cfg.IntraBeta, &rk.memOutFree
+	}
+	wire := bytes * beta
 	rk.mu.Lock()
-	start := max(rk.clock, rk.egressFree)
-	rk.egressFree = start + wire
+	start := max(rk.clock, *free)
+	*free = start + wire
 	rk.sent += bytes
-	done := rk.egressFree
+	if inter {
+		rk.interSent += bytes
+	}
+	done := *free
 	rk.mu.Unlock()
-	st := stamp{arrival: start + n.cfg.Alpha + wire, wire: wire, bytes: bytes}
+	st := stamp{arrival: start + alpha + wire, wire: wire, bytes: bytes, real: l, intra: intra, inter: inter}
 	n.mu.Lock()
 	q := n.queue(linkKey{from, to, tag})
 	q.sent = append(q.sent, st)
@@ -273,8 +336,15 @@ func (n *Network) takeStamp(k linkKey, i int64) (stamp, bool) {
 func (n *Network) complete(r int, st stamp) {
 	rk := n.ranks[r]
 	rk.mu.Lock()
-	end := max(st.arrival, rk.ingressFree+st.wire)
-	rk.ingressFree = end
+	free := &rk.ingressFree
+	if st.intra {
+		free = &rk.memInFree
+	}
+	if st.inter {
+		rk.interRecv += st.bytes
+	}
+	end := max(st.arrival, *free+st.wire)
+	*free = end
 	rk.recv += st.bytes
 	proc := st.bytes * n.cfg.RecvCost
 	rk.clock = max(rk.clock, end) + proc
@@ -299,9 +369,13 @@ type group struct {
 }
 
 var (
-	_ comm.Group   = (*group)(nil)
-	_ comm.Clocked = (*group)(nil)
+	_ comm.Group      = (*group)(nil)
+	_ comm.Clocked    = (*group)(nil)
+	_ comm.Topologist = (*group)(nil)
 )
+
+// Topology is the network's placement of the ranks on nodes (comm.Topologist).
+func (g *group) Topology() comm.Topology { return g.net.Topology() }
 
 // Now is the rank's virtual time (comm.Clocked): code that times its communication through
 // comm.Now measures the simulated network.
@@ -336,6 +410,9 @@ func (g *group) Isend(ctx context.Context, to int, tag uint32, payload []byte) *
 	}
 	done := g.net.send(g.rank, to, tag, len(payload))
 	err := g.inner.Send(ctx, to, tag, payload)
+	if err == nil && g.net.inter(g.rank, to) {
+		g.Counters().AddInterSent(len(payload))
+	}
 	return comm.DoneRequest(len(payload), err).Observe(func() {
 		if err == nil {
 			g.net.waitSend(g.rank, done)
@@ -359,6 +436,9 @@ func (g *group) Irecv(ctx context.Context, from int, tag uint32, buf []byte) *co
 	return req.Observe(func() {
 		if st, ok := g.net.takeStamp(key, i); ok {
 			g.net.complete(g.rank, st)
+			if st.inter {
+				g.Counters().AddInterRecv(st.real)
+			}
 		}
 	})
 }

@@ -222,3 +222,84 @@ func TestUnscaledTags(t *testing.T) {
 		t.Errorf("rank 1 bytes sent %v received %v, want 0 and 1100", s, r)
 	}
 }
+
+// Recursive doubling at P = 2^k on nodes of R = 2^j consecutive ranks: in each of log2 P steps
+// every rank swaps the whole vector (4n bytes) with the rank at distance d = 1, 2, 4, …: the
+// first log2 R steps inside its node (shared memory), the other log2(P/R) across nodes. Every
+// clock ends exactly at log2(R)·(α' + 4nβ') + log2(P/R)·(α + 4nβ), and each rank received
+// log2(P/R)·4n bytes from other nodes.
+func TestNodePricing(t *testing.T) {
+	const n = 1000
+	for _, c := range []struct{ p, r int }{{4, 2}, {8, 2}, {8, 4}, {8, 8}, {4, 1}} {
+		cfg := Config{Alpha: 50e-6, Beta: 8e-9, IntraAlpha: 1e-6, IntraBeta: 1e-10}
+		top, err := comm.GridTopology(c.p/c.r, c.r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Topology = top
+		net, err := New(c.p, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		run(t, net, func(ctx context.Context, g comm.Group) error {
+			if got := comm.TopologyOf(g); !got.Equal(top) {
+				t.Errorf("P=%d R=%d: rank %d reports topology %v", c.p, c.r, g.Rank(), got)
+			}
+			buf := make([]float32, n)
+			return comm.AllReduce(ctx, g, 1, buf, comm.RecursiveDoubling)
+		})
+		intraSteps, interSteps := math.Log2(float64(c.r)), math.Log2(float64(c.p/c.r))
+		want := intraSteps*(cfg.IntraAlpha+4*n*cfg.IntraBeta) + interSteps*(cfg.Alpha+4*n*cfg.Beta)
+		for r := range c.p {
+			if got := net.Clock(r); !near(got, want) {
+				t.Errorf("P=%d R=%d: rank %d: clock %.9g s, want log2(R)(α'+4nβ') + log2(P/R)(α+4nβ) = %.9g s", c.p, c.r, r, got, want)
+			}
+			s := net.Groups()[r].Counters().Snapshot()
+			wantInter := int64(interSteps) * 4 * n
+			if s.InterBytesRecv != wantInter || s.InterBytesSent != wantInter {
+				t.Errorf("P=%d R=%d: rank %d: inter-node bytes sent %d, received %d, want %d", c.p, c.r, r, s.InterBytesSent, s.InterBytesRecv, wantInter)
+			}
+			if _, recv := net.InterBytes(r); recv != float64(wantInter) {
+				t.Errorf("P=%d R=%d: rank %d: InterBytes received %v, want %d", c.p, c.r, r, recv, wantInter)
+			}
+		}
+	}
+}
+
+// A rank receives from its node and from another node at once: the two use different ports,
+// so neither waits for the other.
+func TestNodePortsAreSeparate(t *testing.T) {
+	top, _ := comm.GridTopology(2, 2)
+	cfg := Config{Alpha: 1e-3, Beta: 1e-6, IntraAlpha: 1e-5, IntraBeta: 1e-8, Topology: top}
+	net, err := New(4, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const l = 1000
+	run(t, net, func(ctx context.Context, g comm.Group) error {
+		switch g.Rank() {
+		case 1, 2: // rank 1 from its node, rank 2 from the other
+			return g.Send(ctx, 0, 1, make([]byte, l))
+		case 0:
+			a, b := g.Irecv(ctx, 1, 1, make([]byte, l)), g.Irecv(ctx, 2, 1, make([]byte, l))
+			return comm.WaitAll(a, b)
+		}
+		return nil
+	})
+	if got, want := net.Clock(0), cfg.Alpha+l*cfg.Beta; !near(got, want) {
+		t.Errorf("rank 0: clock %.9g, want the slower message alone, α + Lβ = %.9g", got, want)
+	}
+	if got, want := net.Clock(1), l*cfg.IntraBeta; !near(got, want) {
+		t.Errorf("rank 1: clock %.9g, want Lβ' = %.9g", got, want)
+	}
+}
+
+func TestTopologyMustMatch(t *testing.T) {
+	top, _ := comm.GridTopology(2, 2)
+	if _, err := New(6, Config{Topology: top}); err == nil || !strings.Contains(err.Error(), "topology of 4 ranks for 6") {
+		t.Errorf("New(6) with a topology of 4: %v", err)
+	}
+	if _, err := New(4, Config{Topology: top, IntraBeta: -1}); err == nil || !strings.Contains(err.Error(), "IntraBeta") {
+		t.Errorf("negative IntraBeta: %v", err)
+	}
+}
