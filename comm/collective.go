@@ -23,6 +23,9 @@ const (
 	RecursiveDoubling
 	// Bruck: all-gather for any P in ceil(log2 P) rounds.
 	Bruck
+	// SharedMemory: all-reduce through the shared segment of a group made by NewShm, what
+	// Auto picks on such a group (see the package doc, "Shared-memory transport").
+	SharedMemory
 )
 
 func (a Algorithm) String() string {
@@ -37,6 +40,8 @@ func (a Algorithm) String() string {
 		return "recursive-doubling"
 	case Bruck:
 		return "bruck"
+	case SharedMemory:
+		return "shared-memory"
 	}
 	return fmt.Sprintf("Algorithm(%d)", int(a))
 }

@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// The Group contract: every transport (NewLocal, NewTCP over loopback) must pass the same
+// The Group contract: every transport (NewLocal, NewTCP over loopback, NewShmLocal) must pass the same
 // cases, so each case is written once, as a function of the ranks it runs on.
 // transports are the constructors the Group contract tests run against.
 var transports = []struct {
@@ -26,6 +26,7 @@ var transports = []struct {
 		return g
 	}},
 	{"tcp", func(t testing.TB, p int) []Group { return newTCP(t, p) }},
+	{"shm", func(t testing.TB, p int) []Group { return newShm(t, p) }},
 }
 
 // TestGroupContract runs the Group contract against every transport.
