@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -144,7 +143,8 @@ func shmAllReduce[T Element](ctx context.Context, g *shmGroup, tag uint32, buf [
 // has not yet taken part in, takes part, and returns the call's generation, holding g.ar.mu.
 func (g *shmGroup) claimReduce(ctx context.Context, tag uint32) (uint64, error) {
 	owner := g.mem.u64(hROwner)
-	for spins := 0; ; spins++ {
+	var sp spinner
+	for {
 		if err := g.reduceErr(ctx, tag); err != nil {
 			return 0, err
 		}
@@ -164,7 +164,7 @@ func (g *shmGroup) claimReduce(ctx context.Context, tag uint32) (uint64, error) 
 			return gen, nil
 		}
 		g.ar.mu.Unlock()
-		g.reduceWait(spins, func() bool { return atomic.LoadUint64(owner) != o })
+		g.reduceWait(&sp, func() bool { return atomic.LoadUint64(owner) != o })
 	}
 }
 
@@ -180,20 +180,20 @@ func (g *shmGroup) reduceBarrier(ctx context.Context, tag uint32, gen uint64, fi
 		ring(g.mem.u32(hRBell), g.mem.u32(hRSleepers))
 		return nil
 	}
-	for spins := 0; atomic.LoadUint64(arrive) < target; spins++ {
+	var sp spinner
+	for atomic.LoadUint64(arrive) < target {
 		if err := g.reduceErr(ctx, tag); err != nil {
 			return g.abandon(tag, err)
 		}
-		g.reduceWait(spins, func() bool { return atomic.LoadUint64(arrive) >= target })
+		g.reduceWait(&sp, func() bool { return atomic.LoadUint64(arrive) >= target })
 	}
 	return nil
 }
 
 // reduceWait yields for the first spins, then sleeps on the area's doorbell until done
 // reports true, the bell rings or a tick passes.
-func (g *shmGroup) reduceWait(spins int, done func() bool) {
-	if spins < shmSpins {
-		runtime.Gosched()
+func (g *shmGroup) reduceWait(sp *spinner, done func() bool) {
+	if sp.spin() {
 		return
 	}
 	bell, sleepers := g.mem.u32(hRBell), g.mem.u32(hRSleepers)
@@ -206,10 +206,16 @@ func (g *shmGroup) reduceWait(spins int, done func() bool) {
 }
 
 // reduceErr is why a rank waiting in the shared all-reduce must stop: the group failed or
-// closed, its context ended, or another rank abandoned a call.
+// closed, another rank abandoned a call or closed its group, or the context ended.
 func (g *shmGroup) reduceErr(ctx context.Context, tag uint32) error {
 	if err := g.termErr(); err != nil {
 		return err
+	}
+	// Every rank takes part in every call: one that closed its group will not come.
+	for r := range g.size {
+		if r != g.rank && g.peerState(r) == shmClosed {
+			return peerClosed(r)
+		}
 	}
 	if b := g.mem.load32(hRBroken); b != 0 {
 		n := min(int(g.mem.load32(hRBrokenWhy)), shmCauseMax)
@@ -223,7 +229,8 @@ func (g *shmGroup) reduceErr(ctx context.Context, tag uint32) error {
 // learn why from the header (unless the group failed, which they learn anyway).
 func (g *shmGroup) abandon(tag uint32, err error) error {
 	var pe *PeerError
-	if g.termErr() == nil && !errors.As(err, &pe) {
+	// A failure or a closed peer, the others learn of themselves.
+	if g.termErr() == nil && !errors.As(err, &pe) && !errors.Is(err, ErrClosed) {
 		why := fmt.Sprintf("tag %d: %v", tag, err)
 		if len(why) > shmCauseMax {
 			why = why[:shmCauseMax]

@@ -68,9 +68,29 @@ func newShmPeer(g *shmGroup, r int) *shmPeer {
 	return p
 }
 
-// shmSpins is how many times a waiter yields before it sleeps on the futex: enough to catch
-// a reply that is microseconds away, few enough not to burn a shared core.
-const shmSpins = 50
+// shmSpinFor is how long a waiter yields (runtime.Gosched) before it sleeps on the futex:
+// long enough to catch a peer that is microseconds behind without a system call on either
+// side, short enough not to burn a shared core for long.
+var shmSpinFor = 50 * time.Microsecond
+
+// spinner counts a waiter's yields.
+type spinner struct {
+	start time.Time
+	n     int
+}
+
+// spin yields and reports true while the waiter should keep spinning.
+func (s *spinner) spin() bool {
+	if s.n == 0 {
+		s.start = time.Now()
+	}
+	s.n++
+	if s.n < 8 || time.Since(s.start) < shmSpinFor {
+		runtime.Gosched()
+		return true
+	}
+	return false
+}
 
 // ---- receiving ----
 
@@ -286,7 +306,8 @@ func (g *shmGroup) readLoop() {
 		}
 		return moved, open
 	}
-	for spins := 0; ; {
+	var sp spinner
+	for {
 		if g.termErr() != nil {
 			return
 		}
@@ -299,11 +320,9 @@ func (g *shmGroup) readLoop() {
 		case open == 0:
 			return
 		case moved:
-			spins = 0
+			sp = spinner{}
 			continue
-		case spins < shmSpins:
-			spins++
-			runtime.Gosched()
+		case sp.spin():
 			continue
 		}
 		atomic.StoreUint32(sleep, 1)
@@ -640,7 +659,8 @@ func (p *shmPeer) waitSpace(want uint64) error {
 	g := p.g
 	bell, sleep := g.mem.u32(p.out+cSpace), g.mem.u32(p.out+cTxSleep)
 	rb := uint64(g.seg.layout.ringBytes)
-	for spins := 0; ; spins++ {
+	var sp spinner
+	for {
 		if err := g.termErr(); err != nil {
 			return err
 		}
@@ -660,8 +680,7 @@ func (p *shmPeer) waitSpace(want uint64) error {
 			time.Sleep(5 * time.Millisecond)
 			continue
 		}
-		if spins < shmSpins {
-			runtime.Gosched()
+		if sp.spin() {
 			continue
 		}
 		v := atomic.LoadUint32(bell)
