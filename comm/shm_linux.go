@@ -161,7 +161,10 @@ type shmGroup struct {
 	stallForTest atomic.Bool
 }
 
-var _ Group = (*shmGroup)(nil)
+var (
+	_ Group      = (*shmGroup)(nil)
+	_ Topologist = (*shmGroup)(nil)
+)
 
 func newShmGroup(cfg ShmConfig, seg *shmSegment) *shmGroup {
 	g := &shmGroup{
@@ -411,3 +414,9 @@ func (g *shmGroup) leave() { g.live.RUnlock() }
 
 // peerState is rank r's slot state.
 func (g *shmGroup) peerState(r int) uint32 { return g.mem.load32(g.slot(r) + sState) }
+
+// Topology of a shared-memory group: every rank on one node.
+func (g *shmGroup) Topology() Topology {
+	t, _ := GridTopology(1, g.size)
+	return t
+}

@@ -10,6 +10,7 @@ import (
 	"hash/fnv"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -75,6 +76,32 @@ func shmChild(role string) int {
 			}
 		}
 		fmt.Printf("OK %x\n", h.Sum64())
+	case "bench":
+		// One line per size: this rank's median time of a barrier-separated all-reduce.
+		for _, size := range []int{4 << 10, 1 << 20, 64 << 20} {
+			v := make([]float32, size/4)
+			iters := 20
+			if size >= 64<<20 {
+				iters = 10
+			}
+			var times []time.Duration
+			for i := range iters + 2 {
+				if err := Barrier(ctx, g, 2); err != nil {
+					fmt.Println("ERR", err)
+					return 1
+				}
+				start := time.Now()
+				if err := AllReduce(ctx, g, 1, v, Auto); err != nil {
+					fmt.Println("ERR", err)
+					return 1
+				}
+				if i >= 2 {
+					times = append(times, time.Since(start))
+				}
+			}
+			slices.Sort(times)
+			fmt.Printf("%d %d\n", size, times[len(times)/2].Nanoseconds())
+		}
 	case "loop":
 		v := make([]float32, 1<<20)
 		for i := 0; ; i++ {
@@ -255,6 +282,38 @@ func TestShmMultiProcessFailure(t *testing.T) {
 				<-j.ended[victim]
 				j.checkEmptyDir(t)
 			})
+		}
+	}
+}
+
+// TestShmMultiProcessBench measures the all-reduce between P processes on this host (median
+// over iterations of the slowest rank's median), with SPARGO_SHM_BENCH=1:
+//
+//	SPARGO_SHM_BENCH=1 go test ./comm -run TestShmMultiProcessBench -v
+func TestShmMultiProcessBench(t *testing.T) {
+	if os.Getenv("SPARGO_SHM_BENCH") == "" {
+		t.Skip("a measurement: set SPARGO_SHM_BENCH=1")
+	}
+	for _, p := range []int{2, 4} {
+		j := startShmJob(t, p, "bench")
+		worst := map[int]int64{}
+		var sizes []int
+		for r := range p {
+			for range 3 {
+				var size int
+				var ns int64
+				if _, err := fmt.Sscan(j.line(r, 5*time.Minute), &size, &ns); err != nil {
+					t.Fatalf("rank %d: %v", r, err)
+				}
+				if _, ok := worst[size]; !ok {
+					sizes = append(sizes, size)
+				}
+				worst[size] = max(worst[size], ns)
+			}
+		}
+		for _, size := range sizes {
+			d := time.Duration(worst[size])
+			t.Logf("shm P=%d %s: median %v, algbw %.1f MB/s", p, sizeName(size), d, float64(size)/d.Seconds()/1e6)
 		}
 	}
 }

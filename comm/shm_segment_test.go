@@ -150,3 +150,52 @@ func TestShmCorruptRing(t *testing.T) {
 		t.Errorf("recv after a corrupt header: %v", err)
 	}
 }
+
+// Shared all-reduces under different tags, started concurrently on every rank in whatever
+// order the goroutines run, take turns: each gets the rank-order sum, bit for bit, across
+// several passes of a small reduce slot.
+func TestShmConcurrentSharedAllReduce(t *testing.T) {
+	const p, n, iters = 3, 10_000, 4
+	groups := newShm(t, p, func(c *ShmConfig) { c.ReduceBytes = 16 << 10 })
+	tags := []uint32{1, 2, 3}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out := make([][][]float32, p) // [rank][tag]
+	var wg sync.WaitGroup
+	errs := make(chan error, p*len(tags))
+	for r, g := range groups {
+		out[r] = make([][]float32, len(tags))
+		for i, tag := range tags {
+			wg.Go(func() {
+				for it := range iters {
+					v := rankData(uint64(10*tag)+uint64(it), r, n)
+					if err := AllReduce(ctx, g, tag, v, Auto); err != nil {
+						errs <- err
+						return
+					}
+					out[r][i] = v
+				}
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for i, tag := range tags {
+		want := make([]float32, n)
+		for r := range p {
+			for k, x := range rankData(uint64(10*tag)+iters-1, r, n) {
+				want[k] += x
+			}
+		}
+		for r := range p {
+			for k := range want {
+				if out[r][i][k] != want[k] {
+					t.Fatalf("tag %d rank %d element %d: %v, want %v", tag, r, k, out[r][i][k], want[k])
+				}
+			}
+		}
+	}
+}
