@@ -300,7 +300,9 @@ func (g *shmGroup) monitor() {
 			if g.failure.Load() != nil {
 				continue
 			}
-			if why := processGone(int(g.mem.load64(off+sPid)), g.mem.load64(off+sStart)); why != "" {
+			if pid := int(g.mem.load64(off + sPid)); pid == os.Getpid() {
+				// A rank of this process (NewShmLocal): alive as long as this code runs.
+			} else if why := processGone(pid, g.mem.load64(off+sStart)); why != "" {
 				if g.mem.load32(off+sState) == shmLive { // it may have closed just now
 					g.peerFailed(p.rank, errors.New(why))
 				}

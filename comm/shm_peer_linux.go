@@ -85,7 +85,7 @@ func (s *spinner) spin() bool {
 		s.start = time.Now()
 	}
 	s.n++
-	if s.n < 8 || time.Since(s.start) < shmSpinFor {
+	if s.n < 2 || time.Since(s.start) < shmSpinFor {
 		runtime.Gosched()
 		return true
 	}
@@ -328,7 +328,8 @@ func (g *shmGroup) readLoop() {
 		atomic.StoreUint32(sleep, 1)
 		v := atomic.LoadUint32(bell)
 		if moved, _ := scan(); !moved && g.termErr() == nil {
-			futexWait(bell, v, shmTick(g.timeout))
+			// Writers, Close and failures ring the bell; the timeout is a safety net only.
+			futexWait(bell, v, time.Second)
 		}
 		atomic.StoreUint32(sleep, 0)
 	}
