@@ -133,9 +133,10 @@
 // On a shared-memory group Auto runs AllReduce and AllReduceOf as SharedMemory, through the
 // reduce slots instead of messages: in each pass every rank copies its chunk (half a slot)
 // into its slot, a barrier, rank r sums block r (of P nearly equal blocks) of every rank's
-// chunk in rank order into its slot, a barrier, and every rank copies every block's sum out.
-// Each element is summed in one place and one order, so every rank gets the same bits on every
-// run (the order is the rank order, not the ring's). Barriers are an arrival counter and a
+// chunk into its slot, a barrier, and every rank copies every block's sum out. The sum is a
+// tree in rank order (at distance 1, 2, 4, … the lower rank's partial first: recursive
+// doubling's additions for power-of-two P, error growing with log2 P). Each element is summed
+// in one place and one order, so every rank gets the same bits on every run. Barriers are an arrival counter and a
 // futex in the header; passes alternate between the two halves of the slots, so two barriers
 // per pass suffice; a vector of any size goes through the fixed slots in passes. Calls under
 // different tags take turns (the header names the tag that owns the slots). Counters count

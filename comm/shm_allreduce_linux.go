@@ -13,9 +13,9 @@ import (
 
 // The shared all-reduce: every rank's vector goes, half a reduce slot at a time, through the
 // segment. In each pass rank r copies its chunk into its slot (all blocks but block r), waits
-// at a barrier, sums block r of every rank's chunk in rank order (its own from its buffer)
-// into block r of its slot, waits at a second barrier and copies every block j from rank j's
-// slot into its buffer. Each element is summed in one place, in one order, then copied: every
+// at a barrier, sums block r of every rank's chunk (its own from its buffer) pairwise in rank
+// order (treeReduce) into block r of its slot, waits at a second barrier and copies every
+// block j from rank j's slot into its buffer. Each element is summed in one place, in one order, then copied: every
 // rank gets the same bits, whatever the timing. Passes alternate between the two halves of the
 // slots, so a pass's copies in never meet the previous pass's copies out, and two barriers per
 // pass suffice.
@@ -51,6 +51,17 @@ func sharedAllReduce[T Element](ctx context.Context, g Group, tag uint32, buf []
 		return false, nil
 	}
 	return true, shmAllReduce(ctx, sg, tag, buf, add)
+}
+
+// treeReduce reduces ops into ops[0], pairwise: at distance 1, 2, 4, … ops[i] += ops[i+d] for
+// i a multiple of 2d, the lower index first. For a power-of-two count these are the additions
+// of recursive doubling, in its order; the error grows with log2 of the count, not the count.
+func treeReduce[T Element](ops [][]T, add func(dst, a, b []T)) {
+	for d := 1; d < len(ops); d *= 2 {
+		for i := 0; i+d < len(ops); i += 2 * d {
+			add(ops[i], ops[i], ops[i+d])
+		}
+	}
 }
 
 // isSharedMemory reports whether g is a group whose all-reduce can go through shared memory.
@@ -99,20 +110,20 @@ func shmAllReduce[T Element](ctx context.Context, g *shmGroup, tag uint32, buf [
 		if err := g.reduceBarrier(ctx, tag, gen, false); err != nil {
 			return err
 		}
-		// Reduce block r, operands in rank order (the lower ranks' partial sum first).
+		// Reduce block r: a tree over the ranks' blocks in rank order. Nobody else reads block
+		// r of the peers' slots in this pass, so the partial sums overwrite them.
 		lo, hi := offs[r], offs[r+1]
-		operand := func(k int) []T {
-			if k == r {
-				return c[lo:hi]
-			}
-			return slotView(k, h, lo, hi)
-		}
-		dst := slotView(r, h, lo, hi)
 		if hi > lo {
-			add(dst, operand(0), operand(1))
-			for k := 2; k < p; k++ {
-				add(dst, dst, operand(k))
+			ops := make([][]T, p)
+			for k := range p {
+				if k == r {
+					ops[k] = c[lo:hi]
+				} else {
+					ops[k] = slotView(k, h, lo, hi)
+				}
 			}
+			treeReduce(ops, add)
+			copy(slotView(r, h, lo, hi), ops[0])
 		}
 		if err := g.reduceBarrier(ctx, tag, gen, i == passes-1); err != nil {
 			return err

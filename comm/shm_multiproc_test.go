@@ -191,8 +191,8 @@ func (j *shmJob) checkEmptyDir(t *testing.T) {
 	}
 }
 
-// An all-reduce across 2 and 4 processes gives every rank the same bits: the sum of the
-// ranks' vectors in rank order.
+// An all-reduce across 2 and 4 processes gives every rank the same bits: the pairwise sum of
+// the ranks' vectors in rank order.
 func TestShmMultiProcessAllReduce(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
@@ -202,13 +202,7 @@ func TestShmMultiProcessAllReduce(t *testing.T) {
 			j := startShmJob(t, p, "allreduce")
 			h := fnv.New64a()
 			for _, n := range shmMultiprocSizes {
-				sum := make([]float32, n)
-				for r := range p {
-					for i, x := range rankData(uint64(n), r, n) {
-						sum[i] += x
-					}
-				}
-				h.Write(F32Bytes(sum))
+				h.Write(F32Bytes(treeSum(p, func(r int) []float32 { return rankData(uint64(n), r, n) })))
 			}
 			want := fmt.Sprintf("OK %x", h.Sum64())
 			for r := range p {
@@ -316,4 +310,14 @@ func TestShmMultiProcessBench(t *testing.T) {
 			t.Logf("shm P=%d %s: median %v, algbw %.1f MB/s", p, sizeName(size), d, float64(size)/d.Seconds()/1e6)
 		}
 	}
+}
+
+// treeSum is the shared all-reduce's sum of p vectors: pairwise, in rank order.
+func treeSum(p int, vec func(r int) []float32) []float32 {
+	ops := make([][]float32, p)
+	for r := range p {
+		ops[r] = vec(r)
+	}
+	treeReduce(ops, addInto)
+	return ops[0]
 }

@@ -152,7 +152,7 @@ func TestShmCorruptRing(t *testing.T) {
 }
 
 // Shared all-reduces under different tags, started concurrently on every rank in whatever
-// order the goroutines run, take turns: each gets the rank-order sum, bit for bit, across
+// order the goroutines run, take turns: each gets the pairwise rank-order sum, bit for bit, across
 // several passes of a small reduce slot.
 func TestShmConcurrentSharedAllReduce(t *testing.T) {
 	const p, n, iters = 3, 10_000, 4
@@ -184,12 +184,7 @@ func TestShmConcurrentSharedAllReduce(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, tag := range tags {
-		want := make([]float32, n)
-		for r := range p {
-			for k, x := range rankData(uint64(10*tag)+iters-1, r, n) {
-				want[k] += x
-			}
-		}
+		want := treeSum(p, func(r int) []float32 { return rankData(uint64(10*tag)+iters-1, r, n) })
 		for r := range p {
 			for k := range want {
 				if out[r][i][k] != want[k] {
