@@ -111,7 +111,7 @@ func allReduce[T Element](ctx context.Context, g Group, tag uint32, buf []T, add
 	}
 	switch alg {
 	case SharedMemory:
-		_, err = sharedAllReduce(ctx, g, tag, buf, add)
+		_, err = sharedAllReduce(ctx, g, tag, buf, add, op == "AllReduce") // AllReduce's addInto writes any dst
 	case Ring:
 		err = ringAllReduce(ctx, g, tag, buf, add)
 	case Rabenseifner:

@@ -44,22 +44,31 @@ const (
 )
 
 // sharedAllReduce runs the shared all-reduce when g is a shared-memory group and reports
-// whether it did.
-func sharedAllReduce[T Element](ctx context.Context, g Group, tag uint32, buf []T, add func(dst, a, b []T)) (bool, error) {
+// whether it did. anyDst says that add may write a third slice (float32 addition does; the
+// contract of AllReduceOf's add only lets dst be an operand).
+func sharedAllReduce[T Element](ctx context.Context, g Group, tag uint32, buf []T, add func(dst, a, b []T), anyDst bool) (bool, error) {
 	sg, ok := g.(*shmGroup)
 	if !ok {
 		return false, nil
 	}
-	return true, shmAllReduce(ctx, sg, tag, buf, add)
+	return true, shmAllReduce(ctx, sg, tag, buf, add, anyDst)
 }
 
-// treeReduce reduces ops into ops[0], pairwise: at distance 1, 2, 4, … ops[i] += ops[i+d] for
-// i a multiple of 2d, the lower index first. For a power-of-two count these are the additions
-// of recursive doubling, in its order; the error grows with log2 of the count, not the count.
-func treeReduce[T Element](ops [][]T, add func(dst, a, b []T)) {
+// treeReduce reduces ops (at least two) pairwise: at distance 1, 2, 4, … ops[i] += ops[i+d]
+// for i a multiple of 2d, the lower index first, and the last addition into dst (ops[0] when
+// dst is nil). For a power-of-two count these are the additions of recursive doubling, in its
+// order; the error grows with log2 of the count, not the count.
+func treeReduce[T Element](ops [][]T, dst []T, add func(dst, a, b []T)) {
+	if dst == nil {
+		dst = ops[0]
+	}
 	for d := 1; d < len(ops); d *= 2 {
 		for i := 0; i+d < len(ops); i += 2 * d {
-			add(ops[i], ops[i], ops[i+d])
+			out := ops[i]
+			if 2*d >= len(ops) {
+				out = dst // the last level has one addition
+			}
+			add(out, ops[i], ops[i+d])
 		}
 	}
 }
@@ -70,7 +79,7 @@ func isSharedMemory(g Group) bool {
 	return ok
 }
 
-func shmAllReduce[T Element](ctx context.Context, g *shmGroup, tag uint32, buf []T, add func(dst, a, b []T)) error {
+func shmAllReduce[T Element](ctx context.Context, g *shmGroup, tag uint32, buf []T, add func(dst, a, b []T), anyDst bool) error {
 	if !g.enter() {
 		return ErrClosed
 	}
@@ -122,8 +131,12 @@ func shmAllReduce[T Element](ctx context.Context, g *shmGroup, tag uint32, buf [
 					ops[k] = slotView(k, h, lo, hi)
 				}
 			}
-			treeReduce(ops, add)
-			copy(slotView(r, h, lo, hi), ops[0])
+			if mine := slotView(r, h, lo, hi); anyDst {
+				treeReduce(ops, mine, add)
+			} else {
+				treeReduce(ops, nil, add)
+				copy(mine, ops[0])
+			}
 		}
 		if err := g.reduceBarrier(ctx, tag, gen, i == passes-1); err != nil {
 			return err

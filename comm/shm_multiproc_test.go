@@ -318,6 +318,9 @@ func treeSum(p int, vec func(r int) []float32) []float32 {
 	for r := range p {
 		ops[r] = vec(r)
 	}
-	treeReduce(ops, addInto)
+	if p == 1 {
+		return ops[0]
+	}
+	treeReduce(ops, nil, addInto)
 	return ops[0]
 }

@@ -17,7 +17,7 @@ func newShmLocal(ctx context.Context, size int, configure func(*ShmConfig)) ([]G
 	return nil, fmt.Errorf("comm: NewShmLocal: the shared-memory transport needs Linux (this is %s)", runtime.GOOS)
 }
 
-func sharedAllReduce[T Element](ctx context.Context, g Group, tag uint32, buf []T, add func(dst, a, b []T)) (bool, error) {
+func sharedAllReduce[T Element](ctx context.Context, g Group, tag uint32, buf []T, add func(dst, a, b []T), anyDst bool) (bool, error) {
 	return false, nil
 }
 
