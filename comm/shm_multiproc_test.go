@@ -50,8 +50,10 @@ func shmChild(role string) int {
 	cfg := ShmConfig{
 		Rank: shmChildEnv("SPARGO_SHM_TEST_RANK"), Size: shmChildEnv("SPARGO_SHM_TEST_SIZE"),
 		Job: os.Getenv("SPARGO_SHM_TEST_JOB"), Secret: secret, Dir: os.Getenv("SPARGO_SHM_TEST_DIR"),
-		Timeout: shmChildTimeout, JoinTimeout: 30 * time.Second, ReduceBytes: 64 << 10,
-		Logf: func(string, ...any) {},
+		Timeout: shmChildTimeout, JoinTimeout: 30 * time.Second, Logf: func(string, ...any) {},
+	}
+	if role == "allreduce" {
+		cfg.ReduceBytes = 64 << 10 // many passes
 	}
 	ctx := context.Background()
 	g, err := NewShm(ctx, cfg)
