@@ -57,8 +57,8 @@ func NewShm(ctx context.Context, cfg ShmConfig) (Group, error) {
 	defer cancel()
 	var seg *shmSegment
 	if cfg.Rank == 0 {
-		ring, reduce := defaultShmSizes(cfg.Size, cfg.RingBytes, cfg.ReduceBytes)
-		l, err := newShmLayout(cfg.Size, ring, reduce)
+		ringBytes, reduceBytes := defaultShmSizes(cfg.Size, cfg.RingBytes, cfg.ReduceBytes)
+		l, err := newShmLayout(cfg.Size, ringBytes, reduceBytes)
 		if err != nil {
 			return nil, fmt.Errorf("comm: NewShm: rank 0: %w", err)
 		}
