@@ -167,7 +167,7 @@ func shmAllReduce[T Element](ctx context.Context, g *shmGroup, tag uint32, buf [
 // has not yet taken part in, takes part, and returns the call's generation, holding g.ar.mu.
 func (g *shmGroup) claimReduce(ctx context.Context, tag uint32) (uint64, error) {
 	owner := g.mem.u64(hROwner)
-	var sp spinner
+	sp := spinner{spinFor: g.spinFor}
 	for {
 		if err := g.reduceErr(ctx, tag); err != nil {
 			return 0, err
@@ -204,7 +204,7 @@ func (g *shmGroup) reduceBarrier(ctx context.Context, tag uint32, gen uint64, fi
 		ring(g.mem.u32(hRBell), g.mem.u32(hRSleepers))
 		return nil
 	}
-	var sp spinner
+	sp := spinner{spinFor: g.spinFor}
 	for atomic.LoadUint64(arrive) < target {
 		if err := g.reduceErr(ctx, tag); err != nil {
 			return g.abandon(tag, err)

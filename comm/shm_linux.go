@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -143,6 +144,7 @@ type shmGroup struct {
 	mem        shmMem
 	counters   Counters
 	msgs       sizedPool // messages that arrived before their receive was posted
+	spinFor    time.Duration
 	peers      []*shmPeer
 
 	closed  atomic.Bool
@@ -169,7 +171,10 @@ var (
 func newShmGroup(cfg ShmConfig, seg *shmSegment) *shmGroup {
 	g := &shmGroup{
 		rank: cfg.Rank, size: cfg.Size, job: cfg.Job, timeout: cfg.Timeout, maxMessage: cfg.MaxMessage,
-		logf: cfg.Logf, seg: seg, mem: seg.mem, done: make(chan struct{}),
+		logf: cfg.Logf, seg: seg, mem: seg.mem, done: make(chan struct{}), spinFor: shmSpinFor,
+	}
+	if cfg.Size > runtime.NumCPU() {
+		g.spinFor = 0
 	}
 	g.peers = make([]*shmPeer, g.size)
 	for r := range g.peers {

@@ -82,10 +82,7 @@ func shmChild(role string) int {
 		// One line per size: this rank's median time of a barrier-separated all-reduce.
 		for _, size := range []int{4 << 10, 1 << 20, 64 << 20} {
 			v := make([]float32, size/4)
-			iters := 20
-			if size >= 64<<20 {
-				iters = 10
-			}
+			iters := map[int]int{4 << 10: 200, 1 << 20: 50, 64 << 20: 10}[size]
 			var times []time.Duration
 			for i := range iters + 2 {
 				if err := Barrier(ctx, g, 2); err != nil {

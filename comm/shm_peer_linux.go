@@ -70,22 +70,27 @@ func newShmPeer(g *shmGroup, r int) *shmPeer {
 
 // shmSpinFor is how long a waiter yields (runtime.Gosched) before it sleeps on the futex:
 // long enough to catch a peer that is microseconds behind without a system call on either
-// side, short enough not to burn a shared core for long.
-var shmSpinFor = 50 * time.Microsecond
+// side, short enough not to burn a shared core for long. A group with more ranks than the
+// host has cores does not spin (spinFor 0): the rank it waits for needs the core.
+const shmSpinFor = 50 * time.Microsecond
 
 // spinner counts a waiter's yields.
 type spinner struct {
-	start time.Time
-	n     int
+	spinFor time.Duration
+	start   time.Time
+	n       int
 }
 
 // spin yields and reports true while the waiter should keep spinning.
 func (s *spinner) spin() bool {
+	if s.spinFor <= 0 {
+		return false
+	}
 	if s.n == 0 {
 		s.start = time.Now()
 	}
 	s.n++
-	if s.n < 2 || time.Since(s.start) < shmSpinFor {
+	if s.n < 2 || time.Since(s.start) < s.spinFor {
 		runtime.Gosched()
 		return true
 	}
@@ -306,7 +311,7 @@ func (g *shmGroup) readLoop() {
 		}
 		return moved, open
 	}
-	var sp spinner
+	sp := spinner{spinFor: g.spinFor}
 	for {
 		if g.termErr() != nil {
 			return
@@ -320,7 +325,7 @@ func (g *shmGroup) readLoop() {
 		case open == 0:
 			return
 		case moved:
-			sp = spinner{}
+			sp = spinner{spinFor: g.spinFor}
 			continue
 		case sp.spin():
 			continue
@@ -660,7 +665,7 @@ func (p *shmPeer) waitSpace(want uint64) error {
 	g := p.g
 	bell, sleep := g.mem.u32(p.out+cSpace), g.mem.u32(p.out+cTxSleep)
 	rb := uint64(g.seg.layout.ringBytes)
-	var sp spinner
+	sp := spinner{spinFor: g.spinFor}
 	for {
 		if err := g.termErr(); err != nil {
 			return err
