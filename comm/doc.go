@@ -94,11 +94,12 @@
 // its pair: the sender copies in, the receiver's reader goroutine copies out into the posted
 // receive (or a queue for messages nobody waits for yet), so sends never wait for a receive to
 // be posted and FIFO order per (sender, receiver, tag) holds; one message is written whole
-// before the next on the same pair. Waiters yield for about 50µs (not at all when the group has more ranks than the host has cores), then sleep on a futex (a raw
-// FUTEX_WAIT with a timeout, shared between processes) that the other side rings only when
-// someone sleeps; no cgo. Results, the Group contract and Counters are those of the other
-// transports (payload bytes, never headers). NewShmLocal runs P ranks of one process over a
-// real segment, for tests and benchmarks. A rank does:
+// before the next on the same pair. Waiters yield for about 50µs (not at all when the group has
+// more ranks than the host has cores), then sleep on a futex (a raw FUTEX_WAIT with a timeout,
+// shared between processes) that the other side rings only when someone sleeps; no cgo. Results,
+// the Group contract and Counters are those of the other transports (payload bytes, never
+// headers). NewShmLocal runs P ranks of one process over a real segment, for tests and
+// benchmarks. A rank does:
 //
 //	g, err := comm.NewShm(ctx, comm.ShmConfig{Rank: rank, Size: size, Job: jobID, Secret: secret})
 //	defer g.Close()
@@ -131,18 +132,18 @@
 // being written is finished (it is bounded by the failure timeout).
 //
 // On a shared-memory group Auto runs AllReduce and AllReduceOf as SharedMemory, through the
-// reduce slots instead of messages: in each pass every rank copies its chunk (half a slot)
-// into its slot, a barrier, rank r sums block r (of P nearly equal blocks) of every rank's
-// chunk into its slot, a barrier, and every rank copies every block's sum out. The sum is a
-// tree in rank order (at distance 1, 2, 4, … the lower rank's partial first: recursive
-// doubling's additions for power-of-two P, error growing with log2 P). Each element is summed
-// in one place and one order, so every rank gets the same bits on every run. Barriers are an arrival counter and a
-// futex in the header; passes alternate between the two halves of the slots, so two barriers
-// per pass suffice; a vector of any size goes through the fixed slots in passes. Calls under
-// different tags take turns (the header names the tag that owns the slots). Counters count
-// what a rank reads from its peers' memory: block r of each peer and every other block's sum,
-// (P-1)·|block r| + n - |block r| elements received, the same sent (what the peers read from
-// its slot), 2(P-1) messages and 2 rounds per pass; for P | n, 2n(P-1)/P words, the ring's and
+// reduce slots instead of messages: in each pass every rank copies its chunk (half a slot) into
+// its slot, a barrier, rank r sums block r (of P nearly equal blocks) of every rank's chunk into
+// its slot, a barrier, and every rank copies every block's sum out. The sum is a tree in rank
+// order (at distance 1, 2, 4, … the lower rank's partial first: recursive doubling's additions
+// for power-of-two P, error growing with log2 P). Each element is summed in one place and one
+// order, so every rank gets the same bits on every run. Barriers are an arrival counter and a
+// futex in the header; passes alternate between the two halves of the slots, so two barriers per
+// pass suffice; a vector of any size goes through the fixed slots in passes. Calls under
+// different tags take turns (the header names the tag that owns the slots). Counters count what
+// a rank reads from its peers' memory: block r of each peer and every other block's sum,
+// (P-1)·|block r| + n - |block r| elements received, the same sent (what the peers read from its
+// slot), 2(P-1) messages and 2 rounds per pass; for P | n, 2n(P-1)/P words, the ring's and
 // Rabenseifner's figure (docs/ALGORITHMS.md). The explicit algorithms (Ring, Rabenseifner,
 // RecursiveDoubling) still run over messages. A rank whose context ends inside a shared
 // all-reduce leaves the others stuck at a barrier: it marks the slots unusable, and that call

@@ -12,13 +12,13 @@ import (
 )
 
 // The shared all-reduce: every rank's vector goes, half a reduce slot at a time, through the
-// segment. In each pass rank r copies its chunk into its slot (all blocks but block r), waits
-// at a barrier, sums block r of every rank's chunk (its own from its buffer) pairwise in rank
-// order (treeReduce) into block r of its slot, waits at a second barrier and copies every
-// block j from rank j's slot into its buffer. Each element is summed in one place, in one order, then copied: every
-// rank gets the same bits, whatever the timing. Passes alternate between the two halves of the
-// slots, so a pass's copies in never meet the previous pass's copies out, and two barriers per
-// pass suffice.
+// segment. In each pass rank r copies its chunk into its slot (all blocks but block r), waits at
+// a barrier, sums block r of every rank's chunk (its own from its buffer) pairwise in rank order
+// (treeReduce) into block r of its slot, waits at a second barrier and copies every block j from
+// rank j's slot into its buffer. Each element is summed in one place, in one order, then copied:
+// every rank gets the same bits, whatever the timing. Passes alternate between the two halves of
+// the slots, so a pass's copies in never meet the previous pass's copies out, and two barriers
+// per pass suffice.
 //
 // The area is one per group; concurrent calls (under different tags) take turns: the owner
 // word in the header names the tag of the call in progress and its generation, a rank joins the
