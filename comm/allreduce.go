@@ -90,19 +90,28 @@ func allReduce[T Element](ctx context.Context, g Group, tag uint32, buf []T, add
 		return err
 	}
 	p, n := g.Size(), len(buf)
-	if alg == Auto {
+	switch {
+	case alg == Auto && isSharedMemory(g):
+		alg = SharedMemory
+	case alg == Auto:
 		alg = autoAllReduceBytes(n*elementSize[T](), p)
 	}
 	var err error
 	switch alg {
 	case Ring, Rabenseifner, RecursiveDoubling:
+	case SharedMemory:
+		if !isSharedMemory(g) {
+			return fmt.Errorf("comm: %s: rank %d: algorithm %v needs a group made by NewShm or NewShmLocal (this one is %T)", op, g.Rank(), alg, g)
+		}
 	default:
-		return fmt.Errorf("comm: %s: rank %d: algorithm %v is not an all-reduce algorithm (use Auto, Ring, Rabenseifner or RecursiveDoubling)", op, g.Rank(), alg)
+		return fmt.Errorf("comm: %s: rank %d: algorithm %v is not an all-reduce algorithm (use Auto, Ring, Rabenseifner, RecursiveDoubling or SharedMemory)", op, g.Rank(), alg)
 	}
 	if p == 1 || n == 0 {
 		return nil
 	}
 	switch alg {
+	case SharedMemory:
+		_, err = sharedAllReduce(ctx, g, tag, buf, add, op == "AllReduce") // AllReduce's addInto writes any dst
 	case Ring:
 		err = ringAllReduce(ctx, g, tag, buf, add)
 	case Rabenseifner:

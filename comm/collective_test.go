@@ -15,8 +15,9 @@ import (
 
 var testSizes = []int{1, 2, 3, 4, 5, 6, 7, 8, 13, 16}
 
-// runRanks runs fn on every rank of a fresh in-process group of p ranks, concurrently, and
-// fails the test with every rank's error. It returns the groups for their counters.
+// runRanks runs fn on every rank of a fresh in-process group of p ranks (see newLocal),
+// concurrently, and fails the test with every rank's error. It returns the groups, closed, for
+// their counters.
 func runRanks(t *testing.T, p int, fn func(ctx context.Context, g Group) error) []Group {
 	t.Helper()
 	groups := newLocal(t, p)
@@ -28,6 +29,7 @@ func runRanks(t *testing.T, p int, fn func(ctx context.Context, g Group) error) 
 		wg.Go(func() { errs[r] = fn(ctx, groups[r]) })
 	}
 	wg.Wait()
+	closeAll(groups)
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
 	}

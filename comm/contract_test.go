@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// The Group contract: every transport (NewLocal, NewTCP over loopback) must pass the same
+// The Group contract: every transport (NewLocal, NewTCP over loopback, NewShmLocal) must pass the same
 // cases, so each case is written once, as a function of the ranks it runs on.
 // transports are the constructors the Group contract tests run against.
 var transports = []struct {
@@ -31,6 +31,7 @@ var transports = []struct {
 	{"routed-consecutive", func(t testing.TB, p int) []Group { return newRouted(t, p, func(r int) int { return r / 2 }) }},
 	// The same with ranks dealt round-robin to two nodes: 0 and 2 share a node, 1 is on the other.
 	{"routed-interleaved", func(t testing.TB, p int) []Group { return newRouted(t, p, func(r int) int { return r % 2 }) }},
+	{"shm", func(t testing.TB, p int) []Group { return newShm(t, p) }},
 }
 
 // TestGroupContract runs the Group contract against every transport.

@@ -7,7 +7,8 @@
 // Route joins a group of one node's ranks, such as shared memory, and the job's TCP group into
 // one view in which a node's traffic stays on the node),
 // per-rank Counters, and
-// the transports. NewLocal runs P ranks as goroutines of one process. comm knows nothing of
+// the transports: NewLocal runs P ranks as goroutines of one process, NewTCP connects
+// processes over TCP, NewShm processes of one host through shared memory. comm knows nothing of
 // tensors, models, DDP or hooks; it moves []float32 and []byte, and AllReduceOf reduces slices
 // of any fixed-size number type with the caller's reduction.
 //
@@ -49,6 +50,8 @@
 // AllReduceOf runs the same algorithms, with the same Auto choice by size in bytes, on any
 // Element type (int64, uint16 words of a 16-bit float format, ...) with the reduction the
 // caller passes.
+// On a shared-memory group (NewShm) Auto picks SharedMemory instead (see "Shared-memory
+// transport").
 // AllGather's Auto picks RecursiveDoubling for power-of-two P and Bruck otherwise, both
 // ceil(log2 P) rounds. Broadcast is a binomial tree, Barrier a dissemination barrier.
 //
@@ -81,4 +84,70 @@
 // Without a Secret anyone who reaches the ports can join the mesh or inject data: leave it
 // empty on loopback or a trusted network only. Authentication does not encrypt; across
 // untrusted networks run the job inside a VPN or WireGuard tunnel.
+//
+// # Shared-memory transport
+//
+// NewShm joins the processes of a job that run on one host (Linux only; elsewhere it fails
+// saying so) through one shared segment: a file in ShmConfig.Dir (/dev/shm by default) that
+// every rank maps with mmap. It holds a header, a slot per rank (pid and start time, heartbeat,
+// state, proof of the secret), a byte ring per ordered pair of ranks (RingBytes, 1 MiB by
+// default) and a reduce slot per rank (ReduceBytes, 64 MiB/P between 1 and 8 MiB). A message is
+// a validated 16-byte header (tag, kind, length) and its payload streamed through the ring of
+// its pair: the sender copies in, the receiver's reader goroutine copies out into the posted
+// receive (or a queue for messages nobody waits for yet), so sends never wait for a receive to
+// be posted and FIFO order per (sender, receiver, tag) holds; one message is written whole
+// before the next on the same pair. Waiters yield for about 50µs (not at all when the group has
+// more ranks than the host has cores), then sleep on a futex (a raw FUTEX_WAIT with a timeout,
+// shared between processes) that the other side rings only when someone sleeps; no cgo. Results,
+// the Group contract and Counters are those of the other transports (payload bytes, never
+// headers). NewShmLocal runs P ranks of one process over a real segment, for tests and
+// benchmarks. A rank does:
+//
+//	g, err := comm.NewShm(ctx, comm.ShmConfig{Rank: rank, Size: size, Job: jobID, Secret: secret})
+//	defer g.Close()
+//	err = comm.AllReduce(ctx, g, 0, grads, comm.Auto)
+//
+// Security: the file is created with mode 0600 (other users cannot open it, and a rank refuses
+// a file that is not its user's or that others may open); its name is "spargo-" and a SHA-256
+// of the secret and the job name (ShmSegmentName), so a stranger cannot guess it; rank 0 writes
+// an HMAC of the job, a fresh nonce and the layout under the secret, which the others check
+// before they use the segment, and each rank writes an HMAC of the nonce, its rank and its pid,
+// which rank 0 checks before it lets the job start. As with TCP, an empty Secret leaves only
+// the job name and the file permissions.
+//
+// Cleanup: rank 0 builds the segment under a temporary name and links it into place, and
+// removes the file as soon as every rank has mapped it: the memory lives on in the mappings and
+// goes away with the last process, whatever happens to the job, so a crashed job leaves nothing
+// in /dev/shm. A job that dies during set-up can leave its file; rank 0 of the next start of
+// the same job removes it once its creator's process is gone (and refuses to touch the segment
+// of a live one).
+//
+// Failures are those of the TCP transport: a monitor goroutine beats the rank's heartbeat and
+// every Timeout/4 (at most 250ms) checks each peer's process (pid and start time, so a reused
+// pid does not count; a zombie is dead) and heartbeat. A peer whose process is gone (kill -9)
+// fails every pending and later operation with a PeerError naming it ("peer rank 2 failed: its
+// process 4711 is gone") within a tick; one whose heartbeat has not moved for Timeout (a
+// stopped process: SIGSTOP) "silent for 30s". The rank writes the failure into its slot, and
+// the other ranks fail naming the same rank ("… (reported by rank 0)"). A rank that closes
+// marks its slot: operations that need it fail with ErrClosed, messages it sent before stay
+// readable. A blocking call's context is honoured as on TCP, except that a message already
+// being written is finished (it is bounded by the failure timeout).
+//
+// On a shared-memory group Auto runs AllReduce and AllReduceOf as SharedMemory, through the
+// reduce slots instead of messages: in each pass every rank copies its chunk (half a slot) into
+// its slot, a barrier, rank r sums block r (of P nearly equal blocks) of every rank's chunk into
+// its slot, a barrier, and every rank copies every block's sum out. The sum is a tree in rank
+// order (at distance 1, 2, 4, … the lower rank's partial first: recursive doubling's additions
+// for power-of-two P, error growing with log2 P). Each element is summed in one place and one
+// order, so every rank gets the same bits on every run. Barriers are an arrival counter and a
+// futex in the header; passes alternate between the two halves of the slots, so two barriers per
+// pass suffice; a vector of any size goes through the fixed slots in passes. Calls under
+// different tags take turns (the header names the tag that owns the slots). Counters count what
+// a rank reads from its peers' memory: block r of each peer and every other block's sum,
+// (P-1)·|block r| + n - |block r| elements received, the same sent (what the peers read from its
+// slot), 2(P-1) messages and 2 rounds per pass; for P | n, 2n(P-1)/P words, the ring's and
+// Rabenseifner's figure (docs/ALGORITHMS.md). The explicit algorithms (Ring, Rabenseifner,
+// RecursiveDoubling) still run over messages. A rank whose context ends inside a shared
+// all-reduce leaves the others stuck at a barrier: it marks the slots unusable, and that call
+// and every later shared all-reduce of the group fail on every rank naming it.
 package comm

@@ -1,12 +1,27 @@
 package comm
 
-import "testing"
+import (
+	"os"
+	"testing"
+)
 
 // Local's Send, Recv, Irecv, Close and their errors are tested by the Group contract
 // (contract_test.go), which runs on every transport: TestGroupContract/local/....
 
-func newLocal(t *testing.T, p int) []Group {
+// newLocal returns the p ranks most tests run on: in-process ones (NewLocal), or, when
+// SPARGO_TEST_TRANSPORT names another transport ("shm", "tcp"), ranks of that one, so that the
+// collective tests run on every transport (comm/commtest does the same for other packages).
+func newLocal(t testing.TB, p int) []Group {
 	t.Helper()
+	switch tr := os.Getenv("SPARGO_TEST_TRANSPORT"); tr {
+	case "", "local":
+	case "shm":
+		return newShm(t, p)
+	case "tcp":
+		return newTCP(t, p)
+	default:
+		t.Fatalf("SPARGO_TEST_TRANSPORT=%q: want local, shm or tcp", tr)
+	}
 	groups, err := NewLocal(p)
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spargo-dl/spargo/comm"
+	"github.com/spargo-dl/spargo/comm/commtest"
 	"github.com/spargo-dl/spargo/nn"
 	"github.com/spargo-dl/spargo/optim"
 )
@@ -71,10 +72,7 @@ func newAll(t *testing.T, groups []comm.Group, hook func(r int) CommHook) ([]*DD
 
 func localGroups(t *testing.T, p int) []comm.Group {
 	t.Helper()
-	groups, err := comm.NewLocal(p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	groups := commtest.Groups(t, p)
 	return groups
 }
 

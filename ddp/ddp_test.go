@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spargo-dl/spargo/comm"
+	"github.com/spargo-dl/spargo/comm/commtest"
 	"github.com/spargo-dl/spargo/internal/kernels"
 	"github.com/spargo-dl/spargo/nn"
 	"github.com/spargo-dl/spargo/optim"
@@ -56,10 +57,7 @@ func paramHash(ps []*nn.Param) uint64 {
 // runRanks runs fn on P in-process ranks and returns the first error.
 func runRanks(t *testing.T, p int, fn func(g comm.Group) error) {
 	t.Helper()
-	groups, err := comm.NewLocal(p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	groups := commtest.Groups(t, p)
 	errs := make([]error, p)
 	var wg sync.WaitGroup
 	for r := 0; r < p; r++ {
@@ -211,7 +209,7 @@ func TestCommunicationOverlapsBackward(t *testing.T) {
 }
 
 func TestShapeMismatchNamesParamAndRanks(t *testing.T) {
-	groups, _ := comm.NewLocal(3)
+	groups := commtest.Groups(t, 3)
 	errs := make([]error, 3)
 	var wg sync.WaitGroup
 	for r := 0; r < 3; r++ {

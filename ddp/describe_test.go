@@ -7,7 +7,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/spargo-dl/spargo/comm"
+	"github.com/spargo-dl/spargo/comm/commtest"
 )
 
 // evenOnly is an all-reduce hook that says it runs only on an even number of ranks.
@@ -29,10 +29,7 @@ func (corrected) NeedsCorrector() bool { return true }
 
 func TestNewRefusesHookAtWorldSize(t *testing.T) {
 	for _, p := range []int{2, 3} {
-		groups, err := comm.NewLocal(p)
-		if err != nil {
-			t.Fatal(err)
-		}
+		groups := commtest.Groups(t, p)
 		errs := make([]error, p)
 		var wg sync.WaitGroup
 		for r, g := range groups {

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/spargo-dl/spargo/comm"
+	"github.com/spargo-dl/spargo/comm/commtest"
 )
 
 // State round-trips DDP's counters into a fresh DDP; state of another world size, a
@@ -13,10 +13,7 @@ import (
 // error naming the mismatch.
 func TestStateLoadStateChecks(t *testing.T) {
 	ctx := context.Background()
-	groups, err := comm.NewLocal(1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	groups := commtest.Groups(t, 1)
 	a, err := New(ctx, smallNet(1), groups[0])
 	if err != nil {
 		t.Fatal(err)

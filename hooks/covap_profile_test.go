@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spargo-dl/spargo/comm"
+	"github.com/spargo-dl/spargo/comm/commtest"
 	"github.com/spargo-dl/spargo/comm/simnet"
 	"github.com/spargo-dl/spargo/ddp"
 	"github.com/spargo-dl/spargo/optim"
@@ -104,10 +105,7 @@ func (g *delayGroup) Isend(ctx context.Context, to int, tag uint32, payload []by
 
 func delayed(t testing.TB, p int, perByte time.Duration) []comm.Group {
 	t.Helper()
-	local, err := comm.NewLocal(p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	local := commtest.Groups(t, p)
 	gs := make([]comm.Group, p)
 	for r := range p {
 		gs[r] = &delayGroup{Group: local[r], perByte: perByte}

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/spargo-dl/spargo/comm"
+	"github.com/spargo-dl/spargo/comm/commtest"
 	"github.com/spargo-dl/spargo/ddp"
 )
 
@@ -226,10 +226,7 @@ func TestDDPNewRefusesWorldSize(t *testing.T) {
 		{"spardl:teams=3", 6, ""},
 	} {
 		c := mustConfig(t, tc.spec)
-		groups, err := comm.NewLocal(tc.p)
-		if err != nil {
-			t.Fatal(err)
-		}
+		groups := commtest.Groups(t, tc.p)
 		errs := make([]error, tc.p)
 		var wg sync.WaitGroup
 		for r, g := range groups {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/spargo-dl/spargo/comm"
+	"github.com/spargo-dl/spargo/comm/commtest"
 	"github.com/spargo-dl/spargo/ddp"
 )
 
@@ -187,10 +188,7 @@ func TestHalfGolden(t *testing.T) {
 func run16(t *testing.T, f Format16, alg comm.Algorithm, in [][]uint16) ([][]uint16, []comm.Stats) {
 	t.Helper()
 	p := len(in)
-	groups, err := comm.NewLocal(p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	groups := commtest.Groups(t, p)
 	outs := make([][]uint16, p)
 	stats, err := onEveryRank(groups, 30*time.Second, func(ctx context.Context, r int) error {
 		outs[r] = append([]uint16(nil), in[r]...)
@@ -298,7 +296,7 @@ func TestAllReduce16SameBitsWithNaNs(t *testing.T) {
 }
 
 func TestAllReduce16Errors(t *testing.T) {
-	groups, _ := comm.NewLocal(1)
+	groups := commtest.Groups(t, 1)
 	if err := AllReduce16(context.Background(), groups[0], 1, []uint16{1}, Format16(9), comm.Ring); err == nil || !strings.Contains(err.Error(), "unknown 16-bit format") {
 		t.Errorf("bad format: %v", err)
 	}
@@ -306,7 +304,7 @@ func TestAllReduce16Errors(t *testing.T) {
 		t.Errorf("bad algorithm: %v", err)
 	}
 	// Ranks that disagree on the length get an error, not a hang or a wrong sum.
-	groups, _ = comm.NewLocal(2)
+	groups = commtest.Groups(t, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	errs := make([]error, 2)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spargo-dl/spargo/comm"
+	"github.com/spargo-dl/spargo/comm/commtest"
 	"github.com/spargo-dl/spargo/ddp"
 	"github.com/spargo-dl/spargo/hooks/profile"
 	"github.com/spargo-dl/spargo/nn"
@@ -48,10 +49,7 @@ type world struct {
 
 func newWorld(t testing.TB, p int, spec string) *world {
 	t.Helper()
-	groups, err := comm.NewLocal(p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	groups := commtest.Groups(t, p)
 	w := &world{groups: groups}
 	for range p {
 		h, err := Parse(spec)
@@ -150,7 +148,7 @@ var smallBuckets = [2]int{2048, 8192}
 
 // ddpTraining says how trainDDP trains; a zero field takes the default its comment names.
 type ddpTraining struct {
-	groups    []comm.Group                               // the ranks' transport; nil: comm.NewLocal(p)
+	groups    []comm.Group                               // the ranks' transport; nil: commtest.Groups(t, p)
 	bucketCap [2]int                                     // ddp.WithBucketCap(first, others); zero: the hook's plan or DDP's caps
 	profile   bool                                       // every rank first measures a profile (quickProfile) and hands it to DDP
 	sgd       optim.SGDConfig                            // zero: LR 0.05, momentum 0.9, weight decay 5e-4
@@ -185,10 +183,7 @@ func trainDDP(t testing.TB, spec string, p, steps int, o ddpTraining) ddpTrained
 	t.Helper()
 	groups := o.groups
 	if groups == nil {
-		var err error
-		if groups, err = comm.NewLocal(p); err != nil {
-			t.Fatal(err)
-		}
+		groups = commtest.Groups(t, p)
 	}
 	if o.sgd == (optim.SGDConfig{}) {
 		o.sgd = optim.SGDConfig{LR: 0.05, Momentum: 0.9, WeightDecay: 5e-4}

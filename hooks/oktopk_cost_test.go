@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/spargo-dl/spargo/comm"
+	"github.com/spargo-dl/spargo/comm/commtest"
 	"github.com/spargo-dl/spargo/internal/kernels"
 )
 
@@ -36,10 +37,7 @@ func evenCounts(counts []int) bool {
 // histograms of the exact global threshold (the maximum over ranks).
 func okOverhead(t *testing.T, p int) (words, rounds int64) {
 	t.Helper()
-	groups, err := comm.NewLocal(p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	groups := commtest.Groups(t, p)
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for r := range p {
@@ -286,10 +284,7 @@ func TestOkTopkBalancePhaseCost(t *testing.T) {
 		times := map[string]float64{}
 		var unions [][]int32
 		for _, policy := range []string{BalanceAlways, BalanceNever} {
-			groups, err := comm.NewLocal(p)
-			if err != nil {
-				t.Fatal(err)
-			}
+			groups := commtest.Groups(t, p)
 			clocks := make([]*abGroup, p)
 			results := make([][]int32, p)
 			var wg sync.WaitGroup

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spargo-dl/spargo/comm"
+	"github.com/spargo-dl/spargo/comm/commtest"
 )
 
 // Skewed data for Ok-Topk's region partition (issue 24), the tiny test copies of spargo bench
@@ -113,10 +114,7 @@ func tiesGrads(seed uint64, call, p, n int) [][]float32 {
 // rank received.
 func wordsOf(t *testing.T, p int, f func(ctx context.Context, g comm.Group) error) []int64 {
 	t.Helper()
-	groups, err := comm.NewLocal(p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	groups := commtest.Groups(t, p)
 	stats, err := onEveryRank(groups, 60*time.Second, func(ctx context.Context, r int) error { return f(ctx, groups[r]) })
 	if err != nil {
 		t.Fatal(err)

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/spargo-dl/spargo/comm"
+	"github.com/spargo-dl/spargo/comm/commtest"
 	"github.com/spargo-dl/spargo/ddp"
 	"github.com/spargo-dl/spargo/internal/kernels"
 )
@@ -258,10 +258,7 @@ func TestOkTopkEdgeCases(t *testing.T) {
 // 16, sums past 2^24 (where float32 sums round) and duplicate magnitudes.
 func TestOkTopkExactCollectives(t *testing.T) {
 	for _, p := range []int{1, 2, 3, 7, 16} {
-		groups, err := comm.NewLocal(p)
-		if err != nil {
-			t.Fatal(err)
-		}
+		groups := commtest.Groups(t, p)
 		vals := make([][]float32, p)
 		var all []float32
 		for r := range p {

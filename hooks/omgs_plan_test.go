@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spargo-dl/spargo/comm"
+	"github.com/spargo-dl/spargo/comm/commtest"
 	"github.com/spargo-dl/spargo/hooks/profile"
 	"github.com/spargo-dl/spargo/nn"
 )
@@ -258,10 +258,7 @@ func TestOptimalMergeOnRealProfiles(t *testing.T) {
 // measureMLP profiles an MLP of 2·layers tensors on 4 in-process ranks.
 func measureMLP(t *testing.T, layers int) *profile.Profile {
 	t.Helper()
-	groups, err := comm.NewLocal(4)
-	if err != nil {
-		t.Fatal(err)
-	}
+	groups := commtest.Groups(t, 4)
 	profs := make([]*profile.Profile, 4)
 	errs := make([]error, 4)
 	var wg sync.WaitGroup

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spargo-dl/spargo/comm"
+	"github.com/spargo-dl/spargo/comm/commtest"
 	"github.com/spargo-dl/spargo/ddp"
 	"github.com/spargo-dl/spargo/hooks/profile"
 	"github.com/spargo-dl/spargo/nn"
@@ -372,10 +372,7 @@ func twinNet(seed uint64) nn.Module {
 // An omgs profile measured with another number of ranks is refused too.
 func TestMergedTopKRefusesOtherPlans(t *testing.T) {
 	const p = 2
-	groups, err := comm.NewLocal(p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	groups := commtest.Groups(t, p)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	// step runs one DDP step of twinNet on every rank with the hooks and profiles given.

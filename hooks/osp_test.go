@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spargo-dl/spargo/comm"
+	"github.com/spargo-dl/spargo/comm/commtest"
 	"github.com/spargo-dl/spargo/ddp"
 	"github.com/spargo-dl/spargo/nn"
 	"github.com/spargo-dl/spargo/optim"
@@ -47,10 +48,7 @@ type ospTrain struct {
 
 func (c ospTrain) run(t *testing.T) {
 	t.Helper()
-	groups, err := comm.NewLocal(c.p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	groups := commtest.Groups(t, c.p)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	errs := make([]error, c.p)
@@ -595,10 +593,7 @@ func ospLoop(ctx context.Context, r int, dp *ddp.DDP, opt *optim.SGD, tape *nn.T
 
 func eachRank(t *testing.T, p int, fn func(ctx context.Context, g comm.Group) error) {
 	t.Helper()
-	groups, err := comm.NewLocal(p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	groups := commtest.Groups(t, p)
 	eachRankOn(t, groups, fn)
 }
 

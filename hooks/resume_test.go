@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/spargo-dl/spargo/checkpoint"
-	"github.com/spargo-dl/spargo/comm"
+	"github.com/spargo-dl/spargo/comm/commtest"
 	"github.com/spargo-dl/spargo/ddp"
 	"github.com/spargo-dl/spargo/hooks/profile"
 	"github.com/spargo-dl/spargo/nn"
@@ -138,10 +138,7 @@ func TestResumeRefusesOtherHookOrPlan(t *testing.T) {
 		{"spardl:density=0.05", smallBuckets, `hook "topka:density=0.05", this run "spardl:density=0.05"`},
 		{spec, [2]int{1 << 20, 1 << 20}, "different bucket plan"},
 	} {
-		groups, err := comm.NewLocal(p)
-		if err != nil {
-			t.Fatal(err)
-		}
+		groups := commtest.Groups(t, p)
 		_, err = onEveryRank(groups, 30*time.Second, func(ctx context.Context, r int) error {
 			h, _ := Parse(tc.spec)
 			model := tinyNet(1)

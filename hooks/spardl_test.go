@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/spargo-dl/spargo/comm"
+	"github.com/spargo-dl/spargo/comm/commtest"
 	"github.com/spargo-dl/spargo/ddp"
 	"github.com/spargo-dl/spargo/nn"
 )
@@ -292,7 +292,7 @@ func TestSparDLPlan(t *testing.T) {
 	if _, err := Parse("spardl:buckets=layers"); err == nil || !strings.Contains(err.Error(), "buckets") {
 		t.Fatalf("buckets=layers: err %v, want one naming the option", err)
 	}
-	groups, _ := comm.NewLocal(1)
+	groups := commtest.Groups(t, 1)
 	dp, err := ddp.New(context.Background(), tinyNet(1), groups[0], ddp.WithCommHook(h), ddp.WithBucketCap(2048, 8192))
 	if err != nil {
 		t.Fatal(err)

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spargo-dl/spargo/comm"
+	"github.com/spargo-dl/spargo/comm/commtest"
 )
 
 func TestCOOWireRoundTrip(t *testing.T) {
@@ -91,7 +91,7 @@ func TestSelections(t *testing.T) {
 }
 
 func TestMemorySaveRestore(t *testing.T) {
-	groups, _ := comm.NewLocal(2)
+	groups := commtest.Groups(t, 2)
 	g := groups[1]
 	m := NewMemory("spardl")
 	b0 := &testBucket{idx: 0, flat: make([]float32, 5)}

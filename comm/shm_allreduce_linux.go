@@ -1,0 +1,269 @@
+//go:build linux
+
+package comm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+)
+
+// The shared all-reduce: every rank's vector goes, half a reduce slot at a time, through the
+// segment. In each pass rank r copies its chunk into its slot (all blocks but block r), waits at
+// a barrier, sums block r of every rank's chunk (its own from its buffer) pairwise in rank order
+// (treeReduce) into block r of its slot, waits at a second barrier and copies every block j from
+// rank j's slot into its buffer. Each element is summed in one place, in one order, then copied:
+// every rank gets the same bits, whatever the timing. Passes alternate between the two halves of
+// the slots, so a pass's copies in never meet the previous pass's copies out, and two barriers
+// per pass suffice.
+//
+// The area is one per group; concurrent calls (under different tags) take turns: the owner
+// word in the header names the tag of the call in progress and its generation, a rank joins the
+// call of its own tag it has not yet taken part in, and the last rank at the call's final
+// barrier frees the area.
+
+// shmReduceState is a rank's view of the shared all-reduce's progress. Its fields change only
+// inside a call, and calls on a group run one at a time (the owner word), so the goroutine
+// running a call owns them; they are atomic because other goroutines of the rank read lastGen
+// while they wait for their turn.
+type shmReduceState struct {
+	// mu is held by the goroutine of this rank that takes part in a call, from joining to
+	// its last copy out, so that the rank's next call cannot start before.
+	mu       sync.Mutex
+	lastGen  atomic.Uint64 // the generation of the last call this rank took part in
+	barriers atomic.Uint64 // barriers this rank has passed, ever
+	passes   atomic.Uint64 // passes this rank has made, ever (their parity picks the half)
+}
+
+const (
+	ownerBusy = 1 << 32
+	ownerGen  = 33
+)
+
+// sharedAllReduce runs the shared all-reduce when g is a shared-memory group and reports
+// whether it did. anyDst says that add may write a third slice (float32 addition does; the
+// contract of AllReduceOf's add only lets dst be an operand).
+func sharedAllReduce[T Element](ctx context.Context, g Group, tag uint32, buf []T, add func(dst, a, b []T), anyDst bool) (bool, error) {
+	sg, ok := g.(*shmGroup)
+	if !ok {
+		return false, nil
+	}
+	return true, shmAllReduce(ctx, sg, tag, buf, add, anyDst)
+}
+
+// treeReduce reduces ops (at least two) pairwise: at distance 1, 2, 4, … ops[i] += ops[i+d]
+// for i a multiple of 2d, the lower index first, and the last addition into dst (ops[0] when
+// dst is nil). For a power-of-two count these are the additions of recursive doubling, in its
+// order; the error grows with log2 of the count, not the count.
+func treeReduce[T Element](ops [][]T, dst []T, add func(dst, a, b []T)) {
+	if dst == nil {
+		dst = ops[0]
+	}
+	for d := 1; d < len(ops); d *= 2 {
+		for i := 0; i+d < len(ops); i += 2 * d {
+			out := ops[i]
+			if 2*d >= len(ops) {
+				out = dst // the last level has one addition
+			}
+			add(out, ops[i], ops[i+d])
+		}
+	}
+}
+
+// isSharedMemory reports whether g is a group whose all-reduce can go through shared memory.
+func isSharedMemory(g Group) bool {
+	_, ok := g.(*shmGroup)
+	return ok
+}
+
+func shmAllReduce[T Element](ctx context.Context, g *shmGroup, tag uint32, buf []T, add func(dst, a, b []T), anyDst bool) error {
+	if !g.enter() {
+		return ErrClosed
+	}
+	defer g.leave()
+	if err := g.termErr(); err != nil {
+		return err
+	}
+	stop := context.AfterFunc(ctx, func() { ring(g.mem.u32(hRBell), g.mem.u32(hRSleepers)) })
+	defer stop()
+	gen, err := g.claimReduce(ctx, tag)
+	if err != nil {
+		return err
+	}
+	defer g.ar.mu.Unlock()
+	p, r := g.size, g.rank
+	esz := elementSize[T]()
+	half := g.seg.layout.reduceBytes / 2
+	chunk := half / esz / p * p
+	if chunk == 0 {
+		return g.abandon(tag, fmt.Errorf("a reduce slot of %d bytes cannot hold %d elements of %d bytes", half*2, p, esz))
+	}
+	passes := (len(buf) + chunk - 1) / chunk
+	slotView := func(rank, h, lo, hi int) []T {
+		off := g.seg.reduceOff(rank) + h*half
+		return unsafe.Slice((*T)(unsafe.Pointer(&g.mem[off])), chunk)[lo:hi]
+	}
+	for i := range passes {
+		c := buf[i*chunk : min((i+1)*chunk, len(buf))]
+		_, offs := blockCounts(len(c), p)
+		h := int(g.ar.passes.Load() % 2)
+		// Copy in every block but this rank's own, which it reduces from its buffer.
+		for j := range p {
+			if j != r {
+				copy(slotView(r, h, offs[j], offs[j+1]), c[offs[j]:offs[j+1]])
+			}
+		}
+		if err := g.reduceBarrier(ctx, tag, gen, false); err != nil {
+			return err
+		}
+		// Reduce block r: a tree over the ranks' blocks in rank order. Nobody else reads block
+		// r of the peers' slots in this pass, so the partial sums overwrite them.
+		lo, hi := offs[r], offs[r+1]
+		if hi > lo {
+			ops := make([][]T, p)
+			for k := range p {
+				if k == r {
+					ops[k] = c[lo:hi]
+				} else {
+					ops[k] = slotView(k, h, lo, hi)
+				}
+			}
+			if mine := slotView(r, h, lo, hi); anyDst {
+				treeReduce(ops, mine, add)
+			} else {
+				treeReduce(ops, nil, add)
+				copy(mine, ops[0])
+			}
+		}
+		if err := g.reduceBarrier(ctx, tag, gen, i == passes-1); err != nil {
+			return err
+		}
+		for j := range p {
+			copy(c[offs[j]:offs[j+1]], slotView(j, h, offs[j], offs[j+1]))
+		}
+		g.ar.passes.Add(1)
+		// Counters: the words this rank read from its peers' slots (block r of each, then
+		// every other block's sum) and the words its peers read from its slot.
+		mine := (hi - lo) * esz
+		for j := range p {
+			if j == r {
+				continue
+			}
+			g.counters.AddRecv(mine)
+			g.counters.AddRecv((offs[j+1] - offs[j]) * esz)
+			g.counters.AddSent((offs[j+1] - offs[j]) * esz)
+			g.counters.AddSent(mine)
+		}
+		g.counters.AddRound(2)
+	}
+	g.ar.lastGen.Store(gen)
+	return nil
+}
+
+// claimReduce waits until the shared area is free or taken by a call under tag that this rank
+// has not yet taken part in, takes part, and returns the call's generation, holding g.ar.mu.
+func (g *shmGroup) claimReduce(ctx context.Context, tag uint32) (uint64, error) {
+	owner := g.mem.u64(hROwner)
+	sp := spinner{spinFor: g.spinFor}
+	for {
+		if err := g.reduceErr(ctx, tag); err != nil {
+			return 0, err
+		}
+		g.ar.mu.Lock()
+		o := atomic.LoadUint64(owner)
+		gen := o >> ownerGen
+		switch {
+		case o&ownerBusy == 0:
+			next := (gen+1)<<ownerGen | ownerBusy | uint64(tag)
+			if atomic.CompareAndSwapUint64(owner, o, next) {
+				ring(g.mem.u32(hRBell), g.mem.u32(hRSleepers))
+				return gen + 1, nil
+			}
+			g.ar.mu.Unlock()
+			continue
+		case uint32(o) == tag && gen != g.ar.lastGen.Load():
+			return gen, nil
+		}
+		g.ar.mu.Unlock()
+		g.reduceWait(&sp, func() bool { return atomic.LoadUint64(owner) != o })
+	}
+}
+
+// reduceBarrier waits for every rank at the call's next barrier; the last one to arrive at the
+// final barrier of the call frees the area.
+func (g *shmGroup) reduceBarrier(ctx context.Context, tag uint32, gen uint64, final bool) error {
+	arrive := g.mem.u64(hRArrive)
+	target := (g.ar.barriers.Add(1)) * uint64(g.size)
+	if atomic.AddUint64(arrive, 1) == target {
+		if final {
+			atomic.StoreUint64(g.mem.u64(hROwner), gen<<ownerGen|uint64(tag))
+		}
+		ring(g.mem.u32(hRBell), g.mem.u32(hRSleepers))
+		return nil
+	}
+	sp := spinner{spinFor: g.spinFor}
+	for atomic.LoadUint64(arrive) < target {
+		if err := g.reduceErr(ctx, tag); err != nil {
+			return g.abandon(tag, err)
+		}
+		g.reduceWait(&sp, func() bool { return atomic.LoadUint64(arrive) >= target })
+	}
+	return nil
+}
+
+// reduceWait yields for the first spins, then sleeps on the area's doorbell until done
+// reports true, the bell rings or a tick passes.
+func (g *shmGroup) reduceWait(sp *spinner, done func() bool) {
+	if sp.spin() {
+		return
+	}
+	bell, sleepers := g.mem.u32(hRBell), g.mem.u32(hRSleepers)
+	v := atomic.LoadUint32(bell)
+	atomic.AddUint32(sleepers, 1)
+	if !done() {
+		futexWait(bell, v, shmTick(g.timeout))
+	}
+	atomic.AddUint32(sleepers, ^uint32(0))
+}
+
+// reduceErr is why a rank waiting in the shared all-reduce must stop: the group failed or
+// closed, another rank abandoned a call or closed its group, or the context ended.
+func (g *shmGroup) reduceErr(ctx context.Context, tag uint32) error {
+	if err := g.termErr(); err != nil {
+		return err
+	}
+	// Every rank takes part in every call: one that closed its group will not come.
+	for r := range g.size {
+		if r != g.rank && g.peerState(r) == shmClosed {
+			return peerClosed(r)
+		}
+	}
+	if b := g.mem.load32(hRBroken); b != 0 {
+		n := min(int(g.mem.load32(hRBrokenWhy)), shmCauseMax)
+		return fmt.Errorf("rank %d abandoned a shared all-reduce midway (%s); the shared area stays unusable for this group",
+			b-1, g.mem[hRBrokenWhy+4:hRBrokenWhy+4+n])
+	}
+	return ctx.Err()
+}
+
+// abandon leaves a call midway: the other ranks, whose barrier this rank will never reach,
+// learn why from the header (unless the group failed, which they learn anyway).
+func (g *shmGroup) abandon(tag uint32, err error) error {
+	var pe *PeerError
+	// A failure or a closed peer, the others learn of themselves.
+	if g.termErr() == nil && !errors.As(err, &pe) && !errors.Is(err, ErrClosed) {
+		why := fmt.Sprintf("tag %d: %v", tag, err)
+		if len(why) > shmCauseMax {
+			why = why[:shmCauseMax]
+		}
+		if atomic.CompareAndSwapUint32(g.mem.u32(hRBroken), 0, uint32(g.rank+1)) {
+			copy(g.mem[hRBrokenWhy+4:], why)
+			atomic.StoreUint32(g.mem.u32(hRBrokenWhy), uint32(len(why)))
+		}
+		ring(g.mem.u32(hRBell), g.mem.u32(hRSleepers))
+	}
+	return err
+}
