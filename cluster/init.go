@@ -332,6 +332,10 @@ type storeOwningGroup struct {
 	once   sync.Once
 }
 
+// Underlying is the job's group (comm.Underlier): rank 0's collectives must find the transport
+// the other ranks' find.
+func (g *storeOwningGroup) Underlying() comm.Group { return g.Group }
+
 // Topology is the job's topology (comm.Topologist).
 func (g *storeOwningGroup) Topology() comm.Topology { return comm.TopologyOf(g.Group) }
 

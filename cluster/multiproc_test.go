@@ -520,7 +520,9 @@ func TestMultiProcessDDPEquivalence(t *testing.T) {
 func TestMultiProcessCountersMatchInProcess(t *testing.T) {
 	for _, p := range []int{2, 3, 4} {
 		t.Run(fmt.Sprintf("P=%d", p), func(t *testing.T) {
-			j := startJob(t, "counters", p)
+			// TCP between the processes (the shared all-reduce counts its own way; comm's shm
+			// tests check it against the in-process transport).
+			j := startJob(t, "counters", p, "SPARGO_SHM=0")
 			// The in-process reference, while the processes run.
 			groups, err := comm.NewLocal(p)
 			if err != nil {

@@ -226,13 +226,27 @@ type NodeGroupConfig struct {
 type NodeTransport func(ctx context.Context, c NodeGroupConfig) (comm.Group, error)
 
 // sharedMemory is the node transport Init uses when Options.NodeTransport is nil and SPARGO_SHM
-// does not forbid it. Until comm has a shared-memory transport it is nil: every rank talks to
-// every other over TCP. The shared-memory transport plugs in here, and only here:
-//
-//	var sharedMemory NodeTransport = func(ctx context.Context, c NodeGroupConfig) (comm.Group, error) {
-//		return comm.NewShm(ctx, comm.ShmConfig{ /* from c */ })
-//	}
-var sharedMemory NodeTransport
+// does not forbid it: the node's ranks map one shared-memory segment (comm.NewShm) named after
+// the job's run id, attempt and node, protected by the job's secret, with the job's failure
+// timeout. The node group's rank i is c.Members[i].
+var sharedMemory NodeTransport = func(ctx context.Context, c NodeGroupConfig) (comm.Group, error) {
+	local := -1
+	for i, m := range c.Members {
+		if m == c.Rank {
+			local = i
+		}
+	}
+	if local < 0 {
+		return nil, fmt.Errorf("rank %d is not among its node's ranks %v", c.Rank, c.Members)
+	}
+	return comm.NewShm(ctx, comm.ShmConfig{
+		Rank: local, Size: len(c.Members),
+		Job:     fmt.Sprintf("%s.%d.node%d", c.RunID, c.Attempt, c.Topology.Node(c.Rank)),
+		Secret:  c.Secret,
+		Timeout: c.Timeout,
+		Logf:    c.Logf,
+	})
+}
 
 // joinNodes returns the job's group: world viewed with topology top, and, when a node
 // transport connects this rank's node, routed through it to the ranks of the node.

@@ -20,6 +20,20 @@ func AllReduceAlgorithm(n, p int, alg Algorithm) Algorithm {
 	return alg
 }
 
+// AllReduceAlgorithmOn is the algorithm AllReduce runs for n float32 on g with alg: SharedMemory
+// for Auto on a shared-memory group (OnSharedMemory), else AllReduceAlgorithm(n, g.Size(), alg).
+func AllReduceAlgorithmOn(g Group, n int, alg Algorithm) Algorithm {
+	if alg == Auto && isSharedMemory(g) {
+		return SharedMemory
+	}
+	return AllReduceAlgorithm(n, g.Size(), alg)
+}
+
+// OnSharedMemory reports whether g's ranks talk through one shared-memory segment: a group of
+// NewShm or NewShmLocal, or a view of one (Underlier), such as a job's group whose ranks all run
+// on one host (cluster.Init).
+func OnSharedMemory(g Group) bool { return isSharedMemory(g) }
+
 // autoAllReduce is the algorithm Auto picks for n float32 on p ranks.
 func autoAllReduce(n, p int) Algorithm { return autoAllReduceBytes(4*n, p) }
 

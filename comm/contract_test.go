@@ -32,6 +32,10 @@ var transports = []struct {
 	// The same with ranks dealt round-robin to two nodes: 0 and 2 share a node, 1 is on the other.
 	{"routed-interleaved", func(t testing.TB, p int) []Group { return newRouted(t, p, func(r int) int { return r % 2 }) }},
 	{"shm", func(t testing.TB, p int) []Group { return newShm(t, p) }},
+	// A job's group on one host (cluster.Init): TCP world routed through one shared-memory node,
+	// and two nodes of shared memory joined over TCP.
+	{"routed-shm-one-node", func(t testing.TB, p int) []Group { return newRoutedShm(t, p, func(int) int { return 0 }) }},
+	{"routed-shm-two-nodes", func(t testing.TB, p int) []Group { return newRoutedShm(t, p, func(r int) int { return r / 2 }) }},
 }
 
 // TestGroupContract runs the Group contract against every transport.

@@ -44,6 +44,17 @@ func (c *Counters) AddInterSent(n int) { c.interSent.Add(int64(n)) }
 // another node. Topology-aware groups call it.
 func (c *Counters) AddInterRecv(n int) { c.interRecv.Add(int64(n)) }
 
+// add counts the traffic of s (a collective run on another group's Counters, see sharedAllReduce).
+func (c *Counters) add(s Stats) {
+	c.bytesSent.Add(s.BytesSent)
+	c.bytesRecv.Add(s.BytesRecv)
+	c.msgsSent.Add(s.MsgsSent)
+	c.msgsRecv.Add(s.MsgsRecv)
+	c.rounds.Add(s.Rounds)
+	c.interSent.Add(s.InterBytesSent)
+	c.interRecv.Add(s.InterBytesRecv)
+}
+
 // AddRound counts n rounds. Collectives call it once per round: once per group of messages
 // posted together and then awaited together.
 func (c *Counters) AddRound(n int) { c.rounds.Add(int64(n)) }

@@ -107,6 +107,15 @@ func (g *routedGroup) Size() int           { return g.world.Size() }
 func (g *routedGroup) Counters() *Counters { return &g.counters }
 func (g *routedGroup) Topology() Topology  { return g.top }
 
+// Underlying is the node group when the whole group is one node (its local ranks are then the
+// world's), else nil (comm.Underlier).
+func (g *routedGroup) Underlying() Group {
+	if len(g.members) == g.world.Size() {
+		return g.local
+	}
+	return nil
+}
+
 // fail records err as the view's failure (the first one wins) and releases the operations that
 // wait on the local group.
 func (g *routedGroup) fail(err error) {

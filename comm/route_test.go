@@ -13,6 +13,32 @@ import (
 
 // newRouted returns p ranks joined by Route: a TCP loopback world and, for each node (node(r) is
 // rank r's), an in-process group of its ranks. Configure adjusts the world's TCP configuration.
+// newRoutedShm is newRouted with the node groups on shared memory, as a job's on one host.
+func newRoutedShm(t testing.TB, p int, node func(r int) int) []Group {
+	t.Helper()
+	labels := make([]string, p)
+	for r := range labels {
+		labels[r] = strconv.Itoa(node(r))
+	}
+	top, err := NewTopology(labels)
+	if err != nil {
+		t.Fatal(err)
+	}
+	world := newTCP(t, p)
+	routed := make([]Group, p)
+	for id := range top.Nodes() {
+		members := top.Members(id)
+		local := newShm(t, len(members))
+		for i, r := range members {
+			if routed[r], err = Route(world[r], local[i], top); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	t.Cleanup(func() { closeAll(routed) })
+	return routed
+}
+
 func newRouted(t testing.TB, p int, node func(r int) int, configure ...func(*TCPConfig)) []Group {
 	t.Helper()
 	groups, _ := newRoutedParts(t, p, node, configure...)

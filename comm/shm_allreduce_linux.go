@@ -43,15 +43,39 @@ const (
 	ownerGen  = 33
 )
 
-// sharedAllReduce runs the shared all-reduce when g is a shared-memory group and reports
-// whether it did. anyDst says that add may write a third slice (float32 addition does; the
-// contract of AllReduceOf's add only lets dst be an operand).
+// sharedAllReduce runs the shared all-reduce when g is a shared-memory group, or a view whose
+// ranks are one for one those of one (Underlier: a Route of one node, a WithTopology view), and
+// reports whether it did. The traffic is counted on g's Counters. anyDst says that add may write
+// a third slice (float32 addition does; the contract of AllReduceOf's add only lets dst be an
+// operand).
 func sharedAllReduce[T Element](ctx context.Context, g Group, tag uint32, buf []T, add func(dst, a, b []T), anyDst bool) (bool, error) {
-	sg, ok := g.(*shmGroup)
-	if !ok {
+	sg := shmUnder(g)
+	if sg == nil {
 		return false, nil
 	}
-	return true, shmAllReduce(ctx, sg, tag, buf, add, anyDst)
+	if sg.Counters() == g.Counters() {
+		return true, shmAllReduce(ctx, sg, tag, buf, add, anyDst)
+	}
+	before := sg.Counters().Snapshot()
+	err := shmAllReduce(ctx, sg, tag, buf, add, anyDst)
+	g.Counters().add(sg.Counters().Snapshot().Sub(before))
+	return true, err
+}
+
+// shmUnder returns the shared-memory group under g (g itself, or what its Underlying views), or nil.
+func shmUnder(g Group) *shmGroup {
+	for {
+		switch v := g.(type) {
+		case *shmGroup:
+			return v
+		case Underlier:
+			if g = v.Underlying(); g == nil {
+				return nil
+			}
+		default:
+			return nil
+		}
+	}
 }
 
 // treeReduce reduces ops (at least two) pairwise: at distance 1, 2, 4, … ops[i] += ops[i+d]
@@ -74,10 +98,7 @@ func treeReduce[T Element](ops [][]T, dst []T, add func(dst, a, b []T)) {
 }
 
 // isSharedMemory reports whether g is a group whose all-reduce can go through shared memory.
-func isSharedMemory(g Group) bool {
-	_, ok := g.(*shmGroup)
-	return ok
-}
+func isSharedMemory(g Group) bool { return shmUnder(g) != nil }
 
 func shmAllReduce[T Element](ctx context.Context, g *shmGroup, tag uint32, buf []T, add func(dst, a, b []T), anyDst bool) error {
 	if !g.enter() {

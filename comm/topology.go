@@ -242,5 +242,18 @@ func (g *topoGroup) counted(r *Request, inter bool, add func(*Counters, int)) *R
 	})
 }
 
+// Underlier is implemented by views whose ranks are, one for one and in the same order, those of
+// a group underneath (Underlying returns nil when they are not). A collective that a transport
+// runs its own way (the shared all-reduce, which Auto picks on shared memory) finds the
+// transport through such views. A wrapper that embeds a Group and passes its traffic through
+// should implement it, and every rank must wrap alike: ranks that see different transports
+// would pick different algorithms and wait for each other until the timeout.
+type Underlier interface {
+	Underlying() Group
+}
+
+// Underlying is the group WithTopology views.
+func (g *topoGroup) Underlying() Group { return g.Group }
+
 // Topology of a sub-group is its parent's, restricted to its members.
 func (s *subGroup) Topology() Topology { return TopologyOf(s.parent).Restrict(s.members) }

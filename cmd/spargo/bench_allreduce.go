@@ -21,7 +21,7 @@ import (
 
 func init() {
 	registerBench("allreduce", benchCommand{
-		"dense all-reduce throughput between processes over TCP (algbw, busbw; like nccl-tests)", runBenchAllReduce})
+		"dense all-reduce throughput between processes over shared memory or TCP (algbw, busbw; like nccl-tests)", runBenchAllReduce})
 }
 
 // allReduceResult is `spargo bench allreduce -json`'s object. The keys are stable and shared
@@ -30,6 +30,7 @@ type allReduceResult struct {
 	Workers   int     `json:"workers"`
 	Bytes     int     `json:"bytes"`
 	Algorithm string  `json:"algorithm"` // the one that ran (auto resolved)
+	Transport string  `json:"transport"` // "shm" (the ranks share one segment) or "tcp"
 	TimeMS    float64 `json:"time_ms"`   // median over the timed iterations
 	MinMS     float64 `json:"min_ms"`
 	AlgBW     float64 `json:"algbw_mb_s"` // bytes / time, MB = 10^6 bytes
@@ -40,12 +41,15 @@ type allReduceResult struct {
 var allReduceAlgorithms = map[string]comm.Algorithm{
 	"auto": comm.Auto, "ring": comm.Ring, "rabenseifner": comm.Rabenseifner,
 	"recursive_doubling": comm.RecursiveDoubling, "recursive-doubling": comm.RecursiveDoubling,
+	"shared_memory": comm.SharedMemory, "shared-memory": comm.SharedMemory,
 }
 
-const benchAllReduceUsage = `usage: spargo bench allreduce [-n SIZE] [-workers P] [-iters K] [-warmup W] [-algorithm A] [-json] [-cpuprofile FILE]
+const benchAllReduceUsage = `usage: spargo bench allreduce [-n SIZE] [-workers P] [-transport T] [-iters K] [-warmup W] [-algorithm A] [-json] [-cpuprofile FILE]
 
-Measures dense all-reduce (sum) of a float32 vector of SIZE bytes between P processes over
-comm's TCP transport, like nccl-tests' all_reduce_perf and scripts/torch_gloo_allreduce.py.
+Measures dense all-reduce (sum) of a float32 vector of SIZE bytes between P processes, like
+nccl-tests' all_reduce_perf and scripts/torch_gloo_allreduce.py. Processes on one host talk
+through shared memory (-transport shm, the default there: auto picks the shared all-reduce) or
+over TCP (-transport tcp, as SPARGO_SHM=0); across hosts over TCP.
 Each iteration refills the vector, passes a barrier, and times one all-reduce on every rank;
 an iteration's time is the slowest rank's. After W untimed iterations, K timed ones give the
 median and minimum time, algbw = SIZE / median and busbw = algbw · 2(P-1)/P (MB = 10^6 bytes).
@@ -68,7 +72,8 @@ func runBenchAllReduce(args []string, stdout io.Writer) error {
 	workers := fs.Int("workers", 2, "processes P (under a launcher: its world size)")
 	iters := fs.Int("iters", 10, "timed iterations (median and minimum reported)")
 	warmup := fs.Int("warmup", 2, "untimed iterations first")
-	algName := fs.String("algorithm", "auto", "auto|ring|rabenseifner|recursive_doubling")
+	algName := fs.String("algorithm", "auto", "auto|ring|rabenseifner|recursive_doubling|shared_memory")
+	transport := fs.String("transport", "auto", "auto|shm|tcp: shared memory among the ranks of one host (auto: when every rank allows it) or TCP only")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of a table")
 	cpuProfile := fs.String("cpuprofile", "", "write rank 0's CPU profile (go tool pprof) to this file")
 	fs.Usage = func() {
@@ -85,7 +90,9 @@ func runBenchAllReduce(args []string, stdout io.Writer) error {
 	alg, ok := allReduceAlgorithms[*algName]
 	switch {
 	case !ok:
-		return fmt.Errorf("bench allreduce: -algorithm %q: want auto, ring, rabenseifner or recursive_doubling", *algName)
+		return fmt.Errorf("bench allreduce: -algorithm %q: want auto, ring, rabenseifner, recursive_doubling or shared_memory", *algName)
+	case *transport != "auto" && *transport != "shm" && *transport != "tcp":
+		return fmt.Errorf("bench allreduce: -transport %q: want auto, shm or tcp", *transport)
 	case *iters < 1:
 		return fmt.Errorf("bench allreduce: -iters %d: want at least 1", *iters)
 	case *warmup < 0:
@@ -112,7 +119,7 @@ func runBenchAllReduce(args []string, stdout io.Writer) error {
 			}
 			defer pprof.StopCPUProfile()
 		}
-		res, err := allReduceRank(ctx, size, alg, *warmup, *iters)
+		res, err := allReduceRank(ctx, size, alg, *transport, *warmup, *iters)
 		if err != nil || res == nil {
 			return err // res is nil on ranks other than 0
 		}
@@ -151,7 +158,10 @@ func launchAllReduce(args []string, p int) (*allReduceResult, error) {
 
 // allReduceRank is one rank of the measurement: it joins the job (cluster.Init), runs the
 // iterations and returns the result on rank 0 (nil elsewhere).
-func allReduceRank(ctx context.Context, size int, alg comm.Algorithm, warmup, iters int) (res *allReduceResult, err error) {
+func allReduceRank(ctx context.Context, size int, alg comm.Algorithm, transport string, warmup, iters int) (res *allReduceResult, err error) {
+	if transport == "tcp" {
+		os.Setenv("SPARGO_SHM", "0") // read by cluster.Init
+	}
 	g, env, err := cluster.Init(ctx, cluster.Options{})
 	if err != nil {
 		return nil, fmt.Errorf("bench allreduce: %w", err)
@@ -162,6 +172,10 @@ func allReduceRank(ctx context.Context, size int, alg comm.Algorithm, warmup, it
 		}
 	}()
 	p, rank := g.Size(), g.Rank()
+	onShm := comm.OnSharedMemory(g)
+	if transport == "shm" && !onShm {
+		return nil, fmt.Errorf("bench allreduce: rank %d: -transport shm: the ranks do not share one host's memory (topology %v; SPARGO_SHM=0 on a rank?)", rank, comm.TopologyOf(g))
+	}
 	buf := make([]float32, size/4)
 	var mine []float64 // seconds per timed iteration on this rank
 	for it := range warmup + iters {
@@ -198,7 +212,8 @@ func allReduceRank(ctx context.Context, size int, alg comm.Algorithm, warmup, it
 	return &allReduceResult{
 		Workers:   p,
 		Bytes:     size,
-		Algorithm: strings.ReplaceAll(comm.AllReduceAlgorithm(len(buf), p, alg).String(), "-", "_"),
+		Algorithm: strings.ReplaceAll(comm.AllReduceAlgorithmOn(g, len(buf), alg).String(), "-", "_"),
+		Transport: map[bool]string{true: "shm", false: "tcp"}[onShm],
 		TimeMS:    med * 1e3,
 		MinMS:     lo * 1e3,
 		AlgBW:     algbw,
@@ -223,8 +238,8 @@ func printAllReduce(w io.Writer, res allReduceResult, asked string, warmup int, 
 	if asked == "auto" {
 		alg += " (auto)"
 	}
-	fmt.Fprintf(w, "all-reduce of %s (%d float32) over P=%d processes (TCP), %s, %d warm-up + %d timed iterations, barrier before each, time of the slowest rank\n",
-		formatBytes(res.Bytes), res.Bytes/4, res.Workers, alg, warmup, res.Iters)
+	fmt.Fprintf(w, "all-reduce of %s (%d float32) over P=%d processes (%s), %s, %d warm-up + %d timed iterations, barrier before each, time of the slowest rank\n",
+		formatBytes(res.Bytes), res.Bytes/4, res.Workers, map[string]string{"shm": "shared memory", "tcp": "TCP"}[res.Transport], alg, warmup, res.Iters)
 	fmt.Fprintf(w, "%7s %12s  %-18s %10s %10s %11s %11s\n", "workers", "bytes", "algorithm", "time_ms", "min_ms", "algbw_MB/s", "busbw_MB/s")
 	fmt.Fprintf(w, "%7d %12d  %-18s %10.2f %10.2f %11.1f %11.1f\n", res.Workers, res.Bytes, res.Algorithm, res.TimeMS, res.MinMS, res.AlgBW, res.BusBW)
 	return nil
