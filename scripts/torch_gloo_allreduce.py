@@ -65,13 +65,12 @@ def worker(rank, world, port, nbytes, warmup, iters, queue):
     queue.put((rank, times, ok))
 
 
-def measure(world, mib, warmup, iters):
+def measure(world, nbytes, warmup, iters):
     import multiprocessing as mp
 
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = free_port()
-    nbytes = mib << 20
     procs = [ctx.Process(target=worker, args=(r, world, port, nbytes, warmup, iters, queue)) for r in range(world)]
     for p in procs:
         p.start()
@@ -103,6 +102,7 @@ def main():
     ap = argparse.ArgumentParser(description="all-reduce throughput of PyTorch gloo over loopback")
     ap.add_argument("--procs", type=int, nargs="+", default=[2, 4], help="process counts P to measure")
     ap.add_argument("--mib", type=int, default=64, help="tensor size in MiB (float32)")
+    ap.add_argument("--bytes", type=int, default=0, help="tensor size in bytes, a multiple of 4 (overrides --mib; e.g. 4096)")
     ap.add_argument("--warmup", type=int, default=2, help="untimed iterations")
     ap.add_argument("--iters", type=int, default=10, help="timed iterations (median reported)")
     ap.add_argument("--json", action="store_true", help="one JSON object per P (the keys of spargo bench allreduce -json)")
@@ -110,13 +110,16 @@ def main():
     for world in args.procs:
         if world < 2:
             sys.exit("--procs: P must be at least 2")
-        r = measure(world, args.mib, args.warmup, args.iters)
+        nbytes = args.bytes or args.mib << 20
+        if nbytes % 4:
+            sys.exit("--bytes: want a multiple of 4 (float32)")
+        r = measure(world, nbytes, args.warmup, args.iters)
         if args.json:
             print(json.dumps(r), flush=True)
         else:
             print(
-                f"gloo P={world} {args.mib}MiB: median {r['time_ms']:.1f} ms "
-                f"(min {r['min_ms']:.1f}, max {r['max_ms']:.1f}) "
+                f"gloo P={world} {nbytes} B: median {r['time_ms']:.3f} ms "
+                f"(min {r['min_ms']:.3f}, max {r['max_ms']:.3f}) "
                 f"algbw {r['algbw_mb_s']:.1f} MB/s busbw {r['busbw_mb_s']:.1f} MB/s",
                 flush=True,
             )
