@@ -39,6 +39,11 @@ type commResult struct {
 	Rounds        int64   `json:"rounds"`
 	BytesReceived int64   `json:"bytes_received"`
 	WordsReceived int64   `json:"words_received"`
+	// Nodes and InterWordsReceived: in a launched job whose ranks share nodes (hosts), the
+	// number of nodes and the words per call received from ranks on other nodes (maximum over
+	// ranks), the part of words_received that crossed the network.
+	Nodes              int   `json:"nodes,omitempty"`
+	InterWordsReceived int64 `json:"inter_words_received,omitempty"`
 	// Buckets is how many buckets the hook's plan has (one per call of the hook per
 	// iteration); Calls how many timed calls (iterations) the counts are averaged over.
 	Buckets int `json:"buckets"`
@@ -362,7 +367,11 @@ func printCommResult(w io.Writer, res commResult, asJSON bool) error {
 	if res.UnionK != nil {
 		union, overlap = fmt.Sprintf("%.3f", *res.UnionK), fmt.Sprintf("%.3f", *res.Overlap)
 	}
-	fmt.Fprintf(w, "%-36s %8g %7d %10.2f %7d %15d %15d %8s %8s\n", res.Hook, res.Density, res.Buckets, res.TimeMS, res.Rounds, res.BytesReceived, res.WordsReceived, union, overlap)
+	across := ""
+	if res.Nodes > 0 {
+		across = fmt.Sprintf("  (%d words from other nodes, %d nodes)", res.InterWordsReceived, res.Nodes)
+	}
+	fmt.Fprintf(w, "%-36s %8g %7d %10.2f %7d %15d %15d %8s %8s%s\n", res.Hook, res.Density, res.Buckets, res.TimeMS, res.Rounds, res.BytesReceived, res.WordsReceived, union, overlap, across)
 	if res.Formula != "" {
 		fmt.Fprintf(w, "%-36s formula %s = %.0f words\n", "", res.Formula, res.FormulaWords)
 	}

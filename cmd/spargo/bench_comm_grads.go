@@ -270,7 +270,7 @@ func rankHook(ctx context.Context, g comm.Group, row hookRow, src *gradSource, w
 		return commResult{}, err
 	}
 	buckets := [][]*benchBucket{newBenchBuckets(src.params, plan)}
-	var mine []float64 // per timed call: ms, rounds, bytes received
+	var mine []float64 // per timed call: ms, rounds, bytes received, bytes received from other nodes
 	for call := range warmup + iters {
 		if err := fill(src, call, buckets); err != nil {
 			return commResult{}, err
@@ -288,7 +288,7 @@ func rankHook(ctx context.Context, g comm.Group, row hookRow, src *gradSource, w
 		took := time.Since(start)
 		s := g.Counters().Snapshot().Sub(before)
 		if call >= warmup {
-			mine = append(mine, float64(took.Nanoseconds())/1e6, float64(s.Rounds), float64(s.BytesRecv))
+			mine = append(mine, float64(took.Nanoseconds())/1e6, float64(s.Rounds), float64(s.BytesRecv), float64(s.InterBytesRecv))
 		}
 	}
 	worst, err := allMax(ctx, g, tagBenchTimes, mine)
@@ -296,13 +296,20 @@ func rankHook(ctx context.Context, g comm.Group, row hookRow, src *gradSource, w
 		return commResult{}, err
 	}
 	times := make([]float64, iters)
-	var rounds, bytes int64
+	var rounds, bytes, inter int64
 	for i := range times {
-		times[i] = worst[3*i]
-		rounds += int64(worst[3*i+1])
-		bytes += int64(worst[3*i+2])
+		times[i] = worst[4*i]
+		rounds += int64(worst[4*i+1])
+		bytes += int64(worst[4*i+2])
+		inter += int64(worst[4*i+3])
 	}
-	return commSummary(row.label, g.Size(), nn.NumParams(src.params), len(plan), times, rounds, bytes), nil
+	res := commSummary(row.label, g.Size(), nn.NumParams(src.params), len(plan), times, rounds, bytes)
+	if top := comm.TopologyOf(g); top.Nodes() > 1 && top.Nodes() < g.Size() {
+		// ranks share nodes: what crossed them, per call, the maximum over ranks
+		res.Nodes = top.Nodes()
+		res.InterWordsReceived = int64(math.Round(float64(inter)/float64(iters))) / 4
+	}
+	return res, nil
 }
 
 // fill copies every worker's gradients of call c into its buckets, workers in parallel.
