@@ -51,9 +51,8 @@ type Options struct {
 	// Lookup reads environment variables (nil = os.LookupEnv).
 	Lookup func(string) (string, bool)
 	// NodeTransport connects the ranks that share a node (see DetectNode for how a rank's node
-	// is found); nil means shared memory (pending: until comm has a shared-memory transport, the
-	// ranks of a node talk over TCP like the others). SPARGO_SHM=0 on a node's ranks makes them
-	// use TCP whatever this says.
+	// is found); nil means shared memory (comm.NewShm). SPARGO_SHM=0 on a node's ranks makes
+	// them use TCP whatever this says.
 	NodeTransport NodeTransport
 }
 

@@ -118,8 +118,9 @@ recording's P replays its first ranks; a multiple of P reuses each rank (identic
 then overlap fully); anything else is an error.
 
 Transports: local runs the P workers in this process over channels, tcp over TCP on
-loopback (still one process). launch runs one worker per process, over comm's TCP transport
-between processes: under a launcher (spargo launch -n P, torchrun, srun, mpirun, or
+loopback (still one process). launch runs one worker per process (shared memory between the
+processes of one host, TCP across hosts; in a job whose hosts hold several ranks the JSON adds
+the words received from other nodes): under a launcher (spargo launch -n P, torchrun, srun, mpirun, or
 RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set by hand, e.g. one process per network namespace
 of scripts/netns-cluster.sh) every process is one rank, as in spargo bench allreduce, and
 launch is the default; without one, -transport launch starts P copies of this program on
@@ -292,7 +293,7 @@ func benchComm(args []string, stdout io.Writer, lookup func(string) (string, boo
 	if !*asJSON && !quiet {
 		where := fmt.Sprintf("P=%d workers in this process (transport %s)", *workers, *transport)
 		if *transport == "launch" {
-			where = fmt.Sprintf("P=%d processes, one worker each (transport launch: TCP between processes, barrier before each call, slowest rank's time)", *workers)
+			where = fmt.Sprintf("P=%d processes, one worker each (transport launch: shared memory between the processes of a host, TCP across hosts, barrier before each call, slowest rank's time)", *workers)
 		}
 		fmt.Fprintf(stdout, "%s, n=%d, %s\n", where, nn.NumParams(src.params), what)
 		fmt.Fprintf(stdout, "%-36s %8s %7s %10s %7s %15s %15s %8s %8s\n", "hook", "density", "buckets", "time_ms", "rounds", "bytes_received", "words_received", "union/k", "overlap")
