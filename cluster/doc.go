@@ -80,9 +80,10 @@
 // rank that published its address and died is named by every other rank within it.
 // Heartbeats cannot catch a rank that is alive but out of step (it ran fewer steps and waits
 // in another collective): SPARGO_OP_TIMEOUT (Options.OpTimeout; none by default) bounds every
-// operation with a peer and fails the group naming the peer that never answered, like gloo's
-// timeout. Set it above the longest time one rank may wait for another (evaluation,
-// checkpoints). A context deadline bounds a single operation (comm.TCPConfig.OpTimeout).
+// operation with a peer, over TCP and over shared memory, and fails the group naming the peer
+// that never answered, like gloo's timeout. Set it above the longest time one rank may wait for
+// another (evaluation, checkpoints). A context deadline bounds a single operation
+// (comm.TCPConfig.OpTimeout, comm.ShmConfig.OpTimeout).
 //
 // StoreServer and Store speak PyTorch 1.13's TCPStore protocol (see store_protocol.go) and
 // work with PyTorch's own clients and servers in both directions: Python can rendezvous

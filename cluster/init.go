@@ -40,8 +40,8 @@ type Options struct {
 	// rank is up by then, so a rank that has not connected within it has died or cannot be
 	// reached: Init fails naming it.
 	ConnectTimeout time.Duration
-	// OpTimeout bounds every operation with a peer (else SPARGO_OP_TIMEOUT; 0 = none): see
-	// comm.TCPConfig.OpTimeout. It catches a live rank that is out of step (a different
+	// OpTimeout bounds every operation with a peer (else SPARGO_OP_TIMEOUT; 0 = none), over
+	// TCP and shared memory: see comm.TCPConfig.OpTimeout. It catches a live rank that is out of step (a different
 	// -steps), and must exceed the longest wait of one rank for another (evaluation,
 	// checkpoints).
 	OpTimeout time.Duration

@@ -241,10 +241,11 @@ var sharedMemory NodeTransport = func(ctx context.Context, c NodeGroupConfig) (c
 	}
 	return comm.NewShm(ctx, comm.ShmConfig{
 		Rank: local, Size: len(c.Members),
-		Job:     fmt.Sprintf("%s.%d.node%d", c.RunID, c.Attempt, c.Topology.Node(c.Rank)),
-		Secret:  c.Secret,
-		Timeout: c.Timeout,
-		Logf:    c.Logf,
+		Job:       fmt.Sprintf("%s.%d.node%d", c.RunID, c.Attempt, c.Topology.Node(c.Rank)),
+		Secret:    c.Secret,
+		Timeout:   c.Timeout,
+		OpTimeout: c.OpTimeout,
+		Logf:      c.Logf,
 	})
 }
 

@@ -133,6 +133,18 @@
 // readable. A blocking call's context is honoured as on TCP, except that a message already
 // being written is finished (it is bounded by the failure timeout).
 //
+// ShmConfig.OpTimeout is TCPConfig.OpTimeout's operation timeout (0, the default: none): a rank
+// that is alive but out of step keeps its heartbeat going, so every blocking operation with a
+// peer that has waited this long fails the group with a PeerError naming that peer, in TCP's
+// words: a receive ("peer rank 2 failed: alive, but sent nothing for this rank's receive under
+// tag 5 within the operation timeout 3s (are the ranks out of step?)"), a send waiting for room
+// in the peer's ring, and a wait in the shared all-reduce, which names the ranks that have not
+// reached the barrier (each rank's slot counts the barriers it reached). A receive whose peer
+// sent messages under other tags, or whose rank the others wait for in a shared all-reduce,
+// names this rank instead ("this rank (2) failed: out of step: …"). The failure goes into the
+// rank's slot, so the others name the same rank ("(reported by rank 0)"). Waits are checked
+// every quarter of the timeout (at most a second).
+//
 // On a shared-memory group Auto runs AllReduce and AllReduceOf as SharedMemory, through the
 // reduce slots instead of messages: in each pass every rank copies its chunk (half a slot) into
 // its slot, a barrier, rank r sums block r (of P nearly equal blocks) of every rank's chunk into

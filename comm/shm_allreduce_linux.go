@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 )
 
@@ -189,6 +190,7 @@ func shmAllReduce[T Element](ctx context.Context, g *shmGroup, tag uint32, buf [
 func (g *shmGroup) claimReduce(ctx context.Context, tag uint32) (uint64, error) {
 	owner := g.mem.u64(hROwner)
 	sp := spinner{spinFor: g.spinFor}
+	start := time.Now()
 	for {
 		if err := g.reduceErr(ctx, tag); err != nil {
 			return 0, err
@@ -209,6 +211,9 @@ func (g *shmGroup) claimReduce(ctx context.Context, tag uint32) (uint64, error) 
 			return gen, nil
 		}
 		g.ar.mu.Unlock()
+		if g.opTimeout > 0 && time.Since(start) >= g.opTimeout {
+			g.reduceLate(tag, 0) // the ranks that keep the call in progress from ending
+		}
 		g.reduceWait(&sp, func() bool { return atomic.LoadUint64(owner) != o })
 	}
 }
@@ -217,7 +222,9 @@ func (g *shmGroup) claimReduce(ctx context.Context, tag uint32) (uint64, error) 
 // final barrier of the call frees the area.
 func (g *shmGroup) reduceBarrier(ctx context.Context, tag uint32, gen uint64, final bool) error {
 	arrive := g.mem.u64(hRArrive)
-	target := (g.ar.barriers.Add(1)) * uint64(g.size)
+	k := g.ar.barriers.Add(1)
+	atomic.StoreUint64(g.mem.u64(g.slot(g.rank)+sRBarriers), k) // before arriving: see reduceLate
+	target := k * uint64(g.size)
 	if atomic.AddUint64(arrive, 1) == target {
 		if final {
 			atomic.StoreUint64(g.mem.u64(hROwner), gen<<ownerGen|uint64(tag))
@@ -226,9 +233,13 @@ func (g *shmGroup) reduceBarrier(ctx context.Context, tag uint32, gen uint64, fi
 		return nil
 	}
 	sp := spinner{spinFor: g.spinFor}
+	start := time.Now()
 	for atomic.LoadUint64(arrive) < target {
 		if err := g.reduceErr(ctx, tag); err != nil {
 			return g.abandon(tag, err)
+		}
+		if g.opTimeout > 0 && time.Since(start) >= g.opTimeout {
+			g.reduceLate(tag, k) // fails the group naming the ranks not here yet
 		}
 		g.reduceWait(&sp, func() bool { return atomic.LoadUint64(arrive) >= target })
 	}
@@ -245,7 +256,7 @@ func (g *shmGroup) reduceWait(sp *spinner, done func() bool) {
 	v := atomic.LoadUint32(bell)
 	atomic.AddUint32(sleepers, 1)
 	if !done() {
-		futexWait(bell, v, shmTick(g.timeout))
+		futexWait(bell, v, g.waitTick)
 	}
 	atomic.AddUint32(sleepers, ^uint32(0))
 }

@@ -29,6 +29,14 @@ type ShmConfig struct {
 	// process is gone (checked every Timeout/4, at most every 250ms). 0 means 30s. Every rank
 	// should use the same value.
 	Timeout time.Duration
+	// OpTimeout bounds every operation with a peer (0: none), as TCPConfig.OpTimeout does: a
+	// receive waiting for a message from a rank, a send waiting for room in the ring to it, or
+	// a wait in the shared all-reduce for the ranks that have not arrived, not over this long
+	// after it started, fails the group naming that peer (a PeerError whose cause says it is
+	// alive but did not take part; the other ranks then name the same rank). It catches a live
+	// rank that is out of step, which heartbeats cannot. It must exceed the longest time one
+	// rank may wait for another between matching operations.
+	OpTimeout time.Duration
 	// JoinTimeout bounds the set-up: rank 0 waits this long for the others to map the segment,
 	// the others this long for rank 0 to create it. 0 means 60s.
 	JoinTimeout time.Duration

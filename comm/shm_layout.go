@@ -14,7 +14,8 @@ import (
 //	header   4 KiB: magic, version, size, the layout, the join state, the creator's nonce and
 //	         proof of the secret, the shared all-reduce's control words
 //	slots    512 bytes per rank: attached, state (live, closed, failed), pid and start time,
-//	         heartbeat, the rank's proof of the secret, the failure it reports
+//	         heartbeat, the rank's proof of the secret, the failure it reports, the shared
+//	         all-reduce barriers it has reached
 //	rings    one per ordered pair (i, j), i ≠ j: a control block (the writer's head and
 //	         doorbell, the reader's tail and doorbell, on separate cache lines) and RingBytes
 //	         of data: a byte stream of messages, each a 16-byte header (tag, kind, length)
@@ -67,6 +68,7 @@ const (
 	sMAC        = 32  // [32]byte
 	sFailed     = 64  // u32: the failed rank this rank reports
 	sCause      = 68  // u32 length, then up to shmCauseMax bytes
+	sRBarriers  = 336 // u64: the shared all-reduce barriers the rank has reached, ever
 	sInbox      = 384 // u32: the rank's doorbell, rung by peers that wrote to it
 	sInboxSleep = 388 // u32: the rank's reader sleeps on sInbox
 

@@ -138,6 +138,9 @@ type shmGroup struct {
 	rank, size int
 	job        string
 	timeout    time.Duration
+	opTimeout  time.Duration
+	watch      opWatch       // receives and sends under opTimeout
+	waitTick   time.Duration // the longest a waiter sleeps before it looks again
 	maxMessage int
 	logf       func(format string, args ...any)
 	seg        *shmSegment
@@ -170,8 +173,12 @@ var (
 
 func newShmGroup(cfg ShmConfig, seg *shmSegment) *shmGroup {
 	g := &shmGroup{
-		rank: cfg.Rank, size: cfg.Size, job: cfg.Job, timeout: cfg.Timeout, maxMessage: cfg.MaxMessage,
-		logf: cfg.Logf, seg: seg, mem: seg.mem, done: make(chan struct{}), spinFor: shmSpinFor,
+		rank: cfg.Rank, size: cfg.Size, job: cfg.Job, timeout: cfg.Timeout, opTimeout: max(cfg.OpTimeout, 0),
+		maxMessage: cfg.MaxMessage, logf: cfg.Logf, seg: seg, mem: seg.mem, done: make(chan struct{}),
+		spinFor: shmSpinFor, waitTick: shmTick(cfg.Timeout),
+	}
+	if g.opTimeout > 0 {
+		g.waitTick = min(g.waitTick, opWatchTick(g.opTimeout))
 	}
 	if cfg.Size > runtime.NumCPU() {
 		g.spinFor = 0
@@ -239,7 +246,7 @@ func (g *shmGroup) Irecv(ctx context.Context, from int, tag uint32, buf []byte) 
 	if err := checkPeer("recv from", g.rank, from, g.size, tag); err != nil {
 		return DoneRequest(0, err)
 	}
-	return g.peers[from].irecv(ctx, tag, buf)
+	return g.watchOp(g.peers[from].irecv(ctx, tag, buf), "recv from", from, tag)
 }
 
 // start runs the readers, the writers, the heartbeat and the monitor.
@@ -257,6 +264,10 @@ func (g *shmGroup) start() {
 	g.wg.Add(2)
 	go func() { defer g.wg.Done(); g.readLoop() }()
 	go func() { defer g.wg.Done(); g.monitor() }()
+	if g.opTimeout > 0 {
+		g.wg.Add(1)
+		go func() { defer g.wg.Done(); g.opWatcher() }()
+	}
 }
 
 // shmTick is how often the heartbeat beats and the monitor looks: a quarter of the timeout,

@@ -507,6 +507,7 @@ func (p *shmPeer) isend(ctx context.Context, tag uint32, payload []byte) *Reques
 	m := &shmOut{tag: tag, payload: payload, req: newRequest()}
 	p.queue = append(p.queue, m)
 	p.smu.Unlock()
+	g.watchOp(m.req, "send to", p.rank, tag)
 	p.wake()
 	if ctx.Done() != nil {
 		stop := context.AfterFunc(ctx, func() {
@@ -692,7 +693,7 @@ func (p *shmPeer) waitSpace(want uint64) error {
 		v := atomic.LoadUint32(bell)
 		atomic.StoreUint32(sleep, 1)
 		if rb-(p.head-atomic.LoadUint64(g.mem.u64(p.out+cTail))) < want && g.termErr() == nil {
-			futexWait(bell, v, shmTick(g.timeout))
+			futexWait(bell, v, g.waitTick)
 		}
 		atomic.StoreUint32(sleep, 0)
 	}

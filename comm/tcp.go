@@ -119,7 +119,7 @@ type tcpGroup struct {
 	rank, size int
 	timeout    time.Duration
 	opTimeout  time.Duration
-	watch      tcpOpWatch // operations under opTimeout
+	watch      opWatch // operations under opTimeout
 	maxMessage int
 	secret     []byte
 	logf       func(format string, args ...any)

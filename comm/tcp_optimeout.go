@@ -7,19 +7,67 @@ import (
 	"time"
 )
 
-// tcpOpWatch lists the operations started under TCPConfig.OpTimeout, oldest first; the
-// watcher drops the completed ones and fails the group when one is late.
-type tcpOpWatch struct {
+// opWatch lists the operations started under an operation timeout (TCPConfig.OpTimeout,
+// ShmConfig.OpTimeout), oldest first; the transport's watcher drops the completed ones and
+// fails the group when one is late.
+type opWatch struct {
 	mu  sync.Mutex
-	ops []tcpWatched
+	ops []watchedOp
 }
 
-type tcpWatched struct {
+type watchedOp struct {
 	req      *Request
 	op       string // "send to", "recv from"
 	peer     int
 	tag      uint32
 	deadline time.Time
+}
+
+// add puts r, an operation with a peer, under the timeout unless it is already complete.
+func (w *opWatch) add(r *Request, op string, peer int, tag uint32, timeout time.Duration) {
+	select {
+	case <-r.done:
+		return
+	default:
+	}
+	w.mu.Lock()
+	w.ops = append(w.ops, watchedOp{req: r, op: op, peer: peer, tag: tag, deadline: time.Now().Add(timeout)})
+	w.mu.Unlock()
+}
+
+// late drops the completed operations and returns the oldest pending one past its deadline,
+// if there is one.
+func (w *opWatch) late(now time.Time) (watchedOp, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	live := w.ops[:0]
+	var late watchedOp
+	found := false
+	for _, o := range w.ops {
+		select {
+		case <-o.req.done:
+			continue
+		default:
+		}
+		live = append(live, o)
+		if !found && !now.Before(o.deadline) {
+			late, found = o, true
+		}
+	}
+	clear(w.ops[len(live):])
+	w.ops = live
+	return late, found
+}
+
+// opTimeoutCause is why a live peer is declared failed when the operation op ("send to",
+// "recv from") with it under tag has waited for timeout.
+func opTimeoutCause(op string, tag uint32, timeout time.Duration) error {
+	what := "sent nothing for this rank's receive"
+	if op == "send to" {
+		what = "did not take this rank's message"
+	}
+	return fmt.Errorf("alive, but %s under tag %d within the operation timeout %v (are the ranks out of step?)",
+		what, tag, timeout)
 }
 
 // watchOp puts r (an operation with peer) under the operation timeout, if there is one, and
@@ -28,14 +76,7 @@ func (g *tcpGroup) watchOp(r *Request, op string, peer int, tag uint32) *Request
 	if g.opTimeout <= 0 || peer == g.rank {
 		return r
 	}
-	select {
-	case <-r.done:
-		return r
-	default:
-	}
-	g.watch.mu.Lock()
-	g.watch.ops = append(g.watch.ops, tcpWatched{req: r, op: op, peer: peer, tag: tag, deadline: time.Now().Add(g.opTimeout)})
-	g.watch.mu.Unlock()
+	g.watch.add(r, op, peer, tag, g.opTimeout)
 	return r
 }
 
@@ -61,28 +102,8 @@ func (g *tcpGroup) opWatcher() {
 // checkOps drops the completed operations and, if one is still pending past its deadline,
 // declares its peer failed: alive (its heartbeats arrive) but not taking part.
 func (g *tcpGroup) checkOps(now time.Time) {
-	g.watch.mu.Lock()
-	live := g.watch.ops[:0]
-	var late *tcpWatched
-	for _, w := range g.watch.ops {
-		select {
-		case <-w.req.done:
-			continue
-		default:
-		}
-		live = append(live, w)
-		if late == nil && !now.Before(w.deadline) {
-			late = &live[len(live)-1]
-		}
-	}
-	clear(g.watch.ops[len(live):])
-	g.watch.ops = live
-	var lateOp tcpWatched
-	if late != nil {
-		lateOp = *late
-	}
-	g.watch.mu.Unlock()
-	if late == nil || g.failure.Load() != nil {
+	lateOp, late := g.watch.late(now)
+	if !late || g.failure.Load() != nil {
 		return
 	}
 	p := g.peers[lateOp.peer]
@@ -96,12 +117,7 @@ func (g *tcpGroup) checkOps(now time.Time) {
 			return
 		}
 	}
-	what := "sent nothing for this rank's receive"
-	if lateOp.op == "send to" {
-		what = "did not take this rank's message"
-	}
-	g.peerFailed(p, fmt.Errorf("alive, but %s under tag %d within the operation timeout %v (are the ranks out of step?)",
-		what, lateOp.tag, g.opTimeout))
+	g.peerFailed(p, opTimeoutCause(lateOp.op, lateOp.tag, g.opTimeout))
 }
 
 // queuedTags lists the tags other than except under which the peer's messages wait for a
