@@ -29,7 +29,8 @@ func TestBenchAllReduceJSON(t *testing.T) {
 		workers int
 		alg     string
 	}{
-		{[]string{"-workers", "2", "-n", "64KiB"}, 2, "rabenseifner"},
+		{[]string{"-workers", "2", "-n", "64KiB"}, 2, "shared_memory"}, // one host: shared memory
+		{[]string{"-workers", "2", "-n", "64KiB", "-transport", "tcp"}, 2, "rabenseifner"},
 		{[]string{"-workers", "3", "-n", "40000", "-algorithm", "recursive_doubling"}, 3, "recursive_doubling"},
 	} {
 		var out, errb bytes.Buffer
@@ -64,7 +65,7 @@ func TestBenchAllReduceUnderLaunch(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
-	for _, want := range []string{"[rank 0] all-reduce of 4 KiB (1024 float32) over P=2 processes (TCP), ring,", "[rank 0]       2         4096  ring "} {
+	for _, want := range []string{"[rank 0] all-reduce of 4 KiB (1024 float32) over P=2 processes (shared memory), ring,", "[rank 0]       2         4096  ring "} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}

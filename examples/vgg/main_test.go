@@ -188,6 +188,15 @@ func TestMultiProcessMatchesInProcess(t *testing.T) {
 			delete(wantRecs[i], k)
 			delete(gotRecs[i], k)
 		}
+		// The processes share this host, so they talk through shared memory, whose all-reduce
+		// counts its messages and rounds its own way (comm's package doc); the bytes must match.
+		for _, rec := range []map[string]any{gotRecs[i], wantRecs[i]} {
+			if c, ok := rec["comm_rank0"].(map[string]any); ok {
+				delete(c, "MsgsRecv")
+				delete(c, "MsgsSent")
+				delete(c, "Rounds")
+			}
+		}
 		if !reflect.DeepEqual(gotRecs[i], wantRecs[i]) {
 			t.Errorf("metrics record %d:\n2 processes %v\nin-process  %v", i, gotRecs[i], wantRecs[i])
 		}
