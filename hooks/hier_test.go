@@ -34,6 +34,27 @@ func newHierWorld(t testing.TB, nodes, perNode int, spec string) (*world, comm.T
 	return newTopoWorld(t, top, spec), top
 }
 
+// newMessageWorld is newWorld on in-process ranks whatever SPARGO_TEST_TRANSPORT says: a
+// reference whose collectives count bytes as the message-passing algorithms do, as hier's
+// cross-node sub-groups do (on shared memory Auto's all-reduce is the shared one, which counts
+// its own way).
+func newMessageWorld(t testing.TB, p int, spec string) *world {
+	t.Helper()
+	groups, err := comm.NewLocal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &world{groups: groups}
+	for range p {
+		h, err := Parse(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.hooks = append(w.hooks, h)
+	}
+	return w
+}
+
 func newTopoWorld(t testing.TB, top comm.Topology, spec string) *world {
 	t.Helper()
 	w := newWorld(t, top.Size(), spec)
@@ -99,7 +120,7 @@ func TestHierConservationReplicasAndFlatEquivalence(t *testing.T) {
 				offs := shardOffsets(n, perNode)
 				flats := make([]*world, perNode) // flats[i]: SPEC on the H ranks of shard i
 				for i := range flats {
-					flats[i] = newWorld(t, nodes, inner)
+					flats[i] = newMessageWorld(t, nodes, inner)
 				}
 				for it := range 4 {
 					what := fmt.Sprintf("%s/call %d", name, it)
