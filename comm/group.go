@@ -122,3 +122,24 @@ func checkPeer(op string, self, peer, size int, tag uint32) error {
 	}
 	return nil
 }
+
+// sendRefusal is why a transport must refuse at once a send of n bytes from rank self to rank
+// to (of size ranks) under tag, or nil: a peer out of range, a group already failed or closed
+// (term), a context already done, a message over the transport's limit.
+func sendRefusal(ctx context.Context, self, size, to int, tag uint32, term error, n, limit int) error {
+	if err := checkPeer("send to", self, to, size, tag); err != nil {
+		return err
+	}
+	var err error
+	switch {
+	case term != nil:
+		err = term
+	case ctx.Err() != nil:
+		err = ctx.Err()
+	case n > limit:
+		err = fmt.Errorf("message of %d bytes exceeds the transport's limit of %d bytes", n, limit)
+	default:
+		return nil
+	}
+	return fmt.Errorf("comm: rank %d: send to rank %d tag %d: %w", self, to, tag, err)
+}

@@ -16,26 +16,7 @@ import (
 // newRoutedShm is newRouted with the node groups on shared memory, as a job's on one host.
 func newRoutedShm(t testing.TB, p int, node func(r int) int) []Group {
 	t.Helper()
-	labels := make([]string, p)
-	for r := range labels {
-		labels[r] = strconv.Itoa(node(r))
-	}
-	top, err := NewTopology(labels)
-	if err != nil {
-		t.Fatal(err)
-	}
-	world := newTCP(t, p)
-	routed := make([]Group, p)
-	for id := range top.Nodes() {
-		members := top.Members(id)
-		local := newShm(t, len(members))
-		for i, r := range members {
-			if routed[r], err = Route(world[r], local[i], top); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	t.Cleanup(func() { closeAll(routed) })
+	routed, _ := routedOver(t, p, node, func(n int) ([]Group, error) { return newShm(t, n), nil })
 	return routed
 }
 
@@ -47,6 +28,12 @@ func newRouted(t testing.TB, p int, node func(r int) int, configure ...func(*TCP
 
 // newRoutedParts is newRouted that also returns the world groups.
 func newRoutedParts(t testing.TB, p int, node func(r int) int, configure ...func(*TCPConfig)) (routed, world []Group) {
+	t.Helper()
+	return routedOver(t, p, node, NewLocal, configure...)
+}
+
+// routedOver routes TCP loopback world groups through node groups made by nodeGroups.
+func routedOver(t testing.TB, p int, node func(r int) int, nodeGroups func(n int) ([]Group, error), configure ...func(*TCPConfig)) (routed, world []Group) {
 	t.Helper()
 	labels := make([]string, p)
 	for r := range labels {
@@ -60,7 +47,7 @@ func newRoutedParts(t testing.TB, p int, node func(r int) int, configure ...func
 	routed = make([]Group, p)
 	for id := range top.Nodes() {
 		members := top.Members(id)
-		local, err := NewLocal(len(members))
+		local, err := nodeGroups(len(members))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -223,18 +223,8 @@ func (g *tcpGroup) Recv(ctx context.Context, from int, tag uint32, buf []byte) (
 }
 
 func (g *tcpGroup) Isend(ctx context.Context, to int, tag uint32, payload []byte) *Request {
-	if err := checkPeer("send to", g.rank, to, g.size, tag); err != nil {
+	if err := sendRefusal(ctx, g.rank, g.size, to, tag, g.termErr(), len(payload), g.maxMessage); err != nil {
 		return DoneRequest(0, err)
-	}
-	if err := g.termErr(); err != nil {
-		return DoneRequest(0, g.opErr("send to", to, tag, err))
-	}
-	if err := ctx.Err(); err != nil {
-		return DoneRequest(0, g.opErr("send to", to, tag, err))
-	}
-	if len(payload) > g.maxMessage {
-		return DoneRequest(0, g.opErr("send to", to, tag,
-			fmt.Errorf("message of %d bytes exceeds the transport's limit of %d bytes", len(payload), g.maxMessage)))
 	}
 	if to == g.rank {
 		return DoneRequest(len(payload), g.peers[to].sendSelf(tag, payload))

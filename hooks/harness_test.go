@@ -49,9 +49,14 @@ type world struct {
 
 func newWorld(t testing.TB, p int, spec string) *world {
 	t.Helper()
-	groups := commtest.Groups(t, p)
+	return newWorldOn(t, commtest.Groups(t, p), spec)
+}
+
+// newWorldOn is newWorld on the given ranks.
+func newWorldOn(t testing.TB, groups []comm.Group, spec string) *world {
+	t.Helper()
 	w := &world{groups: groups}
-	for range p {
+	for range groups {
 		h, err := Parse(spec)
 		if err != nil {
 			t.Fatal(err)

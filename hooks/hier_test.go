@@ -44,15 +44,7 @@ func newMessageWorld(t testing.TB, p int, spec string) *world {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &world{groups: groups}
-	for range p {
-		h, err := Parse(spec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		w.hooks = append(w.hooks, h)
-	}
-	return w
+	return newWorldOn(t, groups, spec)
 }
 
 func newTopoWorld(t testing.TB, top comm.Topology, spec string) *world {
