@@ -25,18 +25,7 @@ func (g *shmGroup) watchOp(r *Request, op string, peer int, tag uint32) *Request
 }
 
 // opWatcher checks the watched operations until the group closes.
-func (g *shmGroup) opWatcher() {
-	tick := time.NewTicker(opWatchTick(g.opTimeout))
-	defer tick.Stop()
-	for {
-		select {
-		case <-g.done:
-			return
-		case now := <-tick.C:
-			g.checkOps(now)
-		}
-	}
-}
+func (g *shmGroup) opWatcher() { watchOps(g.done, g.opTimeout, g.checkOps) }
 
 // checkOps drops the completed operations and, if one is still pending past its deadline,
 // declares its peer failed: alive (its heartbeat moves) but not taking part. A receive whose

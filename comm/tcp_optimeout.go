@@ -86,15 +86,19 @@ func opWatchTick(timeout time.Duration) time.Duration {
 }
 
 // opWatcher checks the watched operations until the group closes.
-func (g *tcpGroup) opWatcher() {
-	tick := time.NewTicker(opWatchTick(g.opTimeout))
+func (g *tcpGroup) opWatcher() { watchOps(g.done, g.opTimeout, g.checkOps) }
+
+// watchOps calls check every opWatchTick(timeout) until done is closed: a transport's
+// operation-timeout watcher.
+func watchOps(done <-chan struct{}, timeout time.Duration, check func(now time.Time)) {
+	tick := time.NewTicker(opWatchTick(timeout))
 	defer tick.Stop()
 	for {
 		select {
-		case <-g.done:
+		case <-done:
 			return
 		case now := <-tick.C:
-			g.checkOps(now)
+			check(now)
 		}
 	}
 }
