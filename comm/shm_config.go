@@ -45,8 +45,8 @@ type ShmConfig struct {
 	// 64 KiB). Rank 0's value is the job's.
 	RingBytes int
 	// ReduceBytes is the size of each rank's slot for the shared all-reduce (vectors larger
-	// than half of it are reduced half a slot at a time); 0 means 64 MiB / Size, between 1 MiB
-	// and 8 MiB. Rank 0's value is the job's.
+	// than half of it are reduced half a slot at a time); 0 means 1 MiB, whose passes stay in
+	// the caches. Rank 0's value is the job's.
 	ReduceBytes int
 	// MaxMessage is the largest message, in bytes, this rank sends or accepts; 0 means 1 GiB.
 	MaxMessage int

@@ -126,7 +126,10 @@ func defaultShmSizes(size, ringBytes, reduceBytes int) (int, int) {
 		}
 	}
 	if reduceBytes <= 0 {
-		reduceBytes = min(max(alignUp((64<<20)/size, 2*shmPage), 1<<20), 8<<20)
+		// Passes of half a MiB per rank stay in the caches: at 64 MiB, P = 2 and 4, they beat
+		// slots of 2 to 32 MiB by 30 % or more, and 256-512 KiB slots (more barriers) too
+		// (BENCHMARKS.md, issue 25).
+		reduceBytes = 1 << 20
 	}
 	return ringBytes, reduceBytes
 }
