@@ -161,5 +161,7 @@
 // Rabenseifner's figure (docs/ALGORITHMS.md). The explicit algorithms (Ring, Rabenseifner,
 // RecursiveDoubling) still run over messages. A rank whose context ends inside a shared
 // all-reduce leaves the others stuck at a barrier: it marks the slots unusable, and that call
-// and every later shared all-reduce of the group fail on every rank naming it.
+// and every later shared all-reduce of the group fail on every rank naming it. A job's group
+// that spans hosts (Route) runs the shared all-reduce on Sub of one host's ranks in their order,
+// as hier:SPEC's node groups are.
 package comm

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 )
@@ -111,6 +112,15 @@ func (g *routedGroup) Topology() Topology  { return g.top }
 // world's), else nil (comm.Underlier).
 func (g *routedGroup) Underlying() Group {
 	if len(g.members) == g.world.Size() {
+		return g.local
+	}
+	return nil
+}
+
+// underlyingOf is the node group when members are this node's ranks in their local order: a
+// sub-group of exactly them is a view of it (subGroup.Underlying).
+func (g *routedGroup) underlyingOf(members []int) Group {
+	if slices.Equal(members, g.members) {
 		return g.local
 	}
 	return nil

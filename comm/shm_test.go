@@ -2,8 +2,10 @@ package comm
 
 import (
 	"context"
+	"errors"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -48,5 +50,50 @@ func TestSharedMemoryNeedsShm(t *testing.T) {
 	err := AllReduce(context.Background(), groups[0], 0, make([]float32, 4), SharedMemory)
 	if err == nil || !strings.Contains(err.Error(), "shared-memory needs a group made by NewShm") {
 		t.Errorf("SharedMemory on a local group: %v", err)
+	}
+}
+
+// A sub-group of exactly one node's ranks of a Route (as hier:SPEC's node groups) is a view of
+// the node's shared-memory group: comm.AllReduce on it runs the shared all-reduce and counts
+// on the parent. Any other sub-group, and one listing the node's ranks out of order, is not.
+func TestSubOfRouteNodeRunsSharedAllReduce(t *testing.T) {
+	g := newRoutedShm(t, 4, func(r int) int { return r / 2 })
+	top := TopologyOf(g[0])
+	const n = 3001
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	data := make([][]float32, 4)
+	for r := range g {
+		members := top.Members(top.Node(r))
+		node, err := Sub(g[r], members)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !OnSharedMemory(node) || AllReduceAlgorithmOn(node, n, Auto) != SharedMemory {
+			t.Fatalf("rank %d: the sub-group of its node %v is not on shared memory", r, members)
+		}
+		cross, _ := Sub(g[r], []int{r % 2, 2 + r%2})
+		reversed, _ := Sub(g[r], []int{members[1], members[0]})
+		if OnSharedMemory(cross) || OnSharedMemory(reversed) {
+			t.Fatalf("rank %d: a sub-group across nodes or out of the node's order is on shared memory", r)
+		}
+		data[r] = rankData(5, r, n)
+		wg.Go(func() { errs[r] = AllReduce(context.Background(), node, 7, data[r], Auto) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	for r := range g {
+		want := rankData(5, r-r%2, n)
+		other := rankData(5, r-r%2+1, n)
+		for i := range want {
+			if s := want[i] + other[i]; data[r][i] != s {
+				t.Fatalf("rank %d element %d = %v, its node's sum is %v", r, i, data[r][i], s)
+			}
+		}
+		if s := g[r].Counters().Snapshot(); s.BytesRecv == 0 || s.InterBytesRecv != 0 {
+			t.Errorf("rank %d: %+v: the node's all-reduce should count on the job's group, none of it across nodes", r, s)
+		}
 	}
 }

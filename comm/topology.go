@@ -255,5 +255,30 @@ type Underlier interface {
 // Underlying is the group WithTopology views.
 func (g *topoGroup) Underlying() Group { return g.Group }
 
+// subUnderlier is implemented by groups that have a group underneath some of their sub-groups.
+type subUnderlier interface {
+	// underlyingOf is the group whose ranks are, one for one, members (ranks of the receiver),
+	// or nil.
+	underlyingOf(members []int) Group
+}
+
+// Underlying is the group under the parent whose ranks are the view's: the node group of a
+// Route when the members are that node's ranks in order (so that comm.AllReduce on a node's
+// sub-group runs the shared all-reduce), else nil. The parent may be a view of such a group
+// (Underlier): its ranks are the group's.
+func (s *subGroup) Underlying() Group {
+	for g := s.parent; g != nil; {
+		switch v := g.(type) {
+		case subUnderlier:
+			return v.underlyingOf(s.members)
+		case Underlier:
+			g = v.Underlying()
+		default:
+			return nil
+		}
+	}
+	return nil
+}
+
 // Topology of a sub-group is its parent's, restricted to its members.
 func (s *subGroup) Topology() Topology { return TopologyOf(s.parent).Restrict(s.members) }

@@ -60,27 +60,33 @@ func newTopoWorld(t testing.TB, top comm.Topology, spec string) *world {
 	return w
 }
 
-// hierResiduals returns every rank's residual of bucket 0 as a vector of the bucket's n
-// elements: the inner hook's residual of the rank's shard at the shard's place, zeros
-// elsewhere (a dense inner hook keeps none).
+// hierResiduals returns every rank's residual of bucket 0 (hierResidual).
 func hierResiduals(w *world, top comm.Topology, n int) [][]float32 {
-	perNode, _ := top.RanksPerNode()
-	offs := shardOffsets(n, perNode)
 	rs := make([][]float32, len(w.hooks))
 	for r, h := range w.hooks {
-		rs[r] = make([]float32, n)
-		inner := h.(*Hier).Inner
-		if _, ok := inner.(interface{ memory() *Memory }); !ok {
-			continue
-		}
-		i := top.LocalRank(r)
-		lo, hi := offs[i], offs[i+1]
-		if perNode == 1 {
-			lo, hi = 0, n
-		}
-		copy(rs[r][lo:hi], (&world{hooks: []ddp.CommHook{inner}}).residual(0, 0, hi-lo))
+		rs[r] = hierResidual(h, top, r, 0, n)
 	}
 	return rs
+}
+
+// hierResidual returns rank r's residual of bucket idx as a vector of the bucket's n
+// elements: the inner hook's residual of the rank's shard at the shard's place, zeros
+// elsewhere (a dense inner hook keeps none).
+func hierResidual(h ddp.CommHook, top comm.Topology, r, idx, n int) []float32 {
+	perNode, _ := top.RanksPerNode()
+	offs := shardOffsets(n, perNode)
+	res := make([]float32, n)
+	inner := h.(*Hier).Inner
+	if _, ok := inner.(interface{ memory() *Memory }); !ok {
+		return res
+	}
+	i := top.LocalRank(r)
+	lo, hi := offs[i], offs[i+1]
+	if perNode == 1 {
+		lo, hi = 0, n
+	}
+	copy(res[lo:hi], (&world{hooks: []ddp.CommHook{inner}}).residual(0, idx, hi-lo))
+	return res
 }
 
 // quantized returns gradients on a grid of 2^-12 below 2^8 in magnitude: a node's sum of up
