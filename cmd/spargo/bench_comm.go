@@ -42,8 +42,12 @@ type commResult struct {
 	// Nodes and InterWordsReceived: in a launched job whose ranks share nodes (hosts), the
 	// number of nodes and the words per call received from ranks on other nodes (maximum over
 	// ranks), the part of words_received that crossed the network.
-	Nodes              int   `json:"nodes,omitempty"`
-	InterWordsReceived int64 `json:"inter_words_received,omitempty"`
+	// InterFormula and InterFormulaWords are hier:SPEC's formula for those words (CostSplit:
+	// SPEC's at P = nodes on a rank's shard) and its value.
+	Nodes              int     `json:"nodes,omitempty"`
+	InterWordsReceived int64   `json:"inter_words_received,omitempty"`
+	InterFormula       string  `json:"inter_formula,omitempty"`
+	InterFormulaWords  float64 `json:"inter_formula_words,omitempty"`
 	// Buckets is how many buckets the hook's plan has (one per call of the hook per
 	// iteration); Calls how many timed calls (iterations) the counts are averaged over.
 	Buckets int `json:"buckets"`
@@ -330,7 +334,7 @@ func benchComm(args []string, stdout io.Writer, lookup func(string) (string, boo
 			}
 		}
 		res.Density, res.Transport = row.density, *transport
-		if res.Refused == "" {
+		if res.Refused == "" && res.Formula == "" { // a launched rank's is its own hook's, for its topology
 			res.Formula, res.FormulaWords = costFormula(h, res.N, *workers, row.density)
 		}
 		if rec != nil {
@@ -371,6 +375,9 @@ func printCommResult(w io.Writer, res commResult, asJSON bool) error {
 	across := ""
 	if res.Nodes > 0 {
 		across = fmt.Sprintf("  (%d words from other nodes, %d nodes)", res.InterWordsReceived, res.Nodes)
+	}
+	if res.InterFormula != "" {
+		across += fmt.Sprintf("\n%-36s across nodes: formula %s = %.0f words", "", res.InterFormula, res.InterFormulaWords)
 	}
 	fmt.Fprintf(w, "%-36s %8g %7d %10.2f %7d %15d %15d %8s %8s%s\n", res.Hook, res.Density, res.Buckets, res.TimeMS, res.Rounds, res.BytesReceived, res.WordsReceived, union, overlap, across)
 	if res.Formula != "" {

@@ -308,7 +308,17 @@ func rankHook(ctx context.Context, g comm.Group, row hookRow, src *gradSource, w
 		// ranks share nodes: what crossed them, per call, the maximum over ranks
 		res.Nodes = top.Nodes()
 		res.InterWordsReceived = int64(math.Round(float64(inter)/float64(iters))) / 4
+		if hh, ok := h.(*hooks.Hier); ok {
+			if perNode, err := top.RanksPerNode(); err != nil {
+				return commResult{}, err // hier refused to run on it already
+			} else if c := hh.CostSplit(res.N, top.Nodes(), perNode); c.InterKnown {
+				res.InterFormula = fmt.Sprintf("%s at P=H=%d on ⌈n/L⌉=%d", c.InterExpr, top.Nodes(), c.Shard)
+				res.InterFormulaWords = c.Inter
+			}
+		}
 	}
+	// The hook has seen the job's topology: hier's formula is the one for its nodes.
+	res.Formula, res.FormulaWords = costFormula(h, res.N, g.Size(), row.density)
 	return res, nil
 }
 

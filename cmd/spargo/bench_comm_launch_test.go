@@ -127,3 +127,43 @@ func TestBenchCommLaunchErrors(t *testing.T) {
 		}
 	}
 }
+
+// Four ranks on two nodes (SPARGO_NODE, two launchers' LOCAL_RANK): hier:SPEC's row reports the
+// words that crossed nodes next to CostSplit's formula for them, and a formula that is hier's
+// for 2 nodes × 2 ranks, not SPEC's flat one.
+func TestBenchCommLaunchedHier(t *testing.T) {
+	args := []string{"-workers", "4", "-n", "800", "-iters", "1", "-warmup", "1", "-hook", "hier:allreduce", "-hook", "hier:spardl:density=0.01", "-json"}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	l.Close()
+	outs, errs := make([]bytes.Buffer, 4), make([]error, 4)
+	var wg sync.WaitGroup
+	for r := range 4 {
+		env := map[string]string{"RANK": strconv.Itoa(r), "WORLD_SIZE": "4", "LOCAL_RANK": strconv.Itoa(r % 2), "LOCAL_WORLD_SIZE": "2",
+			"SPARGO_NODE": "n" + strconv.Itoa(r/2), "SPARGO_SECRET": "bench-comm-hier", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "SPARGO_RUN_ID": "bench-comm-hier-" + port}
+		lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+		wg.Go(func() { errs[r] = benchComm(args, &outs[r], lookup) })
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	// 2(n/L)(H-1)/H = 400 and 4k'(H-1)/H with k' = max(1, int(0.01·400)) = 4: 8
+	want := map[string]float64{"hier:allreduce": 400, "hier:spardl:density=0.01": 8}
+	res := decodeCommResults(t, &outs[0])
+	if len(res) != 2 {
+		t.Fatalf("%d results", len(res))
+	}
+	for _, r := range res {
+		if r.Nodes != 2 || r.InterFormulaWords != want[r.Hook] || float64(r.InterWordsReceived) != r.InterFormulaWords ||
+			!strings.Contains(r.Formula, "across") {
+			t.Errorf("%s: %d nodes, %d words across (formula %q = %v, want %v); formula %q", r.Hook, r.Nodes, r.InterWordsReceived,
+				r.InterFormula, r.InterFormulaWords, want[r.Hook], r.Formula)
+		}
+	}
+}
