@@ -74,7 +74,7 @@ type hierRankResult struct {
 	Nodes []int // comm.TopologyOf(world).Node(r) for every rank r
 	// NodeShm: the rank's node is a shared-memory group (comm.OnSharedMemory of comm.Sub)
 	NodeShm bool
-	Calls map[string][]hierRankCall
+	Calls   map[string][]hierRankCall
 }
 
 // hierProcGrads is every rank's gradient at call it: the quantized ones of the in-process test
