@@ -14,10 +14,14 @@
 //     end of epoch, EndEpoch (evaluation, printing) and a checkpoint; exact resume, mid-epoch
 //     included.
 //   - Flags, the training flags every program registers the same way (-optim, -schedule,
-//     -warmup, -lr, -momentum, -wd, -metrics, -log-every, -plot).
+//     -warmup, -lr, -momentum, -wd, -metrics, -log-every, -plot); CheckWithHook ends a
+//     program's flag check with them and its -hook spec.
 //   - Main and Program: parse the command line and train in-process with -workers ranks or,
 //     under a launcher, one rank per process; RunRanks (every rank of this process on its
 //     own goroutine), JoinJob and CloseGroup are the runner's parts.
+//   - Startup, a program's start-up from its flag check, data loading and per-ranks trainer:
+//     InProcess (check, load, -workers local ranks) and Process (check, join the launched
+//     job, load, AutoResume), the same for every program.
 //   - MetricsLog, rank 0's -metrics file; Evaluate and ClassifierStep for classifiers.
 //   - Output: Loop.Progress shows rank 0's progress, a bar fitted to the terminal or plain
 //     periodic lines off one (a file, a launcher's pipe), evaluation included (StartProgress);

@@ -114,6 +114,15 @@ func (f *Flags) Check() error {
 	return err
 }
 
+// CheckWithHook is the end of a program's flag check: Check, then the program's -hook spec
+// parsed for workers ranks (ParseHook), which it keeps for Setup.Hook and its checkpoints.
+func (f *Flags) CheckWithHook(spec string, workers int) (hooks.Config, error) {
+	if err := f.Check(); err != nil {
+		return hooks.Config{}, err
+	}
+	return ParseHook(spec, workers)
+}
+
 // specs is what Check parsed, and from which flag values.
 type specs struct {
 	from     specsKey

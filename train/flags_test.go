@@ -135,6 +135,31 @@ func TestFlagsCheck(t *testing.T) {
 	}
 }
 
+// CheckWithHook checks the flags first, then parses the -hook spec for the world size.
+func TestFlagsCheckWithHook(t *testing.T) {
+	for _, tc := range []struct {
+		f          Flags
+		hook, want string
+		workers    int
+	}{
+		{Flags{LR: 0.1, Plot: "a.png"}, "nosuchhook", "-plot a.png needs -metrics", 2},
+		{Flags{LR: 0.1}, "nosuchhook", `-hook "nosuchhook"`, 2},
+		{Flags{LR: 0.1}, "", "", 2},
+		{Flags{LR: 0.1}, "spardl:density=0.5", "", 4},
+	} {
+		c, err := tc.f.CheckWithHook(tc.hook, tc.workers)
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%+v, -hook %q: %v, want %q", tc.f, tc.hook, err, tc.want)
+		}
+		if want, _ := ParseHook(tc.hook, tc.workers); err == nil && c.String() != want.String() {
+			t.Errorf("-hook %q: %s, want %s", tc.hook, c, want)
+		}
+	}
+	if _, err := (&Flags{Schedule: "help"}).CheckWithHook("nosuchhook", 2); !errors.Is(err, ErrHelp) {
+		t.Errorf("-schedule help: %v", err)
+	}
+}
+
 // Register takes the struct's values as defaults, and the flags set the fields.
 func TestFlagsRegister(t *testing.T) {
 	f := Flags{LR: 0.1, Momentum: 0.9, WD: 1e-4, Schedule: "cosine"}

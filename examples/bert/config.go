@@ -164,14 +164,8 @@ func (c *MLMConfig) check() error {
 	case c.DumpSteps < 0 || c.DumpSteps > 0 && c.DumpBatches == "":
 		return fmt.Errorf("-dump-steps %d: want 0 or more, with -dump-batches DIR", c.DumpSteps)
 	}
-	if err := c.Flags.Check(); err != nil {
-		return err
-	}
-	hook, err := train.ParseHook(c.Hook, c.Workers)
-	if err != nil {
-		return err
-	}
-	c.hook = hook
+	var err error
+	c.hook, err = c.Flags.CheckWithHook(c.Hook, c.Workers)
 	return err
 }
 

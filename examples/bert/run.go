@@ -56,48 +56,31 @@ type MLMSummary struct {
 
 // RunMLM trains with c.Workers in-process ranks, each on its own goroutine.
 func RunMLM(ctx context.Context, c MLMConfig, stdout, stderr io.Writer) (*MLMSummary, error) {
-	if err := c.check(); err != nil {
-		return nil, err
-	}
-	var err error
-	if c.Data, err = c.findCorpus(ctx, stderr); err != nil {
-		return nil, err
-	}
-	corpus, err := LoadMLMCorpus(ctx, c)
-	if err != nil {
-		return nil, err
-	}
-	groups, err := comm.NewLocal(c.Workers)
-	if err != nil {
-		return nil, err
-	}
-	return trainMLMRanks(ctx, c, groups, corpus, stdout, stderr, "")
+	return c.startup().InProcess(ctx, stdout, stderr)
 }
 
 // RunMLMProcess trains this process's rank of a launched job (env from cluster.DetectEnv,
 // c.Workers its world size) like one of RunMLM's workers: every rank reads the corpus and
 // builds the same vocabulary and sequence pairs; rank 0 prints and writes -metrics.
-func RunMLMProcess(ctx context.Context, c MLMConfig, env cluster.Env, stdout, stderr io.Writer) (sum *MLMSummary, err error) {
-	if err := c.check(); err != nil {
-		return nil, err
-	}
-	g, stdout, progress, err := train.JoinJob(ctx, c.Workers, stdout, stderr, c.Progress)
-	if err != nil {
-		return nil, err
-	}
-	defer train.CloseGroup(g, &err)
-	c.Progress = progress
+func RunMLMProcess(ctx context.Context, c MLMConfig, env cluster.Env, stdout, stderr io.Writer) (*MLMSummary, error) {
+	return c.startup().Process(ctx, env, stdout, stderr)
+}
+
+// startup is RunMLM's and RunMLMProcess's start-up on c (train.Startup): the flag check,
+// loadCorpus and trainMLMRanks.
+func (c *MLMConfig) startup() train.Startup[MLMConfig, *MLMCorpus, *MLMSummary] {
+	return train.Startup[MLMConfig, *MLMCorpus, *MLMSummary]{Config: c, Workers: &c.Workers, Progress: &c.Progress, Resume: &c.Resume,
+		Checkpoint: &c.Checkpoint, Check: c.check, Load: c.loadCorpus, Train: trainMLMRanks}
+}
+
+// loadCorpus finds the corpus (findCorpus, which sets c.Data to it) and reads it
+// (LoadMLMCorpus).
+func (c *MLMConfig) loadCorpus(ctx context.Context, _, stderr io.Writer) (*MLMCorpus, error) {
+	var err error
 	if c.Data, err = c.findCorpus(ctx, stderr); err != nil {
-		return nil, fmt.Errorf("rank %d: %w", g.Rank(), err)
-	}
-	corpus, err := LoadMLMCorpus(ctx, c)
-	if err != nil {
-		return nil, fmt.Errorf("rank %d: %w", g.Rank(), err)
-	}
-	if c.Resume, err = train.AutoResume(c.Resume, c.Checkpoint, env.RestartCount, stdout); err != nil { // restarted by the launcher
 		return nil, err
 	}
-	return trainMLMRanks(ctx, c, []comm.Group{g}, corpus, stdout, stderr, env.Source)
+	return LoadMLMCorpus(ctx, *c)
 }
 
 // trainMLMRanks trains this process's ranks (rank 0 prints the results, writes -metrics and draws -plot).

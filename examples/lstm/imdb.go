@@ -93,15 +93,9 @@ func (c *IMDBConfig) check() error {
 	if (c.Resume || c.CheckpointEvery > 0) && c.Checkpoint == "" {
 		return fmt.Errorf("-resume and -checkpoint-every need -checkpoint DIR")
 	}
-	if err := c.Flags.Check(); err != nil {
-		return err
-	}
-	hook, err := train.ParseHook(c.Hook, c.Workers)
-	if err != nil {
-		return err
-	}
-	c.hook = hook
-	return nil
+	var err error
+	c.hook, err = c.Flags.CheckWithHook(c.Hook, c.Workers)
+	return err
 }
 
 // IMDBSummary is a -task imdb run's result, and the last line of -metrics.
@@ -121,64 +115,48 @@ type IMDBSummary struct {
 // load finds (datasets.Find) and reads the aclImdb folders and describes them on stdout. A
 // rank's share of the training reviews must hold at least one -batch (the last short batch
 // is dropped).
-func (c *IMDBConfig) load(ctx context.Context, stdout, stderr io.Writer) (*datasets.IMDB, string, error) {
+func (c *IMDBConfig) load(ctx context.Context, stdout, stderr io.Writer) (*datasets.IMDB, error) {
 	dir, err := datasets.Find(ctx, datasets.IMDBSet, c.Data, stderr)
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
 	d, err := datasets.LoadIMDB(ctx, dir, datasets.IMDBOptions{MaxLen: c.MaxLen})
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
 	if share := d.Train.N / c.Workers; c.Batch > share {
-		return nil, "", fmt.Errorf("-batch %d is larger than a rank's share of the training data: %d of %s's %d reviews on each of %d workers",
+		return nil, fmt.Errorf("-batch %d is larger than a rank's share of the training data: %d of %s's %d reviews on each of %d workers",
 			c.Batch, share, dir, d.Train.N, c.Workers)
 	}
-	summary := fmt.Sprintf("%s (%d reviews), %s (%d reviews), vocabulary %d", d.Train.Name, d.Train.N, d.Test.Name, d.Test.N, d.Vocab.Size())
-	fmt.Fprintf(stdout, "data: %s: %s\n", dir, summary)
-	return d, summary, nil
+	fmt.Fprintf(stdout, "data: %s: %s\n", dir, imdbSummary(d))
+	return d, nil
+}
+
+// imdbSummary describes the loaded aclImdb folders (the summary's "dataset").
+func imdbSummary(d *datasets.IMDB) string {
+	return fmt.Sprintf("%s (%d reviews), %s (%d reviews), vocabulary %d", d.Train.Name, d.Train.N, d.Test.Name, d.Test.N, d.Vocab.Size())
 }
 
 // RunIMDB trains -task imdb with c.Workers in-process ranks, each on its own goroutine.
 func RunIMDB(ctx context.Context, c IMDBConfig, stdout, stderr io.Writer) (*IMDBSummary, error) {
-	if err := c.check(); err != nil {
-		return nil, err
-	}
-	data, summary, err := c.load(ctx, stdout, stderr)
-	if err != nil {
-		return nil, err
-	}
-	groups, err := comm.NewLocal(c.Workers)
-	if err != nil {
-		return nil, err
-	}
-	return trainIMDBRanks(ctx, c, groups, data, summary, stdout, stderr, "")
+	return c.startup().InProcess(ctx, stdout, stderr)
 }
 
 // RunIMDBProcess trains this process's rank of a launched -task imdb job (env from
 // cluster.DetectEnv, c.Workers its world size), like one of RunIMDB's workers.
-func RunIMDBProcess(ctx context.Context, c IMDBConfig, env cluster.Env, stdout, stderr io.Writer) (sum *IMDBSummary, err error) {
-	if err := c.check(); err != nil {
-		return nil, err
-	}
-	g, stdout, progress, err := train.JoinJob(ctx, c.Workers, stdout, stderr, c.Progress)
-	if err != nil {
-		return nil, err
-	}
-	defer train.CloseGroup(g, &err)
-	c.Progress = progress
-	data, summary, err := c.load(ctx, stdout, stderr)
-	if err != nil {
-		return nil, fmt.Errorf("rank %d: %w", g.Rank(), err)
-	}
-	if c.Resume, err = train.AutoResume(c.Resume, c.Checkpoint, env.RestartCount, stdout); err != nil { // restarted by the launcher
-		return nil, err
-	}
-	return trainIMDBRanks(ctx, c, []comm.Group{g}, data, summary, stdout, stderr, env.Source)
+func RunIMDBProcess(ctx context.Context, c IMDBConfig, env cluster.Env, stdout, stderr io.Writer) (*IMDBSummary, error) {
+	return c.startup().Process(ctx, env, stdout, stderr)
 }
 
-func trainIMDBRanks(ctx context.Context, c IMDBConfig, groups []comm.Group, data *datasets.IMDB, summary string, stdout, stderr io.Writer, launcher cluster.Source) (*IMDBSummary, error) {
-	sum := &IMDBSummary{Config: c, Dataset: summary, Kernels: kernels.Impl(), Summary: true, Launcher: launcher}
+// startup is RunIMDB's and RunIMDBProcess's start-up on c (train.Startup): the flag check,
+// load and trainIMDBRanks.
+func (c *IMDBConfig) startup() train.Startup[IMDBConfig, *datasets.IMDB, *IMDBSummary] {
+	return train.Startup[IMDBConfig, *datasets.IMDB, *IMDBSummary]{Config: c, Workers: &c.Workers, Progress: &c.Progress, Resume: &c.Resume,
+		Checkpoint: &c.Checkpoint, Check: c.check, Load: c.load, Train: trainIMDBRanks}
+}
+
+func trainIMDBRanks(ctx context.Context, c IMDBConfig, groups []comm.Group, data *datasets.IMDB, stdout, stderr io.Writer, launcher cluster.Source) (*IMDBSummary, error) {
+	sum := &IMDBSummary{Config: c, Dataset: imdbSummary(data), Kernels: kernels.Impl(), Summary: true, Launcher: launcher}
 	start := time.Now()
 	err := train.Job{Groups: groups, Flags: &c.Flags, Resume: c.Resume, Stdout: stdout, Start: start}.Run(ctx,
 		func(ctx context.Context, g comm.Group, metrics *train.MetricsLog) error {

@@ -251,15 +251,9 @@ func (c *LMConfig) check() error {
 	if !(c.Dropout < 1) {
 		return fmt.Errorf("-dropout %v: want a probability below 1 (negative: the model's)", c.Dropout)
 	}
-	if err := c.Flags.Check(); err != nil {
-		return err
-	}
-	hook, err := train.ParseHook(c.Hook, c.Workers)
-	if err != nil {
-		return err
-	}
-	c.hook = hook
-	return nil
+	var err error
+	c.hook, err = c.Flags.CheckWithHook(c.Hook, c.Workers)
+	return err
 }
 
 // loadPTB finds (datasets.Find) and reads the corpus and describes it on stdout. A rank's
@@ -284,40 +278,20 @@ func (c *LMConfig) loadPTB(ctx context.Context, stdout, stderr io.Writer) (*data
 
 // RunLM trains with c.Workers in-process ranks, each on its own goroutine.
 func RunLM(ctx context.Context, c LMConfig, stdout, stderr io.Writer) (*LMSummary, error) {
-	if err := c.check(); err != nil {
-		return nil, err
-	}
-	data, err := c.loadPTB(ctx, stdout, stderr)
-	if err != nil {
-		return nil, err
-	}
-	groups, err := comm.NewLocal(c.Workers)
-	if err != nil {
-		return nil, err
-	}
-	return trainLMRanks(ctx, c, groups, data, stdout, stderr, "")
+	return c.startup().InProcess(ctx, stdout, stderr)
 }
 
 // RunLMProcess trains this process's rank of a multi-process job (env from cluster.DetectEnv,
 // c.Workers its world size), like one of RunLM's workers; rank 0 prints and writes -metrics.
-func RunLMProcess(ctx context.Context, c LMConfig, env cluster.Env, stdout, stderr io.Writer) (sum *LMSummary, err error) {
-	if err := c.check(); err != nil {
-		return nil, err
-	}
-	g, stdout, progress, err := train.JoinJob(ctx, c.Workers, stdout, stderr, c.Progress)
-	if err != nil {
-		return nil, err
-	}
-	defer train.CloseGroup(g, &err)
-	c.Progress = progress
-	data, err := c.loadPTB(ctx, stdout, stderr)
-	if err != nil {
-		return nil, fmt.Errorf("rank %d: %w", g.Rank(), err)
-	}
-	if c.Resume, err = train.AutoResume(c.Resume, c.Checkpoint, env.RestartCount, stdout); err != nil { // restarted by the launcher
-		return nil, err
-	}
-	return trainLMRanks(ctx, c, []comm.Group{g}, data, stdout, stderr, env.Source)
+func RunLMProcess(ctx context.Context, c LMConfig, env cluster.Env, stdout, stderr io.Writer) (*LMSummary, error) {
+	return c.startup().Process(ctx, env, stdout, stderr)
+}
+
+// startup is RunLM's and RunLMProcess's start-up on c (train.Startup): the flag check,
+// loadPTB and trainLMRanks.
+func (c *LMConfig) startup() train.Startup[LMConfig, *datasets.PTB, *LMSummary] {
+	return train.Startup[LMConfig, *datasets.PTB, *LMSummary]{Config: c, Workers: &c.Workers, Progress: &c.Progress, Resume: &c.Resume,
+		Checkpoint: &c.Checkpoint, Check: c.check, Load: c.loadPTB, Train: trainLMRanks}
 }
 
 func trainLMRanks(ctx context.Context, c LMConfig, groups []comm.Group, data *datasets.PTB, stdout, stderr io.Writer, launcher cluster.Source) (*LMSummary, error) {

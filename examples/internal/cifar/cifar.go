@@ -163,22 +163,7 @@ type Summary struct {
 
 // Run trains with c.Workers in-process ranks, each on its own goroutine.
 func Run(ctx context.Context, c Config, stdout, stderr io.Writer) (*Summary, error) {
-	if err := c.check(); err != nil {
-		return nil, err
-	}
-	dir, err := datasets.Find(ctx, datasets.CIFAR10Set, c.Data, stderr)
-	if err != nil {
-		return nil, err
-	}
-	trainSet, test, err := c.load(dir, stdout)
-	if err != nil {
-		return nil, err
-	}
-	groups, err := comm.NewLocal(c.Workers)
-	if err != nil {
-		return nil, err
-	}
-	return trainRanks(ctx, c, groups, trainSet, test, stdout, stderr, "")
+	return c.startup().InProcess(ctx, stdout, stderr)
 }
 
 // RunProcess trains this process's rank of a multi-process job (env from
@@ -187,20 +172,36 @@ func Run(ctx context.Context, c Config, stdout, stderr io.Writer) (*Summary, err
 // Run's workers. Rank 0 prints and writes -metrics; every rank loads the data and takes
 // its shard of each batch, exactly as the in-process workers do, so the run computes the
 // same numbers.
-func RunProcess(ctx context.Context, c Config, env cluster.Env, stdout, stderr io.Writer) (sum *Summary, err error) {
-	if err := c.check(); err != nil {
-		return nil, err
-	}
-	g, stdout, progress, err := train.JoinJob(ctx, c.Workers, stdout, stderr, c.Progress)
+func RunProcess(ctx context.Context, c Config, env cluster.Env, stdout, stderr io.Writer) (*Summary, error) {
+	return c.startup().Process(ctx, env, stdout, stderr)
+}
+
+// images are the CIFAR-10 training and test sets a run loaded.
+type images struct{ train, test *datasets.Images }
+
+// startup is Run's and RunProcess's start-up on c (train.Startup): the flag check, the
+// data (in-process, or launched local rank 0 first: loadLaunched) and trainRanks.
+func (c *Config) startup() train.Startup[Config, images, *Summary] {
+	return train.Startup[Config, images, *Summary]{Config: c, Workers: &c.Workers, Progress: &c.Progress, Resume: &c.Resume,
+		Checkpoint: &c.Checkpoint, Check: c.check, Load: c.loadInProcess, LoadLaunched: c.loadLaunched, Train: trainRanks}
+}
+
+// loadInProcess finds (or downloads) the data and loads it.
+func (c *Config) loadInProcess(ctx context.Context, stdout, stderr io.Writer) (images, error) {
+	dir, err := datasets.Find(ctx, datasets.CIFAR10Set, c.Data, stderr)
 	if err != nil {
-		return nil, err
+		return images{}, err
 	}
-	defer train.CloseGroup(g, &err)
-	c.Progress = progress
+	return c.load(dir, stdout)
+}
+
+// loadLaunched loads the data of a launched rank of g: the first rank on each host finds (or
+// downloads) the data, the others look once it has: one download per host. If it fails, its
+// goodbye ends the others' wait.
+func (c *Config) loadLaunched(ctx context.Context, g comm.Group, env cluster.Env, stdout, stderr io.Writer) (images, error) {
 	rank := g.Rank()
-	// The first rank on each host finds (or downloads) the data, the others look once it has:
-	// one download per host. If it fails, its goodbye ends the others' wait.
 	var dir string
+	var err error
 	first := env.LocalRank == 0
 	if first {
 		if dir, err = datasets.Find(ctx, datasets.CIFAR10Set, c.Data, stderr); err != nil {
@@ -211,22 +212,18 @@ func RunProcess(ctx context.Context, c Config, env cluster.Env, stdout, stderr i
 		err = fmt.Errorf("wait for the data: %w", berr)
 	}
 	if err != nil {
-		return nil, err
+		return images{}, err
 	}
 	if !first {
 		if dir, err = datasets.Find(ctx, datasets.CIFAR10Set, c.Data, stderr); err != nil {
-			return nil, fmt.Errorf("rank %d: %w", rank, err)
+			return images{}, fmt.Errorf("rank %d: %w", rank, err)
 		}
 	}
-	trainSet, test, err := c.load(dir, stdout)
+	data, err := c.load(dir, stdout)
 	if err != nil {
-		return nil, fmt.Errorf("rank %d: %w", rank, err)
+		return images{}, fmt.Errorf("rank %d: %w", rank, err)
 	}
-	// Restarted by the launcher: continue from the last checkpoint, if the failed attempt left one.
-	if c.Resume, err = train.AutoResume(c.Resume, c.Checkpoint, env.RestartCount, stdout); err != nil {
-		return nil, err
-	}
-	return trainRanks(ctx, c, []comm.Group{g}, trainSet, test, stdout, stderr, env.Source)
+	return data, nil
 }
 
 // tagDataBarrier is the barrier's tag while the first rank of a host fetches the data.
@@ -268,15 +265,9 @@ func (c *Config) check() error {
 	if c.BucketMB < 0 {
 		return fmt.Errorf("-bucket-mb %g: want a positive size in MiB, or 0 for the defaults", c.BucketMB)
 	}
-	if err := c.Flags.Check(); err != nil {
-		return err
-	}
-	hook, err := train.ParseHook(c.Hook, c.Workers)
-	if err != nil {
-		return err
-	}
-	c.hook = hook
-	return nil
+	var err error
+	c.hook, err = c.Flags.CheckWithHook(c.Hook, c.Workers)
+	return err
 }
 
 // checkModel refuses a -model the program does not build.
@@ -295,32 +286,32 @@ func (c *Config) checkModel() error {
 
 // load reads CIFAR-10 from dir and describes it on stdout. A rank's share of the training
 // set must hold at least one -batch (the last short batch is dropped).
-func (c *Config) load(dir string, stdout io.Writer) (trainSet, test *datasets.Images, err error) {
-	trainSet, test, err = datasets.LoadCIFAR10(dir)
+func (c *Config) load(dir string, stdout io.Writer) (images, error) {
+	trainSet, test, err := datasets.LoadCIFAR10(dir)
 	if err != nil {
-		return nil, nil, err
+		return images{}, err
 	}
 	if share := trainSet.N / c.Workers; c.Batch > share {
-		return nil, nil, fmt.Errorf("-batch %d is larger than a rank's share of the training data: %d of %s's %d images on each of %d workers",
+		return images{}, fmt.Errorf("-batch %d is larger than a rank's share of the training data: %d of %s's %d images on each of %d workers",
 			c.Batch, share, dir, trainSet.N, c.Workers)
 	}
 	fmt.Fprintf(stdout, "data: %s\n%s\n%s\n", dir, trainSet.Summary, test.Summary)
 	if strings.Contains(dir, "approx") {
 		fmt.Fprintln(stdout, "note: accuracy on this copy is CIFAR-10 (JPEG-degraded, 10k-train subset)")
 	}
-	return trainSet, test, nil
+	return images{train: trainSet, test: test}, nil
 }
 
 // trainRanks trains the ranks of groups, this process's share of the job (all c.Workers
 // of them in-process, one per process when launched), each on its own goroutine. The process
 // that has rank 0 prints the results, writes -metrics and draws -plot; its summary is
 // complete, the others' have no epochs.
-func trainRanks(ctx context.Context, c Config, groups []comm.Group, trainSet, test *datasets.Images, stdout, stderr io.Writer, launcher cluster.Source) (*Summary, error) {
-	sum := &Summary{Config: c, Dataset: trainSet.Summary, Kernels: kernels.Impl(), Summary: true, Launcher: launcher}
+func trainRanks(ctx context.Context, c Config, groups []comm.Group, data images, stdout, stderr io.Writer, launcher cluster.Source) (*Summary, error) {
+	sum := &Summary{Config: c, Dataset: data.train.Summary, Kernels: kernels.Impl(), Summary: true, Launcher: launcher}
 	start := time.Now()
 	err := train.Job{Groups: groups, Flags: &c.Flags, Resume: c.Resume, Stdout: stdout, Start: start}.Run(ctx,
 		func(ctx context.Context, g comm.Group, metrics *train.MetricsLog) error {
-			w := &worker{cfg: c, group: g, train: trainSet, test: test, stdout: stdout, stderr: stderr, metrics: metrics, sum: sum, start: start}
+			w := &worker{cfg: c, group: g, train: data.train, test: data.test, stdout: stdout, stderr: stderr, metrics: metrics, sum: sum, start: start}
 			return w.run(ctx)
 		},
 		func(totalSec float64) any {
