@@ -59,12 +59,7 @@ func TestBenchCommLaunchedRanks(t *testing.T) {
 		if err := benchComm(args, &in, nil); err != nil {
 			t.Fatal(err)
 		}
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-		l.Close()
+		port := freePort(t)
 		outs, errs := make([]bytes.Buffer, 2), make([]error, 2)
 		var wg sync.WaitGroup
 		for r := range 2 {
@@ -133,12 +128,7 @@ func TestBenchCommLaunchErrors(t *testing.T) {
 // for 2 nodes × 2 ranks, not SPEC's flat one.
 func TestBenchCommLaunchedHier(t *testing.T) {
 	args := []string{"-workers", "4", "-n", "800", "-iters", "1", "-warmup", "1", "-hook", "hier:allreduce", "-hook", "hier:spardl:density=0.01", "-json"}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-	l.Close()
+	port := freePort(t)
 	outs, errs := make([]bytes.Buffer, 4), make([]error, 4)
 	var wg sync.WaitGroup
 	for r := range 4 {
@@ -166,4 +156,15 @@ func TestBenchCommLaunchedHier(t *testing.T) {
 				r.InterFormula, r.InterFormulaWords, want[r.Hook], r.Formula)
 		}
 	}
+}
+
+// freePort returns a loopback TCP port that was free a moment ago, for a job's MASTER_PORT.
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
 }
