@@ -9,6 +9,7 @@ import (
 	"github.com/spargo-dl/spargo/comm"
 	"github.com/spargo-dl/spargo/ddp"
 	"github.com/spargo-dl/spargo/internal/kernels"
+	"github.com/spargo-dl/spargo/nn"
 )
 
 // The "compress, communicate, decompress" family (GRACE's Compressor / Memory / Communicator):
@@ -91,6 +92,19 @@ type CompressCall struct {
 	Rank   int
 	Chunk  int
 	Size   int
+	// Tensors, when it has two or more entries, are the offsets in the compressed vector at
+	// which the bucket's tensors start (Bucket.Offsets, the first 0), for compressors that
+	// scale per tensor (efsignsgd); nil for a bucket of one tensor, one that does not list its
+	// tensors, and the chunks of the two-stage pattern.
+	Tensors []int
+}
+
+// tensorStarts is b's CompressCall.Tensors.
+func tensorStarts(b ddp.Bucket) []int {
+	if offs := b.Offsets(); len(offs) >= 2 && offs[0] == 0 {
+		return offs
+	}
+	return nil
 }
 
 // Shared returns a generator that every rank seeds alike for this call (random-k's
@@ -127,6 +141,11 @@ type Compressed struct {
 	ErrorFeedback bool
 	// Seed seeds the compressor's random numbers (CompressCall).
 	Seed uint64
+	// Buckets is the hook's bucket plan (ddp.Planner): BucketsModel, one bucket with the
+	// whole model compressed after backward, or BucketsDDP or "" for DDP's size-capped
+	// buckets, overlapped with backward (the hooks' buckets option; efsignsgd's default is
+	// model).
+	Buckets string
 
 	mu   sync.Mutex
 	mem  *Memory
@@ -136,7 +155,17 @@ type Compressed struct {
 var (
 	_ ddp.CommHook = (*Compressed)(nil)
 	_ ddp.Stateful = (*Compressed)(nil)
+	_ ddp.Planner  = (*Compressed)(nil)
 )
+
+// Plan implements ddp.Planner: one bucket with the whole model for Buckets = BucketsModel,
+// DDP's own plan otherwise.
+func (h *Compressed) Plan(params []*nn.Param) ([][]int, error) {
+	if h.Buckets != BucketsModel {
+		return nil, nil
+	}
+	return bucketPlan(h.Buckets, params), nil
+}
 
 // NewCompressed returns the hook called name made of c moved by pattern, with error feedback
 // when feedback is set. A Summable compressor needs AllReduced and AllReduced a Summable one.
@@ -187,7 +216,7 @@ func (h *Compressed) call(ctx context.Context, g comm.Group, b ddp.Bucket) ([]fl
 	if err != nil {
 		return nil, err
 	}
-	c := CompressCall{Seed: h.Seed, Bucket: b.Index(), Call: call, Rank: g.Rank(), Size: g.Size()}
+	c := CompressCall{Seed: h.Seed, Bucket: b.Index(), Call: call, Rank: g.Rank(), Size: g.Size(), Tensors: tensorStarts(b)}
 	if pr, ok := h.Compressor.(Preparer); ok {
 		pr.Prepare(flat, vecs, c)
 	}
@@ -310,6 +339,7 @@ func (h *Compressed) allReduced(ctx context.Context, g comm.Group, tag uint32, f
 // twoStage is the TwoStage pattern on flat = G.
 func (h *Compressed) twoStage(ctx context.Context, g comm.Group, tag uint32, flat []float32, xi Residual, vecs Vectors, c CompressCall) error {
 	p, r := g.Size(), g.Rank()
+	c.Tensors = nil // the chunks cut across tensors
 	offs := chunkOffsets(len(flat), p)
 	chunk := func(v []float32, j int) []float32 { return v[offs[j]:offs[j+1]] }
 	msgs := make([][]byte, p)
@@ -430,6 +460,13 @@ func (h *Compressed) LoadState(st map[string][]float32) error {
 // seedOption is the option of the hooks that draw random numbers.
 var seedOption = Option{Name: "seed", Default: "0", Help: "seed of the random draws (the same seed draws the same numbers)"}
 
+// bucketsOption is the option of the hooks that can take the whole model as one bucket
+// (Compressed.Buckets).
+func bucketsOption(def string) Option {
+	return Option{Name: "buckets", Default: def, Help: "model: one bucket with the whole model, compressed after backward | " +
+		"ddp: DDP's size-capped buckets, overlapped with backward"}
+}
+
 // registerCompressed registers the compressed hook name: build reads its compressor from the
 // options; a "seed" option, when the hook has one, becomes the hook's Seed.
 func registerCompressed(name, summary string, opts []Option, pattern Pattern, feedback bool, build func(o Values) (Compressor, error)) {
@@ -444,7 +481,16 @@ func registerCompressed(name, summary string, opts []Option, pattern Pattern, fe
 				return nil, err
 			}
 		}
-		return NewCompressed(name, c, pattern, feedback, uint64(seed))
+		h, err := NewCompressed(name, c, pattern, feedback, uint64(seed))
+		if err != nil {
+			return nil, err
+		}
+		if _, ok := o.m["buckets"]; ok {
+			if h.Buckets, err = o.Enum("buckets", BucketsModel, BucketsDDP); err != nil {
+				return nil, err
+			}
+		}
+		return h, nil
 	}})
 }
 

@@ -8,17 +8,19 @@ import (
 	"testing"
 
 	"github.com/spargo-dl/spargo/comm"
+	"github.com/spargo-dl/spargo/ddp"
 )
 
 // compressedSpecs are the compressed family's hooks as the tests run them (small densities
-// and thresholds that keep some entries of the test gradients).
+// and thresholds that keep some entries of the test gradients; efsignsgd on DDP's buckets
+// with a scale per tensor, so that DDP runs it on several buckets of several tensors).
 var compressedSpecs = map[string]string{
 	"dgc":       "dgc:density=0.05,warmup=1",
 	"qsgd":      "qsgd:levels=15,chunk=64",
 	"terngrad":  "terngrad",
 	"signsgd":   "signsgd",
 	"signum":    "signum",
-	"efsignsgd": "efsignsgd",
+	"efsignsgd": "efsignsgd:buckets=ddp,scale=tensor",
 	"onebit":    "onebit",
 	"randomk":   "randomk:density=0.05",
 	"threshold": "threshold:v=2",
@@ -243,6 +245,77 @@ func TestCompressedOptionErrors(t *testing.T) {
 	} {
 		if _, err := Parse(spec); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Parse(%q) = %v, want an error containing %q", spec, err, want)
+		}
+	}
+}
+
+// efsignsgd scales each tensor of the bucket by its own mean magnitude (scale=tensor) or the
+// whole bucket by one (scale=bucket, the default): with P = 1 the output is the message's
+// decoding, which shows the scales; the words received are (P-1)(⌈n/32⌉+T) and (P-1)(⌈n/32⌉+1);
+// the error feedback conserves either way.
+func TestEFSignSGDScalesPerTensor(t *testing.T) {
+	sizes := []int{40, 7, 100} // tensors of very different magnitudes below
+	n := 147
+	for _, tc := range []struct {
+		spec    string
+		tensors int
+	}{{"efsignsgd:scale=tensor", 3}, {"efsignsgd", 1}} {
+		// the decoding on one rank: ±mean|G_t| per tensor t (or per bucket)
+		one := newWorld(t, 1, tc.spec)
+		one.params = namedParams(sizes...)
+		g := heavyTailed(5, 0, n)
+		for i := 40; i < 47; i++ {
+			g[i] *= 1000
+		}
+		out, _ := one.call(t, 0, [][]float32{g})
+		segs := []int{0, 40, 47, 147}
+		if tc.tensors == 1 {
+			segs = []int{0, 147}
+		}
+		for s := range len(segs) - 1 {
+			want := meanAbs(g[segs[s]:segs[s+1]])
+			for i := segs[s]; i < segs[s+1]; i++ {
+				if math.Abs(float64(out[0][i])) != float64(want) || (out[0][i] < 0) != (g[i] < 0) {
+					t.Fatalf("%s: element %d (part %d) = %v, want %v·sign(%v)", tc.spec, i, s, out[0][i], want, g[i])
+				}
+			}
+		}
+		for p := 2; p <= 4; p++ {
+			w := newWorld(t, p, tc.spec)
+			w.params = namedParams(sizes...)
+			for it := range 3 {
+				name := fmt.Sprintf("%s/P=%d/call %d", tc.spec, p, it)
+				gs := grads(uint64(7*p+it), p, n)
+				before := w.residuals(n)
+				outs, stats := w.call(t, 0, gs)
+				checkIdentical(t, name, outs)
+				checkConservation(t, name, gs, before, w.residuals(n), outs[0])
+				want := int64((p - 1) * ((n+31)/32 + tc.tensors))
+				for r, s := range stats {
+					if s.BytesRecv != 4*want {
+						t.Fatalf("%s: rank %d received %d words, want (P-1)(⌈n/32⌉+%d) = %d", name, r, s.BytesRecv/4, tc.tensors, want)
+					}
+				}
+			}
+		}
+	}
+	if _, err := Parse("efsignsgd:scale=layer"); err == nil || !strings.Contains(err.Error(), "scale") || !strings.Contains(err.Error(), "tensor") {
+		t.Errorf("efsignsgd:scale=layer: %v", err)
+	}
+}
+
+// efsignsgd takes the whole model as one bucket by default (the PyTorch yardstick's vector;
+// DDP's buckets each with its own scale diverged on VGG-11), DDP's buckets with buckets=ddp.
+func TestEFSignSGDPlansOneBucket(t *testing.T) {
+	ps := namedParams(3, 5, 7)
+	for spec, want := range map[string][][]int{"efsignsgd": {{2, 1, 0}}, "efsignsgd:buckets=ddp": nil, "qsgd": nil} {
+		h, err := Parse(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plan, err := h.(ddp.Planner).Plan(ps)
+		if err != nil || !slices.EqualFunc(plan, want, slices.Equal) {
+			t.Errorf("%s: plan %v (%v), want %v", spec, plan, err, want)
 		}
 	}
 }

@@ -117,15 +117,20 @@ const (
 // trains like a plain PyTorch simulation of the paper's procedure on the flattened model
 // (train loss 1.56 vs 1.54 after 3 epochs), while DDP's three buckets of VGG-11 (76 k, 2.4 M
 // and 6.8 M elements, each with its own 1 % budget) train worse (1.61 and 1.66).
-func (h *SparDL) Plan(params []*nn.Param) ([][]int, error) {
-	if h.Buckets == BucketsDDP {
-		return nil, nil
+func (h *SparDL) Plan(params []*nn.Param) ([][]int, error) { return bucketPlan(h.Buckets, params), nil }
+
+// bucketPlan is the plan of a buckets option (BucketsModel or BucketsDDP) for params: one
+// bucket with every parameter, in the order their gradients become ready (reverse
+// declaration order, as DDP's own buckets), or nil, which keeps DDP's size-capped plan.
+func bucketPlan(buckets string, params []*nn.Param) [][]int {
+	if buckets == BucketsDDP {
+		return nil
 	}
 	all := make([]int, len(params))
 	for i := range all {
 		all[i] = len(params) - 1 - i
 	}
-	return [][]int{all}, nil
+	return [][]int{all}
 }
 
 // NewSparDL returns a SparDL hook; see the type's fields for the options.
