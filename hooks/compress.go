@@ -99,6 +99,16 @@ type CompressCall struct {
 	Tensors []int
 }
 
+// segments returns the starts of the parts of a vector of n elements that a compressor scales
+// apart, and n last: the call's tensors when perTensor is set and the call has them, else the
+// whole vector.
+func (c CompressCall) segments(n int, perTensor bool) []int {
+	if perTensor && len(c.Tensors) >= 2 && c.Tensors[len(c.Tensors)-1] < n {
+		return append(c.Tensors[:len(c.Tensors):len(c.Tensors)], n)
+	}
+	return []int{0, n}
+}
+
 // tensorStarts is b's CompressCall.Tensors.
 func tensorStarts(b ddp.Bucket) []int {
 	if offs := b.Offsets(); len(offs) >= 2 && offs[0] == 0 {

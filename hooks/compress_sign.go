@@ -38,12 +38,7 @@ type signCompressor struct {
 
 // segments returns where the parts of a vector of n elements that share a scale start, and n
 // last: the tensors of the call with perTensor, else the whole vector.
-func (s signCompressor) segments(n int, c CompressCall) []int {
-	if s.perTensor && len(c.Tensors) >= 2 && c.Tensors[len(c.Tensors)-1] < n {
-		return append(c.Tensors[:len(c.Tensors):len(c.Tensors)], n)
-	}
-	return []int{0, n}
-}
+func (s signCompressor) segments(n int, c CompressCall) []int { return c.segments(n, s.perTensor) }
 
 // header is the number of scale words of a message of n elements in call c.
 func (s signCompressor) header(n int, c CompressCall) int {

@@ -319,3 +319,43 @@ func TestEFSignSGDPlansOneBucket(t *testing.T) {
 		}
 	}
 }
+
+// terngrad ternarizes layer by layer (the paper's default): every decoded element of layer t
+// is 0 or ±s_t with s_t the layer's largest clipped magnitude, the words received are
+// (P-1)(⌈n/16⌉+T); with scale=bucket one s for the bucket and (P-1)(⌈n/16⌉+1).
+func TestTernGradScalesPerLayer(t *testing.T) {
+	sizes, n := []int{40, 7, 100}, 147
+	segs := []int{0, 40, 47, 147}
+	for spec, parts := range map[string]int{"terngrad:clip=0": 3, "terngrad:clip=0,scale=bucket": 1} {
+		one := newWorld(t, 1, spec)
+		one.params = namedParams(sizes...)
+		g := heavyTailed(9, 0, n)
+		for i := 40; i < 47; i++ {
+			g[i] *= 1000
+		}
+		out, _ := one.call(t, 0, [][]float32{g})
+		for j := range 3 {
+			lo, hi := segs[j], segs[j+1]
+			if parts == 1 {
+				lo, hi = 0, n
+			}
+			var s float32
+			for _, v := range g[lo:hi] {
+				s = max(s, float32(math.Abs(float64(v))))
+			}
+			for i := segs[j]; i < segs[j+1]; i++ {
+				if v := out[0][i]; v != 0 && (v != s && v != -s || (v < 0) != (g[i] < 0)) {
+					t.Fatalf("%s: element %d = %v, want 0 or %v·sign(%v)", spec, i, v, s, g[i])
+				}
+			}
+		}
+		w := newWorld(t, 3, spec)
+		w.params = namedParams(sizes...)
+		_, stats := w.call(t, 0, grads(4, 3, n))
+		for r, st := range stats {
+			if want := int64(2 * ((n+15)/16 + parts)); st.BytesRecv != 4*want {
+				t.Errorf("%s: rank %d received %d words, want (P-1)(⌈n/16⌉+%d) = %d", spec, r, st.BytesRecv/4, parts, want)
+			}
+		}
+	}
+}
