@@ -12,12 +12,13 @@ import (
 //   - signum (same paper): signSGD of the local momentum m = β·m + (1-β)·g (m is state).
 //     Words as signsgd.
 //   - efsignsgd (Karimireddy et al., "Error Feedback Fixes SignSGD", ICML 2019): each rank
-//     sends (‖G_t‖₁/|t|)·sign(G_t) of each tensor t of G = g + ξ, ξ = G − what it sent; the
-//     result is the mean. One scale per tensor is the authors' code (their optimizer scales
-//     each parameter); scale=bucket takes one scale for the whole bucket (Algorithm 1 on the
-//     bucket's vector), which on VGG-11 with DDP's three buckets diverged where one bucket
-//     and the per-tensor scale train (BENCHMARKS.md). Words: (P-1)(⌈n/32⌉+T), T scales, one
-//     per tensor of the bucket (1 with scale=bucket, or for a bare vector).
+//     sends (‖G‖₁/n)·sign(G) of G = g + ξ, ξ = G − what it sent; the result is the mean. By
+//     default G is the whole model's gradient, one bucket (buckets=model: Algorithm 1 on the
+//     model's vector, as the PyTorch yardstick); with DDP's buckets (buckets=ddp) each bucket
+//     has its own scale, which diverged on VGG-11 (BENCHMARKS.md). scale=tensor takes one
+//     scale per tensor t, (‖G_t‖₁/|t|)·sign(G_t), as the authors' optimizer scales each
+//     parameter (it trained worse still at the convergence check's recipe). Words:
+//     (P-1)(⌈n/32⌉+T), T scales: 1, or one per tensor of the bucket with scale=tensor.
 //   - onebit (Seide et al., "1-bit SGD", Interspeech 2014, in DeepSpeed's compressed
 //     all-reduce of 1-bit Adam): the two-stage pattern with error feedback at the worker and
 //     the server; each chunk of c elements travels as (‖x‖₂/√c)·sign(x), ⌈c/32⌉+1 words.
