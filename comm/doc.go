@@ -91,7 +91,10 @@
 // saying so) through one shared segment: a file in ShmConfig.Dir (/dev/shm by default) that
 // every rank maps with mmap. It holds a header, a slot per rank (pid and start time, heartbeat,
 // state, proof of the secret), a byte ring per ordered pair of ranks (RingBytes, 1 MiB by
-// default) and a reduce slot per rank (ReduceBytes, 1 MiB). A message is
+// default, less beyond 5 ranks so that the rings fit in 32 MiB) and a reduce slot per rank
+// (ReduceBytes, 1 MiB): 20 MiB at 4 ranks, 40 MiB at 8. Rank 0 allocates all of it when it
+// creates the segment, so a /dev/shm too small for it (a container's is 64 MiB unless given
+// more) is an error that says so, not a bus error later. A message is
 // a validated 16-byte header (tag, kind, length) and its payload streamed through the ring of
 // its pair: the sender copies in, the receiver's reader goroutine copies out into the posted
 // receive (or a queue for messages nobody waits for yet), so sends never wait for a receive to

@@ -41,8 +41,8 @@ type ShmConfig struct {
 	// the others this long for rank 0 to create it. 0 means 60s.
 	JoinTimeout time.Duration
 	// RingBytes is the size of the byte ring of each ordered pair of ranks (messages larger
-	// than it stream through it); 0 means 1 MiB for up to 8 ranks, less for more (at least
-	// 64 KiB). Rank 0's value is the job's.
+	// than it stream through it); 0 means 1 MiB, or less so that the size² rings fit in 32 MiB
+	// (512 KiB at 8 ranks, at least 64 KiB). Rank 0's value is the job's.
 	RingBytes int
 	// ReduceBytes is the size of each rank's slot for the shared all-reduce (vectors larger
 	// than half of it are reduced half a slot at a time); 0 means 1 MiB, whose passes stay in
@@ -78,7 +78,12 @@ func ShmSegmentName(job string, secret []byte) string {
 // NewShmLocal starts size ranks in this process, each with its own mapping of one real
 // shared segment (in /dev/shm when it exists, else the temporary directory), and returns their
 // Groups. It is meant for tests and for measuring the transport on one machine; NewShm is the
-// constructor for processes.
-func NewShmLocal(ctx context.Context, size int) ([]Group, error) {
-	return newShmLocal(ctx, size, nil)
+// constructor for processes. Each configure function, if any, adjusts every rank's ShmConfig
+// (say, smaller rings) after Rank, Size, Job, Secret and Dir are filled in.
+func NewShmLocal(ctx context.Context, size int, configure ...func(*ShmConfig)) ([]Group, error) {
+	return newShmLocal(ctx, size, func(c *ShmConfig) {
+		for _, f := range configure {
+			f(c)
+		}
+	})
 }

@@ -60,7 +60,7 @@ func createShmSegment(cfg ShmConfig, l shmLayout, path string, start uint64) (*s
 		return nil, err
 	}
 	defer os.Remove(tmp)
-	if err := f.Truncate(int64(l.total)); err != nil {
+	if err := reserveFile(f, l.total); err != nil {
 		f.Close()
 		return nil, err
 	}

@@ -117,13 +117,14 @@ func newShmLayout(size, ringBytes, reduceBytes int) (shmLayout, error) {
 	return l, nil
 }
 
+// shmRingBudget bounds the default rings of a segment together: size² rings of 1 MiB would
+// need 64 MiB at 8 ranks, all of a container's default /dev/shm.
+const shmRingBudget = 32 << 20
+
 // defaultShmSizes fills in the ring and reduce-slot sizes for size ranks.
 func defaultShmSizes(size, ringBytes, reduceBytes int) (int, int) {
 	if ringBytes <= 0 {
-		ringBytes = 1 << 20
-		if size > 8 {
-			ringBytes = max(alignUp((8<<20)/size, shmPage), shmMinRing)
-		}
+		ringBytes = min(max(shmRingBudget/(size*size)/shmPage*shmPage, shmMinRing), 1<<20)
 	}
 	if reduceBytes <= 0 {
 		// Passes of half a MiB per rank stay in the caches: at 64 MiB, P = 2 and 4, they beat
@@ -132,6 +133,24 @@ func defaultShmSizes(size, ringBytes, reduceBytes int) (int, int) {
 		reduceBytes = 1 << 20
 	}
 	return ringBytes, reduceBytes
+}
+
+// shmSpaceError says that the file system of a segment is too full for it.
+type shmSpaceError struct {
+	dir        string
+	need, free int64
+}
+
+func (e *shmSpaceError) Error() string {
+	free := "too little"
+	if e.free >= 0 {
+		free = fmt.Sprintf("%.1f MiB", float64(e.free)/(1<<20))
+	}
+	return fmt.Sprintf("the shared segment needs %.1f MiB in %s, which has %s free "+
+		"(a container's /dev/shm is 64 MiB unless given more: docker run --shm-size=1g, or a "+
+		"memory-backed emptyDir at /dev/shm under Kubernetes); or make the rings smaller "+
+		"(ShmConfig.RingBytes), or let the node's ranks talk over TCP (SPARGO_SHM=0)",
+		float64(e.need)/(1<<20), e.dir, free)
 }
 
 // shmMem is a mapped segment.

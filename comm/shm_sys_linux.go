@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"sync/atomic"
 	"syscall"
@@ -72,6 +73,35 @@ func processGone(pid int, start uint64) string {
 		return fmt.Sprintf("its process %d is gone (the pid now names another process)", pid)
 	}
 	return ""
+}
+
+// reserveFile gives f n bytes of storage now: on a memory file system a page that is first
+// touched when the file system is full (a container's /dev/shm is 64 MiB by default) raises
+// SIGBUS, which no Go code can turn into an error, so the whole segment is allocated here,
+// where a full file system is an error that names it. A file system without fallocate gets
+// its pages on first touch, as before.
+func reserveFile(f *os.File, n int) error {
+	for {
+		err := syscall.Fallocate(int(f.Fd()), 0, 0, int64(n))
+		switch err {
+		case syscall.EINTR:
+			continue
+		case syscall.EOPNOTSUPP, syscall.ENOSYS:
+			return f.Truncate(int64(n))
+		case syscall.ENOSPC:
+			return &shmSpaceError{dir: filepath.Dir(f.Name()), need: int64(n), free: freeBytes(f)}
+		}
+		return err
+	}
+}
+
+// freeBytes is the space left on f's file system, or -1 if it cannot be read.
+func freeBytes(f *os.File) int64 {
+	var st syscall.Statfs_t
+	if err := syscall.Fstatfs(int(f.Fd()), &st); err != nil {
+		return -1
+	}
+	return int64(st.Bavail) * st.Bsize
 }
 
 // mapFile maps n bytes of f shared, read-write.

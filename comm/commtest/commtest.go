@@ -51,7 +51,7 @@ func New(p int) ([]comm.Group, error) {
 	case "local":
 		return comm.NewLocal(p)
 	case "shm":
-		return comm.NewShmLocal(ctx, p)
+		return comm.NewShmLocal(ctx, p, smallSegment)
 	case "tcp":
 		return comm.NewTCPLoopback(ctx, p, []byte("commtest"))
 	default:
@@ -74,4 +74,11 @@ type transportError struct{ name string }
 
 func (e *transportError) Error() string {
 	return Var + "=" + e.name + ": want local, shm or tcp"
+}
+
+// smallSegment gives the test ranks of shared memory the smallest rings and reduce slots (64
+// KiB each; 17 MiB at 16 ranks): tests hold many groups, a container's /dev/shm is 64 MiB, and
+// messages and vectors larger than a ring or half a slot then take the streaming paths.
+func smallSegment(c *comm.ShmConfig) {
+	c.RingBytes, c.ReduceBytes = 64<<10, 64<<10
 }
