@@ -21,7 +21,14 @@ import (
 //     (P-1)(⌈n/32⌉+T), T scales: 1, or one per tensor of the bucket with scale=tensor.
 //   - onebit (Seide et al., "1-bit SGD", Interspeech 2014, in DeepSpeed's compressed
 //     all-reduce of 1-bit Adam): the two-stage pattern with error feedback at the worker and
-//     the server; each chunk of c elements travels as (‖x‖₂/√c)·sign(x), ⌈c/32⌉+1 words.
+//     the server; each chunk of c elements travels as s·sign(x), ⌈c/32⌉+1 words. The scale s
+//     is ‖x‖₁/c by default (scale=mean): the one value that minimises ‖x − s·sign(x)‖₂, as
+//     Seide's reconstruction values minimise the squared error, so that the error left behind,
+//     ‖x‖₂² − ‖x‖₁²/c, is always less than ‖x‖₂². scale=rms takes DeepSpeed's ‖x‖₂/√c, which
+//     keeps the chunk's norm but leaves an error of 2‖x‖₂²(1 − ρ), ρ = ‖x‖₁/(√c‖x‖₂): larger
+//     than x itself once ρ < 1/2, as SGD gradients are after a few steps (ρ fell from 0.68 to
+//     0.15 over VGG-11's first 30 steps), so the error feedback grows and VGG-11 did not train
+//     (BENCHMARKS.md); DeepSpeed compresses Adam's momentum, whose ρ stays higher.
 //     With W = Σ_j (⌈c_j/32⌉+1) over the P chunks c_j (n/P, the first n mod P one longer),
 //     rank r receives (P-1)(⌈c_r/32⌉+1) words in stage 1 and W − (⌈c_r/32⌉+1) in stage 2: the
 //     busiest, rank 0, W + (P-2)(⌈c_0/32⌉+1).
@@ -129,7 +136,7 @@ func (s signCompressor) Prepare(g []float32, v Vectors, _ CompressCall) {
 	}
 }
 
-// meanAbs is efsignsgd's scale ‖x‖₁/n.
+// meanAbs is efsignsgd's scale ‖x‖₁/n, and onebit's by default.
 func meanAbs(x []float32) float32 {
 	if len(x) == 0 {
 		return 0
@@ -141,7 +148,7 @@ func meanAbs(x []float32) float32 {
 	return float32(s / float64(len(x)))
 }
 
-// rms is onebit's scale ‖x‖₂/√n (DeepSpeed's compressed backend).
+// rms is onebit's scale=rms, ‖x‖₂/√n (DeepSpeed's compressed backend).
 func rms(x []float32) float32 {
 	if len(x) == 0 {
 		return 0
@@ -181,7 +188,17 @@ func init() {
 			}
 			return signCompressor{scale: meanAbs, perTensor: v == "tensor"}, nil
 		})
-	registerCompressed("onebit", "1-bit SGD (Seide et al. 2014) as DeepSpeed's compressed all-reduce: (‖x‖₂/√c)·sign per chunk, "+
+	registerCompressed("onebit", "1-bit SGD (Seide et al. 2014) as DeepSpeed's compressed all-reduce: (‖x‖₁/c)·sign per chunk, "+
 		"two stages with worker and server error feedback; W+(P-2)(⌈c₀/32⌉+1) words, W = Σ_j(⌈c_j/32⌉+1)",
-		nil, TwoStage, true, func(Values) (Compressor, error) { return signCompressor{scale: rms}, nil })
+		[]Option{{Name: "scale", Default: "mean", Help: "mean: ‖x‖₁/c per chunk, the least-squares scale | rms: ‖x‖₂/√c, DeepSpeed's (its error feedback grows on SGD gradients)"}},
+		TwoStage, true, func(o Values) (Compressor, error) {
+			v, err := o.Enum("scale", "mean", "rms")
+			if err != nil {
+				return nil, err
+			}
+			if v == "rms" {
+				return signCompressor{scale: rms}, nil
+			}
+			return signCompressor{scale: meanAbs}, nil
+		})
 }
