@@ -12,6 +12,7 @@ import (
 func runConserving(t *testing.T, spec string, p, n int) {
 	t.Helper()
 	w := newWorld(t, p, spec)
+	defer w.close()
 	for it := range 3 {
 		gs := grads(uint64(31*p+it), p, n)
 		name := fmt.Sprintf("%s/P=%d/call %d", spec, p, it)
@@ -48,6 +49,7 @@ func TestTopkACost(t *testing.T) {
 				t.Errorf("P=%d rank %d: %v; want %d rounds and 2k(P-1) = %d words", p, r, s, ceilLog2(p), 2*k*int64(p-1))
 			}
 		}
+		w.close()
 	}
 }
 
@@ -95,6 +97,7 @@ func TestTopkDSACostBounds(t *testing.T) {
 					t.Errorf("P=%d overlap=%v rank %d: %v; want %d words (Table I bound + P-1 counts) and %d rounds", p, overlap, r, s, want, p-1+2*ceilLog2(p))
 				}
 			}
+			w.close()
 		}
 	}
 }
@@ -126,6 +129,7 @@ func TestGTopk(t *testing.T) {
 				t.Fatalf("P=%d: %d non-zeros, want at most k = %d", p, got, k)
 			}
 		}
+		w.close()
 	}
 	for _, p := range []int{3, 6, 12} {
 		w := newWorld(t, p, "gtopk")
@@ -133,6 +137,7 @@ func TestGTopk(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("power-of-two number of workers, have P=%d", p)) {
 			t.Errorf("gtopk on P=%d: %v", p, err)
 		}
+		w.close()
 	}
 }
 

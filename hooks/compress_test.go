@@ -65,6 +65,7 @@ func TestCompressedWordsMatchFormula(t *testing.T) {
 			if nnz(outs[0]) == 0 {
 				t.Fatalf("%s P=%d: the result is all zeros", spec, p)
 			}
+			w.close()
 		}
 	}
 }

@@ -421,6 +421,7 @@ func TestCovapWordsPerIteration(t *testing.T) {
 				if p == 4 {
 					t.Logf("sizes %v I=%d: shards %v, elements per iteration %v (n/I = %d), imbalance %.3f", sizes, interval, plan.Shards, plan.Load, n/interval, plan.Imbalance)
 				}
+				w.close()
 			}
 		}
 	}

@@ -21,6 +21,7 @@ func TestGaussianKConservationAndConsistency(t *testing.T) {
 					name := fmt.Sprintf("%s/%s/P=%d/call %d", spec, d.name, p, it)
 					w.callConserving(t, name, name, gs)
 				}
+				w.close()
 			}
 		}
 	}
@@ -104,6 +105,7 @@ func TestGaussianKSelectionAndCost(t *testing.T) {
 					t.Errorf("%s P=%d rank %d: %v; want %d words and %d rounds", d.name, p, r, s, want, 2*ceilLog2(p))
 				}
 			}
+			w.close()
 		}
 	}
 }

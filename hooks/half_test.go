@@ -189,6 +189,7 @@ func run16(t *testing.T, f Format16, alg comm.Algorithm, in [][]uint16) ([][]uin
 	t.Helper()
 	p := len(in)
 	groups := commtest.Groups(t, p)
+	defer commtest.Close(groups)
 	outs := make([][]uint16, p)
 	stats, err := onEveryRank(groups, 30*time.Second, func(ctx context.Context, r int) error {
 		outs[r] = append([]uint16(nil), in[r]...)
@@ -354,6 +355,8 @@ func TestCompress16Hooks(t *testing.T) {
 						what, r, stats[r].BytesRecv, stats[r].Rounds, dstats[r].BytesRecv, dstats[r].Rounds)
 				}
 			}
+			w.close()
+			dense.close()
 		}
 	}
 	// Like PyTorch, the hook divides before the sum: 8 ranks of 30000 average to 30000 in

@@ -52,6 +52,9 @@ func newWorld(t testing.TB, p int, spec string) *world {
 	return newWorldOn(t, commtest.Groups(t, p), spec)
 }
 
+// close releases the world's ranks (a world that shares them, restoredWorld's, ends with it).
+func (w *world) close() { commtest.Close(w.groups) }
+
 // newWorldOn is newWorld on the given ranks.
 func newWorldOn(t testing.TB, groups []comm.Group, spec string) *world {
 	t.Helper()
@@ -72,8 +75,7 @@ func newWorldOn(t testing.TB, groups []comm.Group, spec string) *world {
 func restoredWorld(t testing.TB, a *world, spec string, keys []string) (*world, []map[string][]float32) {
 	t.Helper()
 	p := len(a.groups)
-	b := newWorld(t, p, spec)
-	b.groups = a.groups
+	b := newWorldOn(t, a.groups, spec)
 	states := make([]map[string][]float32, p)
 	for r := range p {
 		st, err := a.hooks[r].(ddp.Stateful).State()
@@ -189,6 +191,7 @@ func trainDDP(t testing.TB, spec string, p, steps int, o ddpTraining) ddpTrained
 	groups := o.groups
 	if groups == nil {
 		groups = commtest.Groups(t, p)
+		defer commtest.Close(groups)
 	}
 	if o.sgd == (optim.SGDConfig{}) {
 		o.sgd = optim.SGDConfig{LR: 0.05, Momentum: 0.9, WeightDecay: 5e-4}

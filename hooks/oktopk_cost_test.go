@@ -38,6 +38,7 @@ func evenCounts(counts []int) bool {
 func okOverhead(t *testing.T, p int) (words, rounds int64) {
 	t.Helper()
 	groups := commtest.Groups(t, p)
+	defer commtest.Close(groups)
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for r := range p {
@@ -101,6 +102,7 @@ func TestOkTopkCostOracle(t *testing.T) {
 				t.Logf("%-26s P=%2d: max %6d words received (%.2f of 6k(P-1)/P = %.0f; overhead %d)", d.name, p, worst,
 					float64(worst-ovWords)/(6*float64(k)*float64(p-1)/float64(p)), 6*float64(k)*float64(p-1)/float64(p), ovWords)
 			}
+			w.close()
 		}
 	}
 }
@@ -122,6 +124,7 @@ func TestOkTopkSplitWorstCase(t *testing.T) {
 		}
 		received := func(tau int) (rank0, most int) {
 			w := newWorld(t, p, okSpec(density, fmt.Sprintf("tau=%d,tau_prime=1,partition=reference", tau)))
+			defer w.close()
 			w.call(t, 0, setup)
 			w.call(t, 0, localMassGrads(2, p, n, density))
 			for r := range p {
@@ -243,6 +246,7 @@ func TestOkTopkBalancing(t *testing.T) {
 			if p >= 5 && !skewed {
 				t.Errorf("P=%d: counts %v are not skewed: the test data does not concentrate the global selection", p, info.counts)
 			}
+			w.close()
 			// Uniform data never triggers auto.
 			if policy == BalanceAuto {
 				u := newWorld(t, p, okSpec(density, "balance=auto"))
@@ -250,6 +254,7 @@ func TestOkTopkBalancing(t *testing.T) {
 				if info := okInfo(u, 0); info.balanced {
 					t.Errorf("P=%d: uniform data balanced (counts %v)", p, info.counts)
 				}
+				u.close()
 			}
 		}
 		for _, policy := range []string{BalanceAlways, BalanceNever} {
@@ -316,6 +321,7 @@ func TestOkTopkBalancePhaseCost(t *testing.T) {
 				})
 			}
 			wg.Wait()
+			commtest.Close(groups)
 			for _, c := range clocks {
 				times[policy] = max(times[policy], c.now())
 			}

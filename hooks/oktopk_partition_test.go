@@ -115,6 +115,7 @@ func tiesGrads(seed uint64, call, p, n int) [][]float32 {
 func wordsOf(t *testing.T, p int, f func(ctx context.Context, g comm.Group) error) []int64 {
 	t.Helper()
 	groups := commtest.Groups(t, p)
+	defer commtest.Close(groups)
 	stats, err := onEveryRank(groups, 60*time.Second, func(ctx context.Context, r int) error { return f(ctx, groups[r]) })
 	if err != nil {
 		t.Fatal(err)
@@ -280,6 +281,7 @@ func runSkew(t *testing.T, p, n, calls int, density float64, spec string, gen sk
 	k := int(float64(n) * density)
 	radix, sketch, proposals := okFixedWords(t, p, k)
 	w := newWorld(t, p, spec)
+	defer w.close()
 	union := w.hooks[0].(*OkTopk).Partition != PartitionReference
 	var run skewRun
 	for call := range calls {
@@ -425,6 +427,7 @@ func TestOkTopkSkewConservation(t *testing.T) {
 				runOkTopkCalls(t, w, fmt.Sprintf("%s/%s/P=%d", spec, gen.name, p), 8, func(call int) [][]float32 {
 					return gen.gen(uint64(p), call, p, n)
 				})
+				w.close()
 			}
 		}
 	}

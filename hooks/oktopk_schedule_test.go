@@ -246,6 +246,7 @@ func TestOkTopkEdgeCases(t *testing.T) {
 		if tc.name == "cluster" && !slices.Equal(info.bounds[1:tc.p], []int{201, 202, 203, 204, 205, 206}) {
 			t.Errorf("cluster: boundaries %v, want one-element regions 201…206", info.bounds)
 		}
+		w.close()
 	}
 	for _, spec := range []string{"oktopk:tau=0", "oktopk:tau_prime=0", "oktopk:tau_prime=x", "oktopk:preset=resnet", "oktopk:balance=sometimes", "oktopk:density=0"} {
 		if _, err := Parse(spec); err == nil {
@@ -302,5 +303,6 @@ func TestOkTopkExactCollectives(t *testing.T) {
 			})
 		}
 		wg.Wait()
+		commtest.Close(groups)
 	}
 }

@@ -132,6 +132,7 @@ func TestOkTopkConservationAndConsistency(t *testing.T) {
 				runOkTopkCalls(t, w, fmt.Sprintf("%s/%s/P=%d", spec, d.name, p), 5, func(it int) [][]float32 {
 					return d.gen(uint64(1000*p+10*it+dj), p, n, density)
 				})
+				w.close()
 			}
 		}
 	}
@@ -368,6 +369,7 @@ func TestOkTopkMatchesReference(t *testing.T) {
 						}
 					}
 				}
+				w.close()
 			}
 		}
 	}

@@ -76,6 +76,7 @@ func TestMergedTopKDenseBelow(t *testing.T) {
 				if k := max(1, int(float64(n-nDense)*density)); len(ph) != 1 || ph[0].DenseElements != nDense || ph[0].K != k || ph[0].Dense {
 					t.Fatalf("%s P=%d: phases %+v, want %d dense elements and k = %d", spec, p, ph, nDense, k)
 				}
+				w.close()
 			}
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/spargo-dl/spargo/comm"
+	"github.com/spargo-dl/spargo/comm/commtest"
 	"github.com/spargo-dl/spargo/ddp"
 	"github.com/spargo-dl/spargo/nn"
 )
@@ -177,6 +178,7 @@ func TestPowerSGDConservation(t *testing.T) {
 					}
 				}
 			}
+			commtest.Close(w.groups)
 		}
 	}
 }

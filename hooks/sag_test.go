@@ -68,6 +68,7 @@ func TestSAGCost(t *testing.T) {
 				}
 			}
 		}
+		w.close()
 	}
 }
 
@@ -173,6 +174,7 @@ func TestTinyBuckets(t *testing.T) {
 				name := fmt.Sprintf("%s/n=%d/call %d", spec, n, it)
 				w.callConserving(t, name, name, gs)
 			}
+			w.close()
 		}
 	}
 	w := newWorld(t, 4, "gtopk")

@@ -91,6 +91,7 @@ func TestSparDLCostOracle(t *testing.T) {
 				t.Errorf("P=%d rank %d: %v; want %d rounds and 4(P-1)k_b = %d words received", p, r, s, 2*ceilLog2(p), 4*int64(p-1)*kb)
 			}
 		}
+		w.close()
 	}
 }
 
@@ -107,6 +108,7 @@ func TestSparDLConservationAndConsistency(t *testing.T) {
 				gs := grads(uint64(100*p+it), p, n)
 				w.callConserving(t, name, fmt.Sprintf("%s/call %d", name, it), gs)
 			}
+			w.close()
 		}
 	}
 }
@@ -257,6 +259,7 @@ func TestSparDLMatchesReference(t *testing.T) {
 					}
 					res = wantRes
 				}
+				w.close()
 			}
 		}
 	}
