@@ -1,9 +1,10 @@
-# PyTorch yardsticks for spargo's compressed hooks (issue 26): dgc, qsgd and efsignsgd written from the
+# PyTorch yardsticks for spargo's compressed hooks (issue 26): dgc, qsgd, efsignsgd, signsgd and signum written from the
 # papers, on the recipe of anchors/torch_cifar_vgg_topk.py (P simulated workers in one process, VGG-11 on
 # CIFAR-10, SGD lr 0.01, momentum 0.9, wd 5e-4, 3 epochs), and the same compressors as real DDP comm hooks
 # (ddp_hook below) for torchrun.
 #   OPENBLAS_NUM_THREADS=1 /usr/bin/python3 scripts/torch_compressors.py DATA_DIR MODEL EPOCHS WORKERS BATCH_PER_WORKER HOOK [LR=0.01] [SEED=0]
-# HOOK: dgc[:density=0.001,momentum=0.9,warmup=0] | qsgd[:levels=127,chunk=512] | efsignsgd | allreduce.
+# HOOK: dgc[:density=0.001,momentum=0.9,warmup=0] | qsgd[:levels=127,chunk=512] | efsignsgd | signsgd |
+# signum[:beta=0.9] | allreduce.
 # dgc applies the momentum itself (momentum correction): the optimizer then runs without momentum, as
 # spargo's recipe for -hook dgc (scripts/convergence.sh passes -momentum 0 for it).
 # Prints test accuracy per epoch, as the anchor does. Not run in CI: the convergence check runs it.
@@ -57,13 +58,27 @@ class EFSign:
         self.e = p - delta
         return delta
 
+class Sign:
+    """Bernstein et al. 2018: each worker sends sign(g) (signsgd) or sign(m), m = β·m + (1-β)·g (signum),
+    with 0 sent as +1 as 1-bit packings do; the result is the majority vote sign(Σ signs) (majority below)."""
+    majority = True
+    def __init__(self, n, beta=None):
+        self.beta = None if beta is None else float(beta)
+        self.m = torch.zeros(n)
+    def __call__(self, g):
+        if self.beta is not None:
+            self.m = self.beta * self.m + (1 - self.beta) * g; g = self.m
+        return torch.where(g < 0, -1.0, 1.0)
+
 def compressor(spec, n, P, rank):
     name, kv = parse(spec)
     if name == 'dgc': return DGC(n, P=P, **kv)
     if name == 'qsgd': return QSGD(n, seed=int(kv.pop('seed', 0)) * 1000 + rank, **kv)
     if name == 'efsignsgd': return EFSign(n)
+    if name == 'signsgd': return Sign(n)
+    if name == 'signum': return Sign(n, beta=kv.get('beta', 0.9))
     if name == 'allreduce': return lambda g: g
-    raise SystemExit(f"unknown hook {spec!r}: dgc, qsgd, efsignsgd or allreduce")
+    raise SystemExit(f"unknown hook {spec!r}: dgc, qsgd, efsignsgd, signsgd, signum or allreduce")
 
 def ddp_hook(spec):
     """The same compressors as a torch DDP comm hook (model.register_comm_hook(None, ddp_hook(spec))):
@@ -78,7 +93,8 @@ def ddp_hook(spec):
         sent = states[key](g.detach().float().cpu()).to(g.device, g.dtype)
         out = [torch.zeros_like(sent) for _ in range(dist.get_world_size())]
         fut = dist.all_gather(out, sent, async_op=True).get_future()
-        return fut.then(lambda _: torch.stack(out).mean(0))
+        vote = getattr(states[key], 'majority', False)
+        return fut.then(lambda _: torch.stack(out).sum(0).sign() if vote else torch.stack(out).mean(0))
     return hook
 
 def main():
@@ -117,7 +133,7 @@ def main():
                 idx = perm[i + r*bs:i + (r+1)*bs]
                 m.zero_grad(); loss = F.cross_entropy(m(torch.from_numpy(augment(xtr[idx]))), torch.from_numpy(ytr[idx])); loss.backward(); tl += loss.item() / P
                 total += comps[r](torch.cat([p.grad.reshape(-1) for p in params]))
-            total /= P; off = 0
+            total = torch.sign(total) if getattr(comps[0], 'majority', False) else total / P; off = 0
             for p in params: p.grad = total[off:off+p.numel()].view_as(p).clone(); off += p.numel()
             opt.step(); nb += 1
         m.eval(); correct = 0
