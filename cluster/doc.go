@@ -57,8 +57,10 @@
 // share a name (network namespaces) contradict LOCAL_WORLD_SIZE and fail every rank alike,
 // naming the rank, until SPARGO_NODE tells them apart. The returned group reports the
 // comm.Topology (comm.TopologyOf) and counts the bytes that cross nodes. A NodeTransport
-// (Options.NodeTransport; shared memory once comm has it, refused by SPARGO_SHM=0) connects the
-// ranks of a node, and comm.Route sends their traffic through it instead of TCP.
+// (Options.NodeTransport; by default shared memory, comm.NewShm, in SPARGO_SHM_DIR or /dev/shm;
+// refused by SPARGO_SHM=0) connects the ranks of a node, and comm.Route sends their traffic
+// through it instead of TCP. If a node's first rank cannot make the segment, the node's other
+// ranks learn it through the store and stop at once instead of waiting out the join timeout.
 //
 // # Rendezvous
 //

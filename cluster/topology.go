@@ -228,8 +228,17 @@ type NodeTransport func(ctx context.Context, c NodeGroupConfig) (comm.Group, err
 // sharedMemory is the node transport Init uses when Options.NodeTransport is nil and SPARGO_SHM
 // does not forbid it: the node's ranks map one shared-memory segment (comm.NewShm) named after
 // the job's run id, attempt and node, protected by the job's secret, with the job's failure
-// timeout. The node group's rank i is c.Members[i].
+// timeout, in SPARGO_SHM_DIR (default /dev/shm). The node group's rank i is c.Members[i].
 var sharedMemory NodeTransport = func(ctx context.Context, c NodeGroupConfig) (comm.Group, error) {
+	return joinShm(ctx, c, os.Getenv("SPARGO_SHM_DIR"))
+}
+
+// joinShm is sharedMemory with the segment in dir ("" for /dev/shm). When the node's first rank
+// cannot make the segment (a full /dev/shm, say) it leaves its error in the store, and the
+// node's other ranks, which would otherwise wait the join timeout for a segment that never
+// comes, stop at once with it (or, when the failed rank hosted the store and took it down,
+// saying that the store went away while they waited for that rank).
+func joinShm(ctx context.Context, c NodeGroupConfig, dir string) (comm.Group, error) {
 	local := -1
 	for i, m := range c.Members {
 		if m == c.Rank {
@@ -239,15 +248,58 @@ var sharedMemory NodeTransport = func(ctx context.Context, c NodeGroupConfig) (c
 	if local < 0 {
 		return nil, fmt.Errorf("rank %d is not among its node's ranks %v", c.Rank, c.Members)
 	}
-	return comm.NewShm(ctx, comm.ShmConfig{
+	failed := fmt.Sprintf("shm-failed/%d", c.Attempt)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	if local > 0 && c.Store != nil {
+		go func() {
+			first := c.Members[0]
+			for {
+				werr := c.Store.Wait(ctx, failed)
+				switch {
+				case ctx.Err() != nil:
+					return // the segment came, or the caller gave up
+				case werr == nil:
+					why, err := c.Store.Get(ctx, failed)
+					if err != nil {
+						why = []byte(err.Error())
+					}
+					cancel(firstRankFailed{fmt.Errorf("rank %d, the node's first, could not make its shared segment: %s", first, why)})
+					return
+				case errors.Is(werr, context.DeadlineExceeded):
+					continue // the store's own timeout: wait again
+				}
+				// The store is gone: rank 0 hosts it and stops it when it fails.
+				cancel(firstRankFailed{fmt.Errorf("lost the job's store while waiting for rank %d to make the node's shared segment (if rank %d failed, its output says why): %w", first, first, werr)})
+				return
+			}
+		}()
+	}
+	g, err := comm.NewShm(ctx, comm.ShmConfig{
 		Rank: local, Size: len(c.Members),
 		Job:       fmt.Sprintf("%s.%d.node%d", c.RunID, c.Attempt, c.Topology.Node(c.Rank)),
 		Secret:    c.Secret,
+		Dir:       dir,
 		Timeout:   c.Timeout,
 		OpTimeout: c.OpTimeout,
 		Logf:      c.Logf,
 	})
+	if err != nil {
+		var first firstRankFailed
+		if errors.As(context.Cause(ctx), &first) {
+			return nil, first.error
+		}
+		if local == 0 && c.Store != nil {
+			sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			c.Store.Set(sctx, failed, []byte(err.Error()))
+			scancel()
+		}
+	}
+	return g, err
 }
+
+// firstRankFailed is why joinShm stopped waiting: the node's first rank could not make the segment.
+type firstRankFailed struct{ error }
 
 // joinNodes returns the job's group: world viewed with topology top, and, when a node
 // transport connects this rank's node, routed through it to the ranks of the node.

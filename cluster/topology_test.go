@@ -3,10 +3,12 @@ package cluster
 import (
 	"context"
 	"errors"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/spargo-dl/spargo/comm"
 )
@@ -243,5 +245,74 @@ func TestInitTopologyMismatch(t *testing.T) {
 			!strings.Contains(err.Error(), "SPARGO_NODE") {
 			t.Errorf("rank %d: %v", r, err)
 		}
+	}
+}
+
+// When the node's first rank cannot make the shared segment (here: its directory does not
+// exist; in a container: a full /dev/shm), every rank of the node stops with its error at once,
+// not after the 60 s join timeout.
+func TestShmFailureOfFirstRankReachesTheNode(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the shared-memory transport needs Linux")
+	}
+	const p = 3
+	port, _ := freePort()
+	missing := t.TempDir() + "/no-such-dir"
+	start := time.Now()
+	groups, _, errs := initRanks(t, p, func(r int) Options {
+		return Options{Logf: t.Logf, Lookup: rankEnv(r, p, port, "SPARGO_SECRET=s", "SPARGO_TIMEOUT=5",
+			"SPARGO_NODE=n0", "LOCAL_RANK="+strconv.Itoa(r), "LOCAL_WORLD_SIZE=3"),
+			NodeTransport: func(ctx context.Context, c NodeGroupConfig) (comm.Group, error) { return joinShm(ctx, c, missing) }}
+	})
+	for _, g := range groups {
+		if g != nil {
+			g.Close()
+		}
+	}
+	if took := time.Since(start); took > 20*time.Second {
+		t.Errorf("the ranks stopped after %v; want well before the 60 s join timeout", took)
+	}
+	for r, err := range errs {
+		if err == nil {
+			t.Fatalf("rank %d: Init succeeded without a segment", r)
+		}
+		msg := err.Error()
+		t.Logf("rank %d: %v", r, err)
+		if r == 0 && !strings.Contains(msg, missing) {
+			t.Errorf("rank %d: %q does not name the directory", r, msg)
+		}
+		// Rank 0 hosts the store and takes it down as its Init fails: the others read its
+		// error from the store, or see the store go while they wait for rank 0.
+		if r > 0 && !strings.Contains(msg, "rank 0, the node's first, could not make its shared segment") &&
+			!strings.Contains(msg, "lost the job's store while waiting for rank 0 to make the node's shared segment") {
+			t.Errorf("rank %d: %q does not say that it waited for rank 0", r, msg)
+		}
+	}
+}
+
+// The same on a node whose first rank does not host the store: the node's other rank reads the
+// first rank's error from the store.
+func TestShmFailureOfFirstRankOfSecondNode(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the shared-memory transport needs Linux")
+	}
+	const p = 4
+	port, _ := freePort()
+	good, missing := t.TempDir(), t.TempDir()+"/no-such-dir"
+	_, _, errs := initRanks(t, p, func(r int) Options {
+		dir := good
+		if r >= 2 {
+			dir = missing
+		}
+		return Options{Logf: t.Logf, Lookup: rankEnv(r, p, port, "SPARGO_SECRET=s", "SPARGO_TIMEOUT=2",
+			"SPARGO_NODE=n"+strconv.Itoa(r/2), "LOCAL_RANK="+strconv.Itoa(r%2), "LOCAL_WORLD_SIZE=2"),
+			NodeTransport: func(ctx context.Context, c NodeGroupConfig) (comm.Group, error) { return joinShm(ctx, c, dir) }}
+	})
+	want := "rank 2, the node's first, could not make its shared segment: comm: NewShm: rank 0: open " + missing
+	if err := errs[3]; err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("rank 3: %v; want an error containing %q", err, want)
+	}
+	if err := errs[2]; err == nil || !strings.Contains(err.Error(), missing) {
+		t.Fatalf("rank 2: %v; want an error naming %s", err, missing)
 	}
 }

@@ -148,7 +148,8 @@ func (e *shmSpaceError) Error() string {
 	}
 	return fmt.Sprintf("the shared segment needs %.1f MiB in %s, which has %s free "+
 		"(a container's /dev/shm is 64 MiB unless given more: docker run --shm-size=1g, or a "+
-		"memory-backed emptyDir at /dev/shm under Kubernetes); or make the rings smaller "+
+		"memory-backed emptyDir at /dev/shm under Kubernetes); or put the segment on another "+
+		"memory file system (ShmConfig.Dir; SPARGO_SHM_DIR under cluster.Init), make the rings smaller "+
 		"(ShmConfig.RingBytes), or let the node's ranks talk over TCP (SPARGO_SHM=0)",
 		float64(e.need)/(1<<20), e.dir, free)
 }
