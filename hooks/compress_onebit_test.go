@@ -67,3 +67,59 @@ func TestOnebitScaleContracts(t *testing.T) {
 		}
 	}
 }
+
+// On stationary heavy-tailed gradients (a hot direction on 2 % of the elements plus small
+// noise, fresh each call), the error feedback of the sign compressors stays bounded, and their
+// results are larger than the ranks' true mean: every element gets the scale's magnitude, in
+// onebit twice (worker and server stage). The figures in BENCHMARKS.md ("The compressed family")
+// are this test's log (go test -run TestSignCompressorsOutputNorm -v ./hooks).
+func TestSignCompressorsOutputNorm(t *testing.T) {
+	const p, n, calls = 4, 20000, 120
+	norm := func(x []float32) float64 {
+		var s float64
+		for _, v := range x {
+			s += float64(v) * float64(v)
+		}
+		return math.Sqrt(s)
+	}
+	outNorm := map[string]float64{}
+	for _, spec := range []string{"onebit", "onebit:scale=rms", "efsignsgd:buckets=ddp"} {
+		w := newWorld(t, p, spec)
+		rng := rand.New(rand.NewPCG(1, 2))
+		var mean, res60 float64
+		for call := range calls {
+			gs := make([][]float32, p)
+			avg := make([]float32, n)
+			for r := range gs {
+				gs[r] = make([]float32, n)
+				for i := range gs[r] {
+					v := rng.NormFloat64() * 1e-3
+					if i%50 == 0 {
+						v = rng.NormFloat64() + 0.5
+					}
+					gs[r][i] = float32(v)
+					avg[i] += float32(v) / p
+				}
+			}
+			outs, _ := w.call(t, 0, gs)
+			res := norm(w.residuals(n)[0])
+			switch call {
+			case calls / 2:
+				res60 = res
+			case calls - 1:
+				outNorm[spec], mean = norm(outs[0]), norm(avg)
+				t.Logf("%-22s call %d: |mean of g| %.1f, |result| %.1f, |residual of rank 0| %.1f (%.1f at call %d)", spec, call, mean, outNorm[spec], res, res60, calls/2)
+				if res > 1.3*res60 { // a residual growing without bound would double
+					t.Errorf("%s: the residual grew from %.1f to %.1f over the last %d calls", spec, res60, res, calls/2)
+				}
+				if outNorm[spec] < 2*mean {
+					t.Errorf("%s: |result| %.1f, want the sign's inflation over |mean| %.1f", spec, outNorm[spec], mean)
+				}
+			}
+		}
+		w.close()
+	}
+	if outNorm["onebit"] < 1.5*outNorm["efsignsgd:buckets=ddp"] {
+		t.Errorf("onebit's result %.1f is not larger than efsignsgd's %.1f: the two stages should add up", outNorm["onebit"], outNorm["efsignsgd:buckets=ddp"])
+	}
+}

@@ -27,8 +27,10 @@ import (
 //     ‖x‖₂² − ‖x‖₁²/c, is always less than ‖x‖₂². scale=rms takes DeepSpeed's ‖x‖₂/√c, which
 //     keeps the chunk's norm but leaves an error of 2‖x‖₂²(1 − ρ), ρ = ‖x‖₁/(√c‖x‖₂): larger
 //     than x itself once ρ < 1/2, as SGD gradients are after a few steps (ρ fell from 0.68 to
-//     0.15 over VGG-11's first 30 steps), so the error feedback grows and VGG-11 did not train
-//     (BENCHMARKS.md); DeepSpeed compresses Adam's momentum, whose ρ stays higher.
+//     0.15 over VGG-11's first 30 steps); DeepSpeed compresses Adam's momentum, whose ρ stays
+//     higher. With either scale the result has the scale's magnitude on every element, and
+//     two stages of it: on VGG-11 at the convergence check's lr 0.01 neither trained
+//     (BENCHMARKS.md), on the LSTM mean did better than rms.
 //     With W = Σ_j (⌈c_j/32⌉+1) over the P chunks c_j (n/P, the first n mod P one longer),
 //     rank r receives (P-1)(⌈c_r/32⌉+1) words in stage 1 and W − (⌈c_r/32⌉+1) in stage 2: the
 //     busiest, rank 0, W + (P-2)(⌈c_0/32⌉+1).
@@ -190,7 +192,7 @@ func init() {
 		})
 	registerCompressed("onebit", "1-bit SGD (Seide et al. 2014) as DeepSpeed's compressed all-reduce: (‖x‖₁/c)·sign per chunk, "+
 		"two stages with worker and server error feedback; W+(P-2)(⌈c₀/32⌉+1) words, W = Σ_j(⌈c_j/32⌉+1)",
-		[]Option{{Name: "scale", Default: "mean", Help: "mean: ‖x‖₁/c per chunk, the least-squares scale | rms: ‖x‖₂/√c, DeepSpeed's (its error feedback grows on SGD gradients)"}},
+		[]Option{{Name: "scale", Default: "mean", Help: "mean: ‖x‖₁/c per chunk, the least-squares scale | rms: ‖x‖₂/√c, DeepSpeed's (not a contraction once ‖x‖₁ < √c‖x‖₂/2)"}},
 		TwoStage, true, func(o Values) (Compressor, error) {
 			v, err := o.Enum("scale", "mean", "rms")
 			if err != nil {
