@@ -29,8 +29,9 @@ import (
 //     than x itself once ρ < 1/2, as SGD gradients are after a few steps (ρ fell from 0.68 to
 //     0.15 over VGG-11's first 30 steps); DeepSpeed compresses Adam's momentum, whose ρ stays
 //     higher. With either scale the result has the scale's magnitude on every element, and
-//     two stages of it: on VGG-11 at the convergence check's lr 0.01 neither trained
-//     (BENCHMARKS.md), on the LSTM mean did better than rms.
+//     two stages of it, so the step is larger than SGD's on the true mean: on VGG-11 neither
+//     trained at the convergence check's lr 0.01, and mean did at lr 0.002 (BENCHMARKS.md);
+//     on the LSTM mean did better than rms.
 //     With W = Σ_j (⌈c_j/32⌉+1) over the P chunks c_j (n/P, the first n mod P one longer),
 //     rank r receives (P-1)(⌈c_r/32⌉+1) words in stage 1 and W − (⌈c_r/32⌉+1) in stage 2: the
 //     busiest, rank 0, W + (P-2)(⌈c_0/32⌉+1).
