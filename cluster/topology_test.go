@@ -255,20 +255,9 @@ func TestShmFailureOfFirstRankReachesTheNode(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("the shared-memory transport needs Linux")
 	}
-	const p = 3
-	port, _ := freePort()
 	missing := t.TempDir() + "/no-such-dir"
 	start := time.Now()
-	groups, _, errs := initRanks(t, p, func(r int) Options {
-		return Options{Logf: t.Logf, Lookup: rankEnv(r, p, port, "SPARGO_SECRET=s", "SPARGO_TIMEOUT=5",
-			"SPARGO_NODE=n0", "LOCAL_RANK="+strconv.Itoa(r), "LOCAL_WORLD_SIZE=3"),
-			NodeTransport: func(ctx context.Context, c NodeGroupConfig) (comm.Group, error) { return joinShm(ctx, c, missing) }}
-	})
-	for _, g := range groups {
-		if g != nil {
-			g.Close()
-		}
-	}
+	errs := initShmIn(t, 3, 3, func(int) string { return missing })
 	if took := time.Since(start); took > 20*time.Second {
 		t.Errorf("the ranks stopped after %v; want well before the 60 s join timeout", took)
 	}
@@ -296,17 +285,12 @@ func TestShmFailureOfFirstRankOfSecondNode(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("the shared-memory transport needs Linux")
 	}
-	const p = 4
-	port, _ := freePort()
 	good, missing := t.TempDir(), t.TempDir()+"/no-such-dir"
-	_, _, errs := initRanks(t, p, func(r int) Options {
-		dir := good
+	errs := initShmIn(t, 4, 2, func(r int) string {
 		if r >= 2 {
-			dir = missing
+			return missing
 		}
-		return Options{Logf: t.Logf, Lookup: rankEnv(r, p, port, "SPARGO_SECRET=s", "SPARGO_TIMEOUT=2",
-			"SPARGO_NODE=n"+strconv.Itoa(r/2), "LOCAL_RANK="+strconv.Itoa(r%2), "LOCAL_WORLD_SIZE=2"),
-			NodeTransport: func(ctx context.Context, c NodeGroupConfig) (comm.Group, error) { return joinShm(ctx, c, dir) }}
+		return good
 	})
 	want := "rank 2, the node's first, could not make its shared segment: comm: NewShm: rank 0: open " + missing
 	if err := errs[3]; err == nil || !strings.Contains(err.Error(), want) {
@@ -315,4 +299,21 @@ func TestShmFailureOfFirstRankOfSecondNode(t *testing.T) {
 	if err := errs[2]; err == nil || !strings.Contains(err.Error(), missing) {
 		t.Fatalf("rank 2: %v; want an error naming %s", err, missing)
 	}
+}
+
+// initShmIn runs Init on p ranks of this process, perNode to a node, whose node transport is
+// the shared memory in dir(rank), closes the groups it made and returns the errors.
+func initShmIn(t *testing.T, p, perNode int, dir func(r int) string) []error {
+	port, _ := freePort()
+	groups, _, errs := initRanks(t, p, func(r int) Options {
+		return Options{Logf: t.Logf, Lookup: rankEnv(r, p, port, "SPARGO_SECRET=s", "SPARGO_TIMEOUT=5",
+			"SPARGO_NODE=n"+strconv.Itoa(r/perNode), "LOCAL_RANK="+strconv.Itoa(r%perNode), "LOCAL_WORLD_SIZE="+strconv.Itoa(perNode)),
+			NodeTransport: func(ctx context.Context, c NodeGroupConfig) (comm.Group, error) { return joinShm(ctx, c, dir(r)) }}
+	})
+	for _, g := range groups {
+		if g != nil {
+			g.Close()
+		}
+	}
+	return errs
 }
