@@ -1,4 +1,4 @@
-# PyTorch yardsticks for spargo's compressed hooks (issue 26): dgc, qsgd, efsignsgd, signsgd and signum written from the
+# PyTorch yardsticks for spargo's compressed hooks (issue 26): dgc, qsgd, efsignsgd, signsgd, signum and onebit written from the
 # papers, on the recipe of anchors/torch_cifar_vgg_topk.py (P simulated workers in one process, VGG-11 on
 # CIFAR-10, SGD lr 0.01, momentum 0.9, wd 5e-4, 3 epochs), and the same compressors as real DDP comm hooks
 # (ddp_hook below) for torchrun.
@@ -6,7 +6,7 @@
 # BN=shared keeps the BatchNorm running statistics updated by every worker's batch in turn (the anchor's
 # simulation); BN=rank0 keeps worker 0's only, as DDP evaluates (worth about 3 points on the dense recipe).
 # HOOK: dgc[:density=0.001,momentum=0.9,warmup=0] | qsgd[:levels=127,chunk=512] | efsignsgd | signsgd |
-# signum[:beta=0.9] | allreduce.
+# signum[:beta=0.9] | onebit[:scale=mean] | allreduce.
 # dgc applies the momentum itself (momentum correction): the optimizer then runs without momentum, as
 # spargo's recipe for -hook dgc (scripts/convergence.sh passes -momentum 0 for it).
 # Prints test accuracy per epoch, as the anchor does. Not run in CI: the convergence check runs it.
@@ -72,6 +72,39 @@ class Sign:
             self.m = self.beta * self.m + (1 - self.beta) * g; g = self.m
         return torch.where(g < 0, -1.0, 1.0)
 
+class OneBit:
+    """Seide et al. 2014 as DeepSpeed's compressed all-reduce (1-bit Adam's backend): the vector is cut in P
+    chunks (n//P elements, the first n%P one longer); each worker sends s·sign(p) per chunk of p = g + e and
+    keeps e = p − what it sent; the server of each chunk takes the mean of the P messages, adds its own
+    residual and sends that back the same way (server below). s = ‖x‖₁/c (scale=mean) or ‖x‖₂/√c (scale=rms,
+    DeepSpeed's). 0 is sent as +1."""
+    def __init__(self, n, P, scale='mean'):
+        if scale not in ('mean', 'rms'): raise SystemExit(f"onebit: scale={scale!r}: want mean or rms")
+        base, extra = divmod(n, P)
+        self.bounds = np.cumsum([0] + [base + (1 if j < extra else 0) for j in range(P)]).tolist()
+        self.scale, self.e = scale, torch.zeros(n)
+        self.server = OneBitServer(self, n)
+    def compress(self, x):
+        out = torch.empty_like(x)
+        for a, b in zip(self.bounds, self.bounds[1:]):
+            c = x[a:b]
+            s = c.abs().mean() if self.scale == 'mean' else c.norm() / (b - a) ** 0.5
+            out[a:b] = s * torch.where(c < 0, -1.0, 1.0)
+        return out
+    def __call__(self, g):
+        p = g + self.e
+        sent = self.compress(p); self.e = p - sent
+        return sent
+
+class OneBitServer:
+    """The servers' stage of OneBit on the mean of the workers' messages, with the server residual."""
+    def __init__(self, worker, n):
+        self.worker, self.e = worker, torch.zeros(n)
+    def __call__(self, mean):
+        q = mean + self.e
+        sent = self.worker.compress(q); self.e = q - sent
+        return sent
+
 def compressor(spec, n, P, rank):
     name, kv = parse(spec)
     if name == 'dgc': return DGC(n, P=P, **kv)
@@ -79,8 +112,9 @@ def compressor(spec, n, P, rank):
     if name == 'efsignsgd': return EFSign(n)
     if name == 'signsgd': return Sign(n)
     if name == 'signum': return Sign(n, beta=kv.get('beta', 0.9))
+    if name == 'onebit': return OneBit(n, P, **kv)
     if name == 'allreduce': return lambda g: g
-    raise SystemExit(f"unknown hook {spec!r}: dgc, qsgd, efsignsgd, signsgd, signum or allreduce")
+    raise SystemExit(f"unknown hook {spec!r}: dgc, qsgd, efsignsgd, signsgd, signum, onebit or allreduce")
 
 def ddp_hook(spec):
     """The same compressors as a torch DDP comm hook (model.register_comm_hook(None, ddp_hook(spec))):
@@ -96,7 +130,10 @@ def ddp_hook(spec):
         out = [torch.zeros_like(sent) for _ in range(dist.get_world_size())]
         fut = dist.all_gather(out, sent, async_op=True).get_future()
         vote = getattr(states[key], 'majority', False)
-        return fut.then(lambda _: torch.stack(out).sum(0).sign() if vote else torch.stack(out).mean(0))
+        # onebit: every rank runs the servers' stage on the whole mean (the same on each rank, as the
+        # all-gather of the servers' messages would give it).
+        server = getattr(states[key], 'server', lambda x: x)
+        return fut.then(lambda _: torch.stack(out).sum(0).sign() if vote else server(torch.stack(out).mean(0)))
     return hook
 
 def main():
@@ -140,7 +177,7 @@ def main():
                 idx = perm[i + r*bs:i + (r+1)*bs]
                 m.zero_grad(); loss = F.cross_entropy(m(torch.from_numpy(augment(xtr[idx]))), torch.from_numpy(ytr[idx])); loss.backward(); tl += loss.item() / P
                 total += comps[r](torch.cat([p.grad.reshape(-1) for p in params]))
-            total = torch.sign(total) if getattr(comps[0], 'majority', False) else total / P; off = 0
+            total = torch.sign(total) if getattr(comps[0], 'majority', False) else getattr(comps[0], 'server', lambda x: x)(total / P); off = 0
             for p in params: p.grad = total[off:off+p.numel()].view_as(p).clone(); off += p.numel()
             opt.step(); nb += 1
         m.eval(); correct = 0
