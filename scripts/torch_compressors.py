@@ -1,4 +1,4 @@
-# PyTorch yardsticks for spargo's compressed hooks (issue 26): dgc, qsgd, efsignsgd, signsgd, signum and onebit written from the
+# PyTorch yardsticks for spargo's compressed hooks (issue 26): dgc, qsgd, efsignsgd, signsgd, signum, onebit, randomk and threshold written from the
 # papers, on the recipe of anchors/torch_cifar_vgg_topk.py (P simulated workers in one process, VGG-11 on
 # CIFAR-10, SGD lr 0.01, momentum 0.9, wd 5e-4, 3 epochs), and the same compressors as real DDP comm hooks
 # (ddp_hook below) for torchrun.
@@ -6,7 +6,8 @@
 # BN=shared keeps the BatchNorm running statistics updated by every worker's batch in turn (the anchor's
 # simulation); BN=rank0 keeps worker 0's only, as DDP evaluates (worth about 3 points on the dense recipe).
 # HOOK: dgc[:density=0.001,momentum=0.9,warmup=0] | qsgd[:levels=127,chunk=512] | efsignsgd | signsgd |
-# signum[:beta=0.9] | onebit[:scale=mean] | allreduce.
+# signum[:beta=0.9] | onebit[:scale=mean] | randomk[:density=0.01,seed=0] |
+# threshold[:v=0.01] | allreduce.
 # dgc applies the momentum itself (momentum correction): the optimizer then runs without momentum, as
 # spargo's recipe for -hook dgc (scripts/convergence.sh passes -momentum 0 for it).
 # Prints test accuracy per epoch, as the anchor does. Not run in CI: the convergence check runs it.
@@ -105,6 +106,34 @@ class OneBitServer:
         sent = self.worker.compress(q); self.e = q - sent
         return sent
 
+class RandomK:
+    """Stich et al. 2018 (GRACE's RandomK) with a shared seed: every worker keeps the same k = ⌊n·density⌋
+    positions of p = g + e, drawn anew each call from the seed and the call number (so the messages sum),
+    and keeps e = p − what it sent."""
+    _shared = {}
+    def __init__(self, n, density=0.01, seed=0):
+        self.n, self.k, self.seed, self.calls, self.e = n, max(1, int(n * float(density))), int(seed), 0, torch.zeros(n)
+    def positions(self):
+        key = (self.seed, self.calls, self.n, self.k)
+        if key not in RandomK._shared:
+            gen = torch.Generator().manual_seed(self.seed * 1_000_003 + self.calls)
+            RandomK._shared.clear(); RandomK._shared[key] = torch.randperm(self.n, generator=gen)[:self.k]
+        return RandomK._shared[key]
+    def __call__(self, g):
+        p = g + self.e; pos = self.positions(); self.calls += 1
+        sent = torch.zeros(self.n); sent[pos] = p[pos]
+        self.e = p - sent
+        return sent
+
+class Threshold:
+    """Hard threshold with error feedback: the entries of p = g + e with |p| ≥ v are sent, e keeps the rest."""
+    def __init__(self, n, v=0.01):
+        self.v, self.e = float(v), torch.zeros(n)
+    def __call__(self, g):
+        p = g + self.e
+        sent = torch.where(p.abs() >= self.v, p, torch.zeros_like(p)); self.e = p - sent
+        return sent
+
 def compressor(spec, n, P, rank):
     name, kv = parse(spec)
     if name == 'dgc': return DGC(n, P=P, **kv)
@@ -113,8 +142,10 @@ def compressor(spec, n, P, rank):
     if name == 'signsgd': return Sign(n)
     if name == 'signum': return Sign(n, beta=kv.get('beta', 0.9))
     if name == 'onebit': return OneBit(n, P, **kv)
+    if name == 'randomk': return RandomK(n, **kv)
+    if name == 'threshold': return Threshold(n, **kv)
     if name == 'allreduce': return lambda g: g
-    raise SystemExit(f"unknown hook {spec!r}: dgc, qsgd, efsignsgd, signsgd, signum, onebit or allreduce")
+    raise SystemExit(f"unknown hook {spec!r}: dgc, qsgd, efsignsgd, signsgd, signum, onebit, randomk, threshold or allreduce")
 
 def ddp_hook(spec):
     """The same compressors as a torch DDP comm hook (model.register_comm_hook(None, ddp_hook(spec))):
