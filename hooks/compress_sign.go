@@ -28,10 +28,12 @@ import (
 //     keeps the chunk's norm but leaves an error of 2‖x‖₂²(1 − ρ), ρ = ‖x‖₁/(√c‖x‖₂): larger
 //     than x itself once ρ < 1/2, as SGD gradients are after a few steps (ρ fell from 0.68 to
 //     0.15 over VGG-11's first 30 steps); DeepSpeed compresses Adam's momentum, whose ρ stays
-//     higher. With either scale the result has the scale's magnitude on every element, and
-//     two stages of it, so the step is larger than SGD's on the true mean: on VGG-11 neither
-//     trained at the convergence check's lr 0.01, and mean did at lr 0.002 (BENCHMARKS.md);
-//     on the LSTM mean did better than rms.
+//     higher. On the LSTM mean did better than rms. As efsignsgd, onebit takes the whole
+//     model as one bucket by default (buckets=model), cut into the P chunks: DeepSpeed's
+//     flattened buffer, and the PyTorch yardstick's vector. With DDP's buckets (buckets=ddp)
+//     every chunk of each bucket has its own scale, the small bucket's (VGG-11's classifier
+//     and last BatchNorm) too, and VGG-11 did not train at the convergence check's lr 0.01
+//     with either scale (BENCHMARKS.md); with one bucket it does.
 //     With W = Σ_j (⌈c_j/32⌉+1) over the P chunks c_j (n/P, the first n mod P one longer),
 //     rank r receives (P-1)(⌈c_r/32⌉+1) words in stage 1 and W − (⌈c_r/32⌉+1) in stage 2: the
 //     busiest, rank 0, W + (P-2)(⌈c_0/32⌉+1).
@@ -191,9 +193,12 @@ func init() {
 			}
 			return signCompressor{scale: meanAbs, perTensor: v == "tensor"}, nil
 		})
-	registerCompressed("onebit", "1-bit SGD (Seide et al. 2014) as DeepSpeed's compressed all-reduce: (‖x‖₁/c)·sign per chunk, "+
+	registerCompressed("onebit", "1-bit SGD (Seide et al. 2014) as DeepSpeed's compressed all-reduce: (‖x‖₁/c)·sign per chunk of the whole model's gradient, "+
 		"two stages with worker and server error feedback; W+(P-2)(⌈c₀/32⌉+1) words, W = Σ_j(⌈c_j/32⌉+1)",
-		[]Option{{Name: "scale", Default: "mean", Help: "mean: ‖x‖₁/c per chunk, the least-squares scale | rms: ‖x‖₂/√c, DeepSpeed's (not a contraction once ‖x‖₁ < √c‖x‖₂/2)"}},
+		[]Option{
+			bucketsOption(BucketsModel),
+			{Name: "scale", Default: "mean", Help: "mean: ‖x‖₁/c per chunk, the least-squares scale | rms: ‖x‖₂/√c, DeepSpeed's (not a contraction once ‖x‖₁ < √c‖x‖₂/2)"},
+		},
 		TwoStage, true, func(o Values) (Compressor, error) {
 			v, err := o.Enum("scale", "mean", "rms")
 			if err != nil {

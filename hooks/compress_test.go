@@ -12,8 +12,9 @@ import (
 )
 
 // compressedSpecs are the compressed family's hooks as the tests run them (small densities
-// and thresholds that keep some entries of the test gradients; efsignsgd on DDP's buckets
-// with a scale per tensor, so that DDP runs it on several buckets of several tensors).
+// and thresholds that keep some entries of the test gradients; efsignsgd and onebit on DDP's
+// buckets, efsignsgd with a scale per tensor, so that DDP runs them on several buckets of
+// several tensors).
 var compressedSpecs = map[string]string{
 	"dgc":       "dgc:density=0.05,warmup=1",
 	"qsgd":      "qsgd:levels=15,chunk=64",
@@ -21,7 +22,7 @@ var compressedSpecs = map[string]string{
 	"signsgd":   "signsgd",
 	"signum":    "signum",
 	"efsignsgd": "efsignsgd:buckets=ddp,scale=tensor",
-	"onebit":    "onebit",
+	"onebit":    "onebit:buckets=ddp",
 	"randomk":   "randomk:density=0.05",
 	"threshold": "threshold:v=2",
 	"natural":   "natural",
@@ -305,11 +306,13 @@ func TestEFSignSGDScalesPerTensor(t *testing.T) {
 	}
 }
 
-// efsignsgd takes the whole model as one bucket by default (the PyTorch yardstick's vector;
-// DDP's buckets each with its own scale diverged on VGG-11), DDP's buckets with buckets=ddp.
-func TestEFSignSGDPlansOneBucket(t *testing.T) {
+// efsignsgd and onebit take the whole model as one bucket by default (the PyTorch yardsticks'
+// vector, DeepSpeed's flattened buffer; DDP's buckets, each with its own scales, diverged on
+// VGG-11), DDP's buckets with buckets=ddp.
+func TestSignScalesPlanOneBucket(t *testing.T) {
 	ps := namedParams(3, 5, 7)
-	for spec, want := range map[string][][]int{"efsignsgd": {{2, 1, 0}}, "efsignsgd:buckets=ddp": nil, "qsgd": nil} {
+	for spec, want := range map[string][][]int{"efsignsgd": {{2, 1, 0}}, "efsignsgd:buckets=ddp": nil, "qsgd": nil,
+		"onebit": {{2, 1, 0}}, "onebit:buckets=ddp": nil} {
 		h, err := Parse(spec)
 		if err != nil {
 			t.Fatal(err)
