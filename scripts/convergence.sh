@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The hooks' convergence comparison (docs/ALGORITHMS.md §0, issue 11): every hook against dense,
 # one metrics file per hook in OUT, then the plots in docs/ (dense / sparse / layer-wise
-# groups, against epochs and wall time).
+# / compressed / sign groups, against epochs and wall time) and OUT/table.md.
 #
 #   vgg (default): VGG-11 on $SPARGO_DATA/cifar10, 4 in-process workers × batch 16, 3 epochs;
-#     accuracy and loss. OUT defaults to docs/convergence; plots docs/convergence-vgg11-*.png.
+#     accuracy and loss. OUT defaults to docs/convergence; plots docs/convergence-vgg11-*.png
+#     (dense, sparse, layerwise, compressed, sign).
 #   lstm: LSTM small on $SPARGO_DATA/ptb (Zaremba's 200-unit model), 4 in-process workers × batch 20 ×
 #     bptt 35, SGD lr 20, clip 0.25; validation perplexity and training loss. OUT defaults to
 #     docs/convergence-lstm; plots docs/convergence-lstm-*.png. By default the full recipe
@@ -78,7 +79,8 @@ if [[ $task == vgg ]]; then
   plot $pngs/convergence-vgg11-dense.png "VGG-11, 4 workers: dense and near-lossless hooks" allreduce fp16 bf16 osp powersgd:rank=4,start_iter=10
   plot $pngs/convergence-vgg11-sparse.png "VGG-11, 4 workers: sparse hooks at density 0.01 vs dense" allreduce spardl:density=0.01 spardl:density=0.01,teams=2 oktopk:density=0.01 gaussiank:density=0.01 topka topkdsa gtopk
   plot $pngs/convergence-vgg11-layerwise.png "VGG-11, 4 workers: layer-wise (OMGS family) and COVAP vs dense" allreduce lags:density=0.01 mgs:density=0.01 omgs:density=0.01 covap:interval=2 covap:interval=4 covap:interval=auto
-  plot $pngs/convergence-vgg11-compressed.png "VGG-11, 4 workers: the compressed family vs dense and top-k" allreduce topka dgc:density=0.001,warmup=100 qsgd terngrad signsgd signum efsignsgd onebit randomk:density=0.01 threshold natural 8bit
+  plot $pngs/convergence-vgg11-compressed.png "VGG-11, 4 workers: quantizers and sparsifiers vs dense and top-k" allreduce topka dgc:density=0.001,warmup=100 qsgd terngrad natural 8bit threshold randomk:density=0.01
+  plot $pngs/convergence-vgg11-sign.png "VGG-11, 4 workers: the sign family vs dense" allreduce signsgd signum efsignsgd onebit
   # BENCHMARKS.md's table, into OUT/table.md: test accuracy after each epoch, the last epoch's
   # training loss, the floor of docs/ALGORITHMS.md §0 that applies (✓ met, ✗ not; a hook
   # without one is reported, not judged), images/s of the four workers together (training
@@ -127,7 +129,8 @@ else
   plot $pngs/convergence-lstm-dense.png "LSTM small on PTB, 4 workers: dense and near-lossless hooks" allreduce fp16 bf16 osp powersgd:rank=4,start_iter=10
   plot $pngs/convergence-lstm-sparse.png "LSTM small on PTB, 4 workers: sparse hooks at density 0.01 vs dense" allreduce spardl:density=0.01 spardl:density=0.01,teams=2 oktopk:density=0.01 gaussiank:density=0.01 topka topkdsa gtopk
   plot $pngs/convergence-lstm-layerwise.png "LSTM small on PTB, 4 workers: layer-wise (OMGS family) and COVAP vs dense" allreduce lags:density=0.01 mgs:density=0.01 omgs:density=0.01 covap:interval=2 covap:interval=4 covap:interval=auto
-  plot $pngs/convergence-lstm-compressed.png "LSTM small on PTB, 4 workers: the compressed family vs dense and top-k" allreduce topka dgc:density=0.001,warmup=100 qsgd terngrad signsgd signum efsignsgd onebit randomk:density=0.01 threshold natural 8bit
+  plot $pngs/convergence-lstm-compressed.png "LSTM small on PTB, 4 workers: quantizers and sparsifiers vs dense and top-k" allreduce topka dgc:density=0.001,warmup=100 qsgd terngrad natural 8bit threshold randomk:density=0.01
+  plot $pngs/convergence-lstm-sign.png "LSTM small on PTB, 4 workers: the sign family vs dense" allreduce signsgd signum efsignsgd onebit
   # BENCHMARKS.md's table, into OUT/table.md: the validation perplexity at four of the
   # validations (the last at the end of the run), the test perplexity (whole test stream), the epochs'
   # training loss and words/s (all ranks, validation time left out), the wall time; a hook
