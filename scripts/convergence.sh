@@ -48,10 +48,12 @@ name() { echo "$1" | sed 's/:/_/g; s/=/-/g; s/,/_/g'; }
 mkdir -p "$out"
 if ! $plot_only; then
   go build -o "$out/.$task" ./examples/$task
-  # The machine and the code the runs measure, for the table's heading.
-  { echo "commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . 2>/dev/null || echo ' (with local changes)')"
-    echo "cpu $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) cores"
-    echo "started $(date -u +%FT%TZ)"; } >"$out/machine.txt"
+  # The machine and the code the runs measure, for the table's heading: one line per
+  # invocation, appended when HOOKS re-runs some rows (the others keep their own line).
+  line="commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . 2>/dev/null || echo ' (with local changes)'),"
+  line+=" cpu $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) cores,"
+  line+=" started $(date -u +%FT%TZ): ${run_hooks[*]}"
+  if [[ -n ${HOOKS:-} ]]; then echo "$line" >>"$out/machine.txt"; else echo "$line" >"$out/machine.txt"; fi
   for h in "${run_hooks[@]}"; do
     echo "== $h $(date -u +%FT%TZ)" >&2
     # A hook that fails is recorded, not hidden: its error stays in OUT/NAME.err and the
@@ -75,7 +77,8 @@ fi
 # plot leaves it out and says so; lstm's table names its error).
 f() { for h in "$@"; do if [[ -s $out/$(name "$h").jsonl ]]; then echo "$out/$(name "$h").jsonl"; else echo "!! no metrics for $h in $out: left out of the plot" >&2; fi; done; }
 if [[ $task == vgg ]]; then
-  plot() { local png=$1; shift; ${SPARGO:-go run ./cmd/spargo} plot -x epochs,time -width 1400 -height 1000 -title "$1" -o "$png" $(f "${@:2}"); }
+  plot() { local png=$1 files; shift; files=$(f "${@:2}"); [[ -n $files ]] || { echo "!! no metrics for $png: not drawn" >&2; return 0; }
+    ${SPARGO:-go run ./cmd/spargo} plot -x epochs,time -width 1400 -height 1000 -title "$1" -o "$png" $files; }
   plot $pngs/convergence-vgg11-dense.png "VGG-11, 4 workers: dense and near-lossless hooks" allreduce fp16 bf16 osp powersgd:rank=4,start_iter=10
   plot $pngs/convergence-vgg11-sparse.png "VGG-11, 4 workers: sparse hooks at density 0.01 vs dense" allreduce spardl:density=0.01 spardl:density=0.01,teams=2 oktopk:density=0.01 gaussiank:density=0.01 topka topkdsa gtopk
   plot $pngs/convergence-vgg11-layerwise.png "VGG-11, 4 workers: layer-wise (OMGS family) and COVAP vs dense" allreduce lags:density=0.01 mgs:density=0.01 omgs:density=0.01 covap:interval=2 covap:interval=4 covap:interval=auto
@@ -125,7 +128,8 @@ PY
   cat "$out/table.md"
 else
   # Perplexity on a log scale: it falls from ~10,000 to ~150 within an epoch.
-  plot() { local png=$1; shift; ${SPARGO:-go run ./cmd/spargo} plot -x epochs,time -log-ppl -width 1400 -height 1000 -title "$1" -o "$png" $(f "${@:2}"); }
+  plot() { local png=$1 files; shift; files=$(f "${@:2}"); [[ -n $files ]] || { echo "!! no metrics for $png: not drawn" >&2; return 0; }
+    ${SPARGO:-go run ./cmd/spargo} plot -x epochs,time -log-ppl -width 1400 -height 1000 -title "$1" -o "$png" $files; }
   plot $pngs/convergence-lstm-dense.png "LSTM small on PTB, 4 workers: dense and near-lossless hooks" allreduce fp16 bf16 osp powersgd:rank=4,start_iter=10
   plot $pngs/convergence-lstm-sparse.png "LSTM small on PTB, 4 workers: sparse hooks at density 0.01 vs dense" allreduce spardl:density=0.01 spardl:density=0.01,teams=2 oktopk:density=0.01 gaussiank:density=0.01 topka topkdsa gtopk
   plot $pngs/convergence-lstm-layerwise.png "LSTM small on PTB, 4 workers: layer-wise (OMGS family) and COVAP vs dense" allreduce lags:density=0.01 mgs:density=0.01 omgs:density=0.01 covap:interval=2 covap:interval=4 covap:interval=auto
