@@ -14,10 +14,10 @@ import (
 //
 //	go test -run '^$' -bench TrainStep -benchtime 20x -count 5 ./models/
 func BenchmarkTrainStep(b *testing.B) {
-	for _, name := range []string{"vgg11", "vgg16"} {
+	for _, name := range []string{"vgg11", "vgg16", "resnet20"} {
 		b.Run(fmt.Sprintf("%s/batch32", name), func(b *testing.B) {
 			const batch = 32
-			m, err := NewVGG(name, CIFAR10, nn.NewRand(0))
+			m, err := New(name, nn.NewRand(0))
 			if err != nil {
 				b.Fatal(err)
 			}

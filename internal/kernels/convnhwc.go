@@ -327,7 +327,7 @@ type convJob struct {
 	mUnits, units  int
 	packing        bool
 	next           atomic.Int64
-	wg             sync.WaitGroup
+	wg             joiner
 }
 
 var convJobPool = sync.Pool{New: func() any { return new(convJob) }}

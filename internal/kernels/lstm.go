@@ -213,7 +213,7 @@ type lstmTask struct {
 	n     int
 	grain int
 	next  atomic.Int64
-	wg    sync.WaitGroup
+	wg    joiner
 }
 
 var lstmTaskPool = sync.Pool{New: func() any { return new(lstmTask) }}

@@ -56,7 +56,7 @@ type layerTask struct {
 	n     int
 	grain int
 	next  atomic.Int64
-	wg    sync.WaitGroup
+	wg    joiner
 }
 
 var layerTaskPool = sync.Pool{New: func() any { return new(layerTask) }}

@@ -388,7 +388,7 @@ type selJob struct {
 	withIdx bool
 
 	next atomic.Int64
-	wg   sync.WaitGroup
+	wg   joiner
 }
 
 // start runs the job on the calling goroutine and up to GOMAXPROCS-1 pool

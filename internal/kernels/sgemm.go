@@ -160,7 +160,7 @@ type packJob struct {
 	groups int
 	units  int
 	next   atomic.Int64
-	wg     sync.WaitGroup
+	wg     joiner
 }
 
 var packJobPool = sync.Pool{New: func() any { return new(packJob) }}
@@ -263,30 +263,49 @@ type gemmJob struct {
 	sharedA, sharedB []float32
 	mPad, nPad       int
 	next             atomic.Int64
-	wg               sync.WaitGroup
+	wg               joiner
 }
 
 var jobPool = sync.Pool{New: func() any { return new(gemmJob) }}
+
+// longK is the reduction length from which plan may split C down to single
+// micro-tiles.
+const longK = 1024
 
 // plan splits C into units. Each unit covers all of K, so the per-element
 // summation order depends only on KC, never on the split.
 func (j *gemmJob) plan(nw int) {
 	p := j.p
+	// Prefer splitting N (keeps B packed once); columns chunks stay >= 128 wide
+	// and row chunks >= 4·MR.
+	j.split(nw, 4*nw, 128, 4*p.mr)
+	if nw > 1 && j.units < 4*nw && j.k >= longK {
+		// A small C with a long reduction (a convolution's weight gradient: C is
+		// C_out × C_in·KH·KW, K the batch's pixels; 16 × 27 for ResNet-20's first
+		// layer was one unit): every micro-tile is a lot of work and the
+		// operands are packed once for all chunks, so chunks go down to one
+		// micro-tile rather than leave a worker idle.
+		j.split(nw, 8*nw, p.nr, p.mr)
+	}
+}
+
+// split divides C into about target units, columns first, chunks at least minW
+// columns and minH rows wide (or all of them).
+func (j *gemmJob) split(nw, target, minW, minH int) {
+	p := j.p
 	j.rowChunk, j.colChunk = j.m, min(j.n, p.nc)
 	j.nRowChunks, j.nColChunks = 1, ceilDiv(j.n, j.colChunk)
 	if nw > 1 {
-		target := 4 * nw
-		// Prefer splitting N (keeps B packed once); columns chunks stay >= 128 wide.
 		if j.nColChunks < target {
 			w := roundUp(ceilDiv(j.n, target), p.nr)
-			w = max(w, min(roundUp(j.n, p.nr), 128))
+			w = max(w, min(roundUp(j.n, p.nr), minW))
 			j.colChunk = min(w, p.nc)
 			j.nColChunks = ceilDiv(j.n, j.colChunk)
 		}
 		if j.nColChunks < target {
 			want := ceilDiv(target, j.nColChunks)
 			h := roundUp(ceilDiv(j.m, want), p.mr)
-			h = max(h, min(roundUp(j.m, p.mr), 4*p.mr))
+			h = max(h, min(roundUp(j.m, p.mr), minH))
 			j.rowChunk = h
 			j.nRowChunks = ceilDiv(j.m, h)
 		}

@@ -2105,6 +2105,324 @@ transpose8AVX2_done:
 	VZEROUPPER
 	RET
 
+// func sumSqDevAVX2(x *float32, n int, mu float32) float32
+// Requires: AVX, FMA3
+TEXT ·sumSqDevAVX2(SB), NOSPLIT, $0-28
+	MOVQ         x+0(FP), AX
+	MOVQ         n+8(FP), CX
+	VBROADCASTSS mu+16(FP), Y0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+	VXORPS       Y4, Y4, Y4
+
+sumSqDevAVX2_loop32:
+	CMPQ        CX, $0x20
+	JL          sumSqDevAVX2_loop8
+	VMOVUPS     (AX), Y5
+	VSUBPS      Y0, Y5, Y5
+	VFMADD231PS Y5, Y5, Y1
+	VMOVUPS     32(AX), Y5
+	VSUBPS      Y0, Y5, Y5
+	VFMADD231PS Y5, Y5, Y2
+	VMOVUPS     64(AX), Y5
+	VSUBPS      Y0, Y5, Y5
+	VFMADD231PS Y5, Y5, Y3
+	VMOVUPS     96(AX), Y5
+	VSUBPS      Y0, Y5, Y5
+	VFMADD231PS Y5, Y5, Y4
+	ADDQ        $0x80, AX
+	SUBQ        $0x20, CX
+	JMP         sumSqDevAVX2_loop32
+
+sumSqDevAVX2_loop8:
+	CMPQ        CX, $0x08
+	JL          sumSqDevAVX2_done
+	VMOVUPS     (AX), Y5
+	VSUBPS      Y0, Y5, Y5
+	VFMADD231PS Y5, Y5, Y1
+	ADDQ        $0x20, AX
+	SUBQ        $0x08, CX
+	JMP         sumSqDevAVX2_loop8
+
+sumSqDevAVX2_done:
+	VADDPS       Y2, Y1, Y1
+	VADDPS       Y4, Y3, Y3
+	VADDPS       Y3, Y1, Y1
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X0
+	VMOVHLPS     X0, X0, X1
+	VADDPS       X1, X0, X0
+	VMOVSHDUP    X0, X1
+	VADDSS       X1, X0, X0
+	VMOVSS       X0, ret+24(FP)
+	VZEROUPPER
+	RET
+
+// func dyStatsAVX2(dy *float32, x *float32, n int, mu float32) (sdy float32, sdyc float32)
+// Requires: AVX, FMA3
+TEXT ·dyStatsAVX2(SB), NOSPLIT, $0-40
+	MOVQ         dy+0(FP), AX
+	MOVQ         x+8(FP), CX
+	MOVQ         n+16(FP), DX
+	VBROADCASTSS mu+24(FP), Y0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+	VXORPS       Y4, Y4, Y4
+	VXORPS       Y5, Y5, Y5
+	VXORPS       Y6, Y6, Y6
+	VXORPS       Y7, Y7, Y7
+	VXORPS       Y8, Y8, Y8
+
+dyStatsAVX2_loop32:
+	CMPQ        DX, $0x20
+	JL          dyStatsAVX2_loop8
+	VMOVUPS     (AX), Y9
+	VMOVUPS     (CX), Y10
+	VSUBPS      Y0, Y10, Y10
+	VADDPS      Y9, Y1, Y1
+	VFMADD231PS Y10, Y9, Y5
+	VMOVUPS     32(AX), Y9
+	VMOVUPS     32(CX), Y10
+	VSUBPS      Y0, Y10, Y10
+	VADDPS      Y9, Y2, Y2
+	VFMADD231PS Y10, Y9, Y6
+	VMOVUPS     64(AX), Y9
+	VMOVUPS     64(CX), Y10
+	VSUBPS      Y0, Y10, Y10
+	VADDPS      Y9, Y3, Y3
+	VFMADD231PS Y10, Y9, Y7
+	VMOVUPS     96(AX), Y9
+	VMOVUPS     96(CX), Y10
+	VSUBPS      Y0, Y10, Y10
+	VADDPS      Y9, Y4, Y4
+	VFMADD231PS Y10, Y9, Y8
+	ADDQ        $0x80, AX
+	ADDQ        $0x80, CX
+	SUBQ        $0x20, DX
+	JMP         dyStatsAVX2_loop32
+
+dyStatsAVX2_loop8:
+	CMPQ        DX, $0x08
+	JL          dyStatsAVX2_done
+	VMOVUPS     (AX), Y9
+	VMOVUPS     (CX), Y10
+	VSUBPS      Y0, Y10, Y10
+	VADDPS      Y9, Y1, Y1
+	VFMADD231PS Y10, Y9, Y5
+	ADDQ        $0x20, AX
+	ADDQ        $0x20, CX
+	SUBQ        $0x08, DX
+	JMP         dyStatsAVX2_loop8
+
+dyStatsAVX2_done:
+	VADDPS       Y2, Y1, Y1
+	VADDPS       Y4, Y3, Y3
+	VADDPS       Y3, Y1, Y1
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X0
+	VMOVHLPS     X0, X0, X1
+	VADDPS       X1, X0, X0
+	VMOVSHDUP    X0, X1
+	VADDSS       X1, X0, X0
+	VMOVSS       X0, sdy+32(FP)
+	VADDPS       Y6, Y5, Y5
+	VADDPS       Y8, Y7, Y7
+	VADDPS       Y7, Y5, Y5
+	VEXTRACTF128 $0x01, Y5, X0
+	VADDPS       X0, X5, X0
+	VMOVHLPS     X0, X0, X1
+	VADDPS       X1, X0, X0
+	VMOVSHDUP    X0, X1
+	VADDSS       X1, X0, X0
+	VMOVSS       X0, sdyc+36(FP)
+	VZEROUPPER
+	RET
+
+// func affineAVX2(dst *float32, x *float32, n int, mu float32, a float32, b float32)
+// Requires: AVX, FMA3
+TEXT ·affineAVX2(SB), NOSPLIT, $0-36
+	MOVQ         dst+0(FP), AX
+	MOVQ         x+8(FP), CX
+	MOVQ         n+16(FP), DX
+	VBROADCASTSS mu+24(FP), Y0
+	VBROADCASTSS a+28(FP), Y1
+	VBROADCASTSS b+32(FP), Y2
+
+affineAVX2_loop32:
+	CMPQ        DX, $0x20
+	JL          affineAVX2_loop8
+	VMOVUPS     (CX), Y3
+	VSUBPS      Y0, Y3, Y3
+	VFMADD213PS Y2, Y1, Y3
+	VMOVUPS     Y3, (AX)
+	VMOVUPS     32(CX), Y3
+	VSUBPS      Y0, Y3, Y3
+	VFMADD213PS Y2, Y1, Y3
+	VMOVUPS     Y3, 32(AX)
+	VMOVUPS     64(CX), Y3
+	VSUBPS      Y0, Y3, Y3
+	VFMADD213PS Y2, Y1, Y3
+	VMOVUPS     Y3, 64(AX)
+	VMOVUPS     96(CX), Y3
+	VSUBPS      Y0, Y3, Y3
+	VFMADD213PS Y2, Y1, Y3
+	VMOVUPS     Y3, 96(AX)
+	ADDQ        $0x80, AX
+	ADDQ        $0x80, CX
+	SUBQ        $0x20, DX
+	JMP         affineAVX2_loop32
+
+affineAVX2_loop8:
+	CMPQ        DX, $0x08
+	JL          affineAVX2_done
+	VMOVUPS     (CX), Y3
+	VSUBPS      Y0, Y3, Y3
+	VFMADD213PS Y2, Y1, Y3
+	VMOVUPS     Y3, (AX)
+	ADDQ        $0x20, AX
+	ADDQ        $0x20, CX
+	SUBQ        $0x08, DX
+	JMP         affineAVX2_loop8
+
+affineAVX2_done:
+	VZEROUPPER
+	RET
+
+// func bnBwdSetAVX2(dst *float32, dy *float32, x *float32, n int, mu float32, a float32, b float32, c float32)
+// Requires: AVX, FMA3
+TEXT ·bnBwdSetAVX2(SB), NOSPLIT, $0-48
+	MOVQ         dst+0(FP), AX
+	MOVQ         dy+8(FP), CX
+	MOVQ         x+16(FP), DX
+	MOVQ         n+24(FP), BX
+	VBROADCASTSS mu+32(FP), Y0
+	VBROADCASTSS a+36(FP), Y1
+	VBROADCASTSS b+40(FP), Y2
+	VBROADCASTSS c+44(FP), Y3
+
+bnBwdSetAVX2_loop32:
+	CMPQ        BX, $0x20
+	JL          bnBwdSetAVX2_loop8
+	VMOVUPS     (DX), Y4
+	VMOVUPS     (CX), Y5
+	VSUBPS      Y0, Y4, Y4
+	VFMADD213PS Y3, Y2, Y4
+	VFMADD231PS Y5, Y1, Y4
+	VMOVUPS     Y4, (AX)
+	VMOVUPS     32(DX), Y4
+	VMOVUPS     32(CX), Y5
+	VSUBPS      Y0, Y4, Y4
+	VFMADD213PS Y3, Y2, Y4
+	VFMADD231PS Y5, Y1, Y4
+	VMOVUPS     Y4, 32(AX)
+	VMOVUPS     64(DX), Y4
+	VMOVUPS     64(CX), Y5
+	VSUBPS      Y0, Y4, Y4
+	VFMADD213PS Y3, Y2, Y4
+	VFMADD231PS Y5, Y1, Y4
+	VMOVUPS     Y4, 64(AX)
+	VMOVUPS     96(DX), Y4
+	VMOVUPS     96(CX), Y5
+	VSUBPS      Y0, Y4, Y4
+	VFMADD213PS Y3, Y2, Y4
+	VFMADD231PS Y5, Y1, Y4
+	VMOVUPS     Y4, 96(AX)
+	ADDQ        $0x80, AX
+	ADDQ        $0x80, CX
+	ADDQ        $0x80, DX
+	SUBQ        $0x20, BX
+	JMP         bnBwdSetAVX2_loop32
+
+bnBwdSetAVX2_loop8:
+	CMPQ        BX, $0x08
+	JL          bnBwdSetAVX2_done
+	VMOVUPS     (DX), Y4
+	VMOVUPS     (CX), Y5
+	VSUBPS      Y0, Y4, Y4
+	VFMADD213PS Y3, Y2, Y4
+	VFMADD231PS Y5, Y1, Y4
+	VMOVUPS     Y4, (AX)
+	ADDQ        $0x20, AX
+	ADDQ        $0x20, CX
+	ADDQ        $0x20, DX
+	SUBQ        $0x08, BX
+	JMP         bnBwdSetAVX2_loop8
+
+bnBwdSetAVX2_done:
+	VZEROUPPER
+	RET
+
+// func bnBwdAccAVX2(dst *float32, dy *float32, x *float32, n int, mu float32, a float32, b float32, c float32)
+// Requires: AVX, FMA3
+TEXT ·bnBwdAccAVX2(SB), NOSPLIT, $0-48
+	MOVQ         dst+0(FP), AX
+	MOVQ         dy+8(FP), CX
+	MOVQ         x+16(FP), DX
+	MOVQ         n+24(FP), BX
+	VBROADCASTSS mu+32(FP), Y0
+	VBROADCASTSS a+36(FP), Y1
+	VBROADCASTSS b+40(FP), Y2
+	VBROADCASTSS c+44(FP), Y3
+
+bnBwdAccAVX2_loop32:
+	CMPQ        BX, $0x20
+	JL          bnBwdAccAVX2_loop8
+	VMOVUPS     (DX), Y4
+	VMOVUPS     (CX), Y5
+	VSUBPS      Y0, Y4, Y4
+	VFMADD213PS Y3, Y2, Y4
+	VFMADD231PS Y5, Y1, Y4
+	VADDPS      (AX), Y4, Y4
+	VMOVUPS     Y4, (AX)
+	VMOVUPS     32(DX), Y4
+	VMOVUPS     32(CX), Y5
+	VSUBPS      Y0, Y4, Y4
+	VFMADD213PS Y3, Y2, Y4
+	VFMADD231PS Y5, Y1, Y4
+	VADDPS      32(AX), Y4, Y4
+	VMOVUPS     Y4, 32(AX)
+	VMOVUPS     64(DX), Y4
+	VMOVUPS     64(CX), Y5
+	VSUBPS      Y0, Y4, Y4
+	VFMADD213PS Y3, Y2, Y4
+	VFMADD231PS Y5, Y1, Y4
+	VADDPS      64(AX), Y4, Y4
+	VMOVUPS     Y4, 64(AX)
+	VMOVUPS     96(DX), Y4
+	VMOVUPS     96(CX), Y5
+	VSUBPS      Y0, Y4, Y4
+	VFMADD213PS Y3, Y2, Y4
+	VFMADD231PS Y5, Y1, Y4
+	VADDPS      96(AX), Y4, Y4
+	VMOVUPS     Y4, 96(AX)
+	ADDQ        $0x80, AX
+	ADDQ        $0x80, CX
+	ADDQ        $0x80, DX
+	SUBQ        $0x20, BX
+	JMP         bnBwdAccAVX2_loop32
+
+bnBwdAccAVX2_loop8:
+	CMPQ        BX, $0x08
+	JL          bnBwdAccAVX2_done
+	VMOVUPS     (DX), Y4
+	VMOVUPS     (CX), Y5
+	VSUBPS      Y0, Y4, Y4
+	VFMADD213PS Y3, Y2, Y4
+	VFMADD231PS Y5, Y1, Y4
+	VADDPS      (AX), Y4, Y4
+	VMOVUPS     Y4, (AX)
+	ADDQ        $0x20, AX
+	ADDQ        $0x20, CX
+	ADDQ        $0x20, DX
+	SUBQ        $0x08, BX
+	JMP         bnBwdAccAVX2_loop8
+
+bnBwdAccAVX2_done:
+	VZEROUPPER
+	RET
+
 // func axpyAVX512(alpha float32, x *float32, y *float32, n int)
 // Requires: AVX, AVX512F, BMI2
 TEXT ·axpyAVX512(SB), NOSPLIT, $0-32

@@ -182,7 +182,7 @@ func TestSgemmPanics(t *testing.T) {
 func TestSgemmDeterministic(t *testing.T) {
 	forEachImpl(t, func(t *testing.T) {
 		r := rand.New(rand.NewPCG(5, 6))
-		for _, d := range [][3]int{{64, 3000, 27}, {200, 300, 700}, {67, 130, 1100}} {
+		for _, d := range [][3]int{{64, 3000, 27}, {200, 300, 700}, {67, 130, 1100}, {16, 27, 5000}} {
 			for v := range 4 {
 				ta, tb := v&1 != 0, v&2 != 0
 				m, n, k := d[0], d[1], d[2]
@@ -211,6 +211,33 @@ func TestSgemmDeterministic(t *testing.T) {
 					}
 				}
 			}
+		}
+	})
+}
+
+// TestPlanLongReduction: a small C with a long K (a convolution's weight gradient)
+// is split into enough units to keep every worker busy; other shapes keep the
+// wide chunks.
+func TestPlanLongReduction(t *testing.T) {
+	forEachImpl(t, func(t *testing.T) {
+		for _, tc := range []struct {
+			m, n, k  int
+			minUnits int
+		}{
+			{16, 27, 32768, 4},  // ResNet-20's first layer, 2 workers: was 1 unit
+			{16, 144, 32768, 8}, // its 16-channel 3×3 layers: was 2 units of 128 and 16 columns
+			{64, 576, 2048, 8},
+		} {
+			j := gemmJob{p: impl, m: tc.m, n: tc.n, k: tc.k}
+			j.plan(2)
+			if j.units < tc.minUnits {
+				t.Errorf("%d×%d, K %d: %d units, want ≥ %d", tc.m, tc.n, tc.k, j.units, tc.minUnits)
+			}
+		}
+		j := gemmJob{p: impl, m: 1024, n: 1024, k: 1024}
+		j.plan(2)
+		if j.colChunk < min(128, impl.nc) {
+			t.Errorf("1024³: column chunks of %d, want the wide ones", j.colChunk)
 		}
 	})
 }

@@ -54,6 +54,7 @@ func main() {
 	genBIndirect(isaAVX2)
 	genVecAVX2()
 	genTranspose8AVX2()
+	genBatchNormAVX2()
 	genVec()
 	Generate()
 }
