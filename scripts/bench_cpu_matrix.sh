@@ -98,6 +98,9 @@ run_spargo() { # bin threads model tag round
 	echo "$f"
 }
 
+# PASSIVE unless set; set but empty: libgomp's default (an empty value is not valid there)
+omp_policy=${OMP_WAIT_POLICY-PASSIVE}
+
 rows=()
 for t in $THREADS; do
 	[ "$t" = ALL ] && t=$ncpu
@@ -108,7 +111,7 @@ for t in $THREADS; do
 				run_spargo "$BEFORE_BIN" "$t" "$m" before "$r" >/dev/null
 			fi
 			if [ $torch_ok = 1 ]; then
-				OPENBLAS_NUM_THREADS=1 OMP_WAIT_POLICY=${OMP_WAIT_POLICY-PASSIVE} "$TORCH" scripts/torch_throughput.py \
+				env -u OMP_WAIT_POLICY ${omp_policy:+OMP_WAIT_POLICY=$omp_policy} OPENBLAS_NUM_THREADS=1 "$TORCH" scripts/torch_throughput.py \
 					--model "$m" --batch "$BATCH" --steps "$STEPS" --threads "$t" \
 					--json "$OUT/torch-$m-t$t-r$r.json" >"$OUT/torch-$m-t$t-r$r.log" 2>&1 ||
 					echo "torch $m t$t failed: $(tail -1 "$OUT/torch-$m-t$t-r$r.log")" >&2

@@ -504,6 +504,14 @@ func (j *convJob) compute(ws *convWorkspace, m0, m1, s0, s1 int) {
 				}
 			}
 		}
+		if mr == 6 { // the AVX2 micro-kernel's rows, unrolled: a 6-trip inner loop cost as much as the stores
+			c0, c1, c2, c3, c4, c5 := cs[0], cs[1], cs[2], cs[3], cs[4], cs[5]
+			for t, to := range tapOff {
+				row := grp[t*6 : t*6+6 : t*6+6]
+				row[0], row[1], row[2], row[3], row[4], row[5] = c0+to, c1+to, c2+to, c3+to, c4+to, c5+to
+			}
+			continue
+		}
 		for t, to := range tapOff {
 			row := grp[t*mr : t*mr+mr]
 			for r, corner := range cs {

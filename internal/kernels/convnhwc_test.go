@@ -227,14 +227,15 @@ func TestConvNHWCErrors(t *testing.T) {
 }
 
 // BenchmarkConvPass compares the implicit-im2col GEMM with the indirect NHWC
-// convolution for the VGG-16 CIFAR layers at batch 32, each with the layout
+// convolution for the VGG-16 and ResNet-20 CIFAR layers at batch 32, each with the layout
 // passes a layer needs around it (NCHW in, NCHW out), for the forward pass
 // and the stride-1 input gradient:
 //
 //	go test -run '^$' -bench ConvPass ./internal/kernels/
 func BenchmarkConvPass(b *testing.B) {
 	type layer struct{ c, o, hw int }
-	for _, l := range []layer{{3, 64, 32}, {64, 64, 32}, {128, 128, 16}, {256, 256, 8}, {512, 512, 4}, {512, 512, 2}} {
+	for _, l := range []layer{{3, 64, 32}, {64, 64, 32}, {128, 128, 16}, {256, 256, 8}, {512, 512, 4}, {512, 512, 2},
+		{16, 16, 32}, {32, 32, 16}, {64, 64, 8}} {
 		g := ConvGeom{N: 32, C: l.c, H: l.hw, W: l.hw, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1}
 		r := rand.New(rand.NewPCG(1, 1))
 		x := randSlice(r, g.N*g.C*g.H*g.W)

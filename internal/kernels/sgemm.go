@@ -55,71 +55,93 @@ func (j *gemmJob) execute() {
 	if j.nRowChunks > 1 && j.bsrc != nhwcIndirectB && j.sharedB == nil { // (SgemmPackedB brings its own)
 		sb = j.prepackB(nw)
 	}
+	var so *[]int
+	if j.bsrc == nhwcIndirectB && j.units > 1 {
+		// Every unit walks all of K: compute the pixel offsets once, not per unit
+		// (with single-micro-tile units they cost as much as the micro-kernel).
+		so = sharedInts.get(j.k)
+		j.pixOffs = *so
+		pixelOffsets(j.geom, 0, j.pixOffs)
+	}
 	dispatch(j, &j.wg, min(nw, j.units))
+	if so != nil {
+		sharedInts.put(so)
+	}
 	if sa != nil {
 		putShared(sa)
 	}
 	if sb != nil {
 		putShared(sb)
 	}
-	j.a, j.b, j.c, j.x, j.sharedA, j.sharedB = nil, nil, nil, nil, nil, nil
+	j.a, j.b, j.c, j.x, j.sharedA, j.sharedB, j.pixOffs = nil, nil, nil, nil, nil, nil, nil
 	jobPool.Put(j)
 }
 
-// sharedBufs holds whole-operand packing buffers between calls. Unlike a
-// sync.Pool it survives garbage collections, so training steps do not
-// reallocate megabytes of packing space after every GC.
-var sharedBufs struct {
-	sync.Mutex
-	free []*[]float32
+// bufPool holds whole-operand buffers between calls. Unlike a sync.Pool it
+// survives garbage collections, so training steps do not reallocate megabytes
+// of packing space after every GC.
+type bufPool[T any] struct {
+	mu    sync.Mutex
+	free  []*[]T
+	alloc func(n int) []T
 }
 
-func getShared(n int) *[]float32 {
-	sharedBufs.Lock()
+// sharedBufs holds packing buffers and padded images; sharedInts the pixel
+// offsets of a weight gradient.
+var (
+	sharedBufs = bufPool[float32]{alloc: alignedFloats}
+	sharedInts = bufPool[int]{alloc: func(n int) []int { return make([]int, n) }}
+)
+
+func (bp *bufPool[T]) get(n int) *[]T {
+	bp.mu.Lock()
 	// Best fit: the smallest free buffer that holds n; otherwise the largest,
 	// which is then grown (so buffers only ever grow and stop churning).
 	best := -1
-	for i, f := range sharedBufs.free {
+	for i, f := range bp.free {
 		if best < 0 {
 			best = i
 			continue
 		}
-		c, b := cap(*f), cap(*sharedBufs.free[best])
+		c, b := cap(*f), cap(*bp.free[best])
 		if (c >= n && (b < n || c < b)) || (b < n && c > b) {
 			best = i
 		}
 	}
-	var s *[]float32
+	var s *[]T
 	if best >= 0 {
-		s = sharedBufs.free[best]
-		last := len(sharedBufs.free) - 1
-		sharedBufs.free[best] = sharedBufs.free[last]
-		sharedBufs.free = sharedBufs.free[:last]
+		s = bp.free[best]
+		last := len(bp.free) - 1
+		bp.free[best] = bp.free[last]
+		bp.free = bp.free[:last]
 	}
-	sharedBufs.Unlock()
+	bp.mu.Unlock()
 	if s == nil {
-		s = new([]float32)
+		s = new([]T)
 	}
 	if cap(*s) < n {
-		*s = alignedFloats(n)
+		*s = bp.alloc(n)
 	}
 	*s = (*s)[:n]
 	return s
 }
 
-// maxSharedFree bounds the idle shared buffers kept. Each in-process worker
-// holds up to four at once (prepacked A and B, an NHWC or padded image, a
+// maxSharedFree bounds the idle shared buffers kept per pool. Each in-process
+// worker holds up to four at once (prepacked A and B, an NHWC or padded image, a
 // permuted result), so this covers 16 concurrent GEMM callers without
 // dropping and reallocating buffers every step.
 const maxSharedFree = 64
 
-func putShared(s *[]float32) {
-	sharedBufs.Lock()
-	if len(sharedBufs.free) < maxSharedFree {
-		sharedBufs.free = append(sharedBufs.free, s)
+func (bp *bufPool[T]) put(s *[]T) {
+	bp.mu.Lock()
+	if len(bp.free) < maxSharedFree {
+		bp.free = append(bp.free, s)
 	}
-	sharedBufs.Unlock()
+	bp.mu.Unlock()
 }
+
+func getShared(n int) *[]float32 { return sharedBufs.get(n) }
+func putShared(s *[]float32)      { sharedBufs.put(s) }
 
 // prepackA packs all of op(A) once, in parallel, into the layout the units
 // read: for each KC block starting at pc (depth kcl), the MR-row slivers of
@@ -262,6 +284,7 @@ type gemmJob struct {
 	// Whole-operand packed copies shared by every unit (nil: each unit packs).
 	sharedA, sharedB []float32
 	mPad, nPad       int
+	pixOffs          []int // nhwcIndirectB: the pixel offsets of all of K, shared by the units (nil: per block)
 	next             atomic.Int64
 	wg               joiner
 }
@@ -346,9 +369,13 @@ func (j *gemmJob) block(ws *workspace, i0, i1, j0, j1 int) {
 				beta = 1
 			}
 			bp := ws.b
+			var offs []int // nhwcIndirectB: the block's pixel offsets
 			switch {
+			case j.bsrc == nhwcIndirectB && j.pixOffs != nil:
+				offs = j.pixOffs[pc : pc+kc]
 			case j.bsrc == nhwcIndirectB:
 				pixelOffsets(j.geom, pc, ws.offs[:kc])
+				offs = ws.offs[:kc]
 			case j.sharedB != nil:
 				bp = j.sharedB[pc*j.nPad+jc*kc:]
 			default:
@@ -362,14 +389,14 @@ func (j *gemmJob) block(ws *workspace, i0, i1, j0, j1 int) {
 				} else {
 					j.packA(ic, mc, pc, kc, ap)
 				}
-				j.macro(ws, ap, bp, ic, mc, jc, nc, kc, beta)
+				j.macro(ws, ap, bp, offs, ic, mc, jc, nc, kc, beta)
 			}
 		}
 	}
 }
 
 // macro runs the micro-kernel over an mc×nc block of C from packed panels.
-func (j *gemmJob) macro(ws *workspace, pa, pb []float32, ic, mc, jc, nc, kc int, beta float32) {
+func (j *gemmJob) macro(ws *workspace, pa, pb []float32, offs []int, ic, mc, jc, nc, kc int, beta float32) {
 	p := j.p
 	mr, nr := p.mr, p.nr
 	kern := p.kernel
@@ -392,7 +419,7 @@ func (j *gemmJob) macro(ws *workspace, pa, pb []float32, ic, mc, jc, nc, kc int,
 			off := (ic+ir)*ldc + jc + jr
 			if mrr == mr && nrr == nr {
 				if indirect {
-					p.bIndirect(kc, ap, j.x, base, ws.offs[:kc], c[off:], ldc, beta)
+					p.bIndirect(kc, ap, j.x, base, offs, c[off:], ldc, beta)
 				} else {
 					kern(kc, ap, bp, c[off:], ldc, alpha, beta)
 				}
@@ -401,7 +428,7 @@ func (j *gemmJob) macro(ws *workspace, pa, pb []float32, ic, mc, jc, nc, kc int,
 			// Edge tile: compute into the scratch tile, then merge.
 			t := ws.tile
 			if indirect {
-				p.bIndirect(kc, ap, j.x, base, ws.offs[:kc], t, nr, 0)
+				p.bIndirect(kc, ap, j.x, base, offs, t, nr, 0)
 			} else {
 				kern(kc, ap, bp, t, nr, alpha, 0)
 			}
