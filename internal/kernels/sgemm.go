@@ -141,7 +141,7 @@ func (bp *bufPool[T]) put(s *[]T) {
 }
 
 func getShared(n int) *[]float32 { return sharedBufs.get(n) }
-func putShared(s *[]float32)      { sharedBufs.put(s) }
+func putShared(s *[]float32)     { sharedBufs.put(s) }
 
 // prepackA packs all of op(A) once, in parallel, into the layout the units
 // read: for each KC block starting at pc (depth kcl), the MR-row slivers of
