@@ -9,7 +9,8 @@
 #   MODELS="resnet20 vgg16 vgg11 resnet56" ROUNDS=5 scripts/bench_cpu_matrix.sh
 #
 # Environment:
-#   MODELS       models of the catalogue (default "resnet20 vgg16")
+#   MODELS       models of the catalogue (default "resnet20 vgg16"); NAME@S: input S×S
+#                (resnet50@64: ResNet-50 on 64×64 images)
 #   ROUNDS       alternated spargo / PyTorch rounds per model and thread count (default 3)
 #   THREADS      thread counts (default "2 ALL"; ALL = nproc)
 #   BATCH STEPS  batch size and timed steps (default 32 and 15)
@@ -92,9 +93,12 @@ fi
 median() { sort -g | awk '{v[NR]=$1} END {if (NR==0) print "-"; else if (NR%2) print v[(NR+1)/2]; else print (v[NR/2]+v[NR/2+1])/2}'; }
 field() { sed -n "s/.*\"$1\":\([-0-9.e+]*\).*/\1/p" "$2"; }
 
+# MODEL@S: the model at input size S×S (e.g. resnet50@64); prints the size flag $2 S
+size_flag() { case "$1" in *@*) echo "$2 ${1#*@}" ;; esac; }
+
 run_spargo() { # bin threads model tag round
 	local f="$OUT/$4-$3-t$2-r$5.json"
-	GOMAXPROCS=$2 "$1" bench train -model "$3" -batch "$BATCH" -steps "$STEPS" -json >"$f" 2>"$f.err" || echo "spargo $4 $3 t$2 failed: $(tail -1 "$f.err")" >&2
+	GOMAXPROCS=$2 "$1" bench train -model "${3%@*}" $(size_flag "$3" -size) -batch "$BATCH" -steps "$STEPS" -json >"$f" 2>"$f.err" || echo "spargo $4 $3 t$2 failed: $(tail -1 "$f.err")" >&2
 	echo "$f"
 }
 
@@ -112,7 +116,7 @@ for t in $THREADS; do
 			fi
 			if [ $torch_ok = 1 ]; then
 				env -u OMP_WAIT_POLICY ${omp_policy:+OMP_WAIT_POLICY=$omp_policy} OPENBLAS_NUM_THREADS=1 "$TORCH" scripts/torch_throughput.py \
-					--model "$m" --batch "$BATCH" --steps "$STEPS" --threads "$t" \
+					--model "${m%@*}" $(size_flag "$m" --size) --batch "$BATCH" --steps "$STEPS" --threads "$t" \
 					--json "$OUT/torch-$m-t$t-r$r.json" >"$OUT/torch-$m-t$t-r$r.log" 2>&1 ||
 					echo "torch $m t$t failed: $(tail -1 "$OUT/torch-$m-t$t-r$r.log")" >&2
 			fi

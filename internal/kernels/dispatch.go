@@ -66,6 +66,9 @@ type vecOps struct {
 	// pack8 writes dst[(16b+p)·8+r] = src[r·lds+16b+p] for r < 8, p < 16, b < blocks:
 	// eight rows of A in the 8-row micro-kernel's sliver layout (nil: a Go loop).
 	pack8 func(dst, src []float32, lds, blocks int)
+	// pack6 is pack8 for the AVX2 micro-kernel's six-row slivers, in blocks of 8
+	// columns: dst[(8b+p)·6+r] = src[r·lds+8b+p] for r < 6, p < 8 (nil: a Go loop).
+	pack6 func(dst, src []float32, lds, blocks int)
 
 	// Exponential kernels (fastmath.go): the softmax, cross-entropy and exact GELU.
 	expSum  func(dst, x []float32, shift float32) float64 // dst = e^(x−shift); returns Σ dst, summed in float64

@@ -14,8 +14,17 @@
 // is chosen per micro-kernel for Zen 4 caches (32 KiB L1d, 1 MiB L2). Work is
 // split over blocks of C (never over K), claimed dynamically by GOMAXPROCS
 // goroutines from a persistent worker pool, so results are bit-identical for
-// any goroutine count. Packing buffers are pooled: steady-state calls do not
-// allocate.
+// any goroutine count; a small C with a long K (a convolution's weight
+// gradient) is split down to single micro-tiles. Packing buffers are pooled:
+// steady-state calls do not allocate.
+//
+// The pool's workers poll for the next task for a while (SPARGO_SPIN, default
+// 200µs) before they park, and a dispatching goroutine polls for its helpers
+// before it sleeps: a futex wake-up costs 50–100 µs on a virtual machine, and a
+// training step runs hundreds of short parallel kernels (a ResNet-20 step at
+// batch 32 spent a third of its time with one core idle). The polling yields to
+// other goroutines; SPARGO_SPIN=0 turns it off, the OMP_WAIT_POLICY=PASSIVE of
+// this pool, for machines shared with other busy processes.
 //
 // # Convolution
 //
@@ -55,8 +64,8 @@
 //	avx512  8×32 AVX-512F micro-kernel in Go assembly, plus AVX-512
 //	        elementwise kernels (amd64; needs AVX512F, AVX512VL, BMI2)
 //	avx2    6×16 AVX2+FMA micro-kernel in Go assembly (amd64; AVX2, FMA),
-//	        the indirect convolution kernels and the ReLU, add and 8×8
-//	        transpose passes
+//	        the indirect convolution kernels, BatchNorm's per-plane passes
+//	        and the ReLU, add and 8×8 transpose passes
 //	generic portable pure-Go 4×8 micro-kernel (all architectures)
 //
 // The other elementwise functions use pure Go except on the avx512 path.

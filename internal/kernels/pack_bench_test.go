@@ -33,17 +33,24 @@ func BenchmarkPackIm2col(b *testing.B) {
 }
 
 // BenchmarkPackA packs a 192×256 block of a row-major A (lda 4096, the
-// weight gradient's dY of a ResNet-20 layer) into 6- and 8-row slivers.
+// weight gradient's dY of a ResNet-20 layer) into 6- and 8-row slivers, with the
+// implementation's register packers (pack6 on avx2, pack8 on avx512) and without.
 func BenchmarkPackA(b *testing.B) {
 	const lda, mc, kc = 4096, 192, 256
 	a := make([]float32, mc*lda)
 	dst := make([]float32, mc*kc)
 	for _, mr := range []int{6, 8} {
-		b.Run(fmt.Sprintf("mr%d", mr), func(b *testing.B) {
-			b.SetBytes(mc * kc * 4)
-			for b.Loop() {
-				packA(mr, false, a, lda, 0, mc, 0, kc, dst, nil)
+		for _, v := range []*vecOps{nil, impl.vec} {
+			name := fmt.Sprintf("mr%d/go", mr)
+			if v != nil {
+				name = fmt.Sprintf("mr%d/%s", mr, impl.name)
 			}
-		})
+			b.Run(name, func(b *testing.B) {
+				b.SetBytes(mc * kc * 4)
+				for b.Loop() {
+					packA(mr, false, a, lda, 0, mc, 0, kc, dst, v)
+				}
+			})
+		}
 	}
 }

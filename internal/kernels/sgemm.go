@@ -463,7 +463,7 @@ func (j *gemmJob) packA(i0, mc, p0, kc int, dst []float32) {
 		packFlippedKernel(j.p.mr, j.a, j.kOut, j.kIn, j.kk, i0, mc, p0, kc, dst)
 		return
 	}
-	packA(j.p.mr, j.transA, j.a, j.lda, i0, mc, p0, kc, dst, j.p.vec.pack8)
+	packA(j.p.mr, j.transA, j.a, j.lda, i0, mc, p0, kc, dst, j.p.vec)
 }
 
 func (j *gemmJob) packB(p0, kc, j0, nc int, dst []float32) {
@@ -483,7 +483,7 @@ func (j *gemmJob) packB(p0, kc, j0, nc int, dst []float32) {
 // for each p, the mr values op(A)[i0+s*mr+r, p0+p] (zero padded past mc).
 // pack8, when not nil, is the implementation's vecOps.pack8, used for whole 8-row
 // slivers of a non-transposed A.
-func packA(mr int, trans bool, a []float32, lda, i0, mc, p0, kc int, dst []float32, pack8 func(dst, src []float32, lds, blocks int)) {
+func packA(mr int, trans bool, a []float32, lda, i0, mc, p0, kc int, dst []float32, v *vecOps) {
 	s0 := 0
 	if trans && mr == 8 {
 		// The AVX-512 slivers of a transposed A, all whole ones together: op(A)[i,p] =
@@ -519,9 +519,9 @@ func packA(mr int, trans bool, a []float32, lda, i0, mc, p0, kc int, dst []float
 			// The AVX-512 sliver: read eight rows together so the packed
 			// output is written sequentially.
 			base, kr := (i0+s)*lda+p0, kc
-			if pt := kc / 16 * 16; pack8 != nil && pt > 0 {
+			if pt := kc / 16 * 16; v != nil && v.pack8 != nil && pt > 0 {
 				// Whole blocks of 16 columns in registers, the rest below.
-				pack8(d, a[base:], lda, kc/16)
+				v.pack8(d, a[base:], lda, kc/16)
 				d, base, kr = d[pt*8:], base+pt, kc-pt
 			}
 			r0, r1 := a[base:base+kr], a[base+lda:base+lda+kr]
@@ -538,10 +538,15 @@ func packA(mr int, trans bool, a []float32, lda, i0, mc, p0, kc int, dst []float
 		if rows == 6 && mr == 6 {
 			// The AVX2 sliver, likewise six rows together (the weight gradient's
 			// dY, packed a row at a time, was 7 % of a ResNet-20 step on AVX2).
-			base := (i0+s)*lda + p0
-			r0, r1 := a[base:base+kc], a[base+lda:base+lda+kc]
-			r2, r3 := a[base+2*lda:base+2*lda+kc], a[base+3*lda:base+3*lda+kc]
-			r4, r5 := a[base+4*lda:base+4*lda+kc], a[base+5*lda:base+5*lda+kc]
+			base, kr := (i0+s)*lda+p0, kc
+			if pt := kc / 8 * 8; v != nil && v.pack6 != nil && pt > 0 {
+				// Whole blocks of 8 columns transposed in registers, the rest below.
+				v.pack6(d, a[base:], lda, kc/8)
+				d, base, kr = d[pt*6:], base+pt, kc-pt
+			}
+			r0, r1 := a[base:base+kr], a[base+lda:base+lda+kr]
+			r2, r3 := a[base+2*lda:base+2*lda+kr], a[base+3*lda:base+3*lda+kr]
+			r4, r5 := a[base+4*lda:base+4*lda+kr], a[base+5*lda:base+5*lda+kr]
 			for p := range r0 {
 				dp := (*[6]float32)(d[p*6 : p*6+6])
 				dp[0], dp[1], dp[2], dp[3], dp[4], dp[5] = r0[p], r1[p], r2[p], r3[p], r4[p], r5[p]

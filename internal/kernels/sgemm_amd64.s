@@ -2423,6 +2423,74 @@ bnBwdAccAVX2_done:
 	VZEROUPPER
 	RET
 
+// func pack6AVX2(dst *float32, src *float32, lds int, blocks int)
+// Requires: AVX
+TEXT ·pack6AVX2(SB), NOSPLIT, $0-32
+	MOVQ  dst+0(FP), AX
+	MOVQ  src+8(FP), CX
+	MOVQ  lds+16(FP), DX
+	MOVQ  blocks+24(FP), BX
+	SHLQ  $0x02, DX
+	TESTQ BX, BX
+	JE    pack6AVX2_done
+
+pack6AVX2_loop:
+	MOVQ         CX, SI
+	VMOVUPS      (SI), Y0
+	ADDQ         DX, SI
+	VMOVUPS      (SI), Y1
+	ADDQ         DX, SI
+	VMOVUPS      (SI), Y2
+	ADDQ         DX, SI
+	VMOVUPS      (SI), Y3
+	ADDQ         DX, SI
+	VMOVUPS      (SI), Y4
+	ADDQ         DX, SI
+	VMOVUPS      (SI), Y5
+	VXORPS       Y6, Y6, Y6
+	VUNPCKLPS    Y1, Y0, Y7
+	VUNPCKHPS    Y1, Y0, Y0
+	VUNPCKLPS    Y3, Y2, Y1
+	VUNPCKHPS    Y3, Y2, Y2
+	VUNPCKLPS    Y5, Y4, Y3
+	VUNPCKHPS    Y5, Y4, Y4
+	VUNPCKLPS    Y6, Y6, Y5
+	VUNPCKHPS    Y6, Y6, Y6
+	VSHUFPS      $0x44, Y1, Y7, Y8
+	VSHUFPS      $0xee, Y1, Y7, Y1
+	VSHUFPS      $0x44, Y2, Y0, Y7
+	VSHUFPS      $0xee, Y2, Y0, Y0
+	VSHUFPS      $0x44, Y5, Y3, Y2
+	VSHUFPS      $0xee, Y5, Y3, Y3
+	VSHUFPS      $0x44, Y6, Y4, Y5
+	VSHUFPS      $0xee, Y6, Y4, Y4
+	VPERM2F128   $0x20, Y2, Y8, Y6
+	VMOVUPS      Y6, (AX)
+	VPERM2F128   $0x20, Y3, Y1, Y6
+	VMOVUPS      Y6, 24(AX)
+	VPERM2F128   $0x20, Y5, Y7, Y6
+	VMOVUPS      Y6, 48(AX)
+	VPERM2F128   $0x20, Y4, Y0, Y6
+	VMOVUPS      Y6, 72(AX)
+	VPERM2F128   $0x31, Y2, Y8, Y2
+	VMOVUPS      Y2, 96(AX)
+	VPERM2F128   $0x31, Y3, Y1, Y1
+	VMOVUPS      Y1, 120(AX)
+	VPERM2F128   $0x31, Y5, Y7, Y1
+	VMOVUPS      Y1, 144(AX)
+	VPERM2F128   $0x31, Y4, Y0, Y0
+	VMOVUPS      X0, 168(AX)
+	VEXTRACTF128 $0x01, Y0, X0
+	VMOVLPS      X0, 184(AX)
+	ADDQ         $0x20, CX
+	ADDQ         $0xc0, AX
+	DECQ         BX
+	JNZ          pack6AVX2_loop
+
+pack6AVX2_done:
+	VZEROUPPER
+	RET
+
 // func axpyAVX512(alpha float32, x *float32, y *float32, n int)
 // Requires: AVX, AVX512F, BMI2
 TEXT ·axpyAVX512(SB), NOSPLIT, $0-32

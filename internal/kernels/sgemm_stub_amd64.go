@@ -62,6 +62,9 @@ func bnBwdSetAVX2(dst *float32, dy *float32, x *float32, n int, mu float32, a fl
 // bnBwdAccAVX2 computes dst[i] += a*dy[i] + (b*(x[i]-mu) + c) for i < n (a multiple of 8) (AVX2, FMA).
 func bnBwdAccAVX2(dst *float32, dy *float32, x *float32, n int, mu float32, a float32, b float32, c float32)
 
+// pack6AVX2 writes dst[(8b+p)·6+r] = src[r·lds+8b+p] for r < 6, p < 8, b < blocks (AVX2).
+func pack6AVX2(dst *float32, src *float32, lds int, blocks int)
+
 // axpyAVX512 computes y[i] += alpha*x[i] for i < n (AVX-512F, fused multiply-add).
 func axpyAVX512(alpha float32, x *float32, y *float32, n int)
 

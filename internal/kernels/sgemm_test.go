@@ -372,3 +372,43 @@ func TestPack8Layout(t *testing.T) {
 		}
 	}
 }
+
+// vecOps.pack6 writes the 6-row sliver layout packA's Go loop writes, and nothing
+// past its blocks; packA with it agrees with packA without it for every length.
+func TestPack6Layout(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	for _, name := range availableImpls() {
+		v := implTable[name].vec
+		if v.pack6 == nil {
+			continue
+		}
+		const lds, blocks = 53, 5
+		src := randSlice(r, 5*lds+8*blocks)
+		dst := make([]float32, 48*blocks+1)
+		dst[48*blocks] = 7
+		v.pack6(dst[:48*blocks], src, lds, blocks)
+		for p := range 8 * blocks {
+			for row := range 6 {
+				if got, want := dst[p*6+row], src[row*lds+p]; got != want {
+					t.Fatalf("%s: dst[%d] = %v, want src[%d] = %v", name, p*6+row, got, row*lds+p, want)
+				}
+			}
+		}
+		if dst[48*blocks] != 7 {
+			t.Fatalf("%s: wrote past 48·blocks", name)
+		}
+		for _, kc := range []int{1, 7, 8, 9, 16, 61, 256} {
+			const lda, mc = 300, 14 // two whole slivers and a partial one
+			a := randSlice(r, mc*lda)
+			want := make([]float32, 18*kc)
+			got := make([]float32, 18*kc)
+			packA(6, false, a, lda, 0, mc, 3, kc, want, nil)
+			packA(6, false, a, lda, 0, mc, 3, kc, got, v)
+			for i := range want {
+				if got[i] != want[i] {
+					t.Fatalf("%s: kc %d: packed[%d] = %v, want %v", name, kc, i, got[i], want[i])
+				}
+			}
+		}
+	}
+}

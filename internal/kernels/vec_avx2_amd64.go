@@ -1,10 +1,10 @@
 package kernels
 
 // avx2Vec is the portable vector table with the AVX2 ReLU passes, the
-// residual add, BatchNorm's per-plane passes and the 8×8 transposes of the
-// NHWC layout passes (sgemm_amd64.s) in place of the Go loops: on an AVX2
-// machine the ReLU passes ran as scalar loops and took 11% of a ResNet-20
-// training step, the BatchNorm passes 16%. The assembly handles a multiple of
+// residual add, BatchNorm's per-plane passes, the six-row A packing and the
+// 8×8 transposes of the NHWC layout passes (sgemm_amd64.s) in place of the
+// Go loops: on an AVX2 machine the ReLU passes ran as scalar loops and took
+// 11% of a ResNet-20 training step, the BatchNorm passes 16%. The assembly handles a multiple of
 // 8 elements; the rest goes through the portable loop (a reduction adds the
 // rest's sum last, so its order still depends only on the length). The other
 // entries are genericVec's.
@@ -85,6 +85,12 @@ var avx2Vec = func() *vecOps {
 			}
 		}
 		bnBwdGeneric(dst[n:], dy[n:len(dst)], x[n:len(dst)], mu, a, b, c, acc)
+	}
+	v.pack6 = func(dst, src []float32, lds, blocks int) {
+		if blocks > 0 {
+			_, _ = dst[48*blocks-1], src[5*lds+8*blocks-1]
+			pack6AVX2(&dst[0], &src[0], lds, blocks)
+		}
 	}
 	v.transpose8 = func(dst []float32, ldd int, src []float32, lds, blocks int) {
 		if blocks > 0 {

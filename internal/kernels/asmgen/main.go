@@ -55,6 +55,7 @@ func main() {
 	genVecAVX2()
 	genTranspose8AVX2()
 	genBatchNormAVX2()
+	genPack6AVX2()
 	genVec()
 	Generate()
 }

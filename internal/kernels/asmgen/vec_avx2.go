@@ -308,3 +308,73 @@ func genBatchNormAVX2() {
 		})
 	}
 }
+
+// genPack6AVX2 emits pack6AVX2, the AVX2 packer of six-row A slivers: for each
+// block b of 8 columns, the 6×8 tile src[r·lds + 8b + p] (r < 6, p < 8) is
+// transposed in registers (transpose8AVX2's network with two zero rows) and
+// written column by column, dst[(8b+p)·6 + r]. Columns 0–6 are stored as whole
+// ymm registers in increasing order, each overwriting the previous one's two
+// spare lanes; column 7 as four plus two floats, so nothing is written past
+// the block's 48 floats.
+func genPack6AVX2() {
+	name := "pack6AVX2"
+	TEXT(name, NOSPLIT, "func(dst, src *float32, lds, blocks int)")
+	Doc(name + " writes dst[(8b+p)·6+r] = src[r·lds+8b+p] for r < 6, p < 8, b < blocks (AVX2).")
+	dst := Load(Param("dst"), GP64())
+	src := Load(Param("src"), GP64())
+	lds := Load(Param("lds"), GP64())
+	blocks := Load(Param("blocks"), GP64())
+	SHLQ(U8(2), lds)
+	TESTQ(blocks, blocks)
+	JE(LabelRef(name + "_done"))
+	Label(name + "_loop")
+	p := GP64()
+	MOVQ(src, p)
+	var r [8]reg.VecVirtual
+	for i := range 6 {
+		r[i] = YMM()
+		VMOVUPS(Mem{Base: p}, r[i])
+		if i < 5 {
+			ADDQ(lds, p)
+		}
+	}
+	r[6] = YMM()
+	VXORPS(r[6], r[6], r[6])
+	r[7] = r[6]
+	var t, u [8]reg.VecVirtual
+	for i := 0; i < 8; i += 2 {
+		t[i], t[i+1] = YMM(), YMM()
+		VUNPCKLPS(r[i+1], r[i], t[i])
+		VUNPCKHPS(r[i+1], r[i], t[i+1])
+	}
+	for h := 0; h < 8; h += 4 {
+		for q := range 2 {
+			u[h+2*q], u[h+2*q+1] = YMM(), YMM()
+			VSHUFPS(U8(0x44), t[h+2+q], t[h+q], u[h+2*q])
+			VSHUFPS(U8(0xee), t[h+2+q], t[h+q], u[h+2*q+1])
+		}
+	}
+	for j := range 8 {
+		o := YMM()
+		imm := U8(0x20)
+		if j >= 4 {
+			imm = U8(0x31)
+		}
+		VPERM2F128(imm, u[4+j%4], u[j%4], o)
+		if j < 7 {
+			VMOVUPS(o, Mem{Base: dst, Disp: j * 24})
+			continue
+		}
+		VMOVUPS(o.AsX(), Mem{Base: dst, Disp: j * 24})
+		hi := YMM()
+		VEXTRACTF128(U8(1), o, hi.AsX())
+		VMOVLPS(hi.AsX(), Mem{Base: dst, Disp: j*24 + 16})
+	}
+	ADDQ(U8(32), src)
+	ADDQ(U8(192), dst)
+	DECQ(blocks)
+	JNZ(LabelRef(name + "_loop"))
+	Label(name + "_done")
+	VZEROUPPER()
+	RET()
+}
