@@ -81,6 +81,10 @@ if [ "$TESTS" != 0 ]; then
 	done
 fi
 
+# PASSIVE unless set; set but empty: libgomp's default (an empty value is not valid there)
+omp_policy=${OMP_WAIT_POLICY-PASSIVE}
+unset OMP_WAIT_POLICY
+
 torch_ok=0
 if "$TORCH" -c 'import torch' 2>/dev/null; then
 	torch_ok=1
@@ -102,8 +106,6 @@ run_spargo() { # bin threads model tag round
 	echo "$f"
 }
 
-# PASSIVE unless set; set but empty: libgomp's default (an empty value is not valid there)
-omp_policy=${OMP_WAIT_POLICY-PASSIVE}
 
 rows=()
 for t in $THREADS; do

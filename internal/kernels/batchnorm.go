@@ -69,9 +69,40 @@ type bnJob struct {
 	training, accumulate   bool
 }
 
+// bnPlanesOps are BatchNorm's per-plane passes over n planes of plane elements
+// (a multiple of 8), stride apart, in one call; every slice starts at the first
+// plane and holds (n−1)·stride + plane elements.
+type bnPlanesOps struct {
+	sumDev   func(x []float32, n, plane, stride int, k float32) float32             // Σ(x−k)
+	sumSqDev func(x []float32, n, plane, stride int, mu float32) float32            // Σ(x−mu)²
+	dyStats  func(dy, x []float32, n, plane, stride int, mu float32) (s, t float32) // Σdy, Σdy·(x−mu)
+	affine   func(dst, x []float32, n, plane, stride int, mu, a, b float32)
+	bnBwd    func(dst, dy, x []float32, n, plane, stride int, mu, a, b, c float32, acc bool)
+}
+
+// bnGroupElems bounds the elements one bnPlanesOps reduction sums in float32
+// lanes; the groups' sums are added in float64, as the planes' are otherwise.
+const bnGroupElems = 4096
+
+// planeGroups calls f(i0, k) for the groups of k ≤ bnGroupElems/plane planes that
+// cover n planes, in order.
+func planeGroups(n, plane int, f func(i0, k int)) {
+	g := max(1, bnGroupElems/plane)
+	for i0 := 0; i0 < n; i0 += g {
+		f(i0, min(g, n-i0))
+	}
+}
+
+// planesLen is the length of a bnPlanesOps slice for n planes.
+func planesLen(n, plane, stride int) int { return (n-1)*stride + plane }
+
 func (j *bnJob) forwardTrain(lo, hi int) {
 	if j.plane < smallPlane {
 		j.forwardTrainSmall(lo, hi)
+		return
+	}
+	if pl := j.v.bnPlanes; pl != nil && j.plane%8 == 0 {
+		j.forwardTrainPlanes(pl, lo, hi)
 		return
 	}
 	// One channel at a time: its n planes stay in cache across the three passes.
@@ -96,6 +127,31 @@ func (j *bnJob) forwardTrain(lo, hi int) {
 		for i, off := 0, ch*plane; i < n; i, off = i+1, off+stride {
 			v.affine(j.y[off:off+plane], x[off:off+plane], mu, scale, j.beta[ch])
 		}
+	}
+}
+
+// forwardTrainPlanes is forwardTrain with each pass over a channel's planes in a
+// few bnPlanesOps calls.
+func (j *bnJob) forwardTrainPlanes(pl *bnPlanesOps, lo, hi int) {
+	n, plane, stride, x := j.n, j.plane, j.stride, j.x
+	m := float64(n * plane)
+	for ch := lo; ch < hi; ch++ {
+		base := ch * plane
+		shift := x[base]
+		var s, ss float64
+		planeGroups(n, plane, func(i0, k int) {
+			off := base + i0*stride
+			s += float64(pl.sumDev(x[off:off+planesLen(k, plane, stride)], k, plane, stride, shift))
+		})
+		mean := float64(shift) + s/m
+		mu := float32(mean)
+		planeGroups(n, plane, func(i0, k int) {
+			off := base + i0*stride
+			ss += float64(pl.sumSqDev(x[off:off+planesLen(k, plane, stride)], k, plane, stride, mu))
+		})
+		is := j.setStats(ch, mean, ss, mu)
+		l := planesLen(n, plane, stride)
+		pl.affine(j.y[base:base+l], x[base:base+l], n, plane, stride, mu, is*j.gamma[ch], j.beta[ch])
 	}
 }
 
@@ -323,6 +379,10 @@ func (j *bnJob) backward(lo, hi int) {
 		j.backwardSmall(lo, hi)
 		return
 	}
+	if pl := j.v.bnPlanes; pl != nil && j.plane%8 == 0 {
+		j.backwardPlanes(pl, lo, hi)
+		return
+	}
 	n, plane, stride, x, dx, dy, v := j.n, j.plane, j.stride, j.x, j.dx, j.dy, j.v
 	needStats := j.dgamma != nil || j.dbeta != nil || (dx != nil && j.training)
 	for ch := lo; ch < hi; ch++ {
@@ -341,6 +401,31 @@ func (j *bnJob) backward(lo, hi int) {
 		}
 		for i, off := 0, ch*plane; i < n; i, off = i+1, off+stride {
 			v.bnBwd(dx[off:off+plane], dy[off:off+plane], x[off:off+plane], mu, a, b, c, j.accumulate)
+		}
+	}
+}
+
+// backwardPlanes is backward with each pass over a channel's planes in a few
+// bnPlanesOps calls.
+func (j *bnJob) backwardPlanes(pl *bnPlanesOps, lo, hi int) {
+	n, plane, stride, x, dx, dy := j.n, j.plane, j.stride, j.x, j.dx, j.dy
+	needStats := j.dgamma != nil || j.dbeta != nil || (dx != nil && j.training)
+	l := planesLen(n, plane, stride)
+	for ch := lo; ch < hi; ch++ {
+		base := ch * plane
+		mu := j.mean[ch]
+		var sdy, sdyc float64 // Σdy, Σdy·(x−mu)
+		if needStats {
+			planeGroups(n, plane, func(i0, k int) {
+				off, lk := base+i0*stride, planesLen(k, plane, stride)
+				a, b := pl.dyStats(dy[off:off+lk], x[off:off+lk], k, plane, stride, mu)
+				sdy += float64(a)
+				sdyc += float64(b)
+			})
+		}
+		a, b, c := j.coeffs(ch, sdy, sdyc)
+		if dx != nil {
+			pl.bnBwd(dx[base:base+l], dy[base:base+l], x[base:base+l], n, plane, stride, mu, a, b, c, j.accumulate)
 		}
 	}
 }

@@ -16,6 +16,7 @@ var bnShapes = [][3]int{
 	{4, 2, 33}, {1, 3, 49}, {5, 1, 63}, {2, 4, 64}, {3, 3, 65}, {7, 5, 4}, {32, 4, 16},
 	{6, 3, 121}, {2, 6, 1024}, {32, 16, 4},
 	{2, 1100, 1}, {3, 40, 15}, {2, 300, 4}, // several blocks of small-plane channels
+	{40, 2, 256}, {9, 3, 1024}, {33, 2, 24}, // several groups of planes per reduction (bnPlanesOps)
 }
 
 func clone(x []float32) []float32 { return append([]float32(nil), x...) }
@@ -425,8 +426,12 @@ func benchBN(b *testing.B, n, c, plane int) {
 	})
 }
 
-// BenchmarkBatchNorm reports GB/s counting each array once (the minimum traffic).
+// BenchmarkBatchNorm reports GB/s counting each array once (the minimum traffic),
+// for VGG's first and last layers and ResNet-20/56's three stages at batch 32.
 func BenchmarkBatchNorm(b *testing.B) {
 	benchBN(b, 32, 64, 32*32)
 	benchBN(b, 32, 512, 2*2)
+	benchBN(b, 32, 16, 32*32)
+	benchBN(b, 32, 32, 16*16)
+	benchBN(b, 32, 64, 8*8)
 }

@@ -50,8 +50,11 @@ type vecOps struct {
 	dyStats    func(dy, x []float32, mu float32) (float32, float32)      // Σ dy, Σ dy·(x−mu)
 	affine     func(dst, x []float32, mu, a, b float32)                  // dst = (x−mu)·a + b
 	bnBwd      func(dst, dy, x []float32, mu, a, b, c float32, acc bool) // dst (+)= a·dy + b·(x−mu) + c
-	sgdMom     func(w, g, buf []float32, lr, wd, mom, damp float32, nesterov bool)
-	sgdPlain   func(w, g []float32, lr, wd float32)
+	// bnPlanes runs those BatchNorm passes over several planes of a channel in one
+	// call (nil: batchnorm.go calls the per-plane kernels above).
+	bnPlanes *bnPlanesOps
+	sgdMom   func(w, g, buf []float32, lr, wd, mom, damp float32, nesterov bool)
+	sgdPlain func(w, g []float32, lr, wd float32)
 	// maxPool2x2Row pools rows r0, r1 (2·len(y) elements each) into y with argmax
 	// indices base + 2j + {0, 1, w, w+1} (pooling.go).
 	maxPool2x2Row func(y []float32, arg []int32, r0, r1 []float32, base, w int32)

@@ -2491,6 +2491,474 @@ pack6AVX2_done:
 	VZEROUPPER
 	RET
 
+// func sumDevPlanesAVX2(x *float32, n int, plane int, stride int, mu float32) float32
+// Requires: AVX
+TEXT ·sumDevPlanesAVX2(SB), NOSPLIT, $0-44
+	MOVQ         x+0(FP), AX
+	VBROADCASTSS mu+32(FP), Y0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+	VXORPS       Y4, Y4, Y4
+	MOVQ         plane+16(FP), CX
+	MOVQ         n+8(FP), DX
+	MOVQ         stride+24(FP), BX
+	SHLQ         $0x02, BX
+	TESTQ        DX, DX
+	JE           sumDevPlanesAVX2_done
+
+sumDevPlanesAVX2_plane:
+	MOVQ AX, SI
+	MOVQ CX, DI
+
+sumDevPlanesAVX2_loop32:
+	CMPQ    DI, $0x20
+	JL      sumDevPlanesAVX2_loop8
+	VMOVUPS (SI), Y5
+	VSUBPS  Y0, Y5, Y5
+	VADDPS  Y5, Y1, Y1
+	VMOVUPS 32(SI), Y5
+	VSUBPS  Y0, Y5, Y5
+	VADDPS  Y5, Y2, Y2
+	VMOVUPS 64(SI), Y5
+	VSUBPS  Y0, Y5, Y5
+	VADDPS  Y5, Y3, Y3
+	VMOVUPS 96(SI), Y5
+	VSUBPS  Y0, Y5, Y5
+	VADDPS  Y5, Y4, Y4
+	ADDQ    $0x80, SI
+	SUBQ    $0x20, DI
+	JMP     sumDevPlanesAVX2_loop32
+
+sumDevPlanesAVX2_loop8:
+	CMPQ    DI, $0x08
+	JL      sumDevPlanesAVX2_next
+	VMOVUPS (SI), Y5
+	VSUBPS  Y0, Y5, Y5
+	VADDPS  Y5, Y1, Y1
+	ADDQ    $0x20, SI
+	SUBQ    $0x08, DI
+	JMP     sumDevPlanesAVX2_loop8
+
+sumDevPlanesAVX2_next:
+	ADDQ BX, AX
+	DECQ DX
+	JNZ  sumDevPlanesAVX2_plane
+
+sumDevPlanesAVX2_done:
+	VADDPS       Y2, Y1, Y1
+	VADDPS       Y4, Y3, Y3
+	VADDPS       Y3, Y1, Y1
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X0
+	VMOVHLPS     X0, X0, X1
+	VADDPS       X1, X0, X0
+	VMOVSHDUP    X0, X1
+	VADDSS       X1, X0, X0
+	VMOVSS       X0, ret+40(FP)
+	VZEROUPPER
+	RET
+
+// func sumSqDevPlanesAVX2(x *float32, n int, plane int, stride int, mu float32) float32
+// Requires: AVX, FMA3
+TEXT ·sumSqDevPlanesAVX2(SB), NOSPLIT, $0-44
+	MOVQ         x+0(FP), AX
+	VBROADCASTSS mu+32(FP), Y0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+	VXORPS       Y4, Y4, Y4
+	MOVQ         plane+16(FP), CX
+	MOVQ         n+8(FP), DX
+	MOVQ         stride+24(FP), BX
+	SHLQ         $0x02, BX
+	TESTQ        DX, DX
+	JE           sumSqDevPlanesAVX2_done
+
+sumSqDevPlanesAVX2_plane:
+	MOVQ AX, SI
+	MOVQ CX, DI
+
+sumSqDevPlanesAVX2_loop32:
+	CMPQ        DI, $0x20
+	JL          sumSqDevPlanesAVX2_loop8
+	VMOVUPS     (SI), Y5
+	VSUBPS      Y0, Y5, Y5
+	VFMADD231PS Y5, Y5, Y1
+	VMOVUPS     32(SI), Y5
+	VSUBPS      Y0, Y5, Y5
+	VFMADD231PS Y5, Y5, Y2
+	VMOVUPS     64(SI), Y5
+	VSUBPS      Y0, Y5, Y5
+	VFMADD231PS Y5, Y5, Y3
+	VMOVUPS     96(SI), Y5
+	VSUBPS      Y0, Y5, Y5
+	VFMADD231PS Y5, Y5, Y4
+	ADDQ        $0x80, SI
+	SUBQ        $0x20, DI
+	JMP         sumSqDevPlanesAVX2_loop32
+
+sumSqDevPlanesAVX2_loop8:
+	CMPQ        DI, $0x08
+	JL          sumSqDevPlanesAVX2_next
+	VMOVUPS     (SI), Y5
+	VSUBPS      Y0, Y5, Y5
+	VFMADD231PS Y5, Y5, Y1
+	ADDQ        $0x20, SI
+	SUBQ        $0x08, DI
+	JMP         sumSqDevPlanesAVX2_loop8
+
+sumSqDevPlanesAVX2_next:
+	ADDQ BX, AX
+	DECQ DX
+	JNZ  sumSqDevPlanesAVX2_plane
+
+sumSqDevPlanesAVX2_done:
+	VADDPS       Y2, Y1, Y1
+	VADDPS       Y4, Y3, Y3
+	VADDPS       Y3, Y1, Y1
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X0
+	VMOVHLPS     X0, X0, X1
+	VADDPS       X1, X0, X0
+	VMOVSHDUP    X0, X1
+	VADDSS       X1, X0, X0
+	VMOVSS       X0, ret+40(FP)
+	VZEROUPPER
+	RET
+
+// func dyStatsPlanesAVX2(dy *float32, x *float32, n int, plane int, stride int, mu float32) (sdy float32, sdyc float32)
+// Requires: AVX, FMA3
+TEXT ·dyStatsPlanesAVX2(SB), NOSPLIT, $0-56
+	MOVQ         dy+0(FP), AX
+	MOVQ         x+8(FP), CX
+	VBROADCASTSS mu+40(FP), Y0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+	VXORPS       Y4, Y4, Y4
+	VXORPS       Y5, Y5, Y5
+	VXORPS       Y6, Y6, Y6
+	VXORPS       Y7, Y7, Y7
+	VXORPS       Y8, Y8, Y8
+	MOVQ         plane+24(FP), DX
+	MOVQ         n+16(FP), BX
+	MOVQ         stride+32(FP), SI
+	SHLQ         $0x02, SI
+	TESTQ        BX, BX
+	JE           dyStatsPlanesAVX2_done
+
+dyStatsPlanesAVX2_plane:
+	MOVQ AX, DI
+	MOVQ CX, R8
+	MOVQ DX, R9
+
+dyStatsPlanesAVX2_loop32:
+	CMPQ        R9, $0x20
+	JL          dyStatsPlanesAVX2_loop8
+	VMOVUPS     (DI), Y9
+	VMOVUPS     (R8), Y10
+	VSUBPS      Y0, Y10, Y10
+	VADDPS      Y9, Y1, Y1
+	VFMADD231PS Y10, Y9, Y5
+	VMOVUPS     32(DI), Y9
+	VMOVUPS     32(R8), Y10
+	VSUBPS      Y0, Y10, Y10
+	VADDPS      Y9, Y2, Y2
+	VFMADD231PS Y10, Y9, Y6
+	VMOVUPS     64(DI), Y9
+	VMOVUPS     64(R8), Y10
+	VSUBPS      Y0, Y10, Y10
+	VADDPS      Y9, Y3, Y3
+	VFMADD231PS Y10, Y9, Y7
+	VMOVUPS     96(DI), Y9
+	VMOVUPS     96(R8), Y10
+	VSUBPS      Y0, Y10, Y10
+	VADDPS      Y9, Y4, Y4
+	VFMADD231PS Y10, Y9, Y8
+	ADDQ        $0x80, DI
+	ADDQ        $0x80, R8
+	SUBQ        $0x20, R9
+	JMP         dyStatsPlanesAVX2_loop32
+
+dyStatsPlanesAVX2_loop8:
+	CMPQ        R9, $0x08
+	JL          dyStatsPlanesAVX2_next
+	VMOVUPS     (DI), Y9
+	VMOVUPS     (R8), Y10
+	VSUBPS      Y0, Y10, Y10
+	VADDPS      Y9, Y1, Y1
+	VFMADD231PS Y10, Y9, Y5
+	ADDQ        $0x20, DI
+	ADDQ        $0x20, R8
+	SUBQ        $0x08, R9
+	JMP         dyStatsPlanesAVX2_loop8
+
+dyStatsPlanesAVX2_next:
+	ADDQ SI, AX
+	ADDQ SI, CX
+	DECQ BX
+	JNZ  dyStatsPlanesAVX2_plane
+
+dyStatsPlanesAVX2_done:
+	VADDPS       Y2, Y1, Y1
+	VADDPS       Y4, Y3, Y3
+	VADDPS       Y3, Y1, Y1
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X0
+	VMOVHLPS     X0, X0, X1
+	VADDPS       X1, X0, X0
+	VMOVSHDUP    X0, X1
+	VADDSS       X1, X0, X0
+	VMOVSS       X0, sdy+48(FP)
+	VADDPS       Y6, Y5, Y5
+	VADDPS       Y8, Y7, Y7
+	VADDPS       Y7, Y5, Y5
+	VEXTRACTF128 $0x01, Y5, X0
+	VADDPS       X0, X5, X0
+	VMOVHLPS     X0, X0, X1
+	VADDPS       X1, X0, X0
+	VMOVSHDUP    X0, X1
+	VADDSS       X1, X0, X0
+	VMOVSS       X0, sdyc+52(FP)
+	VZEROUPPER
+	RET
+
+// func affinePlanesAVX2(dst *float32, x *float32, n int, plane int, stride int, mu float32, a float32, b float32)
+// Requires: AVX, FMA3
+TEXT ·affinePlanesAVX2(SB), NOSPLIT, $0-52
+	MOVQ         dst+0(FP), AX
+	MOVQ         x+8(FP), CX
+	VBROADCASTSS mu+40(FP), Y0
+	VBROADCASTSS a+44(FP), Y1
+	VBROADCASTSS b+48(FP), Y2
+	MOVQ         plane+24(FP), DX
+	MOVQ         n+16(FP), BX
+	MOVQ         stride+32(FP), SI
+	SHLQ         $0x02, SI
+	TESTQ        BX, BX
+	JE           affinePlanesAVX2_done
+
+affinePlanesAVX2_plane:
+	MOVQ AX, DI
+	MOVQ CX, R8
+	MOVQ DX, R9
+
+affinePlanesAVX2_loop32:
+	CMPQ        R9, $0x20
+	JL          affinePlanesAVX2_loop8
+	VMOVUPS     (R8), Y3
+	VSUBPS      Y0, Y3, Y3
+	VFMADD213PS Y2, Y1, Y3
+	VMOVUPS     Y3, (DI)
+	VMOVUPS     32(R8), Y3
+	VSUBPS      Y0, Y3, Y3
+	VFMADD213PS Y2, Y1, Y3
+	VMOVUPS     Y3, 32(DI)
+	VMOVUPS     64(R8), Y3
+	VSUBPS      Y0, Y3, Y3
+	VFMADD213PS Y2, Y1, Y3
+	VMOVUPS     Y3, 64(DI)
+	VMOVUPS     96(R8), Y3
+	VSUBPS      Y0, Y3, Y3
+	VFMADD213PS Y2, Y1, Y3
+	VMOVUPS     Y3, 96(DI)
+	ADDQ        $0x80, DI
+	ADDQ        $0x80, R8
+	SUBQ        $0x20, R9
+	JMP         affinePlanesAVX2_loop32
+
+affinePlanesAVX2_loop8:
+	CMPQ        R9, $0x08
+	JL          affinePlanesAVX2_next
+	VMOVUPS     (R8), Y3
+	VSUBPS      Y0, Y3, Y3
+	VFMADD213PS Y2, Y1, Y3
+	VMOVUPS     Y3, (DI)
+	ADDQ        $0x20, DI
+	ADDQ        $0x20, R8
+	SUBQ        $0x08, R9
+	JMP         affinePlanesAVX2_loop8
+
+affinePlanesAVX2_next:
+	ADDQ SI, AX
+	ADDQ SI, CX
+	DECQ BX
+	JNZ  affinePlanesAVX2_plane
+
+affinePlanesAVX2_done:
+	VZEROUPPER
+	RET
+
+// func bnBwdSetPlanesAVX2(dst *float32, dy *float32, x *float32, n int, plane int, stride int, mu float32, a float32, b float32, c float32)
+// Requires: AVX, FMA3
+TEXT ·bnBwdSetPlanesAVX2(SB), NOSPLIT, $0-64
+	MOVQ         dst+0(FP), AX
+	MOVQ         dy+8(FP), CX
+	MOVQ         x+16(FP), DX
+	VBROADCASTSS mu+48(FP), Y0
+	VBROADCASTSS a+52(FP), Y1
+	VBROADCASTSS b+56(FP), Y2
+	VBROADCASTSS c+60(FP), Y3
+	MOVQ         plane+32(FP), BX
+	MOVQ         n+24(FP), SI
+	MOVQ         stride+40(FP), DI
+	SHLQ         $0x02, DI
+	TESTQ        SI, SI
+	JE           bnBwdSetPlanesAVX2_done
+
+bnBwdSetPlanesAVX2_plane:
+	MOVQ AX, R8
+	MOVQ CX, R9
+	MOVQ DX, R10
+	MOVQ BX, R11
+
+bnBwdSetPlanesAVX2_loop32:
+	CMPQ        R11, $0x20
+	JL          bnBwdSetPlanesAVX2_loop8
+	VMOVUPS     (R10), Y4
+	VMOVUPS     (R9), Y5
+	VSUBPS      Y0, Y4, Y4
+	VFMADD213PS Y3, Y2, Y4
+	VFMADD231PS Y5, Y1, Y4
+	VMOVUPS     Y4, (R8)
+	VMOVUPS     32(R10), Y4
+	VMOVUPS     32(R9), Y5
+	VSUBPS      Y0, Y4, Y4
+	VFMADD213PS Y3, Y2, Y4
+	VFMADD231PS Y5, Y1, Y4
+	VMOVUPS     Y4, 32(R8)
+	VMOVUPS     64(R10), Y4
+	VMOVUPS     64(R9), Y5
+	VSUBPS      Y0, Y4, Y4
+	VFMADD213PS Y3, Y2, Y4
+	VFMADD231PS Y5, Y1, Y4
+	VMOVUPS     Y4, 64(R8)
+	VMOVUPS     96(R10), Y4
+	VMOVUPS     96(R9), Y5
+	VSUBPS      Y0, Y4, Y4
+	VFMADD213PS Y3, Y2, Y4
+	VFMADD231PS Y5, Y1, Y4
+	VMOVUPS     Y4, 96(R8)
+	ADDQ        $0x80, R8
+	ADDQ        $0x80, R9
+	ADDQ        $0x80, R10
+	SUBQ        $0x20, R11
+	JMP         bnBwdSetPlanesAVX2_loop32
+
+bnBwdSetPlanesAVX2_loop8:
+	CMPQ        R11, $0x08
+	JL          bnBwdSetPlanesAVX2_next
+	VMOVUPS     (R10), Y4
+	VMOVUPS     (R9), Y5
+	VSUBPS      Y0, Y4, Y4
+	VFMADD213PS Y3, Y2, Y4
+	VFMADD231PS Y5, Y1, Y4
+	VMOVUPS     Y4, (R8)
+	ADDQ        $0x20, R8
+	ADDQ        $0x20, R9
+	ADDQ        $0x20, R10
+	SUBQ        $0x08, R11
+	JMP         bnBwdSetPlanesAVX2_loop8
+
+bnBwdSetPlanesAVX2_next:
+	ADDQ DI, AX
+	ADDQ DI, CX
+	ADDQ DI, DX
+	DECQ SI
+	JNZ  bnBwdSetPlanesAVX2_plane
+
+bnBwdSetPlanesAVX2_done:
+	VZEROUPPER
+	RET
+
+// func bnBwdAccPlanesAVX2(dst *float32, dy *float32, x *float32, n int, plane int, stride int, mu float32, a float32, b float32, c float32)
+// Requires: AVX, FMA3
+TEXT ·bnBwdAccPlanesAVX2(SB), NOSPLIT, $0-64
+	MOVQ         dst+0(FP), AX
+	MOVQ         dy+8(FP), CX
+	MOVQ         x+16(FP), DX
+	VBROADCASTSS mu+48(FP), Y0
+	VBROADCASTSS a+52(FP), Y1
+	VBROADCASTSS b+56(FP), Y2
+	VBROADCASTSS c+60(FP), Y3
+	MOVQ         plane+32(FP), BX
+	MOVQ         n+24(FP), SI
+	MOVQ         stride+40(FP), DI
+	SHLQ         $0x02, DI
+	TESTQ        SI, SI
+	JE           bnBwdAccPlanesAVX2_done
+
+bnBwdAccPlanesAVX2_plane:
+	MOVQ AX, R8
+	MOVQ CX, R9
+	MOVQ DX, R10
+	MOVQ BX, R11
+
+bnBwdAccPlanesAVX2_loop32:
+	CMPQ        R11, $0x20
+	JL          bnBwdAccPlanesAVX2_loop8
+	VMOVUPS     (R10), Y4
+	VMOVUPS     (R9), Y5
+	VSUBPS      Y0, Y4, Y4
+	VFMADD213PS Y3, Y2, Y4
+	VFMADD231PS Y5, Y1, Y4
+	VADDPS      (R8), Y4, Y4
+	VMOVUPS     Y4, (R8)
+	VMOVUPS     32(R10), Y4
+	VMOVUPS     32(R9), Y5
+	VSUBPS      Y0, Y4, Y4
+	VFMADD213PS Y3, Y2, Y4
+	VFMADD231PS Y5, Y1, Y4
+	VADDPS      32(R8), Y4, Y4
+	VMOVUPS     Y4, 32(R8)
+	VMOVUPS     64(R10), Y4
+	VMOVUPS     64(R9), Y5
+	VSUBPS      Y0, Y4, Y4
+	VFMADD213PS Y3, Y2, Y4
+	VFMADD231PS Y5, Y1, Y4
+	VADDPS      64(R8), Y4, Y4
+	VMOVUPS     Y4, 64(R8)
+	VMOVUPS     96(R10), Y4
+	VMOVUPS     96(R9), Y5
+	VSUBPS      Y0, Y4, Y4
+	VFMADD213PS Y3, Y2, Y4
+	VFMADD231PS Y5, Y1, Y4
+	VADDPS      96(R8), Y4, Y4
+	VMOVUPS     Y4, 96(R8)
+	ADDQ        $0x80, R8
+	ADDQ        $0x80, R9
+	ADDQ        $0x80, R10
+	SUBQ        $0x20, R11
+	JMP         bnBwdAccPlanesAVX2_loop32
+
+bnBwdAccPlanesAVX2_loop8:
+	CMPQ        R11, $0x08
+	JL          bnBwdAccPlanesAVX2_next
+	VMOVUPS     (R10), Y4
+	VMOVUPS     (R9), Y5
+	VSUBPS      Y0, Y4, Y4
+	VFMADD213PS Y3, Y2, Y4
+	VFMADD231PS Y5, Y1, Y4
+	VADDPS      (R8), Y4, Y4
+	VMOVUPS     Y4, (R8)
+	ADDQ        $0x20, R8
+	ADDQ        $0x20, R9
+	ADDQ        $0x20, R10
+	SUBQ        $0x08, R11
+	JMP         bnBwdAccPlanesAVX2_loop8
+
+bnBwdAccPlanesAVX2_next:
+	ADDQ DI, AX
+	ADDQ DI, CX
+	ADDQ DI, DX
+	DECQ SI
+	JNZ  bnBwdAccPlanesAVX2_plane
+
+bnBwdAccPlanesAVX2_done:
+	VZEROUPPER
+	RET
+
 // func axpyAVX512(alpha float32, x *float32, y *float32, n int)
 // Requires: AVX, AVX512F, BMI2
 TEXT ·axpyAVX512(SB), NOSPLIT, $0-32

@@ -65,6 +65,24 @@ func bnBwdAccAVX2(dst *float32, dy *float32, x *float32, n int, mu float32, a fl
 // pack6AVX2 writes dst[(8b+p)·6+r] = src[r·lds+8b+p] for r < 6, p < 8, b < blocks (AVX2).
 func pack6AVX2(dst *float32, src *float32, lds int, blocks int)
 
+// sumDevPlanesAVX2 returns the sum of x[i·stride+j]-mu over i < n, j < plane (a multiple of 8) (AVX2); fixed summation order.
+func sumDevPlanesAVX2(x *float32, n int, plane int, stride int, mu float32) float32
+
+// sumSqDevPlanesAVX2 returns the sum of (x[i·stride+j]-mu)² over i < n, j < plane (a multiple of 8) (AVX2, FMA); fixed summation order.
+func sumSqDevPlanesAVX2(x *float32, n int, plane int, stride int, mu float32) float32
+
+// dyStatsPlanesAVX2 returns the sums of dy and dy·(x-mu) over the elements i·stride+j, i < n, j < plane (a multiple of 8) (AVX2, FMA); fixed summation order.
+func dyStatsPlanesAVX2(dy *float32, x *float32, n int, plane int, stride int, mu float32) (sdy float32, sdyc float32)
+
+// affinePlanesAVX2 computes dst = (x-mu)*a + b at the elements i·stride+j, i < n, j < plane (a multiple of 8) (AVX2, fused multiply-add).
+func affinePlanesAVX2(dst *float32, x *float32, n int, plane int, stride int, mu float32, a float32, b float32)
+
+// bnBwdSetPlanesAVX2 computes dst = a*dy + (b*(x-mu) + c) at the elements i·stride+j, i < n, j < plane (a multiple of 8) (AVX2, FMA).
+func bnBwdSetPlanesAVX2(dst *float32, dy *float32, x *float32, n int, plane int, stride int, mu float32, a float32, b float32, c float32)
+
+// bnBwdAccPlanesAVX2 computes dst += a*dy + (b*(x-mu) + c) at the elements i·stride+j, i < n, j < plane (a multiple of 8) (AVX2, FMA).
+func bnBwdAccPlanesAVX2(dst *float32, dy *float32, x *float32, n int, plane int, stride int, mu float32, a float32, b float32, c float32)
+
 // axpyAVX512 computes y[i] += alpha*x[i] for i < n (AVX-512F, fused multiply-add).
 func axpyAVX512(alpha float32, x *float32, y *float32, n int)
 

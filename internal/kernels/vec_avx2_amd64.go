@@ -86,6 +86,35 @@ var avx2Vec = func() *vecOps {
 		}
 		bnBwdGeneric(dst[n:], dy[n:len(dst)], x[n:len(dst)], mu, a, b, c, acc)
 	}
+	v.bnPlanes = &bnPlanesOps{
+		sumDev: func(x []float32, n, plane, stride int, k float32) float32 {
+			_ = x[planesLen(n, plane, stride)-1]
+			return sumDevPlanesAVX2(&x[0], n, plane, stride, k)
+		},
+		sumSqDev: func(x []float32, n, plane, stride int, mu float32) float32 {
+			_ = x[planesLen(n, plane, stride)-1]
+			return sumSqDevPlanesAVX2(&x[0], n, plane, stride, mu)
+		},
+		dyStats: func(dy, x []float32, n, plane, stride int, mu float32) (float32, float32) {
+			l := planesLen(n, plane, stride)
+			_, _ = dy[l-1], x[l-1]
+			return dyStatsPlanesAVX2(&dy[0], &x[0], n, plane, stride, mu)
+		},
+		affine: func(dst, x []float32, n, plane, stride int, mu, a, b float32) {
+			l := planesLen(n, plane, stride)
+			_, _ = dst[l-1], x[l-1]
+			affinePlanesAVX2(&dst[0], &x[0], n, plane, stride, mu, a, b)
+		},
+		bnBwd: func(dst, dy, x []float32, n, plane, stride int, mu, a, b, c float32, acc bool) {
+			l := planesLen(n, plane, stride)
+			_, _, _ = dst[l-1], dy[l-1], x[l-1]
+			if acc {
+				bnBwdAccPlanesAVX2(&dst[0], &dy[0], &x[0], n, plane, stride, mu, a, b, c)
+			} else {
+				bnBwdSetPlanesAVX2(&dst[0], &dy[0], &x[0], n, plane, stride, mu, a, b, c)
+			}
+		},
+	}
 	v.pack6 = func(dst, src []float32, lds, blocks int) {
 		if blocks > 0 {
 			_, _ = dst[48*blocks-1], src[5*lds+8*blocks-1]

@@ -56,6 +56,7 @@ func main() {
 	genTranspose8AVX2()
 	genBatchNormAVX2()
 	genPack6AVX2()
+	genBatchNormPlanesAVX2()
 	genVec()
 	Generate()
 }
