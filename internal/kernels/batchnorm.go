@@ -30,8 +30,8 @@ func mustLen(fn, what string, got, want int) {
 //
 // where M = n·plane. Statistics are computed in two passes per channel (the sum of
 // x−K, K the channel's first value, so that an offset the channel shares costs no
-// precision; then the centred sum of squares), each plane reduced in float32 and planes
-// combined in float64: the mean is the exact one rounded to float32, as PyTorch's; a channel (n planes) is processed by one goroutine so its data stays
+// precision; then the centred sum of squares), each plane (on AVX2, each group of planes
+// up to bnGroupElems elements) reduced in float32 and those sums combined in float64: the mean is the exact one rounded to float32, as PyTorch's; a channel (n planes) is processed by one goroutine so its data stays
 // in cache across the passes. y and x have n·c·plane elements; gamma, beta, mean,
 // variance and invstd have c. y may alias x.
 func BatchNormForwardTrain(y, x []float32, n, c, plane int, gamma, beta []float32, eps float64, mean, variance, invstd []float32) {
