@@ -61,3 +61,36 @@ func TestDispatchJoins(t *testing.T) {
 		}
 	}
 }
+
+// TestDispatchContention: dispatches from two goroutines at once (in-process
+// data-parallel workers) all complete, and turn the polling off while they overlap.
+func TestDispatchContention(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+	defer spinWait.Store(spinWait.Load())
+	spinWait.Store(int64(200 * time.Microsecond))
+	contendedAt.Store(clock() - int64(contendedHold) - 1)
+	if spinFor() == 0 {
+		t.Fatal("polling off before any contention")
+	}
+	done := make(chan int64)
+	for range 2 {
+		go func() {
+			c := countTask{slow: true} // 50 µs each: the two loops overlap
+			var runs int64
+			for range 500 {
+				c.n.Store(0)
+				dispatch(&c, &c.wg, 2)
+				runs += c.n.Load()
+			}
+			done <- runs
+		}()
+	}
+	for range 2 {
+		if runs := <-done; runs != 1000 {
+			t.Fatalf("%d participants ran over 500 dispatches of 2, want 1000", runs)
+		}
+	}
+	if spinFor() != 0 {
+		t.Error("polling still on right after overlapping dispatches")
+	}
+}
