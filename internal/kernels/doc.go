@@ -23,8 +23,10 @@
 // before it sleeps: a futex wake-up costs 50–100 µs on a virtual machine, and a
 // training step runs hundreds of short parallel kernels (a ResNet-20 step at
 // batch 32 spent a third of its time with one core idle). The polling yields to
-// other goroutines; SPARGO_SPIN=0 turns it off, the OMP_WAIT_POLICY=PASSIVE of
-// this pool, for machines shared with other busy processes.
+// other goroutines and stops for 50 ms whenever two dispatches overlap (in-process
+// data-parallel workers, which keep each other's helpers busy); SPARGO_SPIN=0
+// turns it off, the OMP_WAIT_POLICY=PASSIVE of this pool, for machines shared with
+// other busy processes.
 //
 // # Convolution
 //
