@@ -89,6 +89,17 @@ torch_ok=0
 if "$TORCH" -c 'import torch' 2>/dev/null; then
 	torch_ok=1
 	echo "torch: $("$TORCH" -c 'import torch; print(torch.__version__, torch.backends.mkldnn.is_available())')"
+	# Debian's python3-torch calls whatever libblas.so.3 is installed: the reference BLAS
+	# (libblas3 alone) runs torch.mm at 2-4 GFLOP/s and makes PyTorch's ResNet, LSTM and
+	# BERT figures pathological; `apt-get install libopenblas0-pthread` switches it to OpenBLAS.
+	mm=$(OPENBLAS_NUM_THREADS=1 "$TORCH" -c 'import time, torch
+torch.set_num_threads(1); a = torch.randn(512, 512); torch.mm(a, a); t = time.perf_counter()
+for _ in range(4): torch.mm(a, a)
+print("%.1f" % (4 * 2 * 512**3 / (time.perf_counter() - t) / 1e9))')
+	echo "torch.mm 512³, 1 thread: $mm GFLOP/s"
+	if awk -v g="$mm" 'BEGIN { exit !(g < 10) }'; then
+		echo "WARNING: PyTorch runs on a reference BLAS ($(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3 2>/dev/null)); install OpenBLAS (apt-get install libopenblas0-pthread) before comparing" >&2
+	fi
 else
 	echo "torch: not available ($TORCH): PyTorch columns stay empty"
 fi
