@@ -11,14 +11,16 @@ import (
 // sgemm_amd64.go run the last n mod 8 through the portable loops): 32 per
 // iteration (4 ymm), then 8.
 
-// streamAVX2 emits the loop skeleton; body(off) processes 8 elements at
-// byte offset off from every pointer.
-func streamAVX2(name string, n reg.GPVirtual, ptrs []reg.GPVirtual, body func(off int)) {
+// loop8x32 emits the loop skeleton shared by the AVX2 streams: 32 elements per
+// iteration (4 ymm, body(off, u) with u = 0..3), then 8 (u = 0), counting n down
+// and advancing every pointer; it jumps to the label exit when fewer than 8 are left
+// (the caller places it).
+func loop8x32(name string, n reg.GPVirtual, ptrs []reg.GPVirtual, body func(off, u int), exit string) {
 	Label(name + "_loop32")
 	CMPQ(n, U8(32))
 	JL(LabelRef(name + "_loop8"))
 	for u := range 4 {
-		body(u * 32)
+		body(u*32, u)
 	}
 	for _, p := range ptrs {
 		ADDQ(U8(128), p)
@@ -28,14 +30,19 @@ func streamAVX2(name string, n reg.GPVirtual, ptrs []reg.GPVirtual, body func(of
 
 	Label(name + "_loop8")
 	CMPQ(n, U8(8))
-	JL(LabelRef(name + "_done"))
-	body(0)
+	JL(LabelRef(exit))
+	body(0, 0)
 	for _, p := range ptrs {
 		ADDQ(U8(32), p)
 	}
 	SUBQ(U8(8), n)
 	JMP(LabelRef(name + "_loop8"))
-	Label(name + "_done")
+}
+
+// streamAVX2 emits an elementwise kernel's loop and return; body(off) processes 8
+// elements at byte offset off from every pointer.
+func streamAVX2(name string, n reg.GPVirtual, ptrs []reg.GPVirtual, body func(off int)) {
+	streamAVX2Acc(name, n, ptrs, func(off, _ int) { body(off) })
 	VZEROUPPER()
 	RET()
 }
@@ -101,6 +108,34 @@ func genVecAVX2() {
 	}
 }
 
+// transpose8Regs transposes the 8×8 tile in rows r (register i holds row i) and
+// returns its columns (register j holds column j): unpack 32-bit, 64-bit shuffles,
+// then 128-bit lane permutes.
+func transpose8Regs(r [8]reg.VecVirtual) [8]reg.VecVirtual {
+	var t, u, o [8]reg.VecVirtual
+	for i := 0; i < 8; i += 2 {
+		t[i], t[i+1] = YMM(), YMM()
+		VUNPCKLPS(r[i+1], r[i], t[i])   // r[i]0 r[i+1]0 r[i]1 r[i+1]1 (per 128-bit lane)
+		VUNPCKHPS(r[i+1], r[i], t[i+1]) // r[i]2 r[i+1]2 r[i]3 r[i+1]3
+	}
+	for h := 0; h < 8; h += 4 {
+		for q := range 2 {
+			u[h+2*q], u[h+2*q+1] = YMM(), YMM()
+			VSHUFPS(U8(0x44), t[h+2+q], t[h+q], u[h+2*q])   // columns 2q (lanes 0, 4)
+			VSHUFPS(U8(0xee), t[h+2+q], t[h+q], u[h+2*q+1]) // columns 2q+1
+		}
+	}
+	for j := range 8 {
+		o[j] = YMM()
+		imm := U8(0x20) // low lanes: columns 0-3
+		if j >= 4 {
+			imm = U8(0x31) // high lanes: columns 4-7
+		}
+		VPERM2F128(imm, u[4+j%4], u[j%4], o[j])
+	}
+	return o
+}
+
 // genTranspose8AVX2 emits transpose8AVX2: blocks 8×8 transposes,
 // dst[(8b+j)·ldd + i] = src[i·lds + 8b + j] for i, j < 8 and b < blocks
 // (strides in floats): unpack 32-bit, 64-bit shuffles, then 128-bit lane
@@ -130,29 +165,11 @@ func genTranspose8AVX2() {
 			ADDQ(lds, p)
 		}
 	}
-	var t, u [8]reg.VecVirtual
-	for i := 0; i < 8; i += 2 {
-		t[i], t[i+1] = YMM(), YMM()
-		VUNPCKLPS(r[i+1], r[i], t[i])   // r[i]0 r[i+1]0 r[i]1 r[i+1]1 (per 128-bit lane)
-		VUNPCKHPS(r[i+1], r[i], t[i+1]) // r[i]2 r[i+1]2 r[i]3 r[i+1]3
-	}
-	for h := 0; h < 8; h += 4 {
-		for q := range 2 {
-			u[h+2*q], u[h+2*q+1] = YMM(), YMM()
-			VSHUFPS(U8(0x44), t[h+2+q], t[h+q], u[h+2*q])   // columns 2q (lanes 0, 4)
-			VSHUFPS(U8(0xee), t[h+2+q], t[h+q], u[h+2*q+1]) // columns 2q+1
-		}
-	}
+	o := transpose8Regs(r)
 	p2 := GP64()
 	MOVQ(dst, p2)
 	for j := range 8 {
-		o := YMM()
-		imm := U8(0x20) // low lanes: columns 0-3
-		if j >= 4 {
-			imm = U8(0x31) // high lanes: columns 4-7
-		}
-		VPERM2F128(imm, u[4+j%4], u[j%4], o)
-		VMOVUPS(o, Mem{Base: p2})
+		VMOVUPS(o[j], Mem{Base: p2})
 		if j < 7 {
 			ADDQ(ldd, p2)
 		}
@@ -209,27 +226,7 @@ func reduceY(acc []reg.VecVirtual) reg.VecVirtual {
 // streamAVX2Acc is streamAVX2 for reductions: body(off, u) processes 8 elements
 // at byte offset off into accumulator u; the caller reduces and returns.
 func streamAVX2Acc(name string, n reg.GPVirtual, ptrs []reg.GPVirtual, body func(off, u int)) {
-	Label(name + "_loop32")
-	CMPQ(n, U8(32))
-	JL(LabelRef(name + "_loop8"))
-	for u := range 4 {
-		body(u*32, u)
-	}
-	for _, p := range ptrs {
-		ADDQ(U8(128), p)
-	}
-	SUBQ(U8(32), n)
-	JMP(LabelRef(name + "_loop32"))
-
-	Label(name + "_loop8")
-	CMPQ(n, U8(8))
-	JL(LabelRef(name + "_done"))
-	body(0, 0)
-	for _, p := range ptrs {
-		ADDQ(U8(32), p)
-	}
-	SUBQ(U8(8), n)
-	JMP(LabelRef(name + "_loop8"))
+	loop8x32(name, n, ptrs, body, name+"_done")
 	Label(name + "_done")
 }
 
@@ -341,35 +338,14 @@ func genPack6AVX2() {
 	r[6] = YMM()
 	VXORPS(r[6], r[6], r[6])
 	r[7] = r[6]
-	var t, u [8]reg.VecVirtual
-	for i := 0; i < 8; i += 2 {
-		t[i], t[i+1] = YMM(), YMM()
-		VUNPCKLPS(r[i+1], r[i], t[i])
-		VUNPCKHPS(r[i+1], r[i], t[i+1])
+	o := transpose8Regs(r)
+	for j := range 7 {
+		VMOVUPS(o[j], Mem{Base: dst, Disp: j * 24})
 	}
-	for h := 0; h < 8; h += 4 {
-		for q := range 2 {
-			u[h+2*q], u[h+2*q+1] = YMM(), YMM()
-			VSHUFPS(U8(0x44), t[h+2+q], t[h+q], u[h+2*q])
-			VSHUFPS(U8(0xee), t[h+2+q], t[h+q], u[h+2*q+1])
-		}
-	}
-	for j := range 8 {
-		o := YMM()
-		imm := U8(0x20)
-		if j >= 4 {
-			imm = U8(0x31)
-		}
-		VPERM2F128(imm, u[4+j%4], u[j%4], o)
-		if j < 7 {
-			VMOVUPS(o, Mem{Base: dst, Disp: j * 24})
-			continue
-		}
-		VMOVUPS(o.AsX(), Mem{Base: dst, Disp: j * 24})
-		hi := YMM()
-		VEXTRACTF128(U8(1), o, hi.AsX())
-		VMOVLPS(hi.AsX(), Mem{Base: dst, Disp: j*24 + 16})
-	}
+	VMOVUPS(o[7].AsX(), Mem{Base: dst, Disp: 7 * 24})
+	hi := XMM()
+	VEXTRACTF128(U8(1), o[7], hi)
+	VMOVLPS(hi, Mem{Base: dst, Disp: 7*24 + 16})
 	ADDQ(U8(32), src)
 	ADDQ(U8(192), dst)
 	DECQ(blocks)
@@ -386,7 +362,7 @@ func genPack6AVX2() {
 // The reductions accumulate as streamAVX2Acc does within each plane, over all
 // the planes, then reduce once: a fixed order that depends only on (n, plane).
 
-// planesAVX2 emits the loop over planes around streamAVX2Acc's loop body;
+// planesAVX2 emits the loop over planes around loop8x32;
 // body(cur, off, u) processes 8 elements at byte offset off from the cursors.
 func planesAVX2(name string, ptrs []reg.GPVirtual, body func(cur []reg.GPVirtual, off, u int)) {
 	plane, n, stride := gp("plane"), gp("n"), gp("stride")
@@ -403,26 +379,7 @@ func planesAVX2(name string, ptrs []reg.GPVirtual, body func(cur []reg.GPVirtual
 		MOVQ(p, cur[i])
 	}
 	MOVQ(plane, cnt)
-	Label(name + "_loop32")
-	CMPQ(cnt, U8(32))
-	JL(LabelRef(name + "_loop8"))
-	for u := range 4 {
-		body(cur, u*32, u)
-	}
-	for _, c := range cur {
-		ADDQ(U8(128), c)
-	}
-	SUBQ(U8(32), cnt)
-	JMP(LabelRef(name + "_loop32"))
-	Label(name + "_loop8")
-	CMPQ(cnt, U8(8))
-	JL(LabelRef(name + "_next"))
-	body(cur, 0, 0)
-	for _, c := range cur {
-		ADDQ(U8(32), c)
-	}
-	SUBQ(U8(8), cnt)
-	JMP(LabelRef(name + "_loop8"))
+	loop8x32(name, cnt, cur, func(off, u int) { body(cur, off, u) }, name+"_next")
 	Label(name + "_next")
 	for _, p := range ptrs {
 		ADDQ(stride, p)
