@@ -2,6 +2,7 @@ package kernels
 
 import (
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -62,35 +63,49 @@ func TestDispatchJoins(t *testing.T) {
 	}
 }
 
-// TestDispatchContention: dispatches from two goroutines at once (in-process
-// data-parallel workers) all complete, and turn the polling off while they overlap.
+// gateTask's first run blocks until release is closed; started is closed when it does.
+type gateTask struct {
+	started, release chan struct{}
+	once             sync.Once
+	wg               joiner
+}
+
+func (g *gateTask) run()  { g.once.Do(func() { close(g.started); <-g.release }) }
+func (g *gateTask) done() { g.wg.Done() }
+
+// TestDispatchContention: a dispatch made while another is in flight (in-process
+// data-parallel workers) turns the polling off, and both complete.
 func TestDispatchContention(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
 	defer spinWait.Store(spinWait.Load())
 	spinWait.Store(int64(200 * time.Microsecond))
-	contendedAt.Store(clock() - int64(contendedHold) - 1)
+	start := clock()
+	contendedAt.Store(start - int64(contendedHold) - 1)
 	if spinFor() == 0 {
 		t.Fatal("polling off before any contention")
 	}
-	done := make(chan int64)
-	for range 2 {
-		go func() {
-			c := countTask{slow: true} // 50 µs each: the two loops overlap
-			var runs int64
-			for range 500 {
-				c.n.Store(0)
-				dispatch(&c, &c.wg, 2)
-				runs += c.n.Load()
-			}
-			done <- runs
-		}()
-	}
-	for range 2 {
-		if runs := <-done; runs != 1000 {
-			t.Fatalf("%d participants ran over 500 dispatches of 2, want 1000", runs)
+	g := &gateTask{started: make(chan struct{}), release: make(chan struct{})}
+	first := make(chan struct{})
+	go func() { dispatch(g, &g.wg, 2); close(first) }()
+	<-g.started
+	var c countTask
+	second := make(chan struct{})
+	go func() { dispatch(&c, &c.wg, 2); close(second) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for contendedAt.Load() < start {
+		if time.Now().After(deadline) {
+			close(g.release)
+			t.Fatal("a dispatch during another was not seen as contention")
 		}
+		runtime.Gosched()
 	}
-	if spinFor() != 0 {
+	if c0, sp := contendedAt.Load(), spinFor(); sp != 0 && clock()-c0 < int64(contendedHold) {
 		t.Error("polling still on right after overlapping dispatches")
+	}
+	close(g.release)
+	<-first
+	<-second
+	if got := c.n.Load(); got != 2 {
+		t.Fatalf("second dispatch: %d participants ran, want 2", got)
 	}
 }
