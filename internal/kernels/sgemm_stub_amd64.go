@@ -47,21 +47,6 @@ func addAVX2(dst *float32, a *float32, b *float32, n int)
 // transpose8AVX2 transposes blocks 8×8 tiles: dst[(8b+j)·ldd+i] = src[i·lds+8b+j] (AVX2).
 func transpose8AVX2(dst *float32, ldd int, src *float32, lds int, blocks int)
 
-// sumSqDevAVX2 returns sum (x[i]-mu)² for i < n (a multiple of 8) (AVX2, FMA); fixed summation order.
-func sumSqDevAVX2(x *float32, n int, mu float32) float32
-
-// dyStatsAVX2 returns sum dy[i] and sum dy[i]*(x[i]-mu) for i < n (a multiple of 8) (AVX2, FMA); fixed summation order.
-func dyStatsAVX2(dy *float32, x *float32, n int, mu float32) (sdy float32, sdyc float32)
-
-// affineAVX2 computes dst[i] = (x[i]-mu)*a + b for i < n (a multiple of 8) (AVX2, fused multiply-add).
-func affineAVX2(dst *float32, x *float32, n int, mu float32, a float32, b float32)
-
-// bnBwdSetAVX2 computes dst[i] = a*dy[i] + (b*(x[i]-mu) + c) for i < n (a multiple of 8) (AVX2, FMA).
-func bnBwdSetAVX2(dst *float32, dy *float32, x *float32, n int, mu float32, a float32, b float32, c float32)
-
-// bnBwdAccAVX2 computes dst[i] += a*dy[i] + (b*(x[i]-mu) + c) for i < n (a multiple of 8) (AVX2, FMA).
-func bnBwdAccAVX2(dst *float32, dy *float32, x *float32, n int, mu float32, a float32, b float32, c float32)
-
 // pack6AVX2 writes dst[(8b+p)·6+r] = src[r·lds+8b+p] for r < 6, p < 8, b < blocks (AVX2).
 func pack6AVX2(dst *float32, src *float32, lds int, blocks int)
 

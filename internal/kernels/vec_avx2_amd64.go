@@ -4,10 +4,11 @@ package kernels
 // residual add, BatchNorm's per-plane passes, the six-row A packing and the
 // 8×8 transposes of the NHWC layout passes (sgemm_amd64.s) in place of the
 // Go loops: on an AVX2 machine the ReLU passes ran as scalar loops and took
-// 11% of a ResNet-20 training step, the BatchNorm passes 16%. The assembly handles a multiple of
-// 8 elements; the rest goes through the portable loop (a reduction adds the
-// rest's sum last, so its order still depends only on the length). The other
-// entries are genericVec's.
+// 11% of a ResNet-20 training step, the BatchNorm passes 16%. The assembly
+// handles a multiple of 8 elements; the rest goes through the portable loop (a
+// reduction adds the rest's sum last, so its order still depends only on the
+// length). BatchNorm's per-plane passes are its plane kernels with one plane.
+// The other entries are genericVec's.
 var avx2Vec = func() *vecOps {
 	v := *genericVec
 	v.reluFwd = func(dst, x []float32) {
@@ -46,7 +47,7 @@ var avx2Vec = func() *vecOps {
 		n := len(x) &^ 7
 		var s float32
 		if n > 0 {
-			s = sumSqDevAVX2(&x[0], n, mu)
+			s = sumSqDevPlanesAVX2(&x[0], 1, n, n, mu)
 		}
 		if n < len(x) {
 			s += sumSqDevGeneric(x[n:], mu)
@@ -58,7 +59,7 @@ var avx2Vec = func() *vecOps {
 		var s, t float32
 		if n > 0 {
 			_ = x[n-1]
-			s, t = dyStatsAVX2(&dy[0], &x[0], n, mu)
+			s, t = dyStatsPlanesAVX2(&dy[0], &x[0], 1, n, n, mu)
 		}
 		if n < len(dy) {
 			s2, t2 := dyStatsGeneric(dy[n:], x[n:len(dy)], mu)
@@ -70,7 +71,7 @@ var avx2Vec = func() *vecOps {
 		n := len(dst) &^ 7
 		if n > 0 {
 			_ = x[n-1]
-			affineAVX2(&dst[0], &x[0], n, mu, a, b)
+			affinePlanesAVX2(&dst[0], &x[0], 1, n, n, mu, a, b)
 		}
 		affineGeneric(dst[n:], x[n:len(dst)], mu, a, b)
 	}
@@ -79,9 +80,9 @@ var avx2Vec = func() *vecOps {
 		if n > 0 {
 			_, _ = dy[n-1], x[n-1]
 			if acc {
-				bnBwdAccAVX2(&dst[0], &dy[0], &x[0], n, mu, a, b, c)
+				bnBwdAccPlanesAVX2(&dst[0], &dy[0], &x[0], 1, n, n, mu, a, b, c)
 			} else {
-				bnBwdSetAVX2(&dst[0], &dy[0], &x[0], n, mu, a, b, c)
+				bnBwdSetPlanesAVX2(&dst[0], &dy[0], &x[0], 1, n, n, mu, a, b, c)
 			}
 		}
 		bnBwdGeneric(dst[n:], dy[n:len(dst)], x[n:len(dst)], mu, a, b, c, acc)

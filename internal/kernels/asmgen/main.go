@@ -54,7 +54,6 @@ func main() {
 	genBIndirect(isaAVX2)
 	genVecAVX2()
 	genTranspose8AVX2()
-	genBatchNormAVX2()
 	genPack6AVX2()
 	genBatchNormPlanesAVX2()
 	genVec()

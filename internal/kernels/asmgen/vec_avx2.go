@@ -42,7 +42,8 @@ func loop8x32(name string, n reg.GPVirtual, ptrs []reg.GPVirtual, body func(off,
 // streamAVX2 emits an elementwise kernel's loop and return; body(off) processes 8
 // elements at byte offset off from every pointer.
 func streamAVX2(name string, n reg.GPVirtual, ptrs []reg.GPVirtual, body func(off int)) {
-	streamAVX2Acc(name, n, ptrs, func(off, _ int) { body(off) })
+	loop8x32(name, n, ptrs, func(off, _ int) { body(off) }, name+"_done")
+	Label(name + "_done")
 	VZEROUPPER()
 	RET()
 }
@@ -183,12 +184,10 @@ func genTranspose8AVX2() {
 	RET()
 }
 
-// AVX2 BatchNorm primitives (batchnorm.go's per-plane passes), n a multiple of 8
-// (the Go wrappers in vec_avx2_amd64.go run the last n mod 8 through the portable
-// loops). The reductions keep four ymm accumulators, element i going to
-// accumulator (i/8) mod 4 in the 32-element loop and to accumulator 0 in the
-// 8-element tail, then add them (a0+a1)+(a2+a3) and halve 256 → 128 → 64 → 32
-// bits: a fixed order that depends only on n.
+// AVX2 BatchNorm (batchnorm.go). The reductions keep four ymm accumulators,
+// element i of a plane going to accumulator (i/8) mod 4 in the 32-element loop and
+// to accumulator 0 in the 8-element tail, then add them (a0+a1)+(a2+a3) and halve
+// 256 → 128 → 64 → 32 bits: a fixed order that depends only on the lengths.
 
 // bcastY broadcasts a float32 parameter into a fresh ymm register.
 func bcastY(name string) reg.VecVirtual {
@@ -206,7 +205,7 @@ func zeroedY(k int) []reg.VecVirtual {
 	return acc
 }
 
-// reduceY sums four ymm accumulators in reduceY's fixed order and returns the
+// reduceY sums four ymm accumulators in the fixed order above and returns the
 // scalar in the low lane of an xmm register.
 func reduceY(acc []reg.VecVirtual) reg.VecVirtual {
 	VADDPS(acc[1], acc[0], acc[0])
@@ -221,89 +220,6 @@ func reduceY(acc []reg.VecVirtual) reg.VecVirtual {
 	VMOVSHDUP(h, t)
 	VADDSS(t, h, h)
 	return h
-}
-
-// streamAVX2Acc is streamAVX2 for reductions: body(off, u) processes 8 elements
-// at byte offset off into accumulator u; the caller reduces and returns.
-func streamAVX2Acc(name string, n reg.GPVirtual, ptrs []reg.GPVirtual, body func(off, u int)) {
-	loop8x32(name, n, ptrs, body, name+"_done")
-	Label(name + "_done")
-}
-
-func genBatchNormAVX2() {
-	TEXT("sumSqDevAVX2", NOSPLIT, "func(x *float32, n int, mu float32) float32")
-	Doc("sumSqDevAVX2 returns sum (x[i]-mu)² for i < n (a multiple of 8) (AVX2, FMA); fixed summation order.")
-	{
-		x, n := gp("x"), gp("n")
-		ymu := bcastY("mu")
-		acc := zeroedY(4)
-		streamAVX2Acc("sumSqDevAVX2", n, []reg.GPVirtual{x}, func(off, u int) {
-			d := YMM()
-			VMOVUPS(Mem{Base: x, Disp: off}, d)
-			VSUBPS(ymu, d, d)
-			VFMADD231PS(d, d, acc[u])
-		})
-		VMOVSS(reduceY(acc), retAddr(0))
-		VZEROUPPER()
-		RET()
-	}
-
-	TEXT("dyStatsAVX2", NOSPLIT, "func(dy, x *float32, n int, mu float32) (sdy, sdyc float32)")
-	Doc("dyStatsAVX2 returns sum dy[i] and sum dy[i]*(x[i]-mu) for i < n (a multiple of 8) (AVX2, FMA); fixed summation order.")
-	{
-		dy, x, n := gp("dy"), gp("x"), gp("n")
-		ymu := bcastY("mu")
-		s, t := zeroedY(4), zeroedY(4)
-		streamAVX2Acc("dyStatsAVX2", n, []reg.GPVirtual{dy, x}, func(off, u int) {
-			g, d := YMM(), YMM()
-			VMOVUPS(Mem{Base: dy, Disp: off}, g)
-			VMOVUPS(Mem{Base: x, Disp: off}, d)
-			VSUBPS(ymu, d, d)
-			VADDPS(g, s[u], s[u])
-			VFMADD231PS(d, g, t[u])
-		})
-		VMOVSS(reduceY(s), retAddr(0))
-		VMOVSS(reduceY(t), retAddr(1))
-		VZEROUPPER()
-		RET()
-	}
-
-	TEXT("affineAVX2", NOSPLIT, "func(dst, x *float32, n int, mu, a, b float32)")
-	Doc("affineAVX2 computes dst[i] = (x[i]-mu)*a + b for i < n (a multiple of 8) (AVX2, fused multiply-add).")
-	{
-		d, x, n := gp("dst"), gp("x"), gp("n")
-		ymu, ya, yb := bcastY("mu"), bcastY("a"), bcastY("b")
-		streamAVX2("affineAVX2", n, []reg.GPVirtual{d, x}, func(off int) {
-			v := YMM()
-			VMOVUPS(Mem{Base: x, Disp: off}, v)
-			VSUBPS(ymu, v, v)
-			VFMADD213PS(yb, ya, v) // a*(x-mu) + b
-			VMOVUPS(v, Mem{Base: d, Disp: off})
-		})
-	}
-
-	for _, acc := range []bool{false, true} {
-		name, op := "bnBwdSetAVX2", "="
-		if acc {
-			name, op = "bnBwdAccAVX2", "+="
-		}
-		TEXT(name, NOSPLIT, "func(dst, dy, x *float32, n int, mu, a, b, c float32)")
-		Doc(name + " computes dst[i] " + op + " a*dy[i] + (b*(x[i]-mu) + c) for i < n (a multiple of 8) (AVX2, FMA).")
-		d, dy, x, n := gp("dst"), gp("dy"), gp("x"), gp("n")
-		ymu, ya, yb, yc := bcastY("mu"), bcastY("a"), bcastY("b"), bcastY("c")
-		streamAVX2(name, n, []reg.GPVirtual{d, dy, x}, func(off int) {
-			v, g := YMM(), YMM()
-			VMOVUPS(Mem{Base: x, Disp: off}, v)
-			VMOVUPS(Mem{Base: dy, Disp: off}, g)
-			VSUBPS(ymu, v, v)
-			VFMADD213PS(yc, yb, v) // b*(x-mu) + c
-			VFMADD231PS(g, ya, v)  // + a*dy
-			if acc {
-				VADDPS(Mem{Base: d, Disp: off}, v, v)
-			}
-			VMOVUPS(v, Mem{Base: d, Disp: off})
-		})
-	}
 }
 
 // genPack6AVX2 emits pack6AVX2, the AVX2 packer of six-row A slivers: for each
@@ -359,8 +275,9 @@ func genPack6AVX2() {
 // of plane floats (a multiple of 8), plane i starting stride floats after plane
 // i−1, in every array. A call per plane cost more than the plane on ResNet's
 // 8×8 and 16×16 maps (the wrapper and the horizontal sum, for 64 elements).
-// The reductions accumulate as streamAVX2Acc does within each plane, over all
-// the planes, then reduce once: a fixed order that depends only on (n, plane).
+// The reductions accumulate over all the planes, then reduce once: a fixed order
+// that depends only on (n, plane). The per-plane passes of vec_avx2_amd64.go are
+// these kernels with n = 1.
 
 // planesAVX2 emits the loop over planes around loop8x32;
 // body(cur, off, u) processes 8 elements at byte offset off from the cursors.
