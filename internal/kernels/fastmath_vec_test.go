@@ -7,8 +7,9 @@ import (
 )
 
 // The exponential kernels of every implementation runnable here (the generic Go loops
-// and, on AVX-512 machines, asmgen/mathvec.go's) against float64 references. Lengths
-// 0…70 and 1000 cover the 64-wide loop, the 16-wide loop and the masked tail; a guard
+// and, on AVX2 or AVX-512 machines, asmgen/mathvec*.go's) against float64 references.
+// Lengths 0…70 and 1000 cover the wide loop, the one-vector loop and the masked tail
+// (of the 16-lane and the 8-lane kernels); a guard
 // after the slice checks that nothing past n is written.
 
 // vecLengths are the lengths the kernels are tried at.
@@ -198,7 +199,7 @@ func TestGeluKernelTails(t *testing.T) {
 	})
 }
 
-// The AVX-512 kernels compute the generic formulas with fused multiply-adds: every
+// The AVX2 and AVX-512 kernels compute the generic formulas with fused multiply-adds: every
 // implementation runnable here (whatever SPARGO_KERNELS selects) agrees with the
 // generic one to a few float32 ulps.
 func TestExpKernelsMatchGeneric(t *testing.T) {

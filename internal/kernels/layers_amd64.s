@@ -4651,6 +4651,4810 @@ lstmBwdPrevRecAVX512_done:
 	VZEROUPPER
 	RET
 
+DATA mathvec_consts8<>+0(SB)/4, $0xc2d00000
+DATA mathvec_consts8<>+4(SB)/4, $0xc2d00000
+DATA mathvec_consts8<>+8(SB)/4, $0xc2d00000
+DATA mathvec_consts8<>+12(SB)/4, $0xc2d00000
+DATA mathvec_consts8<>+16(SB)/4, $0xc2d00000
+DATA mathvec_consts8<>+20(SB)/4, $0xc2d00000
+DATA mathvec_consts8<>+24(SB)/4, $0xc2d00000
+DATA mathvec_consts8<>+28(SB)/4, $0xc2d00000
+DATA mathvec_consts8<>+32(SB)/4, $0x42b20000
+DATA mathvec_consts8<>+36(SB)/4, $0x42b20000
+DATA mathvec_consts8<>+40(SB)/4, $0x42b20000
+DATA mathvec_consts8<>+44(SB)/4, $0x42b20000
+DATA mathvec_consts8<>+48(SB)/4, $0x42b20000
+DATA mathvec_consts8<>+52(SB)/4, $0x42b20000
+DATA mathvec_consts8<>+56(SB)/4, $0x42b20000
+DATA mathvec_consts8<>+60(SB)/4, $0x42b20000
+DATA mathvec_consts8<>+64(SB)/4, $0x3fb8aa3b
+DATA mathvec_consts8<>+68(SB)/4, $0x3fb8aa3b
+DATA mathvec_consts8<>+72(SB)/4, $0x3fb8aa3b
+DATA mathvec_consts8<>+76(SB)/4, $0x3fb8aa3b
+DATA mathvec_consts8<>+80(SB)/4, $0x3fb8aa3b
+DATA mathvec_consts8<>+84(SB)/4, $0x3fb8aa3b
+DATA mathvec_consts8<>+88(SB)/4, $0x3fb8aa3b
+DATA mathvec_consts8<>+92(SB)/4, $0x3fb8aa3b
+DATA mathvec_consts8<>+96(SB)/4, $0x3f317200
+DATA mathvec_consts8<>+100(SB)/4, $0x3f317200
+DATA mathvec_consts8<>+104(SB)/4, $0x3f317200
+DATA mathvec_consts8<>+108(SB)/4, $0x3f317200
+DATA mathvec_consts8<>+112(SB)/4, $0x3f317200
+DATA mathvec_consts8<>+116(SB)/4, $0x3f317200
+DATA mathvec_consts8<>+120(SB)/4, $0x3f317200
+DATA mathvec_consts8<>+124(SB)/4, $0x3f317200
+DATA mathvec_consts8<>+128(SB)/4, $0x35bfbe8e
+DATA mathvec_consts8<>+132(SB)/4, $0x35bfbe8e
+DATA mathvec_consts8<>+136(SB)/4, $0x35bfbe8e
+DATA mathvec_consts8<>+140(SB)/4, $0x35bfbe8e
+DATA mathvec_consts8<>+144(SB)/4, $0x35bfbe8e
+DATA mathvec_consts8<>+148(SB)/4, $0x35bfbe8e
+DATA mathvec_consts8<>+152(SB)/4, $0x35bfbe8e
+DATA mathvec_consts8<>+156(SB)/4, $0x35bfbe8e
+DATA mathvec_consts8<>+160(SB)/4, $0x3ab60b61
+DATA mathvec_consts8<>+164(SB)/4, $0x3ab60b61
+DATA mathvec_consts8<>+168(SB)/4, $0x3ab60b61
+DATA mathvec_consts8<>+172(SB)/4, $0x3ab60b61
+DATA mathvec_consts8<>+176(SB)/4, $0x3ab60b61
+DATA mathvec_consts8<>+180(SB)/4, $0x3ab60b61
+DATA mathvec_consts8<>+184(SB)/4, $0x3ab60b61
+DATA mathvec_consts8<>+188(SB)/4, $0x3ab60b61
+DATA mathvec_consts8<>+192(SB)/4, $0x3c088889
+DATA mathvec_consts8<>+196(SB)/4, $0x3c088889
+DATA mathvec_consts8<>+200(SB)/4, $0x3c088889
+DATA mathvec_consts8<>+204(SB)/4, $0x3c088889
+DATA mathvec_consts8<>+208(SB)/4, $0x3c088889
+DATA mathvec_consts8<>+212(SB)/4, $0x3c088889
+DATA mathvec_consts8<>+216(SB)/4, $0x3c088889
+DATA mathvec_consts8<>+220(SB)/4, $0x3c088889
+DATA mathvec_consts8<>+224(SB)/4, $0x3d2aaaab
+DATA mathvec_consts8<>+228(SB)/4, $0x3d2aaaab
+DATA mathvec_consts8<>+232(SB)/4, $0x3d2aaaab
+DATA mathvec_consts8<>+236(SB)/4, $0x3d2aaaab
+DATA mathvec_consts8<>+240(SB)/4, $0x3d2aaaab
+DATA mathvec_consts8<>+244(SB)/4, $0x3d2aaaab
+DATA mathvec_consts8<>+248(SB)/4, $0x3d2aaaab
+DATA mathvec_consts8<>+252(SB)/4, $0x3d2aaaab
+DATA mathvec_consts8<>+256(SB)/4, $0x3e2aaaab
+DATA mathvec_consts8<>+260(SB)/4, $0x3e2aaaab
+DATA mathvec_consts8<>+264(SB)/4, $0x3e2aaaab
+DATA mathvec_consts8<>+268(SB)/4, $0x3e2aaaab
+DATA mathvec_consts8<>+272(SB)/4, $0x3e2aaaab
+DATA mathvec_consts8<>+276(SB)/4, $0x3e2aaaab
+DATA mathvec_consts8<>+280(SB)/4, $0x3e2aaaab
+DATA mathvec_consts8<>+284(SB)/4, $0x3e2aaaab
+DATA mathvec_consts8<>+288(SB)/4, $0x3f000000
+DATA mathvec_consts8<>+292(SB)/4, $0x3f000000
+DATA mathvec_consts8<>+296(SB)/4, $0x3f000000
+DATA mathvec_consts8<>+300(SB)/4, $0x3f000000
+DATA mathvec_consts8<>+304(SB)/4, $0x3f000000
+DATA mathvec_consts8<>+308(SB)/4, $0x3f000000
+DATA mathvec_consts8<>+312(SB)/4, $0x3f000000
+DATA mathvec_consts8<>+316(SB)/4, $0x3f000000
+DATA mathvec_consts8<>+320(SB)/4, $0x3f800000
+DATA mathvec_consts8<>+324(SB)/4, $0x3f800000
+DATA mathvec_consts8<>+328(SB)/4, $0x3f800000
+DATA mathvec_consts8<>+332(SB)/4, $0x3f800000
+DATA mathvec_consts8<>+336(SB)/4, $0x3f800000
+DATA mathvec_consts8<>+340(SB)/4, $0x3f800000
+DATA mathvec_consts8<>+344(SB)/4, $0x3f800000
+DATA mathvec_consts8<>+348(SB)/4, $0x3f800000
+DATA mathvec_consts8<>+352(SB)/4, $0x40000000
+DATA mathvec_consts8<>+356(SB)/4, $0x40000000
+DATA mathvec_consts8<>+360(SB)/4, $0x40000000
+DATA mathvec_consts8<>+364(SB)/4, $0x40000000
+DATA mathvec_consts8<>+368(SB)/4, $0x40000000
+DATA mathvec_consts8<>+372(SB)/4, $0x40000000
+DATA mathvec_consts8<>+376(SB)/4, $0x40000000
+DATA mathvec_consts8<>+380(SB)/4, $0x40000000
+DATA mathvec_consts8<>+384(SB)/4, $0x00000000
+DATA mathvec_consts8<>+388(SB)/4, $0x00000000
+DATA mathvec_consts8<>+392(SB)/4, $0x00000000
+DATA mathvec_consts8<>+396(SB)/4, $0x00000000
+DATA mathvec_consts8<>+400(SB)/4, $0x00000000
+DATA mathvec_consts8<>+404(SB)/4, $0x00000000
+DATA mathvec_consts8<>+408(SB)/4, $0x00000000
+DATA mathvec_consts8<>+412(SB)/4, $0x00000000
+DATA mathvec_consts8<>+416(SB)/4, $0xff800000
+DATA mathvec_consts8<>+420(SB)/4, $0xff800000
+DATA mathvec_consts8<>+424(SB)/4, $0xff800000
+DATA mathvec_consts8<>+428(SB)/4, $0xff800000
+DATA mathvec_consts8<>+432(SB)/4, $0xff800000
+DATA mathvec_consts8<>+436(SB)/4, $0xff800000
+DATA mathvec_consts8<>+440(SB)/4, $0xff800000
+DATA mathvec_consts8<>+444(SB)/4, $0xff800000
+DATA mathvec_consts8<>+448(SB)/4, $0xbf3504f3
+DATA mathvec_consts8<>+452(SB)/4, $0xbf3504f3
+DATA mathvec_consts8<>+456(SB)/4, $0xbf3504f3
+DATA mathvec_consts8<>+460(SB)/4, $0xbf3504f3
+DATA mathvec_consts8<>+464(SB)/4, $0xbf3504f3
+DATA mathvec_consts8<>+468(SB)/4, $0xbf3504f3
+DATA mathvec_consts8<>+472(SB)/4, $0xbf3504f3
+DATA mathvec_consts8<>+476(SB)/4, $0xbf3504f3
+DATA mathvec_consts8<>+480(SB)/4, $0xbf000000
+DATA mathvec_consts8<>+484(SB)/4, $0xbf000000
+DATA mathvec_consts8<>+488(SB)/4, $0xbf000000
+DATA mathvec_consts8<>+492(SB)/4, $0xbf000000
+DATA mathvec_consts8<>+496(SB)/4, $0xbf000000
+DATA mathvec_consts8<>+500(SB)/4, $0xbf000000
+DATA mathvec_consts8<>+504(SB)/4, $0xbf000000
+DATA mathvec_consts8<>+508(SB)/4, $0xbf000000
+DATA mathvec_consts8<>+512(SB)/4, $0x3ecc422a
+DATA mathvec_consts8<>+516(SB)/4, $0x3ecc422a
+DATA mathvec_consts8<>+520(SB)/4, $0x3ecc422a
+DATA mathvec_consts8<>+524(SB)/4, $0x3ecc422a
+DATA mathvec_consts8<>+528(SB)/4, $0x3ecc422a
+DATA mathvec_consts8<>+532(SB)/4, $0x3ecc422a
+DATA mathvec_consts8<>+536(SB)/4, $0x3ecc422a
+DATA mathvec_consts8<>+540(SB)/4, $0x3ecc422a
+DATA mathvec_consts8<>+544(SB)/4, $0x3e2ef945
+DATA mathvec_consts8<>+548(SB)/4, $0x3e2ef945
+DATA mathvec_consts8<>+552(SB)/4, $0x3e2ef945
+DATA mathvec_consts8<>+556(SB)/4, $0x3e2ef945
+DATA mathvec_consts8<>+560(SB)/4, $0x3e2ef945
+DATA mathvec_consts8<>+564(SB)/4, $0x3e2ef945
+DATA mathvec_consts8<>+568(SB)/4, $0x3e2ef945
+DATA mathvec_consts8<>+572(SB)/4, $0x3e2ef945
+DATA mathvec_consts8<>+576(SB)/4, $0xbf527892
+DATA mathvec_consts8<>+580(SB)/4, $0xbf527892
+DATA mathvec_consts8<>+584(SB)/4, $0xbf527892
+DATA mathvec_consts8<>+588(SB)/4, $0xbf527892
+DATA mathvec_consts8<>+592(SB)/4, $0xbf527892
+DATA mathvec_consts8<>+596(SB)/4, $0xbf527892
+DATA mathvec_consts8<>+600(SB)/4, $0xbf527892
+DATA mathvec_consts8<>+604(SB)/4, $0xbf527892
+DATA mathvec_consts8<>+608(SB)/4, $0x3fbe87b0
+DATA mathvec_consts8<>+612(SB)/4, $0x3fbe87b0
+DATA mathvec_consts8<>+616(SB)/4, $0x3fbe87b0
+DATA mathvec_consts8<>+620(SB)/4, $0x3fbe87b0
+DATA mathvec_consts8<>+624(SB)/4, $0x3fbe87b0
+DATA mathvec_consts8<>+628(SB)/4, $0x3fbe87b0
+DATA mathvec_consts8<>+632(SB)/4, $0x3fbe87b0
+DATA mathvec_consts8<>+636(SB)/4, $0x3fbe87b0
+DATA mathvec_consts8<>+640(SB)/4, $0xbf914e5d
+DATA mathvec_consts8<>+644(SB)/4, $0xbf914e5d
+DATA mathvec_consts8<>+648(SB)/4, $0xbf914e5d
+DATA mathvec_consts8<>+652(SB)/4, $0xbf914e5d
+DATA mathvec_consts8<>+656(SB)/4, $0xbf914e5d
+DATA mathvec_consts8<>+660(SB)/4, $0xbf914e5d
+DATA mathvec_consts8<>+664(SB)/4, $0xbf914e5d
+DATA mathvec_consts8<>+668(SB)/4, $0xbf914e5d
+DATA mathvec_consts8<>+672(SB)/4, $0x3e8ec7cc
+DATA mathvec_consts8<>+676(SB)/4, $0x3e8ec7cc
+DATA mathvec_consts8<>+680(SB)/4, $0x3e8ec7cc
+DATA mathvec_consts8<>+684(SB)/4, $0x3e8ec7cc
+DATA mathvec_consts8<>+688(SB)/4, $0x3e8ec7cc
+DATA mathvec_consts8<>+692(SB)/4, $0x3e8ec7cc
+DATA mathvec_consts8<>+696(SB)/4, $0x3e8ec7cc
+DATA mathvec_consts8<>+700(SB)/4, $0x3e8ec7cc
+DATA mathvec_consts8<>+704(SB)/4, $0xbe3ec24c
+DATA mathvec_consts8<>+708(SB)/4, $0xbe3ec24c
+DATA mathvec_consts8<>+712(SB)/4, $0xbe3ec24c
+DATA mathvec_consts8<>+716(SB)/4, $0xbe3ec24c
+DATA mathvec_consts8<>+720(SB)/4, $0xbe3ec24c
+DATA mathvec_consts8<>+724(SB)/4, $0xbe3ec24c
+DATA mathvec_consts8<>+728(SB)/4, $0xbe3ec24c
+DATA mathvec_consts8<>+732(SB)/4, $0xbe3ec24c
+DATA mathvec_consts8<>+736(SB)/4, $0x3dc636c9
+DATA mathvec_consts8<>+740(SB)/4, $0x3dc636c9
+DATA mathvec_consts8<>+744(SB)/4, $0x3dc636c9
+DATA mathvec_consts8<>+748(SB)/4, $0x3dc636c9
+DATA mathvec_consts8<>+752(SB)/4, $0x3dc636c9
+DATA mathvec_consts8<>+756(SB)/4, $0x3dc636c9
+DATA mathvec_consts8<>+760(SB)/4, $0x3dc636c9
+DATA mathvec_consts8<>+764(SB)/4, $0x3dc636c9
+DATA mathvec_consts8<>+768(SB)/4, $0x3ebf88fb
+DATA mathvec_consts8<>+772(SB)/4, $0x3ebf88fb
+DATA mathvec_consts8<>+776(SB)/4, $0x3ebf88fb
+DATA mathvec_consts8<>+780(SB)/4, $0x3ebf88fb
+DATA mathvec_consts8<>+784(SB)/4, $0x3ebf88fb
+DATA mathvec_consts8<>+788(SB)/4, $0x3ebf88fb
+DATA mathvec_consts8<>+792(SB)/4, $0x3ebf88fb
+DATA mathvec_consts8<>+796(SB)/4, $0x3ebf88fb
+DATA mathvec_consts8<>+800(SB)/4, $0x3f8000c7
+DATA mathvec_consts8<>+804(SB)/4, $0x3f8000c7
+DATA mathvec_consts8<>+808(SB)/4, $0x3f8000c7
+DATA mathvec_consts8<>+812(SB)/4, $0x3f8000c7
+DATA mathvec_consts8<>+816(SB)/4, $0x3f8000c7
+DATA mathvec_consts8<>+820(SB)/4, $0x3f8000c7
+DATA mathvec_consts8<>+824(SB)/4, $0x3f8000c7
+DATA mathvec_consts8<>+828(SB)/4, $0x3f8000c7
+DATA mathvec_consts8<>+832(SB)/4, $0xbfa1fc4e
+DATA mathvec_consts8<>+836(SB)/4, $0xbfa1fc4e
+DATA mathvec_consts8<>+840(SB)/4, $0xbfa1fc4e
+DATA mathvec_consts8<>+844(SB)/4, $0xbfa1fc4e
+DATA mathvec_consts8<>+848(SB)/4, $0xbfa1fc4e
+DATA mathvec_consts8<>+852(SB)/4, $0xbfa1fc4e
+DATA mathvec_consts8<>+856(SB)/4, $0xbfa1fc4e
+DATA mathvec_consts8<>+860(SB)/4, $0xbfa1fc4e
+DATA mathvec_consts8<>+864(SB)/4, $0xc0000000
+DATA mathvec_consts8<>+868(SB)/4, $0xc0000000
+DATA mathvec_consts8<>+872(SB)/4, $0xc0000000
+DATA mathvec_consts8<>+876(SB)/4, $0xc0000000
+DATA mathvec_consts8<>+880(SB)/4, $0xc0000000
+DATA mathvec_consts8<>+884(SB)/4, $0xc0000000
+DATA mathvec_consts8<>+888(SB)/4, $0xc0000000
+DATA mathvec_consts8<>+892(SB)/4, $0xc0000000
+DATA mathvec_consts8<>+896(SB)/4, $0x80000000
+DATA mathvec_consts8<>+900(SB)/4, $0x80000000
+DATA mathvec_consts8<>+904(SB)/4, $0x80000000
+DATA mathvec_consts8<>+908(SB)/4, $0x80000000
+DATA mathvec_consts8<>+912(SB)/4, $0x80000000
+DATA mathvec_consts8<>+916(SB)/4, $0x80000000
+DATA mathvec_consts8<>+920(SB)/4, $0x80000000
+DATA mathvec_consts8<>+924(SB)/4, $0x80000000
+DATA mathvec_consts8<>+928(SB)/4, $0x3d800000
+DATA mathvec_consts8<>+932(SB)/4, $0x3d800000
+DATA mathvec_consts8<>+936(SB)/4, $0x3d800000
+DATA mathvec_consts8<>+940(SB)/4, $0x3d800000
+DATA mathvec_consts8<>+944(SB)/4, $0x3d800000
+DATA mathvec_consts8<>+948(SB)/4, $0x3d800000
+DATA mathvec_consts8<>+952(SB)/4, $0x3d800000
+DATA mathvec_consts8<>+956(SB)/4, $0x3d800000
+DATA mathvec_consts8<>+960(SB)/4, $0xbd5d0dd1
+DATA mathvec_consts8<>+964(SB)/4, $0xbd5d0dd1
+DATA mathvec_consts8<>+968(SB)/4, $0xbd5d0dd1
+DATA mathvec_consts8<>+972(SB)/4, $0xbd5d0dd1
+DATA mathvec_consts8<>+976(SB)/4, $0xbd5d0dd1
+DATA mathvec_consts8<>+980(SB)/4, $0xbd5d0dd1
+DATA mathvec_consts8<>+984(SB)/4, $0xbd5d0dd1
+DATA mathvec_consts8<>+988(SB)/4, $0xbd5d0dd1
+DATA mathvec_consts8<>+992(SB)/4, $0x3e088889
+DATA mathvec_consts8<>+996(SB)/4, $0x3e088889
+DATA mathvec_consts8<>+1000(SB)/4, $0x3e088889
+DATA mathvec_consts8<>+1004(SB)/4, $0x3e088889
+DATA mathvec_consts8<>+1008(SB)/4, $0x3e088889
+DATA mathvec_consts8<>+1012(SB)/4, $0x3e088889
+DATA mathvec_consts8<>+1016(SB)/4, $0x3e088889
+DATA mathvec_consts8<>+1020(SB)/4, $0x3e088889
+DATA mathvec_consts8<>+1024(SB)/4, $0xbeaaaaab
+DATA mathvec_consts8<>+1028(SB)/4, $0xbeaaaaab
+DATA mathvec_consts8<>+1032(SB)/4, $0xbeaaaaab
+DATA mathvec_consts8<>+1036(SB)/4, $0xbeaaaaab
+DATA mathvec_consts8<>+1040(SB)/4, $0xbeaaaaab
+DATA mathvec_consts8<>+1044(SB)/4, $0xbeaaaaab
+DATA mathvec_consts8<>+1048(SB)/4, $0xbeaaaaab
+DATA mathvec_consts8<>+1052(SB)/4, $0xbeaaaaab
+DATA mathvec_consts8<>+1056(SB)/4, $0x7fffffff
+DATA mathvec_consts8<>+1060(SB)/4, $0x7fffffff
+DATA mathvec_consts8<>+1064(SB)/4, $0x7fffffff
+DATA mathvec_consts8<>+1068(SB)/4, $0x7fffffff
+DATA mathvec_consts8<>+1072(SB)/4, $0x7fffffff
+DATA mathvec_consts8<>+1076(SB)/4, $0x7fffffff
+DATA mathvec_consts8<>+1080(SB)/4, $0x7fffffff
+DATA mathvec_consts8<>+1084(SB)/4, $0x7fffffff
+DATA mathvec_consts8<>+1088(SB)/4, $0x0000007f
+DATA mathvec_consts8<>+1092(SB)/4, $0x0000007f
+DATA mathvec_consts8<>+1096(SB)/4, $0x0000007f
+DATA mathvec_consts8<>+1100(SB)/4, $0x0000007f
+DATA mathvec_consts8<>+1104(SB)/4, $0x0000007f
+DATA mathvec_consts8<>+1108(SB)/4, $0x0000007f
+DATA mathvec_consts8<>+1112(SB)/4, $0x0000007f
+DATA mathvec_consts8<>+1116(SB)/4, $0x0000007f
+DATA mathvec_consts8<>+1120(SB)/4, $0xffffffff
+DATA mathvec_consts8<>+1124(SB)/4, $0xffffffff
+DATA mathvec_consts8<>+1128(SB)/4, $0xffffffff
+DATA mathvec_consts8<>+1132(SB)/4, $0xffffffff
+DATA mathvec_consts8<>+1136(SB)/4, $0xffffffff
+DATA mathvec_consts8<>+1140(SB)/4, $0xffffffff
+DATA mathvec_consts8<>+1144(SB)/4, $0xffffffff
+DATA mathvec_consts8<>+1148(SB)/4, $0xffffffff
+DATA mathvec_consts8<>+1152(SB)/4, $0x00000000
+DATA mathvec_consts8<>+1156(SB)/4, $0x00000000
+DATA mathvec_consts8<>+1160(SB)/4, $0x00000000
+DATA mathvec_consts8<>+1164(SB)/4, $0x00000000
+DATA mathvec_consts8<>+1168(SB)/4, $0x00000000
+DATA mathvec_consts8<>+1172(SB)/4, $0x00000000
+DATA mathvec_consts8<>+1176(SB)/4, $0x00000000
+DATA mathvec_consts8<>+1180(SB)/4, $0x00000000
+GLOBL mathvec_consts8<>(SB), RODATA|NOPTR, $1184
+
+// func expSumAVX2(dst *float32, x *float32, n int, shift float32) float64
+// Requires: AVX, AVX2, FMA3
+TEXT ·expSumAVX2(SB), NOSPLIT, $0-40
+	MOVQ         dst+0(FP), AX
+	MOVQ         x+8(FP), CX
+	MOVQ         n+16(FP), DX
+	VBROADCASTSS shift+24(FP), Y0
+	VMOVUPS      mathvec_consts8<>+0(SB), Y1
+	VMOVUPS      mathvec_consts8<>+32(SB), Y2
+	VXORPS       Y3, Y3, Y3
+	VXORPS       Y4, Y4, Y4
+	VXORPS       Y5, Y5, Y5
+	VXORPS       Y6, Y6, Y6
+
+expSumAVX2_loop32:
+	CMPQ         DX, $0x20
+	JL           expSumAVX2_loop8
+	VMOVUPS      (CX), Y7
+	VSUBPS       Y0, Y7, Y7
+	VMAXPS       Y7, Y1, Y7
+	VMINPS       Y7, Y2, Y7
+	VMULPS       mathvec_consts8<>+64(SB), Y7, Y8
+	VROUNDPS     $0x08, Y8, Y8
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y8, Y7
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y8, Y7
+	VMOVUPS      mathvec_consts8<>+160(SB), Y9
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y7, Y9
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y7, Y9
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y7, Y9
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y7, Y9
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y7, Y9
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y7, Y9
+	VCVTPS2DQ    Y8, Y8
+	VPSRAD       $0x01, Y8, Y7
+	VPSUBD       Y7, Y8, Y8
+	VPADDD       mathvec_consts8<>+1088(SB), Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       mathvec_consts8<>+1088(SB), Y8, Y8
+	VPSLLD       $0x17, Y8, Y8
+	VMULPS       Y7, Y9, Y9
+	VMULPS       Y8, Y9, Y7
+	VMOVUPS      Y7, (AX)
+	VCVTPS2PD    X7, Y8
+	VEXTRACTF128 $0x01, Y7, X7
+	VCVTPS2PD    X7, Y7
+	VADDPD       Y8, Y3, Y3
+	VADDPD       Y7, Y4, Y4
+	VMOVUPS      32(CX), Y7
+	VSUBPS       Y0, Y7, Y7
+	VMAXPS       Y7, Y1, Y7
+	VMINPS       Y7, Y2, Y7
+	VMULPS       mathvec_consts8<>+64(SB), Y7, Y8
+	VROUNDPS     $0x08, Y8, Y8
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y8, Y7
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y8, Y7
+	VMOVUPS      mathvec_consts8<>+160(SB), Y9
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y7, Y9
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y7, Y9
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y7, Y9
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y7, Y9
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y7, Y9
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y7, Y9
+	VCVTPS2DQ    Y8, Y8
+	VPSRAD       $0x01, Y8, Y7
+	VPSUBD       Y7, Y8, Y8
+	VPADDD       mathvec_consts8<>+1088(SB), Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       mathvec_consts8<>+1088(SB), Y8, Y8
+	VPSLLD       $0x17, Y8, Y8
+	VMULPS       Y7, Y9, Y9
+	VMULPS       Y8, Y9, Y7
+	VMOVUPS      Y7, 32(AX)
+	VCVTPS2PD    X7, Y8
+	VEXTRACTF128 $0x01, Y7, X7
+	VCVTPS2PD    X7, Y7
+	VADDPD       Y8, Y5, Y5
+	VADDPD       Y7, Y6, Y6
+	VMOVUPS      64(CX), Y7
+	VSUBPS       Y0, Y7, Y7
+	VMAXPS       Y7, Y1, Y7
+	VMINPS       Y7, Y2, Y7
+	VMULPS       mathvec_consts8<>+64(SB), Y7, Y8
+	VROUNDPS     $0x08, Y8, Y8
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y8, Y7
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y8, Y7
+	VMOVUPS      mathvec_consts8<>+160(SB), Y9
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y7, Y9
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y7, Y9
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y7, Y9
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y7, Y9
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y7, Y9
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y7, Y9
+	VCVTPS2DQ    Y8, Y8
+	VPSRAD       $0x01, Y8, Y7
+	VPSUBD       Y7, Y8, Y8
+	VPADDD       mathvec_consts8<>+1088(SB), Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       mathvec_consts8<>+1088(SB), Y8, Y8
+	VPSLLD       $0x17, Y8, Y8
+	VMULPS       Y7, Y9, Y9
+	VMULPS       Y8, Y9, Y7
+	VMOVUPS      Y7, 64(AX)
+	VCVTPS2PD    X7, Y8
+	VEXTRACTF128 $0x01, Y7, X7
+	VCVTPS2PD    X7, Y7
+	VADDPD       Y8, Y3, Y3
+	VADDPD       Y7, Y4, Y4
+	VMOVUPS      96(CX), Y7
+	VSUBPS       Y0, Y7, Y7
+	VMAXPS       Y7, Y1, Y7
+	VMINPS       Y7, Y2, Y7
+	VMULPS       mathvec_consts8<>+64(SB), Y7, Y8
+	VROUNDPS     $0x08, Y8, Y8
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y8, Y7
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y8, Y7
+	VMOVUPS      mathvec_consts8<>+160(SB), Y9
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y7, Y9
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y7, Y9
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y7, Y9
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y7, Y9
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y7, Y9
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y7, Y9
+	VCVTPS2DQ    Y8, Y8
+	VPSRAD       $0x01, Y8, Y7
+	VPSUBD       Y7, Y8, Y8
+	VPADDD       mathvec_consts8<>+1088(SB), Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       mathvec_consts8<>+1088(SB), Y8, Y8
+	VPSLLD       $0x17, Y8, Y8
+	VMULPS       Y7, Y9, Y9
+	VMULPS       Y8, Y9, Y7
+	VMOVUPS      Y7, 96(AX)
+	VCVTPS2PD    X7, Y8
+	VEXTRACTF128 $0x01, Y7, X7
+	VCVTPS2PD    X7, Y7
+	VADDPD       Y8, Y5, Y5
+	VADDPD       Y7, Y6, Y6
+	ADDQ         $0x80, AX
+	ADDQ         $0x80, CX
+	SUBQ         $0x20, DX
+	JMP          expSumAVX2_loop32
+
+expSumAVX2_loop8:
+	CMPQ         DX, $0x08
+	JL           expSumAVX2_tail
+	VMOVUPS      (CX), Y7
+	VSUBPS       Y0, Y7, Y7
+	VMAXPS       Y7, Y1, Y7
+	VMINPS       Y7, Y2, Y7
+	VMULPS       mathvec_consts8<>+64(SB), Y7, Y8
+	VROUNDPS     $0x08, Y8, Y8
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y8, Y7
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y8, Y7
+	VMOVUPS      mathvec_consts8<>+160(SB), Y9
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y7, Y9
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y7, Y9
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y7, Y9
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y7, Y9
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y7, Y9
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y7, Y9
+	VCVTPS2DQ    Y8, Y8
+	VPSRAD       $0x01, Y8, Y7
+	VPSUBD       Y7, Y8, Y8
+	VPADDD       mathvec_consts8<>+1088(SB), Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       mathvec_consts8<>+1088(SB), Y8, Y8
+	VPSLLD       $0x17, Y8, Y8
+	VMULPS       Y7, Y9, Y9
+	VMULPS       Y8, Y9, Y7
+	VMOVUPS      Y7, (AX)
+	VCVTPS2PD    X7, Y8
+	VEXTRACTF128 $0x01, Y7, X7
+	VCVTPS2PD    X7, Y7
+	VADDPD       Y8, Y3, Y3
+	VADDPD       Y7, Y4, Y4
+	ADDQ         $0x20, AX
+	ADDQ         $0x20, CX
+	SUBQ         $0x08, DX
+	JMP          expSumAVX2_loop8
+
+expSumAVX2_tail:
+	TESTQ        DX, DX
+	JE           expSumAVX2_done
+	MOVQ         $0x00000008, BX
+	SUBQ         DX, BX
+	LEAQ         mathvec_consts8<>+1120(SB), DX
+	VMOVDQU      (DX)(BX*4), Y7
+	VMASKMOVPS   (CX), Y7, Y8
+	VSUBPS       Y0, Y8, Y8
+	VMAXPS       Y8, Y1, Y8
+	VMINPS       Y8, Y2, Y8
+	VMULPS       mathvec_consts8<>+64(SB), Y8, Y0
+	VROUNDPS     $0x08, Y0, Y0
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y0, Y8
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y0, Y8
+	VMOVUPS      mathvec_consts8<>+160(SB), Y1
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y8, Y1
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y8, Y1
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y8, Y1
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y8, Y1
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y8, Y1
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y8, Y1
+	VCVTPS2DQ    Y0, Y2
+	VPSRAD       $0x01, Y2, Y0
+	VPSUBD       Y0, Y2, Y2
+	VPADDD       mathvec_consts8<>+1088(SB), Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       mathvec_consts8<>+1088(SB), Y2, Y2
+	VPSLLD       $0x17, Y2, Y2
+	VMULPS       Y0, Y1, Y1
+	VMULPS       Y2, Y1, Y8
+	VANDPS       Y7, Y8, Y8
+	VMASKMOVPS   Y8, Y7, (AX)
+	VCVTPS2PD    X8, Y0
+	VEXTRACTF128 $0x01, Y8, X1
+	VCVTPS2PD    X1, Y1
+	VADDPD       Y0, Y3, Y3
+	VADDPD       Y1, Y4, Y4
+
+expSumAVX2_done:
+	VADDPD       Y4, Y3, Y3
+	VADDPD       Y6, Y5, Y5
+	VADDPD       Y5, Y3, Y3
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPD       X0, X3, X0
+	VMOVHLPS     X0, X0, X1
+	VADDSD       X1, X0, X0
+	VMOVSD       X0, ret+32(FP)
+	VZEROUPPER
+	RET
+
+// func maxAVX2(x *float32, n int) float32
+// Requires: AVX
+TEXT ·maxAVX2(SB), NOSPLIT, $0-20
+	MOVQ    x+0(FP), AX
+	MOVQ    n+8(FP), CX
+	VMOVUPS mathvec_consts8<>+416(SB), Y0
+	VMOVAPS Y0, Y1
+	VMOVAPS Y0, Y2
+	VMOVAPS Y0, Y3
+	VMOVAPS Y0, Y4
+
+maxAVX2_loop32:
+	CMPQ   CX, $0x20
+	JL     maxAVX2_loop8
+	VMAXPS (AX), Y1, Y1
+	VMAXPS 32(AX), Y2, Y2
+	VMAXPS 64(AX), Y3, Y3
+	VMAXPS 96(AX), Y4, Y4
+	ADDQ   $0x80, AX
+	SUBQ   $0x20, CX
+	JMP    maxAVX2_loop32
+
+maxAVX2_loop8:
+	CMPQ   CX, $0x08
+	JL     maxAVX2_tail
+	VMAXPS (AX), Y1, Y1
+	ADDQ   $0x20, AX
+	SUBQ   $0x08, CX
+	JMP    maxAVX2_loop8
+
+maxAVX2_tail:
+	TESTQ      CX, CX
+	JE         maxAVX2_done
+	MOVQ       $0x00000008, DX
+	SUBQ       CX, DX
+	LEAQ       mathvec_consts8<>+1120(SB), CX
+	VMOVDQU    (CX)(DX*4), Y5
+	VMASKMOVPS (AX), Y5, Y6
+	VBLENDVPS  Y5, Y6, Y0, Y6
+	VMAXPS     Y6, Y1, Y1
+
+maxAVX2_done:
+	VMAXPS       Y2, Y1, Y1
+	VMAXPS       Y4, Y3, Y3
+	VMAXPS       Y3, Y1, Y1
+	VEXTRACTF128 $0x01, Y1, X0
+	VMAXPS       X0, X1, X0
+	VMOVHLPS     X0, X0, X1
+	VMAXPS       X1, X0, X0
+	VMOVSHDUP    X0, X1
+	VMAXSS       X1, X0, X0
+	VMOVSS       X0, ret+16(FP)
+	VZEROUPPER
+	RET
+
+// func geluAVX2(y *float32, x *float32, n int)
+// Requires: AVX, AVX2, FMA3
+TEXT ·geluAVX2(SB), NOSPLIT, $0-24
+	MOVQ    y+0(FP), AX
+	MOVQ    x+8(FP), CX
+	MOVQ    n+16(FP), DX
+	VMOVUPS mathvec_consts8<>+0(SB), Y0
+	VMOVUPS mathvec_consts8<>+32(SB), Y1
+	VMOVUPS mathvec_consts8<>+320(SB), Y2
+	VMOVUPS mathvec_consts8<>+352(SB), Y3
+
+geluAVX2_loop32:
+	CMPQ         DX, $0x20
+	JL           geluAVX2_loop8
+	VMOVUPS      (CX), Y4
+	VMULPS       mathvec_consts8<>+448(SB), Y4, Y5
+	VANDPS       mathvec_consts8<>+1056(SB), Y5, Y6
+	VMOVAPS      Y2, Y7
+	VFMADD231PS  mathvec_consts8<>+288(SB), Y6, Y7
+	VDIVPS       Y7, Y2, Y7
+	VMOVUPS      mathvec_consts8<>+544(SB), Y8
+	VFMADD213PS  mathvec_consts8<>+576(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+608(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+640(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+672(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+704(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+736(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+768(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+800(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+832(SB), Y7, Y8
+	VFNMADD231PS Y6, Y6, Y8
+	VMAXPS       Y8, Y0, Y8
+	VMINPS       Y8, Y1, Y8
+	VMULPS       mathvec_consts8<>+64(SB), Y8, Y6
+	VROUNDPS     $0x08, Y6, Y6
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y6, Y8
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y6, Y8
+	VMOVUPS      mathvec_consts8<>+160(SB), Y9
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y8, Y9
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y8, Y9
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y8, Y9
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y8, Y9
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y8, Y9
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y8, Y9
+	VCVTPS2DQ    Y6, Y8
+	VPSRAD       $0x01, Y8, Y6
+	VPSUBD       Y6, Y8, Y8
+	VPADDD       mathvec_consts8<>+1088(SB), Y6, Y6
+	VPSLLD       $0x17, Y6, Y6
+	VPADDD       mathvec_consts8<>+1088(SB), Y8, Y8
+	VPSLLD       $0x17, Y8, Y8
+	VMULPS       Y6, Y9, Y9
+	VMULPS       Y8, Y9, Y8
+	VMULPS       Y7, Y8, Y8
+	VCMPPS       $0x11, mathvec_consts8<>+384(SB), Y5, Y5
+	VSUBPS       Y8, Y3, Y6
+	VBLENDVPS    Y5, Y6, Y8, Y8
+	VMULPS       mathvec_consts8<>+288(SB), Y8, Y8
+	VMULPS       Y8, Y4, Y4
+	VMOVUPS      Y4, (AX)
+	VMOVUPS      32(CX), Y4
+	VMULPS       mathvec_consts8<>+448(SB), Y4, Y5
+	VANDPS       mathvec_consts8<>+1056(SB), Y5, Y6
+	VMOVAPS      Y2, Y7
+	VFMADD231PS  mathvec_consts8<>+288(SB), Y6, Y7
+	VDIVPS       Y7, Y2, Y7
+	VMOVUPS      mathvec_consts8<>+544(SB), Y8
+	VFMADD213PS  mathvec_consts8<>+576(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+608(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+640(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+672(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+704(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+736(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+768(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+800(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+832(SB), Y7, Y8
+	VFNMADD231PS Y6, Y6, Y8
+	VMAXPS       Y8, Y0, Y8
+	VMINPS       Y8, Y1, Y8
+	VMULPS       mathvec_consts8<>+64(SB), Y8, Y6
+	VROUNDPS     $0x08, Y6, Y6
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y6, Y8
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y6, Y8
+	VMOVUPS      mathvec_consts8<>+160(SB), Y9
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y8, Y9
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y8, Y9
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y8, Y9
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y8, Y9
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y8, Y9
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y8, Y9
+	VCVTPS2DQ    Y6, Y8
+	VPSRAD       $0x01, Y8, Y6
+	VPSUBD       Y6, Y8, Y8
+	VPADDD       mathvec_consts8<>+1088(SB), Y6, Y6
+	VPSLLD       $0x17, Y6, Y6
+	VPADDD       mathvec_consts8<>+1088(SB), Y8, Y8
+	VPSLLD       $0x17, Y8, Y8
+	VMULPS       Y6, Y9, Y9
+	VMULPS       Y8, Y9, Y8
+	VMULPS       Y7, Y8, Y8
+	VCMPPS       $0x11, mathvec_consts8<>+384(SB), Y5, Y5
+	VSUBPS       Y8, Y3, Y6
+	VBLENDVPS    Y5, Y6, Y8, Y8
+	VMULPS       mathvec_consts8<>+288(SB), Y8, Y8
+	VMULPS       Y8, Y4, Y4
+	VMOVUPS      Y4, 32(AX)
+	VMOVUPS      64(CX), Y4
+	VMULPS       mathvec_consts8<>+448(SB), Y4, Y5
+	VANDPS       mathvec_consts8<>+1056(SB), Y5, Y6
+	VMOVAPS      Y2, Y7
+	VFMADD231PS  mathvec_consts8<>+288(SB), Y6, Y7
+	VDIVPS       Y7, Y2, Y7
+	VMOVUPS      mathvec_consts8<>+544(SB), Y8
+	VFMADD213PS  mathvec_consts8<>+576(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+608(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+640(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+672(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+704(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+736(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+768(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+800(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+832(SB), Y7, Y8
+	VFNMADD231PS Y6, Y6, Y8
+	VMAXPS       Y8, Y0, Y8
+	VMINPS       Y8, Y1, Y8
+	VMULPS       mathvec_consts8<>+64(SB), Y8, Y6
+	VROUNDPS     $0x08, Y6, Y6
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y6, Y8
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y6, Y8
+	VMOVUPS      mathvec_consts8<>+160(SB), Y9
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y8, Y9
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y8, Y9
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y8, Y9
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y8, Y9
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y8, Y9
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y8, Y9
+	VCVTPS2DQ    Y6, Y8
+	VPSRAD       $0x01, Y8, Y6
+	VPSUBD       Y6, Y8, Y8
+	VPADDD       mathvec_consts8<>+1088(SB), Y6, Y6
+	VPSLLD       $0x17, Y6, Y6
+	VPADDD       mathvec_consts8<>+1088(SB), Y8, Y8
+	VPSLLD       $0x17, Y8, Y8
+	VMULPS       Y6, Y9, Y9
+	VMULPS       Y8, Y9, Y8
+	VMULPS       Y7, Y8, Y8
+	VCMPPS       $0x11, mathvec_consts8<>+384(SB), Y5, Y5
+	VSUBPS       Y8, Y3, Y6
+	VBLENDVPS    Y5, Y6, Y8, Y8
+	VMULPS       mathvec_consts8<>+288(SB), Y8, Y8
+	VMULPS       Y8, Y4, Y4
+	VMOVUPS      Y4, 64(AX)
+	VMOVUPS      96(CX), Y4
+	VMULPS       mathvec_consts8<>+448(SB), Y4, Y5
+	VANDPS       mathvec_consts8<>+1056(SB), Y5, Y6
+	VMOVAPS      Y2, Y7
+	VFMADD231PS  mathvec_consts8<>+288(SB), Y6, Y7
+	VDIVPS       Y7, Y2, Y7
+	VMOVUPS      mathvec_consts8<>+544(SB), Y8
+	VFMADD213PS  mathvec_consts8<>+576(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+608(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+640(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+672(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+704(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+736(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+768(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+800(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+832(SB), Y7, Y8
+	VFNMADD231PS Y6, Y6, Y8
+	VMAXPS       Y8, Y0, Y8
+	VMINPS       Y8, Y1, Y8
+	VMULPS       mathvec_consts8<>+64(SB), Y8, Y6
+	VROUNDPS     $0x08, Y6, Y6
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y6, Y8
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y6, Y8
+	VMOVUPS      mathvec_consts8<>+160(SB), Y9
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y8, Y9
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y8, Y9
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y8, Y9
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y8, Y9
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y8, Y9
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y8, Y9
+	VCVTPS2DQ    Y6, Y8
+	VPSRAD       $0x01, Y8, Y6
+	VPSUBD       Y6, Y8, Y8
+	VPADDD       mathvec_consts8<>+1088(SB), Y6, Y6
+	VPSLLD       $0x17, Y6, Y6
+	VPADDD       mathvec_consts8<>+1088(SB), Y8, Y8
+	VPSLLD       $0x17, Y8, Y8
+	VMULPS       Y6, Y9, Y9
+	VMULPS       Y8, Y9, Y8
+	VMULPS       Y7, Y8, Y8
+	VCMPPS       $0x11, mathvec_consts8<>+384(SB), Y5, Y5
+	VSUBPS       Y8, Y3, Y6
+	VBLENDVPS    Y5, Y6, Y8, Y8
+	VMULPS       mathvec_consts8<>+288(SB), Y8, Y8
+	VMULPS       Y8, Y4, Y4
+	VMOVUPS      Y4, 96(AX)
+	ADDQ         $0x80, AX
+	ADDQ         $0x80, CX
+	SUBQ         $0x20, DX
+	JMP          geluAVX2_loop32
+
+geluAVX2_loop8:
+	CMPQ         DX, $0x08
+	JL           geluAVX2_tail
+	VMOVUPS      (CX), Y4
+	VMULPS       mathvec_consts8<>+448(SB), Y4, Y5
+	VANDPS       mathvec_consts8<>+1056(SB), Y5, Y6
+	VMOVAPS      Y2, Y7
+	VFMADD231PS  mathvec_consts8<>+288(SB), Y6, Y7
+	VDIVPS       Y7, Y2, Y7
+	VMOVUPS      mathvec_consts8<>+544(SB), Y8
+	VFMADD213PS  mathvec_consts8<>+576(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+608(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+640(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+672(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+704(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+736(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+768(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+800(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+832(SB), Y7, Y8
+	VFNMADD231PS Y6, Y6, Y8
+	VMAXPS       Y8, Y0, Y8
+	VMINPS       Y8, Y1, Y8
+	VMULPS       mathvec_consts8<>+64(SB), Y8, Y6
+	VROUNDPS     $0x08, Y6, Y6
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y6, Y8
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y6, Y8
+	VMOVUPS      mathvec_consts8<>+160(SB), Y9
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y8, Y9
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y8, Y9
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y8, Y9
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y8, Y9
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y8, Y9
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y8, Y9
+	VCVTPS2DQ    Y6, Y8
+	VPSRAD       $0x01, Y8, Y6
+	VPSUBD       Y6, Y8, Y8
+	VPADDD       mathvec_consts8<>+1088(SB), Y6, Y6
+	VPSLLD       $0x17, Y6, Y6
+	VPADDD       mathvec_consts8<>+1088(SB), Y8, Y8
+	VPSLLD       $0x17, Y8, Y8
+	VMULPS       Y6, Y9, Y9
+	VMULPS       Y8, Y9, Y8
+	VMULPS       Y7, Y8, Y8
+	VCMPPS       $0x11, mathvec_consts8<>+384(SB), Y5, Y5
+	VSUBPS       Y8, Y3, Y6
+	VBLENDVPS    Y5, Y6, Y8, Y8
+	VMULPS       mathvec_consts8<>+288(SB), Y8, Y8
+	VMULPS       Y8, Y4, Y4
+	VMOVUPS      Y4, (AX)
+	ADDQ         $0x20, AX
+	ADDQ         $0x20, CX
+	SUBQ         $0x08, DX
+	JMP          geluAVX2_loop8
+
+geluAVX2_tail:
+	TESTQ        DX, DX
+	JE           geluAVX2_done
+	MOVQ         $0x00000008, BX
+	SUBQ         DX, BX
+	LEAQ         mathvec_consts8<>+1120(SB), DX
+	VMOVDQU      (DX)(BX*4), Y4
+	VMASKMOVPS   (CX), Y4, Y5
+	VMULPS       mathvec_consts8<>+448(SB), Y5, Y6
+	VANDPS       mathvec_consts8<>+1056(SB), Y6, Y7
+	VMOVAPS      Y2, Y8
+	VFMADD231PS  mathvec_consts8<>+288(SB), Y7, Y8
+	VDIVPS       Y8, Y2, Y8
+	VMOVUPS      mathvec_consts8<>+544(SB), Y2
+	VFMADD213PS  mathvec_consts8<>+576(SB), Y8, Y2
+	VFMADD213PS  mathvec_consts8<>+608(SB), Y8, Y2
+	VFMADD213PS  mathvec_consts8<>+640(SB), Y8, Y2
+	VFMADD213PS  mathvec_consts8<>+672(SB), Y8, Y2
+	VFMADD213PS  mathvec_consts8<>+704(SB), Y8, Y2
+	VFMADD213PS  mathvec_consts8<>+736(SB), Y8, Y2
+	VFMADD213PS  mathvec_consts8<>+768(SB), Y8, Y2
+	VFMADD213PS  mathvec_consts8<>+800(SB), Y8, Y2
+	VFMADD213PS  mathvec_consts8<>+832(SB), Y8, Y2
+	VFNMADD231PS Y7, Y7, Y2
+	VMAXPS       Y2, Y0, Y2
+	VMINPS       Y2, Y1, Y2
+	VMULPS       mathvec_consts8<>+64(SB), Y2, Y0
+	VROUNDPS     $0x08, Y0, Y0
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y0, Y2
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y0, Y2
+	VMOVUPS      mathvec_consts8<>+160(SB), Y1
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y2, Y1
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y2, Y1
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y2, Y1
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y2, Y1
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y2, Y1
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y2, Y1
+	VCVTPS2DQ    Y0, Y2
+	VPSRAD       $0x01, Y2, Y0
+	VPSUBD       Y0, Y2, Y2
+	VPADDD       mathvec_consts8<>+1088(SB), Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       mathvec_consts8<>+1088(SB), Y2, Y2
+	VPSLLD       $0x17, Y2, Y2
+	VMULPS       Y0, Y1, Y1
+	VMULPS       Y2, Y1, Y2
+	VMULPS       Y8, Y2, Y2
+	VCMPPS       $0x11, mathvec_consts8<>+384(SB), Y6, Y0
+	VSUBPS       Y2, Y3, Y1
+	VBLENDVPS    Y0, Y1, Y2, Y2
+	VMULPS       mathvec_consts8<>+288(SB), Y2, Y2
+	VMULPS       Y2, Y5, Y5
+	VMASKMOVPS   Y5, Y4, (AX)
+
+geluAVX2_done:
+	VZEROUPPER
+	RET
+
+// func geluCDFAVX2(y *float32, cdf *float32, x *float32, n int)
+// Requires: AVX, AVX2, FMA3
+TEXT ·geluCDFAVX2(SB), NOSPLIT, $0-32
+	MOVQ    y+0(FP), AX
+	MOVQ    cdf+8(FP), CX
+	MOVQ    x+16(FP), DX
+	MOVQ    n+24(FP), BX
+	VMOVUPS mathvec_consts8<>+0(SB), Y0
+	VMOVUPS mathvec_consts8<>+32(SB), Y1
+	VMOVUPS mathvec_consts8<>+320(SB), Y2
+	VMOVUPS mathvec_consts8<>+352(SB), Y3
+
+geluCDFAVX2_loop32:
+	CMPQ         BX, $0x20
+	JL           geluCDFAVX2_loop8
+	VMOVUPS      (DX), Y4
+	VMULPS       mathvec_consts8<>+448(SB), Y4, Y5
+	VANDPS       mathvec_consts8<>+1056(SB), Y5, Y6
+	VMOVAPS      Y2, Y7
+	VFMADD231PS  mathvec_consts8<>+288(SB), Y6, Y7
+	VDIVPS       Y7, Y2, Y7
+	VMOVUPS      mathvec_consts8<>+544(SB), Y8
+	VFMADD213PS  mathvec_consts8<>+576(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+608(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+640(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+672(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+704(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+736(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+768(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+800(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+832(SB), Y7, Y8
+	VFNMADD231PS Y6, Y6, Y8
+	VMAXPS       Y8, Y0, Y8
+	VMINPS       Y8, Y1, Y8
+	VMULPS       mathvec_consts8<>+64(SB), Y8, Y6
+	VROUNDPS     $0x08, Y6, Y6
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y6, Y8
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y6, Y8
+	VMOVUPS      mathvec_consts8<>+160(SB), Y9
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y8, Y9
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y8, Y9
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y8, Y9
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y8, Y9
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y8, Y9
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y8, Y9
+	VCVTPS2DQ    Y6, Y8
+	VPSRAD       $0x01, Y8, Y6
+	VPSUBD       Y6, Y8, Y8
+	VPADDD       mathvec_consts8<>+1088(SB), Y6, Y6
+	VPSLLD       $0x17, Y6, Y6
+	VPADDD       mathvec_consts8<>+1088(SB), Y8, Y8
+	VPSLLD       $0x17, Y8, Y8
+	VMULPS       Y6, Y9, Y9
+	VMULPS       Y8, Y9, Y8
+	VMULPS       Y7, Y8, Y8
+	VCMPPS       $0x11, mathvec_consts8<>+384(SB), Y5, Y5
+	VSUBPS       Y8, Y3, Y6
+	VBLENDVPS    Y5, Y6, Y8, Y8
+	VMULPS       mathvec_consts8<>+288(SB), Y8, Y8
+	VMOVUPS      Y8, (CX)
+	VMULPS       Y8, Y4, Y4
+	VMOVUPS      Y4, (AX)
+	VMOVUPS      32(DX), Y4
+	VMULPS       mathvec_consts8<>+448(SB), Y4, Y5
+	VANDPS       mathvec_consts8<>+1056(SB), Y5, Y6
+	VMOVAPS      Y2, Y7
+	VFMADD231PS  mathvec_consts8<>+288(SB), Y6, Y7
+	VDIVPS       Y7, Y2, Y7
+	VMOVUPS      mathvec_consts8<>+544(SB), Y8
+	VFMADD213PS  mathvec_consts8<>+576(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+608(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+640(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+672(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+704(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+736(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+768(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+800(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+832(SB), Y7, Y8
+	VFNMADD231PS Y6, Y6, Y8
+	VMAXPS       Y8, Y0, Y8
+	VMINPS       Y8, Y1, Y8
+	VMULPS       mathvec_consts8<>+64(SB), Y8, Y6
+	VROUNDPS     $0x08, Y6, Y6
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y6, Y8
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y6, Y8
+	VMOVUPS      mathvec_consts8<>+160(SB), Y9
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y8, Y9
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y8, Y9
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y8, Y9
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y8, Y9
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y8, Y9
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y8, Y9
+	VCVTPS2DQ    Y6, Y8
+	VPSRAD       $0x01, Y8, Y6
+	VPSUBD       Y6, Y8, Y8
+	VPADDD       mathvec_consts8<>+1088(SB), Y6, Y6
+	VPSLLD       $0x17, Y6, Y6
+	VPADDD       mathvec_consts8<>+1088(SB), Y8, Y8
+	VPSLLD       $0x17, Y8, Y8
+	VMULPS       Y6, Y9, Y9
+	VMULPS       Y8, Y9, Y8
+	VMULPS       Y7, Y8, Y8
+	VCMPPS       $0x11, mathvec_consts8<>+384(SB), Y5, Y5
+	VSUBPS       Y8, Y3, Y6
+	VBLENDVPS    Y5, Y6, Y8, Y8
+	VMULPS       mathvec_consts8<>+288(SB), Y8, Y8
+	VMOVUPS      Y8, 32(CX)
+	VMULPS       Y8, Y4, Y4
+	VMOVUPS      Y4, 32(AX)
+	VMOVUPS      64(DX), Y4
+	VMULPS       mathvec_consts8<>+448(SB), Y4, Y5
+	VANDPS       mathvec_consts8<>+1056(SB), Y5, Y6
+	VMOVAPS      Y2, Y7
+	VFMADD231PS  mathvec_consts8<>+288(SB), Y6, Y7
+	VDIVPS       Y7, Y2, Y7
+	VMOVUPS      mathvec_consts8<>+544(SB), Y8
+	VFMADD213PS  mathvec_consts8<>+576(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+608(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+640(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+672(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+704(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+736(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+768(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+800(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+832(SB), Y7, Y8
+	VFNMADD231PS Y6, Y6, Y8
+	VMAXPS       Y8, Y0, Y8
+	VMINPS       Y8, Y1, Y8
+	VMULPS       mathvec_consts8<>+64(SB), Y8, Y6
+	VROUNDPS     $0x08, Y6, Y6
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y6, Y8
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y6, Y8
+	VMOVUPS      mathvec_consts8<>+160(SB), Y9
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y8, Y9
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y8, Y9
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y8, Y9
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y8, Y9
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y8, Y9
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y8, Y9
+	VCVTPS2DQ    Y6, Y8
+	VPSRAD       $0x01, Y8, Y6
+	VPSUBD       Y6, Y8, Y8
+	VPADDD       mathvec_consts8<>+1088(SB), Y6, Y6
+	VPSLLD       $0x17, Y6, Y6
+	VPADDD       mathvec_consts8<>+1088(SB), Y8, Y8
+	VPSLLD       $0x17, Y8, Y8
+	VMULPS       Y6, Y9, Y9
+	VMULPS       Y8, Y9, Y8
+	VMULPS       Y7, Y8, Y8
+	VCMPPS       $0x11, mathvec_consts8<>+384(SB), Y5, Y5
+	VSUBPS       Y8, Y3, Y6
+	VBLENDVPS    Y5, Y6, Y8, Y8
+	VMULPS       mathvec_consts8<>+288(SB), Y8, Y8
+	VMOVUPS      Y8, 64(CX)
+	VMULPS       Y8, Y4, Y4
+	VMOVUPS      Y4, 64(AX)
+	VMOVUPS      96(DX), Y4
+	VMULPS       mathvec_consts8<>+448(SB), Y4, Y5
+	VANDPS       mathvec_consts8<>+1056(SB), Y5, Y6
+	VMOVAPS      Y2, Y7
+	VFMADD231PS  mathvec_consts8<>+288(SB), Y6, Y7
+	VDIVPS       Y7, Y2, Y7
+	VMOVUPS      mathvec_consts8<>+544(SB), Y8
+	VFMADD213PS  mathvec_consts8<>+576(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+608(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+640(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+672(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+704(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+736(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+768(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+800(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+832(SB), Y7, Y8
+	VFNMADD231PS Y6, Y6, Y8
+	VMAXPS       Y8, Y0, Y8
+	VMINPS       Y8, Y1, Y8
+	VMULPS       mathvec_consts8<>+64(SB), Y8, Y6
+	VROUNDPS     $0x08, Y6, Y6
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y6, Y8
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y6, Y8
+	VMOVUPS      mathvec_consts8<>+160(SB), Y9
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y8, Y9
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y8, Y9
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y8, Y9
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y8, Y9
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y8, Y9
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y8, Y9
+	VCVTPS2DQ    Y6, Y8
+	VPSRAD       $0x01, Y8, Y6
+	VPSUBD       Y6, Y8, Y8
+	VPADDD       mathvec_consts8<>+1088(SB), Y6, Y6
+	VPSLLD       $0x17, Y6, Y6
+	VPADDD       mathvec_consts8<>+1088(SB), Y8, Y8
+	VPSLLD       $0x17, Y8, Y8
+	VMULPS       Y6, Y9, Y9
+	VMULPS       Y8, Y9, Y8
+	VMULPS       Y7, Y8, Y8
+	VCMPPS       $0x11, mathvec_consts8<>+384(SB), Y5, Y5
+	VSUBPS       Y8, Y3, Y6
+	VBLENDVPS    Y5, Y6, Y8, Y8
+	VMULPS       mathvec_consts8<>+288(SB), Y8, Y8
+	VMOVUPS      Y8, 96(CX)
+	VMULPS       Y8, Y4, Y4
+	VMOVUPS      Y4, 96(AX)
+	ADDQ         $0x80, AX
+	ADDQ         $0x80, CX
+	ADDQ         $0x80, DX
+	SUBQ         $0x20, BX
+	JMP          geluCDFAVX2_loop32
+
+geluCDFAVX2_loop8:
+	CMPQ         BX, $0x08
+	JL           geluCDFAVX2_tail
+	VMOVUPS      (DX), Y4
+	VMULPS       mathvec_consts8<>+448(SB), Y4, Y5
+	VANDPS       mathvec_consts8<>+1056(SB), Y5, Y6
+	VMOVAPS      Y2, Y7
+	VFMADD231PS  mathvec_consts8<>+288(SB), Y6, Y7
+	VDIVPS       Y7, Y2, Y7
+	VMOVUPS      mathvec_consts8<>+544(SB), Y8
+	VFMADD213PS  mathvec_consts8<>+576(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+608(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+640(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+672(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+704(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+736(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+768(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+800(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+832(SB), Y7, Y8
+	VFNMADD231PS Y6, Y6, Y8
+	VMAXPS       Y8, Y0, Y8
+	VMINPS       Y8, Y1, Y8
+	VMULPS       mathvec_consts8<>+64(SB), Y8, Y6
+	VROUNDPS     $0x08, Y6, Y6
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y6, Y8
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y6, Y8
+	VMOVUPS      mathvec_consts8<>+160(SB), Y9
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y8, Y9
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y8, Y9
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y8, Y9
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y8, Y9
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y8, Y9
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y8, Y9
+	VCVTPS2DQ    Y6, Y8
+	VPSRAD       $0x01, Y8, Y6
+	VPSUBD       Y6, Y8, Y8
+	VPADDD       mathvec_consts8<>+1088(SB), Y6, Y6
+	VPSLLD       $0x17, Y6, Y6
+	VPADDD       mathvec_consts8<>+1088(SB), Y8, Y8
+	VPSLLD       $0x17, Y8, Y8
+	VMULPS       Y6, Y9, Y9
+	VMULPS       Y8, Y9, Y8
+	VMULPS       Y7, Y8, Y8
+	VCMPPS       $0x11, mathvec_consts8<>+384(SB), Y5, Y5
+	VSUBPS       Y8, Y3, Y6
+	VBLENDVPS    Y5, Y6, Y8, Y8
+	VMULPS       mathvec_consts8<>+288(SB), Y8, Y8
+	VMOVUPS      Y8, (CX)
+	VMULPS       Y8, Y4, Y4
+	VMOVUPS      Y4, (AX)
+	ADDQ         $0x20, AX
+	ADDQ         $0x20, CX
+	ADDQ         $0x20, DX
+	SUBQ         $0x08, BX
+	JMP          geluCDFAVX2_loop8
+
+geluCDFAVX2_tail:
+	TESTQ        BX, BX
+	JE           geluCDFAVX2_done
+	MOVQ         $0x00000008, SI
+	SUBQ         BX, SI
+	LEAQ         mathvec_consts8<>+1120(SB), BX
+	VMOVDQU      (BX)(SI*4), Y4
+	VMASKMOVPS   (DX), Y4, Y5
+	VMULPS       mathvec_consts8<>+448(SB), Y5, Y6
+	VANDPS       mathvec_consts8<>+1056(SB), Y6, Y7
+	VMOVAPS      Y2, Y8
+	VFMADD231PS  mathvec_consts8<>+288(SB), Y7, Y8
+	VDIVPS       Y8, Y2, Y8
+	VMOVUPS      mathvec_consts8<>+544(SB), Y2
+	VFMADD213PS  mathvec_consts8<>+576(SB), Y8, Y2
+	VFMADD213PS  mathvec_consts8<>+608(SB), Y8, Y2
+	VFMADD213PS  mathvec_consts8<>+640(SB), Y8, Y2
+	VFMADD213PS  mathvec_consts8<>+672(SB), Y8, Y2
+	VFMADD213PS  mathvec_consts8<>+704(SB), Y8, Y2
+	VFMADD213PS  mathvec_consts8<>+736(SB), Y8, Y2
+	VFMADD213PS  mathvec_consts8<>+768(SB), Y8, Y2
+	VFMADD213PS  mathvec_consts8<>+800(SB), Y8, Y2
+	VFMADD213PS  mathvec_consts8<>+832(SB), Y8, Y2
+	VFNMADD231PS Y7, Y7, Y2
+	VMAXPS       Y2, Y0, Y2
+	VMINPS       Y2, Y1, Y2
+	VMULPS       mathvec_consts8<>+64(SB), Y2, Y0
+	VROUNDPS     $0x08, Y0, Y0
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y0, Y2
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y0, Y2
+	VMOVUPS      mathvec_consts8<>+160(SB), Y1
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y2, Y1
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y2, Y1
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y2, Y1
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y2, Y1
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y2, Y1
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y2, Y1
+	VCVTPS2DQ    Y0, Y2
+	VPSRAD       $0x01, Y2, Y0
+	VPSUBD       Y0, Y2, Y2
+	VPADDD       mathvec_consts8<>+1088(SB), Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       mathvec_consts8<>+1088(SB), Y2, Y2
+	VPSLLD       $0x17, Y2, Y2
+	VMULPS       Y0, Y1, Y1
+	VMULPS       Y2, Y1, Y2
+	VMULPS       Y8, Y2, Y2
+	VCMPPS       $0x11, mathvec_consts8<>+384(SB), Y6, Y0
+	VSUBPS       Y2, Y3, Y1
+	VBLENDVPS    Y0, Y1, Y2, Y2
+	VMULPS       mathvec_consts8<>+288(SB), Y2, Y2
+	VMASKMOVPS   Y2, Y4, (CX)
+	VMULPS       Y2, Y5, Y5
+	VMASKMOVPS   Y5, Y4, (AX)
+
+geluCDFAVX2_done:
+	VZEROUPPER
+	RET
+
+// func geluBwdSetAVX2(dx *float32, x *float32, cdf *float32, dy *float32, n int)
+// Requires: AVX, AVX2, FMA3
+TEXT ·geluBwdSetAVX2(SB), NOSPLIT, $0-40
+	MOVQ    dx+0(FP), AX
+	MOVQ    x+8(FP), CX
+	MOVQ    cdf+16(FP), DX
+	MOVQ    dy+24(FP), BX
+	MOVQ    n+32(FP), SI
+	VMOVUPS mathvec_consts8<>+0(SB), Y0
+	VMOVUPS mathvec_consts8<>+32(SB), Y1
+
+geluBwdSetAVX2_loop32:
+	CMPQ         SI, $0x20
+	JL           geluBwdSetAVX2_loop8
+	VMOVUPS      (CX), Y2
+	VMOVUPS      (DX), Y4
+	VMULPS       Y2, Y2, Y3
+	VMULPS       mathvec_consts8<>+480(SB), Y3, Y3
+	VMAXPS       Y3, Y0, Y3
+	VMINPS       Y3, Y1, Y3
+	VMULPS       mathvec_consts8<>+64(SB), Y3, Y5
+	VROUNDPS     $0x08, Y5, Y5
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y5, Y3
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y5, Y3
+	VMOVUPS      mathvec_consts8<>+160(SB), Y6
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y3, Y6
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y3, Y6
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y3, Y6
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y3, Y6
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y3, Y6
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y3, Y6
+	VCVTPS2DQ    Y5, Y5
+	VPSRAD       $0x01, Y5, Y3
+	VPSUBD       Y3, Y5, Y5
+	VPADDD       mathvec_consts8<>+1088(SB), Y3, Y3
+	VPSLLD       $0x17, Y3, Y3
+	VPADDD       mathvec_consts8<>+1088(SB), Y5, Y5
+	VPSLLD       $0x17, Y5, Y5
+	VMULPS       Y3, Y6, Y6
+	VMULPS       Y5, Y6, Y3
+	VMULPS       mathvec_consts8<>+512(SB), Y2, Y2
+	VFMADD213PS  Y4, Y3, Y2
+	VMOVUPS      (BX), Y3
+	VMULPS       Y3, Y2, Y2
+	VMOVUPS      Y2, (AX)
+	VMOVUPS      32(CX), Y2
+	VMOVUPS      32(DX), Y4
+	VMULPS       Y2, Y2, Y3
+	VMULPS       mathvec_consts8<>+480(SB), Y3, Y3
+	VMAXPS       Y3, Y0, Y3
+	VMINPS       Y3, Y1, Y3
+	VMULPS       mathvec_consts8<>+64(SB), Y3, Y5
+	VROUNDPS     $0x08, Y5, Y5
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y5, Y3
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y5, Y3
+	VMOVUPS      mathvec_consts8<>+160(SB), Y6
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y3, Y6
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y3, Y6
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y3, Y6
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y3, Y6
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y3, Y6
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y3, Y6
+	VCVTPS2DQ    Y5, Y5
+	VPSRAD       $0x01, Y5, Y3
+	VPSUBD       Y3, Y5, Y5
+	VPADDD       mathvec_consts8<>+1088(SB), Y3, Y3
+	VPSLLD       $0x17, Y3, Y3
+	VPADDD       mathvec_consts8<>+1088(SB), Y5, Y5
+	VPSLLD       $0x17, Y5, Y5
+	VMULPS       Y3, Y6, Y6
+	VMULPS       Y5, Y6, Y3
+	VMULPS       mathvec_consts8<>+512(SB), Y2, Y2
+	VFMADD213PS  Y4, Y3, Y2
+	VMOVUPS      32(BX), Y3
+	VMULPS       Y3, Y2, Y2
+	VMOVUPS      Y2, 32(AX)
+	VMOVUPS      64(CX), Y2
+	VMOVUPS      64(DX), Y4
+	VMULPS       Y2, Y2, Y3
+	VMULPS       mathvec_consts8<>+480(SB), Y3, Y3
+	VMAXPS       Y3, Y0, Y3
+	VMINPS       Y3, Y1, Y3
+	VMULPS       mathvec_consts8<>+64(SB), Y3, Y5
+	VROUNDPS     $0x08, Y5, Y5
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y5, Y3
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y5, Y3
+	VMOVUPS      mathvec_consts8<>+160(SB), Y6
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y3, Y6
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y3, Y6
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y3, Y6
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y3, Y6
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y3, Y6
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y3, Y6
+	VCVTPS2DQ    Y5, Y5
+	VPSRAD       $0x01, Y5, Y3
+	VPSUBD       Y3, Y5, Y5
+	VPADDD       mathvec_consts8<>+1088(SB), Y3, Y3
+	VPSLLD       $0x17, Y3, Y3
+	VPADDD       mathvec_consts8<>+1088(SB), Y5, Y5
+	VPSLLD       $0x17, Y5, Y5
+	VMULPS       Y3, Y6, Y6
+	VMULPS       Y5, Y6, Y3
+	VMULPS       mathvec_consts8<>+512(SB), Y2, Y2
+	VFMADD213PS  Y4, Y3, Y2
+	VMOVUPS      64(BX), Y3
+	VMULPS       Y3, Y2, Y2
+	VMOVUPS      Y2, 64(AX)
+	VMOVUPS      96(CX), Y2
+	VMOVUPS      96(DX), Y4
+	VMULPS       Y2, Y2, Y3
+	VMULPS       mathvec_consts8<>+480(SB), Y3, Y3
+	VMAXPS       Y3, Y0, Y3
+	VMINPS       Y3, Y1, Y3
+	VMULPS       mathvec_consts8<>+64(SB), Y3, Y5
+	VROUNDPS     $0x08, Y5, Y5
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y5, Y3
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y5, Y3
+	VMOVUPS      mathvec_consts8<>+160(SB), Y6
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y3, Y6
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y3, Y6
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y3, Y6
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y3, Y6
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y3, Y6
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y3, Y6
+	VCVTPS2DQ    Y5, Y5
+	VPSRAD       $0x01, Y5, Y3
+	VPSUBD       Y3, Y5, Y5
+	VPADDD       mathvec_consts8<>+1088(SB), Y3, Y3
+	VPSLLD       $0x17, Y3, Y3
+	VPADDD       mathvec_consts8<>+1088(SB), Y5, Y5
+	VPSLLD       $0x17, Y5, Y5
+	VMULPS       Y3, Y6, Y6
+	VMULPS       Y5, Y6, Y3
+	VMULPS       mathvec_consts8<>+512(SB), Y2, Y2
+	VFMADD213PS  Y4, Y3, Y2
+	VMOVUPS      96(BX), Y3
+	VMULPS       Y3, Y2, Y2
+	VMOVUPS      Y2, 96(AX)
+	ADDQ         $0x80, AX
+	ADDQ         $0x80, CX
+	ADDQ         $0x80, DX
+	ADDQ         $0x80, BX
+	SUBQ         $0x20, SI
+	JMP          geluBwdSetAVX2_loop32
+
+geluBwdSetAVX2_loop8:
+	CMPQ         SI, $0x08
+	JL           geluBwdSetAVX2_tail
+	VMOVUPS      (CX), Y2
+	VMOVUPS      (DX), Y4
+	VMULPS       Y2, Y2, Y3
+	VMULPS       mathvec_consts8<>+480(SB), Y3, Y3
+	VMAXPS       Y3, Y0, Y3
+	VMINPS       Y3, Y1, Y3
+	VMULPS       mathvec_consts8<>+64(SB), Y3, Y5
+	VROUNDPS     $0x08, Y5, Y5
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y5, Y3
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y5, Y3
+	VMOVUPS      mathvec_consts8<>+160(SB), Y6
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y3, Y6
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y3, Y6
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y3, Y6
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y3, Y6
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y3, Y6
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y3, Y6
+	VCVTPS2DQ    Y5, Y5
+	VPSRAD       $0x01, Y5, Y3
+	VPSUBD       Y3, Y5, Y5
+	VPADDD       mathvec_consts8<>+1088(SB), Y3, Y3
+	VPSLLD       $0x17, Y3, Y3
+	VPADDD       mathvec_consts8<>+1088(SB), Y5, Y5
+	VPSLLD       $0x17, Y5, Y5
+	VMULPS       Y3, Y6, Y6
+	VMULPS       Y5, Y6, Y3
+	VMULPS       mathvec_consts8<>+512(SB), Y2, Y2
+	VFMADD213PS  Y4, Y3, Y2
+	VMOVUPS      (BX), Y3
+	VMULPS       Y3, Y2, Y2
+	VMOVUPS      Y2, (AX)
+	ADDQ         $0x20, AX
+	ADDQ         $0x20, CX
+	ADDQ         $0x20, DX
+	ADDQ         $0x20, BX
+	SUBQ         $0x08, SI
+	JMP          geluBwdSetAVX2_loop8
+
+geluBwdSetAVX2_tail:
+	TESTQ        SI, SI
+	JE           geluBwdSetAVX2_done
+	MOVQ         $0x00000008, DI
+	SUBQ         SI, DI
+	LEAQ         mathvec_consts8<>+1120(SB), SI
+	VMOVDQU      (SI)(DI*4), Y2
+	VMASKMOVPS   (CX), Y2, Y3
+	VMASKMOVPS   (DX), Y2, Y5
+	VMULPS       Y3, Y3, Y4
+	VMULPS       mathvec_consts8<>+480(SB), Y4, Y4
+	VMAXPS       Y4, Y0, Y4
+	VMINPS       Y4, Y1, Y4
+	VMULPS       mathvec_consts8<>+64(SB), Y4, Y0
+	VROUNDPS     $0x08, Y0, Y0
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y0, Y4
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y0, Y4
+	VMOVUPS      mathvec_consts8<>+160(SB), Y1
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y4, Y1
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y4, Y1
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y4, Y1
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y4, Y1
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y4, Y1
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y4, Y1
+	VCVTPS2DQ    Y0, Y4
+	VPSRAD       $0x01, Y4, Y0
+	VPSUBD       Y0, Y4, Y4
+	VPADDD       mathvec_consts8<>+1088(SB), Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       mathvec_consts8<>+1088(SB), Y4, Y4
+	VPSLLD       $0x17, Y4, Y4
+	VMULPS       Y0, Y1, Y1
+	VMULPS       Y4, Y1, Y4
+	VMULPS       mathvec_consts8<>+512(SB), Y3, Y0
+	VFMADD213PS  Y5, Y4, Y0
+	VMASKMOVPS   (BX), Y2, Y1
+	VMULPS       Y1, Y0, Y0
+	VMASKMOVPS   Y0, Y2, (AX)
+
+geluBwdSetAVX2_done:
+	VZEROUPPER
+	RET
+
+// func geluBwdAccAVX2(dx *float32, x *float32, cdf *float32, dy *float32, n int)
+// Requires: AVX, AVX2, FMA3
+TEXT ·geluBwdAccAVX2(SB), NOSPLIT, $0-40
+	MOVQ    dx+0(FP), AX
+	MOVQ    x+8(FP), CX
+	MOVQ    cdf+16(FP), DX
+	MOVQ    dy+24(FP), BX
+	MOVQ    n+32(FP), SI
+	VMOVUPS mathvec_consts8<>+0(SB), Y0
+	VMOVUPS mathvec_consts8<>+32(SB), Y1
+
+geluBwdAccAVX2_loop32:
+	CMPQ         SI, $0x20
+	JL           geluBwdAccAVX2_loop8
+	VMOVUPS      (CX), Y2
+	VMOVUPS      (DX), Y4
+	VMULPS       Y2, Y2, Y3
+	VMULPS       mathvec_consts8<>+480(SB), Y3, Y3
+	VMAXPS       Y3, Y0, Y3
+	VMINPS       Y3, Y1, Y3
+	VMULPS       mathvec_consts8<>+64(SB), Y3, Y5
+	VROUNDPS     $0x08, Y5, Y5
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y5, Y3
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y5, Y3
+	VMOVUPS      mathvec_consts8<>+160(SB), Y6
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y3, Y6
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y3, Y6
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y3, Y6
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y3, Y6
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y3, Y6
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y3, Y6
+	VCVTPS2DQ    Y5, Y5
+	VPSRAD       $0x01, Y5, Y3
+	VPSUBD       Y3, Y5, Y5
+	VPADDD       mathvec_consts8<>+1088(SB), Y3, Y3
+	VPSLLD       $0x17, Y3, Y3
+	VPADDD       mathvec_consts8<>+1088(SB), Y5, Y5
+	VPSLLD       $0x17, Y5, Y5
+	VMULPS       Y3, Y6, Y6
+	VMULPS       Y5, Y6, Y3
+	VMULPS       mathvec_consts8<>+512(SB), Y2, Y2
+	VFMADD213PS  Y4, Y3, Y2
+	VMOVUPS      (BX), Y3
+	VMULPS       Y3, Y2, Y2
+	VMOVUPS      (AX), Y3
+	VADDPS       Y3, Y2, Y2
+	VMOVUPS      Y2, (AX)
+	VMOVUPS      32(CX), Y2
+	VMOVUPS      32(DX), Y4
+	VMULPS       Y2, Y2, Y3
+	VMULPS       mathvec_consts8<>+480(SB), Y3, Y3
+	VMAXPS       Y3, Y0, Y3
+	VMINPS       Y3, Y1, Y3
+	VMULPS       mathvec_consts8<>+64(SB), Y3, Y5
+	VROUNDPS     $0x08, Y5, Y5
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y5, Y3
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y5, Y3
+	VMOVUPS      mathvec_consts8<>+160(SB), Y6
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y3, Y6
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y3, Y6
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y3, Y6
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y3, Y6
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y3, Y6
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y3, Y6
+	VCVTPS2DQ    Y5, Y5
+	VPSRAD       $0x01, Y5, Y3
+	VPSUBD       Y3, Y5, Y5
+	VPADDD       mathvec_consts8<>+1088(SB), Y3, Y3
+	VPSLLD       $0x17, Y3, Y3
+	VPADDD       mathvec_consts8<>+1088(SB), Y5, Y5
+	VPSLLD       $0x17, Y5, Y5
+	VMULPS       Y3, Y6, Y6
+	VMULPS       Y5, Y6, Y3
+	VMULPS       mathvec_consts8<>+512(SB), Y2, Y2
+	VFMADD213PS  Y4, Y3, Y2
+	VMOVUPS      32(BX), Y3
+	VMULPS       Y3, Y2, Y2
+	VMOVUPS      32(AX), Y3
+	VADDPS       Y3, Y2, Y2
+	VMOVUPS      Y2, 32(AX)
+	VMOVUPS      64(CX), Y2
+	VMOVUPS      64(DX), Y4
+	VMULPS       Y2, Y2, Y3
+	VMULPS       mathvec_consts8<>+480(SB), Y3, Y3
+	VMAXPS       Y3, Y0, Y3
+	VMINPS       Y3, Y1, Y3
+	VMULPS       mathvec_consts8<>+64(SB), Y3, Y5
+	VROUNDPS     $0x08, Y5, Y5
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y5, Y3
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y5, Y3
+	VMOVUPS      mathvec_consts8<>+160(SB), Y6
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y3, Y6
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y3, Y6
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y3, Y6
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y3, Y6
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y3, Y6
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y3, Y6
+	VCVTPS2DQ    Y5, Y5
+	VPSRAD       $0x01, Y5, Y3
+	VPSUBD       Y3, Y5, Y5
+	VPADDD       mathvec_consts8<>+1088(SB), Y3, Y3
+	VPSLLD       $0x17, Y3, Y3
+	VPADDD       mathvec_consts8<>+1088(SB), Y5, Y5
+	VPSLLD       $0x17, Y5, Y5
+	VMULPS       Y3, Y6, Y6
+	VMULPS       Y5, Y6, Y3
+	VMULPS       mathvec_consts8<>+512(SB), Y2, Y2
+	VFMADD213PS  Y4, Y3, Y2
+	VMOVUPS      64(BX), Y3
+	VMULPS       Y3, Y2, Y2
+	VMOVUPS      64(AX), Y3
+	VADDPS       Y3, Y2, Y2
+	VMOVUPS      Y2, 64(AX)
+	VMOVUPS      96(CX), Y2
+	VMOVUPS      96(DX), Y4
+	VMULPS       Y2, Y2, Y3
+	VMULPS       mathvec_consts8<>+480(SB), Y3, Y3
+	VMAXPS       Y3, Y0, Y3
+	VMINPS       Y3, Y1, Y3
+	VMULPS       mathvec_consts8<>+64(SB), Y3, Y5
+	VROUNDPS     $0x08, Y5, Y5
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y5, Y3
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y5, Y3
+	VMOVUPS      mathvec_consts8<>+160(SB), Y6
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y3, Y6
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y3, Y6
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y3, Y6
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y3, Y6
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y3, Y6
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y3, Y6
+	VCVTPS2DQ    Y5, Y5
+	VPSRAD       $0x01, Y5, Y3
+	VPSUBD       Y3, Y5, Y5
+	VPADDD       mathvec_consts8<>+1088(SB), Y3, Y3
+	VPSLLD       $0x17, Y3, Y3
+	VPADDD       mathvec_consts8<>+1088(SB), Y5, Y5
+	VPSLLD       $0x17, Y5, Y5
+	VMULPS       Y3, Y6, Y6
+	VMULPS       Y5, Y6, Y3
+	VMULPS       mathvec_consts8<>+512(SB), Y2, Y2
+	VFMADD213PS  Y4, Y3, Y2
+	VMOVUPS      96(BX), Y3
+	VMULPS       Y3, Y2, Y2
+	VMOVUPS      96(AX), Y3
+	VADDPS       Y3, Y2, Y2
+	VMOVUPS      Y2, 96(AX)
+	ADDQ         $0x80, AX
+	ADDQ         $0x80, CX
+	ADDQ         $0x80, DX
+	ADDQ         $0x80, BX
+	SUBQ         $0x20, SI
+	JMP          geluBwdAccAVX2_loop32
+
+geluBwdAccAVX2_loop8:
+	CMPQ         SI, $0x08
+	JL           geluBwdAccAVX2_tail
+	VMOVUPS      (CX), Y2
+	VMOVUPS      (DX), Y4
+	VMULPS       Y2, Y2, Y3
+	VMULPS       mathvec_consts8<>+480(SB), Y3, Y3
+	VMAXPS       Y3, Y0, Y3
+	VMINPS       Y3, Y1, Y3
+	VMULPS       mathvec_consts8<>+64(SB), Y3, Y5
+	VROUNDPS     $0x08, Y5, Y5
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y5, Y3
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y5, Y3
+	VMOVUPS      mathvec_consts8<>+160(SB), Y6
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y3, Y6
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y3, Y6
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y3, Y6
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y3, Y6
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y3, Y6
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y3, Y6
+	VCVTPS2DQ    Y5, Y5
+	VPSRAD       $0x01, Y5, Y3
+	VPSUBD       Y3, Y5, Y5
+	VPADDD       mathvec_consts8<>+1088(SB), Y3, Y3
+	VPSLLD       $0x17, Y3, Y3
+	VPADDD       mathvec_consts8<>+1088(SB), Y5, Y5
+	VPSLLD       $0x17, Y5, Y5
+	VMULPS       Y3, Y6, Y6
+	VMULPS       Y5, Y6, Y3
+	VMULPS       mathvec_consts8<>+512(SB), Y2, Y2
+	VFMADD213PS  Y4, Y3, Y2
+	VMOVUPS      (BX), Y3
+	VMULPS       Y3, Y2, Y2
+	VMOVUPS      (AX), Y3
+	VADDPS       Y3, Y2, Y2
+	VMOVUPS      Y2, (AX)
+	ADDQ         $0x20, AX
+	ADDQ         $0x20, CX
+	ADDQ         $0x20, DX
+	ADDQ         $0x20, BX
+	SUBQ         $0x08, SI
+	JMP          geluBwdAccAVX2_loop8
+
+geluBwdAccAVX2_tail:
+	TESTQ        SI, SI
+	JE           geluBwdAccAVX2_done
+	MOVQ         $0x00000008, DI
+	SUBQ         SI, DI
+	LEAQ         mathvec_consts8<>+1120(SB), SI
+	VMOVDQU      (SI)(DI*4), Y2
+	VMASKMOVPS   (CX), Y2, Y3
+	VMASKMOVPS   (DX), Y2, Y5
+	VMULPS       Y3, Y3, Y4
+	VMULPS       mathvec_consts8<>+480(SB), Y4, Y4
+	VMAXPS       Y4, Y0, Y4
+	VMINPS       Y4, Y1, Y4
+	VMULPS       mathvec_consts8<>+64(SB), Y4, Y0
+	VROUNDPS     $0x08, Y0, Y0
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y0, Y4
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y0, Y4
+	VMOVUPS      mathvec_consts8<>+160(SB), Y1
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y4, Y1
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y4, Y1
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y4, Y1
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y4, Y1
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y4, Y1
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y4, Y1
+	VCVTPS2DQ    Y0, Y4
+	VPSRAD       $0x01, Y4, Y0
+	VPSUBD       Y0, Y4, Y4
+	VPADDD       mathvec_consts8<>+1088(SB), Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       mathvec_consts8<>+1088(SB), Y4, Y4
+	VPSLLD       $0x17, Y4, Y4
+	VMULPS       Y0, Y1, Y1
+	VMULPS       Y4, Y1, Y4
+	VMULPS       mathvec_consts8<>+512(SB), Y3, Y0
+	VFMADD213PS  Y5, Y4, Y0
+	VMASKMOVPS   (BX), Y2, Y1
+	VMULPS       Y1, Y0, Y0
+	VMASKMOVPS   (AX), Y2, Y1
+	VADDPS       Y1, Y0, Y0
+	VMASKMOVPS   Y0, Y2, (AX)
+
+geluBwdAccAVX2_done:
+	VZEROUPPER
+	RET
+
+// func lstmFwdAVX2(gates *float32, c *float32, tc *float32, h *float32, n int)
+// Requires: AVX, AVX2, FMA3
+TEXT ·lstmFwdAVX2(SB), NOSPLIT, $0-40
+	MOVQ    gates+0(FP), AX
+	MOVQ    c+8(FP), CX
+	MOVQ    tc+16(FP), DX
+	MOVQ    h+24(FP), BX
+	MOVQ    n+32(FP), SI
+	MOVQ    SI, DI
+	SHLQ    $0x02, DI
+	LEAQ    (DI)(DI*2), R8
+	VMOVUPS mathvec_consts8<>+0(SB), Y0
+	VMOVUPS mathvec_consts8<>+32(SB), Y1
+	VMOVUPS mathvec_consts8<>+320(SB), Y2
+
+lstmFwdAVX2_loop32:
+	CMPQ         SI, $0x20
+	JL           lstmFwdAVX2_loop8
+	VMOVUPS      (AX), Y3
+	VXORPS       mathvec_consts8<>+896(SB), Y3, Y3
+	VMAXPS       Y3, Y0, Y3
+	VMINPS       Y3, Y1, Y3
+	VMULPS       mathvec_consts8<>+64(SB), Y3, Y4
+	VROUNDPS     $0x08, Y4, Y4
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y4, Y3
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y4, Y3
+	VMOVUPS      mathvec_consts8<>+160(SB), Y5
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y3, Y5
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y3, Y5
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y3, Y5
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y3, Y5
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y3, Y5
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y3, Y5
+	VCVTPS2DQ    Y4, Y4
+	VPSRAD       $0x01, Y4, Y3
+	VPSUBD       Y3, Y4, Y4
+	VPADDD       mathvec_consts8<>+1088(SB), Y3, Y3
+	VPSLLD       $0x17, Y3, Y3
+	VPADDD       mathvec_consts8<>+1088(SB), Y4, Y4
+	VPSLLD       $0x17, Y4, Y4
+	VMULPS       Y3, Y5, Y5
+	VMULPS       Y4, Y5, Y3
+	VADDPS       Y2, Y3, Y3
+	VDIVPS       Y3, Y2, Y3
+	VMOVUPS      Y3, (AX)
+	VMOVUPS      (AX)(DI*1), Y4
+	VXORPS       mathvec_consts8<>+896(SB), Y4, Y4
+	VMAXPS       Y4, Y0, Y4
+	VMINPS       Y4, Y1, Y4
+	VMULPS       mathvec_consts8<>+64(SB), Y4, Y5
+	VROUNDPS     $0x08, Y5, Y5
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y5, Y4
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y5, Y4
+	VMOVUPS      mathvec_consts8<>+160(SB), Y6
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y4, Y6
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y4, Y6
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y4, Y6
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y4, Y6
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y4, Y6
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y4, Y6
+	VCVTPS2DQ    Y5, Y5
+	VPSRAD       $0x01, Y5, Y4
+	VPSUBD       Y4, Y5, Y5
+	VPADDD       mathvec_consts8<>+1088(SB), Y4, Y4
+	VPSLLD       $0x17, Y4, Y4
+	VPADDD       mathvec_consts8<>+1088(SB), Y5, Y5
+	VPSLLD       $0x17, Y5, Y5
+	VMULPS       Y4, Y6, Y6
+	VMULPS       Y5, Y6, Y4
+	VADDPS       Y2, Y4, Y4
+	VDIVPS       Y4, Y2, Y4
+	VMOVUPS      Y4, (AX)(DI*1)
+	VMOVUPS      (AX)(DI*2), Y4
+	VANDPS       mathvec_consts8<>+1056(SB), Y4, Y5
+	VMULPS       mathvec_consts8<>+864(SB), Y5, Y6
+	VMAXPS       Y6, Y0, Y6
+	VMINPS       Y6, Y1, Y6
+	VMULPS       mathvec_consts8<>+64(SB), Y6, Y7
+	VROUNDPS     $0x08, Y7, Y7
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y7, Y6
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y7, Y6
+	VMOVUPS      mathvec_consts8<>+160(SB), Y8
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y6, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSRAD       $0x01, Y7, Y6
+	VPSUBD       Y6, Y7, Y7
+	VPADDD       mathvec_consts8<>+1088(SB), Y6, Y6
+	VPSLLD       $0x17, Y6, Y6
+	VPADDD       mathvec_consts8<>+1088(SB), Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VMULPS       Y6, Y8, Y8
+	VMULPS       Y7, Y8, Y6
+	VSUBPS       Y6, Y2, Y7
+	VADDPS       Y6, Y2, Y6
+	VDIVPS       Y6, Y7, Y6
+	VANDPS       mathvec_consts8<>+896(SB), Y4, Y7
+	VORPS        Y7, Y6, Y6
+	VMULPS       Y4, Y4, Y7
+	VMOVUPS      mathvec_consts8<>+960(SB), Y8
+	VFMADD213PS  mathvec_consts8<>+992(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+1024(SB), Y7, Y8
+	VFMADD213PS  Y2, Y7, Y8
+	VMULPS       Y8, Y4, Y8
+	VCMPPS       $0x11, mathvec_consts8<>+928(SB), Y5, Y4
+	VBLENDVPS    Y4, Y8, Y6, Y6
+	VMOVUPS      Y6, (AX)(DI*2)
+	VMOVUPS      (AX)(R8*1), Y4
+	VXORPS       mathvec_consts8<>+896(SB), Y4, Y4
+	VMAXPS       Y4, Y0, Y4
+	VMINPS       Y4, Y1, Y4
+	VMULPS       mathvec_consts8<>+64(SB), Y4, Y5
+	VROUNDPS     $0x08, Y5, Y5
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y5, Y4
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y5, Y4
+	VMOVUPS      mathvec_consts8<>+160(SB), Y7
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y4, Y7
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y4, Y7
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y4, Y7
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y4, Y7
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y4, Y7
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y4, Y7
+	VCVTPS2DQ    Y5, Y5
+	VPSRAD       $0x01, Y5, Y4
+	VPSUBD       Y4, Y5, Y5
+	VPADDD       mathvec_consts8<>+1088(SB), Y4, Y4
+	VPSLLD       $0x17, Y4, Y4
+	VPADDD       mathvec_consts8<>+1088(SB), Y5, Y5
+	VPSLLD       $0x17, Y5, Y5
+	VMULPS       Y4, Y7, Y7
+	VMULPS       Y5, Y7, Y4
+	VADDPS       Y2, Y4, Y4
+	VDIVPS       Y4, Y2, Y4
+	VMOVUPS      Y4, (AX)(R8*1)
+	VMULPS       Y6, Y3, Y3
+	VMOVUPS      Y3, (CX)
+	VANDPS       mathvec_consts8<>+1056(SB), Y3, Y5
+	VMULPS       mathvec_consts8<>+864(SB), Y5, Y6
+	VMAXPS       Y6, Y0, Y6
+	VMINPS       Y6, Y1, Y6
+	VMULPS       mathvec_consts8<>+64(SB), Y6, Y7
+	VROUNDPS     $0x08, Y7, Y7
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y7, Y6
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y7, Y6
+	VMOVUPS      mathvec_consts8<>+160(SB), Y8
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y6, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSRAD       $0x01, Y7, Y6
+	VPSUBD       Y6, Y7, Y7
+	VPADDD       mathvec_consts8<>+1088(SB), Y6, Y6
+	VPSLLD       $0x17, Y6, Y6
+	VPADDD       mathvec_consts8<>+1088(SB), Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VMULPS       Y6, Y8, Y8
+	VMULPS       Y7, Y8, Y6
+	VSUBPS       Y6, Y2, Y7
+	VADDPS       Y6, Y2, Y6
+	VDIVPS       Y6, Y7, Y6
+	VANDPS       mathvec_consts8<>+896(SB), Y3, Y7
+	VORPS        Y7, Y6, Y6
+	VMULPS       Y3, Y3, Y7
+	VMOVUPS      mathvec_consts8<>+960(SB), Y8
+	VFMADD213PS  mathvec_consts8<>+992(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+1024(SB), Y7, Y8
+	VFMADD213PS  Y2, Y7, Y8
+	VMULPS       Y8, Y3, Y8
+	VCMPPS       $0x11, mathvec_consts8<>+928(SB), Y5, Y3
+	VBLENDVPS    Y3, Y8, Y6, Y6
+	VMOVUPS      Y6, (DX)
+	VMULPS       Y6, Y4, Y6
+	VMOVUPS      Y6, (BX)
+	VMOVUPS      32(AX), Y3
+	VXORPS       mathvec_consts8<>+896(SB), Y3, Y3
+	VMAXPS       Y3, Y0, Y3
+	VMINPS       Y3, Y1, Y3
+	VMULPS       mathvec_consts8<>+64(SB), Y3, Y4
+	VROUNDPS     $0x08, Y4, Y4
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y4, Y3
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y4, Y3
+	VMOVUPS      mathvec_consts8<>+160(SB), Y5
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y3, Y5
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y3, Y5
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y3, Y5
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y3, Y5
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y3, Y5
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y3, Y5
+	VCVTPS2DQ    Y4, Y4
+	VPSRAD       $0x01, Y4, Y3
+	VPSUBD       Y3, Y4, Y4
+	VPADDD       mathvec_consts8<>+1088(SB), Y3, Y3
+	VPSLLD       $0x17, Y3, Y3
+	VPADDD       mathvec_consts8<>+1088(SB), Y4, Y4
+	VPSLLD       $0x17, Y4, Y4
+	VMULPS       Y3, Y5, Y5
+	VMULPS       Y4, Y5, Y3
+	VADDPS       Y2, Y3, Y3
+	VDIVPS       Y3, Y2, Y3
+	VMOVUPS      Y3, 32(AX)
+	VMOVUPS      32(AX)(DI*1), Y4
+	VXORPS       mathvec_consts8<>+896(SB), Y4, Y4
+	VMAXPS       Y4, Y0, Y4
+	VMINPS       Y4, Y1, Y4
+	VMULPS       mathvec_consts8<>+64(SB), Y4, Y5
+	VROUNDPS     $0x08, Y5, Y5
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y5, Y4
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y5, Y4
+	VMOVUPS      mathvec_consts8<>+160(SB), Y6
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y4, Y6
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y4, Y6
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y4, Y6
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y4, Y6
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y4, Y6
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y4, Y6
+	VCVTPS2DQ    Y5, Y5
+	VPSRAD       $0x01, Y5, Y4
+	VPSUBD       Y4, Y5, Y5
+	VPADDD       mathvec_consts8<>+1088(SB), Y4, Y4
+	VPSLLD       $0x17, Y4, Y4
+	VPADDD       mathvec_consts8<>+1088(SB), Y5, Y5
+	VPSLLD       $0x17, Y5, Y5
+	VMULPS       Y4, Y6, Y6
+	VMULPS       Y5, Y6, Y4
+	VADDPS       Y2, Y4, Y4
+	VDIVPS       Y4, Y2, Y4
+	VMOVUPS      Y4, 32(AX)(DI*1)
+	VMOVUPS      32(AX)(DI*2), Y4
+	VANDPS       mathvec_consts8<>+1056(SB), Y4, Y5
+	VMULPS       mathvec_consts8<>+864(SB), Y5, Y6
+	VMAXPS       Y6, Y0, Y6
+	VMINPS       Y6, Y1, Y6
+	VMULPS       mathvec_consts8<>+64(SB), Y6, Y7
+	VROUNDPS     $0x08, Y7, Y7
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y7, Y6
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y7, Y6
+	VMOVUPS      mathvec_consts8<>+160(SB), Y8
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y6, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSRAD       $0x01, Y7, Y6
+	VPSUBD       Y6, Y7, Y7
+	VPADDD       mathvec_consts8<>+1088(SB), Y6, Y6
+	VPSLLD       $0x17, Y6, Y6
+	VPADDD       mathvec_consts8<>+1088(SB), Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VMULPS       Y6, Y8, Y8
+	VMULPS       Y7, Y8, Y6
+	VSUBPS       Y6, Y2, Y7
+	VADDPS       Y6, Y2, Y6
+	VDIVPS       Y6, Y7, Y6
+	VANDPS       mathvec_consts8<>+896(SB), Y4, Y7
+	VORPS        Y7, Y6, Y6
+	VMULPS       Y4, Y4, Y7
+	VMOVUPS      mathvec_consts8<>+960(SB), Y8
+	VFMADD213PS  mathvec_consts8<>+992(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+1024(SB), Y7, Y8
+	VFMADD213PS  Y2, Y7, Y8
+	VMULPS       Y8, Y4, Y8
+	VCMPPS       $0x11, mathvec_consts8<>+928(SB), Y5, Y4
+	VBLENDVPS    Y4, Y8, Y6, Y6
+	VMOVUPS      Y6, 32(AX)(DI*2)
+	VMOVUPS      32(AX)(R8*1), Y4
+	VXORPS       mathvec_consts8<>+896(SB), Y4, Y4
+	VMAXPS       Y4, Y0, Y4
+	VMINPS       Y4, Y1, Y4
+	VMULPS       mathvec_consts8<>+64(SB), Y4, Y5
+	VROUNDPS     $0x08, Y5, Y5
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y5, Y4
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y5, Y4
+	VMOVUPS      mathvec_consts8<>+160(SB), Y7
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y4, Y7
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y4, Y7
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y4, Y7
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y4, Y7
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y4, Y7
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y4, Y7
+	VCVTPS2DQ    Y5, Y5
+	VPSRAD       $0x01, Y5, Y4
+	VPSUBD       Y4, Y5, Y5
+	VPADDD       mathvec_consts8<>+1088(SB), Y4, Y4
+	VPSLLD       $0x17, Y4, Y4
+	VPADDD       mathvec_consts8<>+1088(SB), Y5, Y5
+	VPSLLD       $0x17, Y5, Y5
+	VMULPS       Y4, Y7, Y7
+	VMULPS       Y5, Y7, Y4
+	VADDPS       Y2, Y4, Y4
+	VDIVPS       Y4, Y2, Y4
+	VMOVUPS      Y4, 32(AX)(R8*1)
+	VMULPS       Y6, Y3, Y3
+	VMOVUPS      Y3, 32(CX)
+	VANDPS       mathvec_consts8<>+1056(SB), Y3, Y5
+	VMULPS       mathvec_consts8<>+864(SB), Y5, Y6
+	VMAXPS       Y6, Y0, Y6
+	VMINPS       Y6, Y1, Y6
+	VMULPS       mathvec_consts8<>+64(SB), Y6, Y7
+	VROUNDPS     $0x08, Y7, Y7
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y7, Y6
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y7, Y6
+	VMOVUPS      mathvec_consts8<>+160(SB), Y8
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y6, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSRAD       $0x01, Y7, Y6
+	VPSUBD       Y6, Y7, Y7
+	VPADDD       mathvec_consts8<>+1088(SB), Y6, Y6
+	VPSLLD       $0x17, Y6, Y6
+	VPADDD       mathvec_consts8<>+1088(SB), Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VMULPS       Y6, Y8, Y8
+	VMULPS       Y7, Y8, Y6
+	VSUBPS       Y6, Y2, Y7
+	VADDPS       Y6, Y2, Y6
+	VDIVPS       Y6, Y7, Y6
+	VANDPS       mathvec_consts8<>+896(SB), Y3, Y7
+	VORPS        Y7, Y6, Y6
+	VMULPS       Y3, Y3, Y7
+	VMOVUPS      mathvec_consts8<>+960(SB), Y8
+	VFMADD213PS  mathvec_consts8<>+992(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+1024(SB), Y7, Y8
+	VFMADD213PS  Y2, Y7, Y8
+	VMULPS       Y8, Y3, Y8
+	VCMPPS       $0x11, mathvec_consts8<>+928(SB), Y5, Y3
+	VBLENDVPS    Y3, Y8, Y6, Y6
+	VMOVUPS      Y6, 32(DX)
+	VMULPS       Y6, Y4, Y6
+	VMOVUPS      Y6, 32(BX)
+	VMOVUPS      64(AX), Y3
+	VXORPS       mathvec_consts8<>+896(SB), Y3, Y3
+	VMAXPS       Y3, Y0, Y3
+	VMINPS       Y3, Y1, Y3
+	VMULPS       mathvec_consts8<>+64(SB), Y3, Y4
+	VROUNDPS     $0x08, Y4, Y4
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y4, Y3
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y4, Y3
+	VMOVUPS      mathvec_consts8<>+160(SB), Y5
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y3, Y5
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y3, Y5
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y3, Y5
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y3, Y5
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y3, Y5
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y3, Y5
+	VCVTPS2DQ    Y4, Y4
+	VPSRAD       $0x01, Y4, Y3
+	VPSUBD       Y3, Y4, Y4
+	VPADDD       mathvec_consts8<>+1088(SB), Y3, Y3
+	VPSLLD       $0x17, Y3, Y3
+	VPADDD       mathvec_consts8<>+1088(SB), Y4, Y4
+	VPSLLD       $0x17, Y4, Y4
+	VMULPS       Y3, Y5, Y5
+	VMULPS       Y4, Y5, Y3
+	VADDPS       Y2, Y3, Y3
+	VDIVPS       Y3, Y2, Y3
+	VMOVUPS      Y3, 64(AX)
+	VMOVUPS      64(AX)(DI*1), Y4
+	VXORPS       mathvec_consts8<>+896(SB), Y4, Y4
+	VMAXPS       Y4, Y0, Y4
+	VMINPS       Y4, Y1, Y4
+	VMULPS       mathvec_consts8<>+64(SB), Y4, Y5
+	VROUNDPS     $0x08, Y5, Y5
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y5, Y4
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y5, Y4
+	VMOVUPS      mathvec_consts8<>+160(SB), Y6
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y4, Y6
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y4, Y6
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y4, Y6
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y4, Y6
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y4, Y6
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y4, Y6
+	VCVTPS2DQ    Y5, Y5
+	VPSRAD       $0x01, Y5, Y4
+	VPSUBD       Y4, Y5, Y5
+	VPADDD       mathvec_consts8<>+1088(SB), Y4, Y4
+	VPSLLD       $0x17, Y4, Y4
+	VPADDD       mathvec_consts8<>+1088(SB), Y5, Y5
+	VPSLLD       $0x17, Y5, Y5
+	VMULPS       Y4, Y6, Y6
+	VMULPS       Y5, Y6, Y4
+	VADDPS       Y2, Y4, Y4
+	VDIVPS       Y4, Y2, Y4
+	VMOVUPS      Y4, 64(AX)(DI*1)
+	VMOVUPS      64(AX)(DI*2), Y4
+	VANDPS       mathvec_consts8<>+1056(SB), Y4, Y5
+	VMULPS       mathvec_consts8<>+864(SB), Y5, Y6
+	VMAXPS       Y6, Y0, Y6
+	VMINPS       Y6, Y1, Y6
+	VMULPS       mathvec_consts8<>+64(SB), Y6, Y7
+	VROUNDPS     $0x08, Y7, Y7
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y7, Y6
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y7, Y6
+	VMOVUPS      mathvec_consts8<>+160(SB), Y8
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y6, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSRAD       $0x01, Y7, Y6
+	VPSUBD       Y6, Y7, Y7
+	VPADDD       mathvec_consts8<>+1088(SB), Y6, Y6
+	VPSLLD       $0x17, Y6, Y6
+	VPADDD       mathvec_consts8<>+1088(SB), Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VMULPS       Y6, Y8, Y8
+	VMULPS       Y7, Y8, Y6
+	VSUBPS       Y6, Y2, Y7
+	VADDPS       Y6, Y2, Y6
+	VDIVPS       Y6, Y7, Y6
+	VANDPS       mathvec_consts8<>+896(SB), Y4, Y7
+	VORPS        Y7, Y6, Y6
+	VMULPS       Y4, Y4, Y7
+	VMOVUPS      mathvec_consts8<>+960(SB), Y8
+	VFMADD213PS  mathvec_consts8<>+992(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+1024(SB), Y7, Y8
+	VFMADD213PS  Y2, Y7, Y8
+	VMULPS       Y8, Y4, Y8
+	VCMPPS       $0x11, mathvec_consts8<>+928(SB), Y5, Y4
+	VBLENDVPS    Y4, Y8, Y6, Y6
+	VMOVUPS      Y6, 64(AX)(DI*2)
+	VMOVUPS      64(AX)(R8*1), Y4
+	VXORPS       mathvec_consts8<>+896(SB), Y4, Y4
+	VMAXPS       Y4, Y0, Y4
+	VMINPS       Y4, Y1, Y4
+	VMULPS       mathvec_consts8<>+64(SB), Y4, Y5
+	VROUNDPS     $0x08, Y5, Y5
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y5, Y4
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y5, Y4
+	VMOVUPS      mathvec_consts8<>+160(SB), Y7
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y4, Y7
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y4, Y7
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y4, Y7
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y4, Y7
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y4, Y7
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y4, Y7
+	VCVTPS2DQ    Y5, Y5
+	VPSRAD       $0x01, Y5, Y4
+	VPSUBD       Y4, Y5, Y5
+	VPADDD       mathvec_consts8<>+1088(SB), Y4, Y4
+	VPSLLD       $0x17, Y4, Y4
+	VPADDD       mathvec_consts8<>+1088(SB), Y5, Y5
+	VPSLLD       $0x17, Y5, Y5
+	VMULPS       Y4, Y7, Y7
+	VMULPS       Y5, Y7, Y4
+	VADDPS       Y2, Y4, Y4
+	VDIVPS       Y4, Y2, Y4
+	VMOVUPS      Y4, 64(AX)(R8*1)
+	VMULPS       Y6, Y3, Y3
+	VMOVUPS      Y3, 64(CX)
+	VANDPS       mathvec_consts8<>+1056(SB), Y3, Y5
+	VMULPS       mathvec_consts8<>+864(SB), Y5, Y6
+	VMAXPS       Y6, Y0, Y6
+	VMINPS       Y6, Y1, Y6
+	VMULPS       mathvec_consts8<>+64(SB), Y6, Y7
+	VROUNDPS     $0x08, Y7, Y7
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y7, Y6
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y7, Y6
+	VMOVUPS      mathvec_consts8<>+160(SB), Y8
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y6, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSRAD       $0x01, Y7, Y6
+	VPSUBD       Y6, Y7, Y7
+	VPADDD       mathvec_consts8<>+1088(SB), Y6, Y6
+	VPSLLD       $0x17, Y6, Y6
+	VPADDD       mathvec_consts8<>+1088(SB), Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VMULPS       Y6, Y8, Y8
+	VMULPS       Y7, Y8, Y6
+	VSUBPS       Y6, Y2, Y7
+	VADDPS       Y6, Y2, Y6
+	VDIVPS       Y6, Y7, Y6
+	VANDPS       mathvec_consts8<>+896(SB), Y3, Y7
+	VORPS        Y7, Y6, Y6
+	VMULPS       Y3, Y3, Y7
+	VMOVUPS      mathvec_consts8<>+960(SB), Y8
+	VFMADD213PS  mathvec_consts8<>+992(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+1024(SB), Y7, Y8
+	VFMADD213PS  Y2, Y7, Y8
+	VMULPS       Y8, Y3, Y8
+	VCMPPS       $0x11, mathvec_consts8<>+928(SB), Y5, Y3
+	VBLENDVPS    Y3, Y8, Y6, Y6
+	VMOVUPS      Y6, 64(DX)
+	VMULPS       Y6, Y4, Y6
+	VMOVUPS      Y6, 64(BX)
+	VMOVUPS      96(AX), Y3
+	VXORPS       mathvec_consts8<>+896(SB), Y3, Y3
+	VMAXPS       Y3, Y0, Y3
+	VMINPS       Y3, Y1, Y3
+	VMULPS       mathvec_consts8<>+64(SB), Y3, Y4
+	VROUNDPS     $0x08, Y4, Y4
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y4, Y3
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y4, Y3
+	VMOVUPS      mathvec_consts8<>+160(SB), Y5
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y3, Y5
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y3, Y5
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y3, Y5
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y3, Y5
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y3, Y5
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y3, Y5
+	VCVTPS2DQ    Y4, Y4
+	VPSRAD       $0x01, Y4, Y3
+	VPSUBD       Y3, Y4, Y4
+	VPADDD       mathvec_consts8<>+1088(SB), Y3, Y3
+	VPSLLD       $0x17, Y3, Y3
+	VPADDD       mathvec_consts8<>+1088(SB), Y4, Y4
+	VPSLLD       $0x17, Y4, Y4
+	VMULPS       Y3, Y5, Y5
+	VMULPS       Y4, Y5, Y3
+	VADDPS       Y2, Y3, Y3
+	VDIVPS       Y3, Y2, Y3
+	VMOVUPS      Y3, 96(AX)
+	VMOVUPS      96(AX)(DI*1), Y4
+	VXORPS       mathvec_consts8<>+896(SB), Y4, Y4
+	VMAXPS       Y4, Y0, Y4
+	VMINPS       Y4, Y1, Y4
+	VMULPS       mathvec_consts8<>+64(SB), Y4, Y5
+	VROUNDPS     $0x08, Y5, Y5
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y5, Y4
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y5, Y4
+	VMOVUPS      mathvec_consts8<>+160(SB), Y6
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y4, Y6
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y4, Y6
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y4, Y6
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y4, Y6
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y4, Y6
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y4, Y6
+	VCVTPS2DQ    Y5, Y5
+	VPSRAD       $0x01, Y5, Y4
+	VPSUBD       Y4, Y5, Y5
+	VPADDD       mathvec_consts8<>+1088(SB), Y4, Y4
+	VPSLLD       $0x17, Y4, Y4
+	VPADDD       mathvec_consts8<>+1088(SB), Y5, Y5
+	VPSLLD       $0x17, Y5, Y5
+	VMULPS       Y4, Y6, Y6
+	VMULPS       Y5, Y6, Y4
+	VADDPS       Y2, Y4, Y4
+	VDIVPS       Y4, Y2, Y4
+	VMOVUPS      Y4, 96(AX)(DI*1)
+	VMOVUPS      96(AX)(DI*2), Y4
+	VANDPS       mathvec_consts8<>+1056(SB), Y4, Y5
+	VMULPS       mathvec_consts8<>+864(SB), Y5, Y6
+	VMAXPS       Y6, Y0, Y6
+	VMINPS       Y6, Y1, Y6
+	VMULPS       mathvec_consts8<>+64(SB), Y6, Y7
+	VROUNDPS     $0x08, Y7, Y7
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y7, Y6
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y7, Y6
+	VMOVUPS      mathvec_consts8<>+160(SB), Y8
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y6, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSRAD       $0x01, Y7, Y6
+	VPSUBD       Y6, Y7, Y7
+	VPADDD       mathvec_consts8<>+1088(SB), Y6, Y6
+	VPSLLD       $0x17, Y6, Y6
+	VPADDD       mathvec_consts8<>+1088(SB), Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VMULPS       Y6, Y8, Y8
+	VMULPS       Y7, Y8, Y6
+	VSUBPS       Y6, Y2, Y7
+	VADDPS       Y6, Y2, Y6
+	VDIVPS       Y6, Y7, Y6
+	VANDPS       mathvec_consts8<>+896(SB), Y4, Y7
+	VORPS        Y7, Y6, Y6
+	VMULPS       Y4, Y4, Y7
+	VMOVUPS      mathvec_consts8<>+960(SB), Y8
+	VFMADD213PS  mathvec_consts8<>+992(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+1024(SB), Y7, Y8
+	VFMADD213PS  Y2, Y7, Y8
+	VMULPS       Y8, Y4, Y8
+	VCMPPS       $0x11, mathvec_consts8<>+928(SB), Y5, Y4
+	VBLENDVPS    Y4, Y8, Y6, Y6
+	VMOVUPS      Y6, 96(AX)(DI*2)
+	VMOVUPS      96(AX)(R8*1), Y4
+	VXORPS       mathvec_consts8<>+896(SB), Y4, Y4
+	VMAXPS       Y4, Y0, Y4
+	VMINPS       Y4, Y1, Y4
+	VMULPS       mathvec_consts8<>+64(SB), Y4, Y5
+	VROUNDPS     $0x08, Y5, Y5
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y5, Y4
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y5, Y4
+	VMOVUPS      mathvec_consts8<>+160(SB), Y7
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y4, Y7
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y4, Y7
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y4, Y7
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y4, Y7
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y4, Y7
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y4, Y7
+	VCVTPS2DQ    Y5, Y5
+	VPSRAD       $0x01, Y5, Y4
+	VPSUBD       Y4, Y5, Y5
+	VPADDD       mathvec_consts8<>+1088(SB), Y4, Y4
+	VPSLLD       $0x17, Y4, Y4
+	VPADDD       mathvec_consts8<>+1088(SB), Y5, Y5
+	VPSLLD       $0x17, Y5, Y5
+	VMULPS       Y4, Y7, Y7
+	VMULPS       Y5, Y7, Y4
+	VADDPS       Y2, Y4, Y4
+	VDIVPS       Y4, Y2, Y4
+	VMOVUPS      Y4, 96(AX)(R8*1)
+	VMULPS       Y6, Y3, Y3
+	VMOVUPS      Y3, 96(CX)
+	VANDPS       mathvec_consts8<>+1056(SB), Y3, Y5
+	VMULPS       mathvec_consts8<>+864(SB), Y5, Y6
+	VMAXPS       Y6, Y0, Y6
+	VMINPS       Y6, Y1, Y6
+	VMULPS       mathvec_consts8<>+64(SB), Y6, Y7
+	VROUNDPS     $0x08, Y7, Y7
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y7, Y6
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y7, Y6
+	VMOVUPS      mathvec_consts8<>+160(SB), Y8
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y6, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSRAD       $0x01, Y7, Y6
+	VPSUBD       Y6, Y7, Y7
+	VPADDD       mathvec_consts8<>+1088(SB), Y6, Y6
+	VPSLLD       $0x17, Y6, Y6
+	VPADDD       mathvec_consts8<>+1088(SB), Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VMULPS       Y6, Y8, Y8
+	VMULPS       Y7, Y8, Y6
+	VSUBPS       Y6, Y2, Y7
+	VADDPS       Y6, Y2, Y6
+	VDIVPS       Y6, Y7, Y6
+	VANDPS       mathvec_consts8<>+896(SB), Y3, Y7
+	VORPS        Y7, Y6, Y6
+	VMULPS       Y3, Y3, Y7
+	VMOVUPS      mathvec_consts8<>+960(SB), Y8
+	VFMADD213PS  mathvec_consts8<>+992(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+1024(SB), Y7, Y8
+	VFMADD213PS  Y2, Y7, Y8
+	VMULPS       Y8, Y3, Y8
+	VCMPPS       $0x11, mathvec_consts8<>+928(SB), Y5, Y3
+	VBLENDVPS    Y3, Y8, Y6, Y6
+	VMOVUPS      Y6, 96(DX)
+	VMULPS       Y6, Y4, Y6
+	VMOVUPS      Y6, 96(BX)
+	ADDQ         $0x80, AX
+	ADDQ         $0x80, CX
+	ADDQ         $0x80, DX
+	ADDQ         $0x80, BX
+	SUBQ         $0x20, SI
+	JMP          lstmFwdAVX2_loop32
+
+lstmFwdAVX2_loop8:
+	CMPQ         SI, $0x08
+	JL           lstmFwdAVX2_tail
+	VMOVUPS      (AX), Y3
+	VXORPS       mathvec_consts8<>+896(SB), Y3, Y3
+	VMAXPS       Y3, Y0, Y3
+	VMINPS       Y3, Y1, Y3
+	VMULPS       mathvec_consts8<>+64(SB), Y3, Y4
+	VROUNDPS     $0x08, Y4, Y4
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y4, Y3
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y4, Y3
+	VMOVUPS      mathvec_consts8<>+160(SB), Y5
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y3, Y5
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y3, Y5
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y3, Y5
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y3, Y5
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y3, Y5
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y3, Y5
+	VCVTPS2DQ    Y4, Y4
+	VPSRAD       $0x01, Y4, Y3
+	VPSUBD       Y3, Y4, Y4
+	VPADDD       mathvec_consts8<>+1088(SB), Y3, Y3
+	VPSLLD       $0x17, Y3, Y3
+	VPADDD       mathvec_consts8<>+1088(SB), Y4, Y4
+	VPSLLD       $0x17, Y4, Y4
+	VMULPS       Y3, Y5, Y5
+	VMULPS       Y4, Y5, Y3
+	VADDPS       Y2, Y3, Y3
+	VDIVPS       Y3, Y2, Y3
+	VMOVUPS      Y3, (AX)
+	VMOVUPS      (AX)(DI*1), Y4
+	VXORPS       mathvec_consts8<>+896(SB), Y4, Y4
+	VMAXPS       Y4, Y0, Y4
+	VMINPS       Y4, Y1, Y4
+	VMULPS       mathvec_consts8<>+64(SB), Y4, Y5
+	VROUNDPS     $0x08, Y5, Y5
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y5, Y4
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y5, Y4
+	VMOVUPS      mathvec_consts8<>+160(SB), Y6
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y4, Y6
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y4, Y6
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y4, Y6
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y4, Y6
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y4, Y6
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y4, Y6
+	VCVTPS2DQ    Y5, Y5
+	VPSRAD       $0x01, Y5, Y4
+	VPSUBD       Y4, Y5, Y5
+	VPADDD       mathvec_consts8<>+1088(SB), Y4, Y4
+	VPSLLD       $0x17, Y4, Y4
+	VPADDD       mathvec_consts8<>+1088(SB), Y5, Y5
+	VPSLLD       $0x17, Y5, Y5
+	VMULPS       Y4, Y6, Y6
+	VMULPS       Y5, Y6, Y4
+	VADDPS       Y2, Y4, Y4
+	VDIVPS       Y4, Y2, Y4
+	VMOVUPS      Y4, (AX)(DI*1)
+	VMOVUPS      (AX)(DI*2), Y4
+	VANDPS       mathvec_consts8<>+1056(SB), Y4, Y5
+	VMULPS       mathvec_consts8<>+864(SB), Y5, Y6
+	VMAXPS       Y6, Y0, Y6
+	VMINPS       Y6, Y1, Y6
+	VMULPS       mathvec_consts8<>+64(SB), Y6, Y7
+	VROUNDPS     $0x08, Y7, Y7
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y7, Y6
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y7, Y6
+	VMOVUPS      mathvec_consts8<>+160(SB), Y8
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y6, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSRAD       $0x01, Y7, Y6
+	VPSUBD       Y6, Y7, Y7
+	VPADDD       mathvec_consts8<>+1088(SB), Y6, Y6
+	VPSLLD       $0x17, Y6, Y6
+	VPADDD       mathvec_consts8<>+1088(SB), Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VMULPS       Y6, Y8, Y8
+	VMULPS       Y7, Y8, Y6
+	VSUBPS       Y6, Y2, Y7
+	VADDPS       Y6, Y2, Y6
+	VDIVPS       Y6, Y7, Y6
+	VANDPS       mathvec_consts8<>+896(SB), Y4, Y7
+	VORPS        Y7, Y6, Y6
+	VMULPS       Y4, Y4, Y7
+	VMOVUPS      mathvec_consts8<>+960(SB), Y8
+	VFMADD213PS  mathvec_consts8<>+992(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+1024(SB), Y7, Y8
+	VFMADD213PS  Y2, Y7, Y8
+	VMULPS       Y8, Y4, Y8
+	VCMPPS       $0x11, mathvec_consts8<>+928(SB), Y5, Y4
+	VBLENDVPS    Y4, Y8, Y6, Y6
+	VMOVUPS      Y6, (AX)(DI*2)
+	VMOVUPS      (AX)(R8*1), Y4
+	VXORPS       mathvec_consts8<>+896(SB), Y4, Y4
+	VMAXPS       Y4, Y0, Y4
+	VMINPS       Y4, Y1, Y4
+	VMULPS       mathvec_consts8<>+64(SB), Y4, Y5
+	VROUNDPS     $0x08, Y5, Y5
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y5, Y4
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y5, Y4
+	VMOVUPS      mathvec_consts8<>+160(SB), Y7
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y4, Y7
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y4, Y7
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y4, Y7
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y4, Y7
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y4, Y7
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y4, Y7
+	VCVTPS2DQ    Y5, Y5
+	VPSRAD       $0x01, Y5, Y4
+	VPSUBD       Y4, Y5, Y5
+	VPADDD       mathvec_consts8<>+1088(SB), Y4, Y4
+	VPSLLD       $0x17, Y4, Y4
+	VPADDD       mathvec_consts8<>+1088(SB), Y5, Y5
+	VPSLLD       $0x17, Y5, Y5
+	VMULPS       Y4, Y7, Y7
+	VMULPS       Y5, Y7, Y4
+	VADDPS       Y2, Y4, Y4
+	VDIVPS       Y4, Y2, Y4
+	VMOVUPS      Y4, (AX)(R8*1)
+	VMULPS       Y6, Y3, Y3
+	VMOVUPS      Y3, (CX)
+	VANDPS       mathvec_consts8<>+1056(SB), Y3, Y5
+	VMULPS       mathvec_consts8<>+864(SB), Y5, Y6
+	VMAXPS       Y6, Y0, Y6
+	VMINPS       Y6, Y1, Y6
+	VMULPS       mathvec_consts8<>+64(SB), Y6, Y7
+	VROUNDPS     $0x08, Y7, Y7
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y7, Y6
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y7, Y6
+	VMOVUPS      mathvec_consts8<>+160(SB), Y8
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y6, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSRAD       $0x01, Y7, Y6
+	VPSUBD       Y6, Y7, Y7
+	VPADDD       mathvec_consts8<>+1088(SB), Y6, Y6
+	VPSLLD       $0x17, Y6, Y6
+	VPADDD       mathvec_consts8<>+1088(SB), Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VMULPS       Y6, Y8, Y8
+	VMULPS       Y7, Y8, Y6
+	VSUBPS       Y6, Y2, Y7
+	VADDPS       Y6, Y2, Y6
+	VDIVPS       Y6, Y7, Y6
+	VANDPS       mathvec_consts8<>+896(SB), Y3, Y7
+	VORPS        Y7, Y6, Y6
+	VMULPS       Y3, Y3, Y7
+	VMOVUPS      mathvec_consts8<>+960(SB), Y8
+	VFMADD213PS  mathvec_consts8<>+992(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+1024(SB), Y7, Y8
+	VFMADD213PS  Y2, Y7, Y8
+	VMULPS       Y8, Y3, Y8
+	VCMPPS       $0x11, mathvec_consts8<>+928(SB), Y5, Y3
+	VBLENDVPS    Y3, Y8, Y6, Y6
+	VMOVUPS      Y6, (DX)
+	VMULPS       Y6, Y4, Y6
+	VMOVUPS      Y6, (BX)
+	ADDQ         $0x20, AX
+	ADDQ         $0x20, CX
+	ADDQ         $0x20, DX
+	ADDQ         $0x20, BX
+	SUBQ         $0x08, SI
+	JMP          lstmFwdAVX2_loop8
+
+lstmFwdAVX2_tail:
+	TESTQ        SI, SI
+	JE           lstmFwdAVX2_done
+	MOVQ         $0x00000008, R9
+	SUBQ         SI, R9
+	LEAQ         mathvec_consts8<>+1120(SB), SI
+	VMOVDQU      (SI)(R9*4), Y3
+	VMASKMOVPS   (AX), Y3, Y4
+	VXORPS       mathvec_consts8<>+896(SB), Y4, Y4
+	VMAXPS       Y4, Y0, Y4
+	VMINPS       Y4, Y1, Y4
+	VMULPS       mathvec_consts8<>+64(SB), Y4, Y5
+	VROUNDPS     $0x08, Y5, Y5
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y5, Y4
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y5, Y4
+	VMOVUPS      mathvec_consts8<>+160(SB), Y6
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y4, Y6
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y4, Y6
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y4, Y6
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y4, Y6
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y4, Y6
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y4, Y6
+	VCVTPS2DQ    Y5, Y5
+	VPSRAD       $0x01, Y5, Y4
+	VPSUBD       Y4, Y5, Y5
+	VPADDD       mathvec_consts8<>+1088(SB), Y4, Y4
+	VPSLLD       $0x17, Y4, Y4
+	VPADDD       mathvec_consts8<>+1088(SB), Y5, Y5
+	VPSLLD       $0x17, Y5, Y5
+	VMULPS       Y4, Y6, Y6
+	VMULPS       Y5, Y6, Y4
+	VADDPS       Y2, Y4, Y4
+	VDIVPS       Y4, Y2, Y4
+	VMASKMOVPS   Y4, Y3, (AX)
+	VMASKMOVPS   (AX)(DI*1), Y3, Y5
+	VXORPS       mathvec_consts8<>+896(SB), Y5, Y5
+	VMAXPS       Y5, Y0, Y5
+	VMINPS       Y5, Y1, Y5
+	VMULPS       mathvec_consts8<>+64(SB), Y5, Y6
+	VROUNDPS     $0x08, Y6, Y6
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y6, Y5
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y6, Y5
+	VMOVUPS      mathvec_consts8<>+160(SB), Y7
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y5, Y7
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y5, Y7
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y5, Y7
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y5, Y7
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y5, Y7
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y5, Y7
+	VCVTPS2DQ    Y6, Y6
+	VPSRAD       $0x01, Y6, Y5
+	VPSUBD       Y5, Y6, Y6
+	VPADDD       mathvec_consts8<>+1088(SB), Y5, Y5
+	VPSLLD       $0x17, Y5, Y5
+	VPADDD       mathvec_consts8<>+1088(SB), Y6, Y6
+	VPSLLD       $0x17, Y6, Y6
+	VMULPS       Y5, Y7, Y7
+	VMULPS       Y6, Y7, Y5
+	VADDPS       Y2, Y5, Y5
+	VDIVPS       Y5, Y2, Y5
+	VMASKMOVPS   Y5, Y3, (AX)(DI*1)
+	VMASKMOVPS   (AX)(DI*2), Y3, Y5
+	VANDPS       mathvec_consts8<>+1056(SB), Y5, Y6
+	VMULPS       mathvec_consts8<>+864(SB), Y6, Y7
+	VMAXPS       Y7, Y0, Y7
+	VMINPS       Y7, Y1, Y7
+	VMULPS       mathvec_consts8<>+64(SB), Y7, Y8
+	VROUNDPS     $0x08, Y8, Y8
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y8, Y7
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y8, Y7
+	VMOVUPS      mathvec_consts8<>+160(SB), Y9
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y7, Y9
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y7, Y9
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y7, Y9
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y7, Y9
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y7, Y9
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y7, Y9
+	VCVTPS2DQ    Y8, Y8
+	VPSRAD       $0x01, Y8, Y7
+	VPSUBD       Y7, Y8, Y8
+	VPADDD       mathvec_consts8<>+1088(SB), Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       mathvec_consts8<>+1088(SB), Y8, Y8
+	VPSLLD       $0x17, Y8, Y8
+	VMULPS       Y7, Y9, Y9
+	VMULPS       Y8, Y9, Y7
+	VSUBPS       Y7, Y2, Y8
+	VADDPS       Y7, Y2, Y7
+	VDIVPS       Y7, Y8, Y7
+	VANDPS       mathvec_consts8<>+896(SB), Y5, Y8
+	VORPS        Y8, Y7, Y7
+	VMULPS       Y5, Y5, Y8
+	VMOVUPS      mathvec_consts8<>+960(SB), Y9
+	VFMADD213PS  mathvec_consts8<>+992(SB), Y8, Y9
+	VFMADD213PS  mathvec_consts8<>+1024(SB), Y8, Y9
+	VFMADD213PS  Y2, Y8, Y9
+	VMULPS       Y9, Y5, Y9
+	VCMPPS       $0x11, mathvec_consts8<>+928(SB), Y6, Y5
+	VBLENDVPS    Y5, Y9, Y7, Y7
+	VMASKMOVPS   Y7, Y3, (AX)(DI*2)
+	VMASKMOVPS   (AX)(R8*1), Y3, Y5
+	VXORPS       mathvec_consts8<>+896(SB), Y5, Y5
+	VMAXPS       Y5, Y0, Y5
+	VMINPS       Y5, Y1, Y5
+	VMULPS       mathvec_consts8<>+64(SB), Y5, Y6
+	VROUNDPS     $0x08, Y6, Y6
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y6, Y5
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y6, Y5
+	VMOVUPS      mathvec_consts8<>+160(SB), Y8
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y5, Y8
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y5, Y8
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y5, Y8
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y5, Y8
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y5, Y8
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y5, Y8
+	VCVTPS2DQ    Y6, Y6
+	VPSRAD       $0x01, Y6, Y5
+	VPSUBD       Y5, Y6, Y6
+	VPADDD       mathvec_consts8<>+1088(SB), Y5, Y5
+	VPSLLD       $0x17, Y5, Y5
+	VPADDD       mathvec_consts8<>+1088(SB), Y6, Y6
+	VPSLLD       $0x17, Y6, Y6
+	VMULPS       Y5, Y8, Y8
+	VMULPS       Y6, Y8, Y5
+	VADDPS       Y2, Y5, Y5
+	VDIVPS       Y5, Y2, Y5
+	VMASKMOVPS   Y5, Y3, (AX)(R8*1)
+	VMULPS       Y7, Y4, Y4
+	VMASKMOVPS   Y4, Y3, (CX)
+	VANDPS       mathvec_consts8<>+1056(SB), Y4, Y6
+	VMULPS       mathvec_consts8<>+864(SB), Y6, Y7
+	VMAXPS       Y7, Y0, Y7
+	VMINPS       Y7, Y1, Y7
+	VMULPS       mathvec_consts8<>+64(SB), Y7, Y0
+	VROUNDPS     $0x08, Y0, Y0
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y0, Y7
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y0, Y7
+	VMOVUPS      mathvec_consts8<>+160(SB), Y1
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y7, Y1
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y7, Y1
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y7, Y1
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y7, Y1
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y7, Y1
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y7, Y1
+	VCVTPS2DQ    Y0, Y7
+	VPSRAD       $0x01, Y7, Y0
+	VPSUBD       Y0, Y7, Y7
+	VPADDD       mathvec_consts8<>+1088(SB), Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       mathvec_consts8<>+1088(SB), Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VMULPS       Y0, Y1, Y1
+	VMULPS       Y7, Y1, Y7
+	VSUBPS       Y7, Y2, Y0
+	VADDPS       Y7, Y2, Y7
+	VDIVPS       Y7, Y0, Y0
+	VANDPS       mathvec_consts8<>+896(SB), Y4, Y1
+	VORPS        Y1, Y0, Y0
+	VMULPS       Y4, Y4, Y1
+	VMOVUPS      mathvec_consts8<>+960(SB), Y7
+	VFMADD213PS  mathvec_consts8<>+992(SB), Y1, Y7
+	VFMADD213PS  mathvec_consts8<>+1024(SB), Y1, Y7
+	VFMADD213PS  Y2, Y1, Y7
+	VMULPS       Y7, Y4, Y7
+	VCMPPS       $0x11, mathvec_consts8<>+928(SB), Y6, Y1
+	VBLENDVPS    Y1, Y7, Y0, Y0
+	VMASKMOVPS   Y0, Y3, (DX)
+	VMULPS       Y0, Y5, Y0
+	VMASKMOVPS   Y0, Y3, (BX)
+
+lstmFwdAVX2_done:
+	VZEROUPPER
+	RET
+
+// func lstmFwdPrevAVX2(gates *float32, cPrev *float32, c *float32, tc *float32, h *float32, n int)
+// Requires: AVX, AVX2, FMA3
+TEXT ·lstmFwdPrevAVX2(SB), NOSPLIT, $0-48
+	MOVQ    gates+0(FP), AX
+	MOVQ    cPrev+8(FP), CX
+	MOVQ    c+16(FP), DX
+	MOVQ    tc+24(FP), BX
+	MOVQ    h+32(FP), SI
+	MOVQ    n+40(FP), DI
+	MOVQ    DI, R8
+	SHLQ    $0x02, R8
+	LEAQ    (R8)(R8*2), R9
+	VMOVUPS mathvec_consts8<>+0(SB), Y0
+	VMOVUPS mathvec_consts8<>+32(SB), Y1
+	VMOVUPS mathvec_consts8<>+320(SB), Y2
+
+lstmFwdPrevAVX2_loop32:
+	CMPQ         DI, $0x20
+	JL           lstmFwdPrevAVX2_loop8
+	VMOVUPS      (AX), Y3
+	VXORPS       mathvec_consts8<>+896(SB), Y3, Y3
+	VMAXPS       Y3, Y0, Y3
+	VMINPS       Y3, Y1, Y3
+	VMULPS       mathvec_consts8<>+64(SB), Y3, Y4
+	VROUNDPS     $0x08, Y4, Y4
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y4, Y3
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y4, Y3
+	VMOVUPS      mathvec_consts8<>+160(SB), Y5
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y3, Y5
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y3, Y5
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y3, Y5
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y3, Y5
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y3, Y5
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y3, Y5
+	VCVTPS2DQ    Y4, Y4
+	VPSRAD       $0x01, Y4, Y3
+	VPSUBD       Y3, Y4, Y4
+	VPADDD       mathvec_consts8<>+1088(SB), Y3, Y3
+	VPSLLD       $0x17, Y3, Y3
+	VPADDD       mathvec_consts8<>+1088(SB), Y4, Y4
+	VPSLLD       $0x17, Y4, Y4
+	VMULPS       Y3, Y5, Y5
+	VMULPS       Y4, Y5, Y3
+	VADDPS       Y2, Y3, Y3
+	VDIVPS       Y3, Y2, Y3
+	VMOVUPS      Y3, (AX)
+	VMOVUPS      (AX)(R8*1), Y4
+	VXORPS       mathvec_consts8<>+896(SB), Y4, Y4
+	VMAXPS       Y4, Y0, Y4
+	VMINPS       Y4, Y1, Y4
+	VMULPS       mathvec_consts8<>+64(SB), Y4, Y5
+	VROUNDPS     $0x08, Y5, Y5
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y5, Y4
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y5, Y4
+	VMOVUPS      mathvec_consts8<>+160(SB), Y6
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y4, Y6
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y4, Y6
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y4, Y6
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y4, Y6
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y4, Y6
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y4, Y6
+	VCVTPS2DQ    Y5, Y5
+	VPSRAD       $0x01, Y5, Y4
+	VPSUBD       Y4, Y5, Y5
+	VPADDD       mathvec_consts8<>+1088(SB), Y4, Y4
+	VPSLLD       $0x17, Y4, Y4
+	VPADDD       mathvec_consts8<>+1088(SB), Y5, Y5
+	VPSLLD       $0x17, Y5, Y5
+	VMULPS       Y4, Y6, Y6
+	VMULPS       Y5, Y6, Y4
+	VADDPS       Y2, Y4, Y4
+	VDIVPS       Y4, Y2, Y4
+	VMOVUPS      Y4, (AX)(R8*1)
+	VMOVUPS      (AX)(R8*2), Y5
+	VANDPS       mathvec_consts8<>+1056(SB), Y5, Y6
+	VMULPS       mathvec_consts8<>+864(SB), Y6, Y7
+	VMAXPS       Y7, Y0, Y7
+	VMINPS       Y7, Y1, Y7
+	VMULPS       mathvec_consts8<>+64(SB), Y7, Y8
+	VROUNDPS     $0x08, Y8, Y8
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y8, Y7
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y8, Y7
+	VMOVUPS      mathvec_consts8<>+160(SB), Y9
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y7, Y9
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y7, Y9
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y7, Y9
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y7, Y9
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y7, Y9
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y7, Y9
+	VCVTPS2DQ    Y8, Y8
+	VPSRAD       $0x01, Y8, Y7
+	VPSUBD       Y7, Y8, Y8
+	VPADDD       mathvec_consts8<>+1088(SB), Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       mathvec_consts8<>+1088(SB), Y8, Y8
+	VPSLLD       $0x17, Y8, Y8
+	VMULPS       Y7, Y9, Y9
+	VMULPS       Y8, Y9, Y7
+	VSUBPS       Y7, Y2, Y8
+	VADDPS       Y7, Y2, Y7
+	VDIVPS       Y7, Y8, Y7
+	VANDPS       mathvec_consts8<>+896(SB), Y5, Y8
+	VORPS        Y8, Y7, Y7
+	VMULPS       Y5, Y5, Y8
+	VMOVUPS      mathvec_consts8<>+960(SB), Y9
+	VFMADD213PS  mathvec_consts8<>+992(SB), Y8, Y9
+	VFMADD213PS  mathvec_consts8<>+1024(SB), Y8, Y9
+	VFMADD213PS  Y2, Y8, Y9
+	VMULPS       Y9, Y5, Y9
+	VCMPPS       $0x11, mathvec_consts8<>+928(SB), Y6, Y5
+	VBLENDVPS    Y5, Y9, Y7, Y7
+	VMOVUPS      Y7, (AX)(R8*2)
+	VMOVUPS      (AX)(R9*1), Y5
+	VXORPS       mathvec_consts8<>+896(SB), Y5, Y5
+	VMAXPS       Y5, Y0, Y5
+	VMINPS       Y5, Y1, Y5
+	VMULPS       mathvec_consts8<>+64(SB), Y5, Y6
+	VROUNDPS     $0x08, Y6, Y6
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y6, Y5
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y6, Y5
+	VMOVUPS      mathvec_consts8<>+160(SB), Y8
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y5, Y8
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y5, Y8
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y5, Y8
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y5, Y8
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y5, Y8
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y5, Y8
+	VCVTPS2DQ    Y6, Y6
+	VPSRAD       $0x01, Y6, Y5
+	VPSUBD       Y5, Y6, Y6
+	VPADDD       mathvec_consts8<>+1088(SB), Y5, Y5
+	VPSLLD       $0x17, Y5, Y5
+	VPADDD       mathvec_consts8<>+1088(SB), Y6, Y6
+	VPSLLD       $0x17, Y6, Y6
+	VMULPS       Y5, Y8, Y8
+	VMULPS       Y6, Y8, Y5
+	VADDPS       Y2, Y5, Y5
+	VDIVPS       Y5, Y2, Y5
+	VMOVUPS      Y5, (AX)(R9*1)
+	VMULPS       Y7, Y3, Y3
+	VMOVUPS      (CX), Y6
+	VFMADD231PS  Y6, Y4, Y3
+	VMOVUPS      Y3, (DX)
+	VANDPS       mathvec_consts8<>+1056(SB), Y3, Y4
+	VMULPS       mathvec_consts8<>+864(SB), Y4, Y6
+	VMAXPS       Y6, Y0, Y6
+	VMINPS       Y6, Y1, Y6
+	VMULPS       mathvec_consts8<>+64(SB), Y6, Y7
+	VROUNDPS     $0x08, Y7, Y7
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y7, Y6
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y7, Y6
+	VMOVUPS      mathvec_consts8<>+160(SB), Y8
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y6, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSRAD       $0x01, Y7, Y6
+	VPSUBD       Y6, Y7, Y7
+	VPADDD       mathvec_consts8<>+1088(SB), Y6, Y6
+	VPSLLD       $0x17, Y6, Y6
+	VPADDD       mathvec_consts8<>+1088(SB), Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VMULPS       Y6, Y8, Y8
+	VMULPS       Y7, Y8, Y6
+	VSUBPS       Y6, Y2, Y7
+	VADDPS       Y6, Y2, Y6
+	VDIVPS       Y6, Y7, Y6
+	VANDPS       mathvec_consts8<>+896(SB), Y3, Y7
+	VORPS        Y7, Y6, Y6
+	VMULPS       Y3, Y3, Y7
+	VMOVUPS      mathvec_consts8<>+960(SB), Y8
+	VFMADD213PS  mathvec_consts8<>+992(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+1024(SB), Y7, Y8
+	VFMADD213PS  Y2, Y7, Y8
+	VMULPS       Y8, Y3, Y8
+	VCMPPS       $0x11, mathvec_consts8<>+928(SB), Y4, Y3
+	VBLENDVPS    Y3, Y8, Y6, Y6
+	VMOVUPS      Y6, (BX)
+	VMULPS       Y6, Y5, Y6
+	VMOVUPS      Y6, (SI)
+	VMOVUPS      32(AX), Y3
+	VXORPS       mathvec_consts8<>+896(SB), Y3, Y3
+	VMAXPS       Y3, Y0, Y3
+	VMINPS       Y3, Y1, Y3
+	VMULPS       mathvec_consts8<>+64(SB), Y3, Y4
+	VROUNDPS     $0x08, Y4, Y4
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y4, Y3
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y4, Y3
+	VMOVUPS      mathvec_consts8<>+160(SB), Y5
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y3, Y5
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y3, Y5
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y3, Y5
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y3, Y5
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y3, Y5
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y3, Y5
+	VCVTPS2DQ    Y4, Y4
+	VPSRAD       $0x01, Y4, Y3
+	VPSUBD       Y3, Y4, Y4
+	VPADDD       mathvec_consts8<>+1088(SB), Y3, Y3
+	VPSLLD       $0x17, Y3, Y3
+	VPADDD       mathvec_consts8<>+1088(SB), Y4, Y4
+	VPSLLD       $0x17, Y4, Y4
+	VMULPS       Y3, Y5, Y5
+	VMULPS       Y4, Y5, Y3
+	VADDPS       Y2, Y3, Y3
+	VDIVPS       Y3, Y2, Y3
+	VMOVUPS      Y3, 32(AX)
+	VMOVUPS      32(AX)(R8*1), Y4
+	VXORPS       mathvec_consts8<>+896(SB), Y4, Y4
+	VMAXPS       Y4, Y0, Y4
+	VMINPS       Y4, Y1, Y4
+	VMULPS       mathvec_consts8<>+64(SB), Y4, Y5
+	VROUNDPS     $0x08, Y5, Y5
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y5, Y4
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y5, Y4
+	VMOVUPS      mathvec_consts8<>+160(SB), Y6
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y4, Y6
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y4, Y6
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y4, Y6
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y4, Y6
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y4, Y6
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y4, Y6
+	VCVTPS2DQ    Y5, Y5
+	VPSRAD       $0x01, Y5, Y4
+	VPSUBD       Y4, Y5, Y5
+	VPADDD       mathvec_consts8<>+1088(SB), Y4, Y4
+	VPSLLD       $0x17, Y4, Y4
+	VPADDD       mathvec_consts8<>+1088(SB), Y5, Y5
+	VPSLLD       $0x17, Y5, Y5
+	VMULPS       Y4, Y6, Y6
+	VMULPS       Y5, Y6, Y4
+	VADDPS       Y2, Y4, Y4
+	VDIVPS       Y4, Y2, Y4
+	VMOVUPS      Y4, 32(AX)(R8*1)
+	VMOVUPS      32(AX)(R8*2), Y5
+	VANDPS       mathvec_consts8<>+1056(SB), Y5, Y6
+	VMULPS       mathvec_consts8<>+864(SB), Y6, Y7
+	VMAXPS       Y7, Y0, Y7
+	VMINPS       Y7, Y1, Y7
+	VMULPS       mathvec_consts8<>+64(SB), Y7, Y8
+	VROUNDPS     $0x08, Y8, Y8
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y8, Y7
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y8, Y7
+	VMOVUPS      mathvec_consts8<>+160(SB), Y9
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y7, Y9
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y7, Y9
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y7, Y9
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y7, Y9
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y7, Y9
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y7, Y9
+	VCVTPS2DQ    Y8, Y8
+	VPSRAD       $0x01, Y8, Y7
+	VPSUBD       Y7, Y8, Y8
+	VPADDD       mathvec_consts8<>+1088(SB), Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       mathvec_consts8<>+1088(SB), Y8, Y8
+	VPSLLD       $0x17, Y8, Y8
+	VMULPS       Y7, Y9, Y9
+	VMULPS       Y8, Y9, Y7
+	VSUBPS       Y7, Y2, Y8
+	VADDPS       Y7, Y2, Y7
+	VDIVPS       Y7, Y8, Y7
+	VANDPS       mathvec_consts8<>+896(SB), Y5, Y8
+	VORPS        Y8, Y7, Y7
+	VMULPS       Y5, Y5, Y8
+	VMOVUPS      mathvec_consts8<>+960(SB), Y9
+	VFMADD213PS  mathvec_consts8<>+992(SB), Y8, Y9
+	VFMADD213PS  mathvec_consts8<>+1024(SB), Y8, Y9
+	VFMADD213PS  Y2, Y8, Y9
+	VMULPS       Y9, Y5, Y9
+	VCMPPS       $0x11, mathvec_consts8<>+928(SB), Y6, Y5
+	VBLENDVPS    Y5, Y9, Y7, Y7
+	VMOVUPS      Y7, 32(AX)(R8*2)
+	VMOVUPS      32(AX)(R9*1), Y5
+	VXORPS       mathvec_consts8<>+896(SB), Y5, Y5
+	VMAXPS       Y5, Y0, Y5
+	VMINPS       Y5, Y1, Y5
+	VMULPS       mathvec_consts8<>+64(SB), Y5, Y6
+	VROUNDPS     $0x08, Y6, Y6
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y6, Y5
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y6, Y5
+	VMOVUPS      mathvec_consts8<>+160(SB), Y8
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y5, Y8
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y5, Y8
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y5, Y8
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y5, Y8
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y5, Y8
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y5, Y8
+	VCVTPS2DQ    Y6, Y6
+	VPSRAD       $0x01, Y6, Y5
+	VPSUBD       Y5, Y6, Y6
+	VPADDD       mathvec_consts8<>+1088(SB), Y5, Y5
+	VPSLLD       $0x17, Y5, Y5
+	VPADDD       mathvec_consts8<>+1088(SB), Y6, Y6
+	VPSLLD       $0x17, Y6, Y6
+	VMULPS       Y5, Y8, Y8
+	VMULPS       Y6, Y8, Y5
+	VADDPS       Y2, Y5, Y5
+	VDIVPS       Y5, Y2, Y5
+	VMOVUPS      Y5, 32(AX)(R9*1)
+	VMULPS       Y7, Y3, Y3
+	VMOVUPS      32(CX), Y6
+	VFMADD231PS  Y6, Y4, Y3
+	VMOVUPS      Y3, 32(DX)
+	VANDPS       mathvec_consts8<>+1056(SB), Y3, Y4
+	VMULPS       mathvec_consts8<>+864(SB), Y4, Y6
+	VMAXPS       Y6, Y0, Y6
+	VMINPS       Y6, Y1, Y6
+	VMULPS       mathvec_consts8<>+64(SB), Y6, Y7
+	VROUNDPS     $0x08, Y7, Y7
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y7, Y6
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y7, Y6
+	VMOVUPS      mathvec_consts8<>+160(SB), Y8
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y6, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSRAD       $0x01, Y7, Y6
+	VPSUBD       Y6, Y7, Y7
+	VPADDD       mathvec_consts8<>+1088(SB), Y6, Y6
+	VPSLLD       $0x17, Y6, Y6
+	VPADDD       mathvec_consts8<>+1088(SB), Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VMULPS       Y6, Y8, Y8
+	VMULPS       Y7, Y8, Y6
+	VSUBPS       Y6, Y2, Y7
+	VADDPS       Y6, Y2, Y6
+	VDIVPS       Y6, Y7, Y6
+	VANDPS       mathvec_consts8<>+896(SB), Y3, Y7
+	VORPS        Y7, Y6, Y6
+	VMULPS       Y3, Y3, Y7
+	VMOVUPS      mathvec_consts8<>+960(SB), Y8
+	VFMADD213PS  mathvec_consts8<>+992(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+1024(SB), Y7, Y8
+	VFMADD213PS  Y2, Y7, Y8
+	VMULPS       Y8, Y3, Y8
+	VCMPPS       $0x11, mathvec_consts8<>+928(SB), Y4, Y3
+	VBLENDVPS    Y3, Y8, Y6, Y6
+	VMOVUPS      Y6, 32(BX)
+	VMULPS       Y6, Y5, Y6
+	VMOVUPS      Y6, 32(SI)
+	VMOVUPS      64(AX), Y3
+	VXORPS       mathvec_consts8<>+896(SB), Y3, Y3
+	VMAXPS       Y3, Y0, Y3
+	VMINPS       Y3, Y1, Y3
+	VMULPS       mathvec_consts8<>+64(SB), Y3, Y4
+	VROUNDPS     $0x08, Y4, Y4
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y4, Y3
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y4, Y3
+	VMOVUPS      mathvec_consts8<>+160(SB), Y5
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y3, Y5
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y3, Y5
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y3, Y5
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y3, Y5
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y3, Y5
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y3, Y5
+	VCVTPS2DQ    Y4, Y4
+	VPSRAD       $0x01, Y4, Y3
+	VPSUBD       Y3, Y4, Y4
+	VPADDD       mathvec_consts8<>+1088(SB), Y3, Y3
+	VPSLLD       $0x17, Y3, Y3
+	VPADDD       mathvec_consts8<>+1088(SB), Y4, Y4
+	VPSLLD       $0x17, Y4, Y4
+	VMULPS       Y3, Y5, Y5
+	VMULPS       Y4, Y5, Y3
+	VADDPS       Y2, Y3, Y3
+	VDIVPS       Y3, Y2, Y3
+	VMOVUPS      Y3, 64(AX)
+	VMOVUPS      64(AX)(R8*1), Y4
+	VXORPS       mathvec_consts8<>+896(SB), Y4, Y4
+	VMAXPS       Y4, Y0, Y4
+	VMINPS       Y4, Y1, Y4
+	VMULPS       mathvec_consts8<>+64(SB), Y4, Y5
+	VROUNDPS     $0x08, Y5, Y5
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y5, Y4
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y5, Y4
+	VMOVUPS      mathvec_consts8<>+160(SB), Y6
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y4, Y6
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y4, Y6
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y4, Y6
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y4, Y6
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y4, Y6
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y4, Y6
+	VCVTPS2DQ    Y5, Y5
+	VPSRAD       $0x01, Y5, Y4
+	VPSUBD       Y4, Y5, Y5
+	VPADDD       mathvec_consts8<>+1088(SB), Y4, Y4
+	VPSLLD       $0x17, Y4, Y4
+	VPADDD       mathvec_consts8<>+1088(SB), Y5, Y5
+	VPSLLD       $0x17, Y5, Y5
+	VMULPS       Y4, Y6, Y6
+	VMULPS       Y5, Y6, Y4
+	VADDPS       Y2, Y4, Y4
+	VDIVPS       Y4, Y2, Y4
+	VMOVUPS      Y4, 64(AX)(R8*1)
+	VMOVUPS      64(AX)(R8*2), Y5
+	VANDPS       mathvec_consts8<>+1056(SB), Y5, Y6
+	VMULPS       mathvec_consts8<>+864(SB), Y6, Y7
+	VMAXPS       Y7, Y0, Y7
+	VMINPS       Y7, Y1, Y7
+	VMULPS       mathvec_consts8<>+64(SB), Y7, Y8
+	VROUNDPS     $0x08, Y8, Y8
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y8, Y7
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y8, Y7
+	VMOVUPS      mathvec_consts8<>+160(SB), Y9
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y7, Y9
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y7, Y9
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y7, Y9
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y7, Y9
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y7, Y9
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y7, Y9
+	VCVTPS2DQ    Y8, Y8
+	VPSRAD       $0x01, Y8, Y7
+	VPSUBD       Y7, Y8, Y8
+	VPADDD       mathvec_consts8<>+1088(SB), Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       mathvec_consts8<>+1088(SB), Y8, Y8
+	VPSLLD       $0x17, Y8, Y8
+	VMULPS       Y7, Y9, Y9
+	VMULPS       Y8, Y9, Y7
+	VSUBPS       Y7, Y2, Y8
+	VADDPS       Y7, Y2, Y7
+	VDIVPS       Y7, Y8, Y7
+	VANDPS       mathvec_consts8<>+896(SB), Y5, Y8
+	VORPS        Y8, Y7, Y7
+	VMULPS       Y5, Y5, Y8
+	VMOVUPS      mathvec_consts8<>+960(SB), Y9
+	VFMADD213PS  mathvec_consts8<>+992(SB), Y8, Y9
+	VFMADD213PS  mathvec_consts8<>+1024(SB), Y8, Y9
+	VFMADD213PS  Y2, Y8, Y9
+	VMULPS       Y9, Y5, Y9
+	VCMPPS       $0x11, mathvec_consts8<>+928(SB), Y6, Y5
+	VBLENDVPS    Y5, Y9, Y7, Y7
+	VMOVUPS      Y7, 64(AX)(R8*2)
+	VMOVUPS      64(AX)(R9*1), Y5
+	VXORPS       mathvec_consts8<>+896(SB), Y5, Y5
+	VMAXPS       Y5, Y0, Y5
+	VMINPS       Y5, Y1, Y5
+	VMULPS       mathvec_consts8<>+64(SB), Y5, Y6
+	VROUNDPS     $0x08, Y6, Y6
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y6, Y5
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y6, Y5
+	VMOVUPS      mathvec_consts8<>+160(SB), Y8
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y5, Y8
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y5, Y8
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y5, Y8
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y5, Y8
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y5, Y8
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y5, Y8
+	VCVTPS2DQ    Y6, Y6
+	VPSRAD       $0x01, Y6, Y5
+	VPSUBD       Y5, Y6, Y6
+	VPADDD       mathvec_consts8<>+1088(SB), Y5, Y5
+	VPSLLD       $0x17, Y5, Y5
+	VPADDD       mathvec_consts8<>+1088(SB), Y6, Y6
+	VPSLLD       $0x17, Y6, Y6
+	VMULPS       Y5, Y8, Y8
+	VMULPS       Y6, Y8, Y5
+	VADDPS       Y2, Y5, Y5
+	VDIVPS       Y5, Y2, Y5
+	VMOVUPS      Y5, 64(AX)(R9*1)
+	VMULPS       Y7, Y3, Y3
+	VMOVUPS      64(CX), Y6
+	VFMADD231PS  Y6, Y4, Y3
+	VMOVUPS      Y3, 64(DX)
+	VANDPS       mathvec_consts8<>+1056(SB), Y3, Y4
+	VMULPS       mathvec_consts8<>+864(SB), Y4, Y6
+	VMAXPS       Y6, Y0, Y6
+	VMINPS       Y6, Y1, Y6
+	VMULPS       mathvec_consts8<>+64(SB), Y6, Y7
+	VROUNDPS     $0x08, Y7, Y7
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y7, Y6
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y7, Y6
+	VMOVUPS      mathvec_consts8<>+160(SB), Y8
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y6, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSRAD       $0x01, Y7, Y6
+	VPSUBD       Y6, Y7, Y7
+	VPADDD       mathvec_consts8<>+1088(SB), Y6, Y6
+	VPSLLD       $0x17, Y6, Y6
+	VPADDD       mathvec_consts8<>+1088(SB), Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VMULPS       Y6, Y8, Y8
+	VMULPS       Y7, Y8, Y6
+	VSUBPS       Y6, Y2, Y7
+	VADDPS       Y6, Y2, Y6
+	VDIVPS       Y6, Y7, Y6
+	VANDPS       mathvec_consts8<>+896(SB), Y3, Y7
+	VORPS        Y7, Y6, Y6
+	VMULPS       Y3, Y3, Y7
+	VMOVUPS      mathvec_consts8<>+960(SB), Y8
+	VFMADD213PS  mathvec_consts8<>+992(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+1024(SB), Y7, Y8
+	VFMADD213PS  Y2, Y7, Y8
+	VMULPS       Y8, Y3, Y8
+	VCMPPS       $0x11, mathvec_consts8<>+928(SB), Y4, Y3
+	VBLENDVPS    Y3, Y8, Y6, Y6
+	VMOVUPS      Y6, 64(BX)
+	VMULPS       Y6, Y5, Y6
+	VMOVUPS      Y6, 64(SI)
+	VMOVUPS      96(AX), Y3
+	VXORPS       mathvec_consts8<>+896(SB), Y3, Y3
+	VMAXPS       Y3, Y0, Y3
+	VMINPS       Y3, Y1, Y3
+	VMULPS       mathvec_consts8<>+64(SB), Y3, Y4
+	VROUNDPS     $0x08, Y4, Y4
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y4, Y3
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y4, Y3
+	VMOVUPS      mathvec_consts8<>+160(SB), Y5
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y3, Y5
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y3, Y5
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y3, Y5
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y3, Y5
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y3, Y5
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y3, Y5
+	VCVTPS2DQ    Y4, Y4
+	VPSRAD       $0x01, Y4, Y3
+	VPSUBD       Y3, Y4, Y4
+	VPADDD       mathvec_consts8<>+1088(SB), Y3, Y3
+	VPSLLD       $0x17, Y3, Y3
+	VPADDD       mathvec_consts8<>+1088(SB), Y4, Y4
+	VPSLLD       $0x17, Y4, Y4
+	VMULPS       Y3, Y5, Y5
+	VMULPS       Y4, Y5, Y3
+	VADDPS       Y2, Y3, Y3
+	VDIVPS       Y3, Y2, Y3
+	VMOVUPS      Y3, 96(AX)
+	VMOVUPS      96(AX)(R8*1), Y4
+	VXORPS       mathvec_consts8<>+896(SB), Y4, Y4
+	VMAXPS       Y4, Y0, Y4
+	VMINPS       Y4, Y1, Y4
+	VMULPS       mathvec_consts8<>+64(SB), Y4, Y5
+	VROUNDPS     $0x08, Y5, Y5
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y5, Y4
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y5, Y4
+	VMOVUPS      mathvec_consts8<>+160(SB), Y6
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y4, Y6
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y4, Y6
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y4, Y6
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y4, Y6
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y4, Y6
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y4, Y6
+	VCVTPS2DQ    Y5, Y5
+	VPSRAD       $0x01, Y5, Y4
+	VPSUBD       Y4, Y5, Y5
+	VPADDD       mathvec_consts8<>+1088(SB), Y4, Y4
+	VPSLLD       $0x17, Y4, Y4
+	VPADDD       mathvec_consts8<>+1088(SB), Y5, Y5
+	VPSLLD       $0x17, Y5, Y5
+	VMULPS       Y4, Y6, Y6
+	VMULPS       Y5, Y6, Y4
+	VADDPS       Y2, Y4, Y4
+	VDIVPS       Y4, Y2, Y4
+	VMOVUPS      Y4, 96(AX)(R8*1)
+	VMOVUPS      96(AX)(R8*2), Y5
+	VANDPS       mathvec_consts8<>+1056(SB), Y5, Y6
+	VMULPS       mathvec_consts8<>+864(SB), Y6, Y7
+	VMAXPS       Y7, Y0, Y7
+	VMINPS       Y7, Y1, Y7
+	VMULPS       mathvec_consts8<>+64(SB), Y7, Y8
+	VROUNDPS     $0x08, Y8, Y8
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y8, Y7
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y8, Y7
+	VMOVUPS      mathvec_consts8<>+160(SB), Y9
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y7, Y9
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y7, Y9
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y7, Y9
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y7, Y9
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y7, Y9
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y7, Y9
+	VCVTPS2DQ    Y8, Y8
+	VPSRAD       $0x01, Y8, Y7
+	VPSUBD       Y7, Y8, Y8
+	VPADDD       mathvec_consts8<>+1088(SB), Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       mathvec_consts8<>+1088(SB), Y8, Y8
+	VPSLLD       $0x17, Y8, Y8
+	VMULPS       Y7, Y9, Y9
+	VMULPS       Y8, Y9, Y7
+	VSUBPS       Y7, Y2, Y8
+	VADDPS       Y7, Y2, Y7
+	VDIVPS       Y7, Y8, Y7
+	VANDPS       mathvec_consts8<>+896(SB), Y5, Y8
+	VORPS        Y8, Y7, Y7
+	VMULPS       Y5, Y5, Y8
+	VMOVUPS      mathvec_consts8<>+960(SB), Y9
+	VFMADD213PS  mathvec_consts8<>+992(SB), Y8, Y9
+	VFMADD213PS  mathvec_consts8<>+1024(SB), Y8, Y9
+	VFMADD213PS  Y2, Y8, Y9
+	VMULPS       Y9, Y5, Y9
+	VCMPPS       $0x11, mathvec_consts8<>+928(SB), Y6, Y5
+	VBLENDVPS    Y5, Y9, Y7, Y7
+	VMOVUPS      Y7, 96(AX)(R8*2)
+	VMOVUPS      96(AX)(R9*1), Y5
+	VXORPS       mathvec_consts8<>+896(SB), Y5, Y5
+	VMAXPS       Y5, Y0, Y5
+	VMINPS       Y5, Y1, Y5
+	VMULPS       mathvec_consts8<>+64(SB), Y5, Y6
+	VROUNDPS     $0x08, Y6, Y6
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y6, Y5
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y6, Y5
+	VMOVUPS      mathvec_consts8<>+160(SB), Y8
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y5, Y8
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y5, Y8
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y5, Y8
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y5, Y8
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y5, Y8
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y5, Y8
+	VCVTPS2DQ    Y6, Y6
+	VPSRAD       $0x01, Y6, Y5
+	VPSUBD       Y5, Y6, Y6
+	VPADDD       mathvec_consts8<>+1088(SB), Y5, Y5
+	VPSLLD       $0x17, Y5, Y5
+	VPADDD       mathvec_consts8<>+1088(SB), Y6, Y6
+	VPSLLD       $0x17, Y6, Y6
+	VMULPS       Y5, Y8, Y8
+	VMULPS       Y6, Y8, Y5
+	VADDPS       Y2, Y5, Y5
+	VDIVPS       Y5, Y2, Y5
+	VMOVUPS      Y5, 96(AX)(R9*1)
+	VMULPS       Y7, Y3, Y3
+	VMOVUPS      96(CX), Y6
+	VFMADD231PS  Y6, Y4, Y3
+	VMOVUPS      Y3, 96(DX)
+	VANDPS       mathvec_consts8<>+1056(SB), Y3, Y4
+	VMULPS       mathvec_consts8<>+864(SB), Y4, Y6
+	VMAXPS       Y6, Y0, Y6
+	VMINPS       Y6, Y1, Y6
+	VMULPS       mathvec_consts8<>+64(SB), Y6, Y7
+	VROUNDPS     $0x08, Y7, Y7
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y7, Y6
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y7, Y6
+	VMOVUPS      mathvec_consts8<>+160(SB), Y8
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y6, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSRAD       $0x01, Y7, Y6
+	VPSUBD       Y6, Y7, Y7
+	VPADDD       mathvec_consts8<>+1088(SB), Y6, Y6
+	VPSLLD       $0x17, Y6, Y6
+	VPADDD       mathvec_consts8<>+1088(SB), Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VMULPS       Y6, Y8, Y8
+	VMULPS       Y7, Y8, Y6
+	VSUBPS       Y6, Y2, Y7
+	VADDPS       Y6, Y2, Y6
+	VDIVPS       Y6, Y7, Y6
+	VANDPS       mathvec_consts8<>+896(SB), Y3, Y7
+	VORPS        Y7, Y6, Y6
+	VMULPS       Y3, Y3, Y7
+	VMOVUPS      mathvec_consts8<>+960(SB), Y8
+	VFMADD213PS  mathvec_consts8<>+992(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+1024(SB), Y7, Y8
+	VFMADD213PS  Y2, Y7, Y8
+	VMULPS       Y8, Y3, Y8
+	VCMPPS       $0x11, mathvec_consts8<>+928(SB), Y4, Y3
+	VBLENDVPS    Y3, Y8, Y6, Y6
+	VMOVUPS      Y6, 96(BX)
+	VMULPS       Y6, Y5, Y6
+	VMOVUPS      Y6, 96(SI)
+	ADDQ         $0x80, AX
+	ADDQ         $0x80, CX
+	ADDQ         $0x80, DX
+	ADDQ         $0x80, BX
+	ADDQ         $0x80, SI
+	SUBQ         $0x20, DI
+	JMP          lstmFwdPrevAVX2_loop32
+
+lstmFwdPrevAVX2_loop8:
+	CMPQ         DI, $0x08
+	JL           lstmFwdPrevAVX2_tail
+	VMOVUPS      (AX), Y3
+	VXORPS       mathvec_consts8<>+896(SB), Y3, Y3
+	VMAXPS       Y3, Y0, Y3
+	VMINPS       Y3, Y1, Y3
+	VMULPS       mathvec_consts8<>+64(SB), Y3, Y4
+	VROUNDPS     $0x08, Y4, Y4
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y4, Y3
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y4, Y3
+	VMOVUPS      mathvec_consts8<>+160(SB), Y5
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y3, Y5
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y3, Y5
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y3, Y5
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y3, Y5
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y3, Y5
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y3, Y5
+	VCVTPS2DQ    Y4, Y4
+	VPSRAD       $0x01, Y4, Y3
+	VPSUBD       Y3, Y4, Y4
+	VPADDD       mathvec_consts8<>+1088(SB), Y3, Y3
+	VPSLLD       $0x17, Y3, Y3
+	VPADDD       mathvec_consts8<>+1088(SB), Y4, Y4
+	VPSLLD       $0x17, Y4, Y4
+	VMULPS       Y3, Y5, Y5
+	VMULPS       Y4, Y5, Y3
+	VADDPS       Y2, Y3, Y3
+	VDIVPS       Y3, Y2, Y3
+	VMOVUPS      Y3, (AX)
+	VMOVUPS      (AX)(R8*1), Y4
+	VXORPS       mathvec_consts8<>+896(SB), Y4, Y4
+	VMAXPS       Y4, Y0, Y4
+	VMINPS       Y4, Y1, Y4
+	VMULPS       mathvec_consts8<>+64(SB), Y4, Y5
+	VROUNDPS     $0x08, Y5, Y5
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y5, Y4
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y5, Y4
+	VMOVUPS      mathvec_consts8<>+160(SB), Y6
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y4, Y6
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y4, Y6
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y4, Y6
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y4, Y6
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y4, Y6
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y4, Y6
+	VCVTPS2DQ    Y5, Y5
+	VPSRAD       $0x01, Y5, Y4
+	VPSUBD       Y4, Y5, Y5
+	VPADDD       mathvec_consts8<>+1088(SB), Y4, Y4
+	VPSLLD       $0x17, Y4, Y4
+	VPADDD       mathvec_consts8<>+1088(SB), Y5, Y5
+	VPSLLD       $0x17, Y5, Y5
+	VMULPS       Y4, Y6, Y6
+	VMULPS       Y5, Y6, Y4
+	VADDPS       Y2, Y4, Y4
+	VDIVPS       Y4, Y2, Y4
+	VMOVUPS      Y4, (AX)(R8*1)
+	VMOVUPS      (AX)(R8*2), Y5
+	VANDPS       mathvec_consts8<>+1056(SB), Y5, Y6
+	VMULPS       mathvec_consts8<>+864(SB), Y6, Y7
+	VMAXPS       Y7, Y0, Y7
+	VMINPS       Y7, Y1, Y7
+	VMULPS       mathvec_consts8<>+64(SB), Y7, Y8
+	VROUNDPS     $0x08, Y8, Y8
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y8, Y7
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y8, Y7
+	VMOVUPS      mathvec_consts8<>+160(SB), Y9
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y7, Y9
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y7, Y9
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y7, Y9
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y7, Y9
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y7, Y9
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y7, Y9
+	VCVTPS2DQ    Y8, Y8
+	VPSRAD       $0x01, Y8, Y7
+	VPSUBD       Y7, Y8, Y8
+	VPADDD       mathvec_consts8<>+1088(SB), Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VPADDD       mathvec_consts8<>+1088(SB), Y8, Y8
+	VPSLLD       $0x17, Y8, Y8
+	VMULPS       Y7, Y9, Y9
+	VMULPS       Y8, Y9, Y7
+	VSUBPS       Y7, Y2, Y8
+	VADDPS       Y7, Y2, Y7
+	VDIVPS       Y7, Y8, Y7
+	VANDPS       mathvec_consts8<>+896(SB), Y5, Y8
+	VORPS        Y8, Y7, Y7
+	VMULPS       Y5, Y5, Y8
+	VMOVUPS      mathvec_consts8<>+960(SB), Y9
+	VFMADD213PS  mathvec_consts8<>+992(SB), Y8, Y9
+	VFMADD213PS  mathvec_consts8<>+1024(SB), Y8, Y9
+	VFMADD213PS  Y2, Y8, Y9
+	VMULPS       Y9, Y5, Y9
+	VCMPPS       $0x11, mathvec_consts8<>+928(SB), Y6, Y5
+	VBLENDVPS    Y5, Y9, Y7, Y7
+	VMOVUPS      Y7, (AX)(R8*2)
+	VMOVUPS      (AX)(R9*1), Y5
+	VXORPS       mathvec_consts8<>+896(SB), Y5, Y5
+	VMAXPS       Y5, Y0, Y5
+	VMINPS       Y5, Y1, Y5
+	VMULPS       mathvec_consts8<>+64(SB), Y5, Y6
+	VROUNDPS     $0x08, Y6, Y6
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y6, Y5
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y6, Y5
+	VMOVUPS      mathvec_consts8<>+160(SB), Y8
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y5, Y8
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y5, Y8
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y5, Y8
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y5, Y8
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y5, Y8
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y5, Y8
+	VCVTPS2DQ    Y6, Y6
+	VPSRAD       $0x01, Y6, Y5
+	VPSUBD       Y5, Y6, Y6
+	VPADDD       mathvec_consts8<>+1088(SB), Y5, Y5
+	VPSLLD       $0x17, Y5, Y5
+	VPADDD       mathvec_consts8<>+1088(SB), Y6, Y6
+	VPSLLD       $0x17, Y6, Y6
+	VMULPS       Y5, Y8, Y8
+	VMULPS       Y6, Y8, Y5
+	VADDPS       Y2, Y5, Y5
+	VDIVPS       Y5, Y2, Y5
+	VMOVUPS      Y5, (AX)(R9*1)
+	VMULPS       Y7, Y3, Y3
+	VMOVUPS      (CX), Y6
+	VFMADD231PS  Y6, Y4, Y3
+	VMOVUPS      Y3, (DX)
+	VANDPS       mathvec_consts8<>+1056(SB), Y3, Y4
+	VMULPS       mathvec_consts8<>+864(SB), Y4, Y6
+	VMAXPS       Y6, Y0, Y6
+	VMINPS       Y6, Y1, Y6
+	VMULPS       mathvec_consts8<>+64(SB), Y6, Y7
+	VROUNDPS     $0x08, Y7, Y7
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y7, Y6
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y7, Y6
+	VMOVUPS      mathvec_consts8<>+160(SB), Y8
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y6, Y8
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y6, Y8
+	VCVTPS2DQ    Y7, Y7
+	VPSRAD       $0x01, Y7, Y6
+	VPSUBD       Y6, Y7, Y7
+	VPADDD       mathvec_consts8<>+1088(SB), Y6, Y6
+	VPSLLD       $0x17, Y6, Y6
+	VPADDD       mathvec_consts8<>+1088(SB), Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VMULPS       Y6, Y8, Y8
+	VMULPS       Y7, Y8, Y6
+	VSUBPS       Y6, Y2, Y7
+	VADDPS       Y6, Y2, Y6
+	VDIVPS       Y6, Y7, Y6
+	VANDPS       mathvec_consts8<>+896(SB), Y3, Y7
+	VORPS        Y7, Y6, Y6
+	VMULPS       Y3, Y3, Y7
+	VMOVUPS      mathvec_consts8<>+960(SB), Y8
+	VFMADD213PS  mathvec_consts8<>+992(SB), Y7, Y8
+	VFMADD213PS  mathvec_consts8<>+1024(SB), Y7, Y8
+	VFMADD213PS  Y2, Y7, Y8
+	VMULPS       Y8, Y3, Y8
+	VCMPPS       $0x11, mathvec_consts8<>+928(SB), Y4, Y3
+	VBLENDVPS    Y3, Y8, Y6, Y6
+	VMOVUPS      Y6, (BX)
+	VMULPS       Y6, Y5, Y6
+	VMOVUPS      Y6, (SI)
+	ADDQ         $0x20, AX
+	ADDQ         $0x20, CX
+	ADDQ         $0x20, DX
+	ADDQ         $0x20, BX
+	ADDQ         $0x20, SI
+	SUBQ         $0x08, DI
+	JMP          lstmFwdPrevAVX2_loop8
+
+lstmFwdPrevAVX2_tail:
+	TESTQ        DI, DI
+	JE           lstmFwdPrevAVX2_done
+	MOVQ         $0x00000008, R10
+	SUBQ         DI, R10
+	LEAQ         mathvec_consts8<>+1120(SB), DI
+	VMOVDQU      (DI)(R10*4), Y3
+	VMASKMOVPS   (AX), Y3, Y4
+	VXORPS       mathvec_consts8<>+896(SB), Y4, Y4
+	VMAXPS       Y4, Y0, Y4
+	VMINPS       Y4, Y1, Y4
+	VMULPS       mathvec_consts8<>+64(SB), Y4, Y5
+	VROUNDPS     $0x08, Y5, Y5
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y5, Y4
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y5, Y4
+	VMOVUPS      mathvec_consts8<>+160(SB), Y6
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y4, Y6
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y4, Y6
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y4, Y6
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y4, Y6
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y4, Y6
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y4, Y6
+	VCVTPS2DQ    Y5, Y5
+	VPSRAD       $0x01, Y5, Y4
+	VPSUBD       Y4, Y5, Y5
+	VPADDD       mathvec_consts8<>+1088(SB), Y4, Y4
+	VPSLLD       $0x17, Y4, Y4
+	VPADDD       mathvec_consts8<>+1088(SB), Y5, Y5
+	VPSLLD       $0x17, Y5, Y5
+	VMULPS       Y4, Y6, Y6
+	VMULPS       Y5, Y6, Y4
+	VADDPS       Y2, Y4, Y4
+	VDIVPS       Y4, Y2, Y4
+	VMASKMOVPS   Y4, Y3, (AX)
+	VMASKMOVPS   (AX)(R8*1), Y3, Y5
+	VXORPS       mathvec_consts8<>+896(SB), Y5, Y5
+	VMAXPS       Y5, Y0, Y5
+	VMINPS       Y5, Y1, Y5
+	VMULPS       mathvec_consts8<>+64(SB), Y5, Y6
+	VROUNDPS     $0x08, Y6, Y6
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y6, Y5
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y6, Y5
+	VMOVUPS      mathvec_consts8<>+160(SB), Y7
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y5, Y7
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y5, Y7
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y5, Y7
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y5, Y7
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y5, Y7
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y5, Y7
+	VCVTPS2DQ    Y6, Y6
+	VPSRAD       $0x01, Y6, Y5
+	VPSUBD       Y5, Y6, Y6
+	VPADDD       mathvec_consts8<>+1088(SB), Y5, Y5
+	VPSLLD       $0x17, Y5, Y5
+	VPADDD       mathvec_consts8<>+1088(SB), Y6, Y6
+	VPSLLD       $0x17, Y6, Y6
+	VMULPS       Y5, Y7, Y7
+	VMULPS       Y6, Y7, Y5
+	VADDPS       Y2, Y5, Y5
+	VDIVPS       Y5, Y2, Y5
+	VMASKMOVPS   Y5, Y3, (AX)(R8*1)
+	VMASKMOVPS   (AX)(R8*2), Y3, Y6
+	VANDPS       mathvec_consts8<>+1056(SB), Y6, Y7
+	VMULPS       mathvec_consts8<>+864(SB), Y7, Y8
+	VMAXPS       Y8, Y0, Y8
+	VMINPS       Y8, Y1, Y8
+	VMULPS       mathvec_consts8<>+64(SB), Y8, Y9
+	VROUNDPS     $0x08, Y9, Y9
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y9, Y8
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y9, Y8
+	VMOVUPS      mathvec_consts8<>+160(SB), Y10
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y8, Y10
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y8, Y10
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y8, Y10
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y8, Y10
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y8, Y10
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y8, Y10
+	VCVTPS2DQ    Y9, Y9
+	VPSRAD       $0x01, Y9, Y8
+	VPSUBD       Y8, Y9, Y9
+	VPADDD       mathvec_consts8<>+1088(SB), Y8, Y8
+	VPSLLD       $0x17, Y8, Y8
+	VPADDD       mathvec_consts8<>+1088(SB), Y9, Y9
+	VPSLLD       $0x17, Y9, Y9
+	VMULPS       Y8, Y10, Y10
+	VMULPS       Y9, Y10, Y8
+	VSUBPS       Y8, Y2, Y9
+	VADDPS       Y8, Y2, Y8
+	VDIVPS       Y8, Y9, Y8
+	VANDPS       mathvec_consts8<>+896(SB), Y6, Y9
+	VORPS        Y9, Y8, Y8
+	VMULPS       Y6, Y6, Y9
+	VMOVUPS      mathvec_consts8<>+960(SB), Y10
+	VFMADD213PS  mathvec_consts8<>+992(SB), Y9, Y10
+	VFMADD213PS  mathvec_consts8<>+1024(SB), Y9, Y10
+	VFMADD213PS  Y2, Y9, Y10
+	VMULPS       Y10, Y6, Y10
+	VCMPPS       $0x11, mathvec_consts8<>+928(SB), Y7, Y6
+	VBLENDVPS    Y6, Y10, Y8, Y8
+	VMASKMOVPS   Y8, Y3, (AX)(R8*2)
+	VMASKMOVPS   (AX)(R9*1), Y3, Y6
+	VXORPS       mathvec_consts8<>+896(SB), Y6, Y6
+	VMAXPS       Y6, Y0, Y6
+	VMINPS       Y6, Y1, Y6
+	VMULPS       mathvec_consts8<>+64(SB), Y6, Y7
+	VROUNDPS     $0x08, Y7, Y7
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y7, Y6
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y7, Y6
+	VMOVUPS      mathvec_consts8<>+160(SB), Y9
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y6, Y9
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y6, Y9
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y6, Y9
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y6, Y9
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y6, Y9
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y6, Y9
+	VCVTPS2DQ    Y7, Y7
+	VPSRAD       $0x01, Y7, Y6
+	VPSUBD       Y6, Y7, Y7
+	VPADDD       mathvec_consts8<>+1088(SB), Y6, Y6
+	VPSLLD       $0x17, Y6, Y6
+	VPADDD       mathvec_consts8<>+1088(SB), Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VMULPS       Y6, Y9, Y9
+	VMULPS       Y7, Y9, Y6
+	VADDPS       Y2, Y6, Y6
+	VDIVPS       Y6, Y2, Y6
+	VMASKMOVPS   Y6, Y3, (AX)(R9*1)
+	VMULPS       Y8, Y4, Y4
+	VMASKMOVPS   (CX), Y3, Y7
+	VFMADD231PS  Y7, Y5, Y4
+	VMASKMOVPS   Y4, Y3, (DX)
+	VANDPS       mathvec_consts8<>+1056(SB), Y4, Y5
+	VMULPS       mathvec_consts8<>+864(SB), Y5, Y7
+	VMAXPS       Y7, Y0, Y7
+	VMINPS       Y7, Y1, Y7
+	VMULPS       mathvec_consts8<>+64(SB), Y7, Y0
+	VROUNDPS     $0x08, Y0, Y0
+	VFNMADD231PS mathvec_consts8<>+96(SB), Y0, Y7
+	VFNMADD231PS mathvec_consts8<>+128(SB), Y0, Y7
+	VMOVUPS      mathvec_consts8<>+160(SB), Y1
+	VFMADD213PS  mathvec_consts8<>+192(SB), Y7, Y1
+	VFMADD213PS  mathvec_consts8<>+224(SB), Y7, Y1
+	VFMADD213PS  mathvec_consts8<>+256(SB), Y7, Y1
+	VFMADD213PS  mathvec_consts8<>+288(SB), Y7, Y1
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y7, Y1
+	VFMADD213PS  mathvec_consts8<>+320(SB), Y7, Y1
+	VCVTPS2DQ    Y0, Y7
+	VPSRAD       $0x01, Y7, Y0
+	VPSUBD       Y0, Y7, Y7
+	VPADDD       mathvec_consts8<>+1088(SB), Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       mathvec_consts8<>+1088(SB), Y7, Y7
+	VPSLLD       $0x17, Y7, Y7
+	VMULPS       Y0, Y1, Y1
+	VMULPS       Y7, Y1, Y7
+	VSUBPS       Y7, Y2, Y0
+	VADDPS       Y7, Y2, Y7
+	VDIVPS       Y7, Y0, Y0
+	VANDPS       mathvec_consts8<>+896(SB), Y4, Y1
+	VORPS        Y1, Y0, Y0
+	VMULPS       Y4, Y4, Y1
+	VMOVUPS      mathvec_consts8<>+960(SB), Y7
+	VFMADD213PS  mathvec_consts8<>+992(SB), Y1, Y7
+	VFMADD213PS  mathvec_consts8<>+1024(SB), Y1, Y7
+	VFMADD213PS  Y2, Y1, Y7
+	VMULPS       Y7, Y4, Y7
+	VCMPPS       $0x11, mathvec_consts8<>+928(SB), Y5, Y1
+	VBLENDVPS    Y1, Y7, Y0, Y0
+	VMASKMOVPS   Y0, Y3, (BX)
+	VMULPS       Y0, Y6, Y0
+	VMASKMOVPS   Y0, Y3, (SI)
+
+lstmFwdPrevAVX2_done:
+	VZEROUPPER
+	RET
+
+// func lstmBwdAVX2(d *float32, a *float32, tc *float32, dy *float32, dc *float32, n int)
+// Requires: AVX, FMA3
+TEXT ·lstmBwdAVX2(SB), NOSPLIT, $0-48
+	MOVQ    d+0(FP), AX
+	MOVQ    a+8(FP), CX
+	MOVQ    tc+16(FP), DX
+	MOVQ    dy+24(FP), BX
+	MOVQ    dc+32(FP), SI
+	MOVQ    n+40(FP), DI
+	MOVQ    DI, R8
+	SHLQ    $0x02, R8
+	LEAQ    (R8)(R8*2), R9
+	VMOVUPS mathvec_consts8<>+320(SB), Y0
+	VXORPS  Y1, Y1, Y1
+
+lstmBwdAVX2_loop32:
+	CMPQ         DI, $0x20
+	JL           lstmBwdAVX2_loop8
+	VMOVUPS      (BX), Y2
+	VMOVUPS      (CX), Y4
+	VMOVUPS      (CX)(R8*1), Y5
+	VMOVUPS      (CX)(R8*2), Y6
+	VMOVUPS      (CX)(R9*1), Y7
+	VMOVUPS      (DX), Y3
+	VMOVAPS      Y0, Y8
+	VFNMADD231PS Y3, Y3, Y8
+	VMULPS       Y7, Y2, Y9
+	VMULPS       Y8, Y9, Y9
+	VMOVUPS      (SI), Y8
+	VADDPS       Y9, Y8, Y8
+	VMULPS       Y6, Y8, Y9
+	VMULPS       Y4, Y9, Y9
+	VSUBPS       Y4, Y0, Y10
+	VMULPS       Y10, Y9, Y9
+	VMOVUPS      Y9, (AX)
+	VMULPS       Y1, Y8, Y9
+	VMULPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y10
+	VMULPS       Y10, Y9, Y9
+	VMOVUPS      Y9, (AX)(R8*1)
+	VMULPS       Y4, Y8, Y4
+	VMOVAPS      Y0, Y9
+	VFNMADD231PS Y6, Y6, Y9
+	VMULPS       Y9, Y4, Y4
+	VMOVUPS      Y4, (AX)(R8*2)
+	VMULPS       Y3, Y2, Y2
+	VMULPS       Y7, Y2, Y2
+	VSUBPS       Y7, Y0, Y3
+	VMULPS       Y3, Y2, Y2
+	VMOVUPS      Y2, (AX)(R9*1)
+	VMULPS       Y5, Y8, Y8
+	VMOVUPS      Y8, (SI)
+	VMOVUPS      32(BX), Y2
+	VMOVUPS      32(CX), Y4
+	VMOVUPS      32(CX)(R8*1), Y5
+	VMOVUPS      32(CX)(R8*2), Y6
+	VMOVUPS      32(CX)(R9*1), Y7
+	VMOVUPS      32(DX), Y3
+	VMOVAPS      Y0, Y8
+	VFNMADD231PS Y3, Y3, Y8
+	VMULPS       Y7, Y2, Y9
+	VMULPS       Y8, Y9, Y9
+	VMOVUPS      32(SI), Y8
+	VADDPS       Y9, Y8, Y8
+	VMULPS       Y6, Y8, Y9
+	VMULPS       Y4, Y9, Y9
+	VSUBPS       Y4, Y0, Y10
+	VMULPS       Y10, Y9, Y9
+	VMOVUPS      Y9, 32(AX)
+	VMULPS       Y1, Y8, Y9
+	VMULPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y10
+	VMULPS       Y10, Y9, Y9
+	VMOVUPS      Y9, 32(AX)(R8*1)
+	VMULPS       Y4, Y8, Y4
+	VMOVAPS      Y0, Y9
+	VFNMADD231PS Y6, Y6, Y9
+	VMULPS       Y9, Y4, Y4
+	VMOVUPS      Y4, 32(AX)(R8*2)
+	VMULPS       Y3, Y2, Y2
+	VMULPS       Y7, Y2, Y2
+	VSUBPS       Y7, Y0, Y3
+	VMULPS       Y3, Y2, Y2
+	VMOVUPS      Y2, 32(AX)(R9*1)
+	VMULPS       Y5, Y8, Y8
+	VMOVUPS      Y8, 32(SI)
+	VMOVUPS      64(BX), Y2
+	VMOVUPS      64(CX), Y4
+	VMOVUPS      64(CX)(R8*1), Y5
+	VMOVUPS      64(CX)(R8*2), Y6
+	VMOVUPS      64(CX)(R9*1), Y7
+	VMOVUPS      64(DX), Y3
+	VMOVAPS      Y0, Y8
+	VFNMADD231PS Y3, Y3, Y8
+	VMULPS       Y7, Y2, Y9
+	VMULPS       Y8, Y9, Y9
+	VMOVUPS      64(SI), Y8
+	VADDPS       Y9, Y8, Y8
+	VMULPS       Y6, Y8, Y9
+	VMULPS       Y4, Y9, Y9
+	VSUBPS       Y4, Y0, Y10
+	VMULPS       Y10, Y9, Y9
+	VMOVUPS      Y9, 64(AX)
+	VMULPS       Y1, Y8, Y9
+	VMULPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y10
+	VMULPS       Y10, Y9, Y9
+	VMOVUPS      Y9, 64(AX)(R8*1)
+	VMULPS       Y4, Y8, Y4
+	VMOVAPS      Y0, Y9
+	VFNMADD231PS Y6, Y6, Y9
+	VMULPS       Y9, Y4, Y4
+	VMOVUPS      Y4, 64(AX)(R8*2)
+	VMULPS       Y3, Y2, Y2
+	VMULPS       Y7, Y2, Y2
+	VSUBPS       Y7, Y0, Y3
+	VMULPS       Y3, Y2, Y2
+	VMOVUPS      Y2, 64(AX)(R9*1)
+	VMULPS       Y5, Y8, Y8
+	VMOVUPS      Y8, 64(SI)
+	VMOVUPS      96(BX), Y2
+	VMOVUPS      96(CX), Y4
+	VMOVUPS      96(CX)(R8*1), Y5
+	VMOVUPS      96(CX)(R8*2), Y6
+	VMOVUPS      96(CX)(R9*1), Y7
+	VMOVUPS      96(DX), Y3
+	VMOVAPS      Y0, Y8
+	VFNMADD231PS Y3, Y3, Y8
+	VMULPS       Y7, Y2, Y9
+	VMULPS       Y8, Y9, Y9
+	VMOVUPS      96(SI), Y8
+	VADDPS       Y9, Y8, Y8
+	VMULPS       Y6, Y8, Y9
+	VMULPS       Y4, Y9, Y9
+	VSUBPS       Y4, Y0, Y10
+	VMULPS       Y10, Y9, Y9
+	VMOVUPS      Y9, 96(AX)
+	VMULPS       Y1, Y8, Y9
+	VMULPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y10
+	VMULPS       Y10, Y9, Y9
+	VMOVUPS      Y9, 96(AX)(R8*1)
+	VMULPS       Y4, Y8, Y4
+	VMOVAPS      Y0, Y9
+	VFNMADD231PS Y6, Y6, Y9
+	VMULPS       Y9, Y4, Y4
+	VMOVUPS      Y4, 96(AX)(R8*2)
+	VMULPS       Y3, Y2, Y2
+	VMULPS       Y7, Y2, Y2
+	VSUBPS       Y7, Y0, Y3
+	VMULPS       Y3, Y2, Y2
+	VMOVUPS      Y2, 96(AX)(R9*1)
+	VMULPS       Y5, Y8, Y8
+	VMOVUPS      Y8, 96(SI)
+	ADDQ         $0x80, AX
+	ADDQ         $0x80, CX
+	ADDQ         $0x80, DX
+	ADDQ         $0x80, BX
+	ADDQ         $0x80, SI
+	SUBQ         $0x20, DI
+	JMP          lstmBwdAVX2_loop32
+
+lstmBwdAVX2_loop8:
+	CMPQ         DI, $0x08
+	JL           lstmBwdAVX2_tail
+	VMOVUPS      (BX), Y2
+	VMOVUPS      (CX), Y4
+	VMOVUPS      (CX)(R8*1), Y5
+	VMOVUPS      (CX)(R8*2), Y6
+	VMOVUPS      (CX)(R9*1), Y7
+	VMOVUPS      (DX), Y3
+	VMOVAPS      Y0, Y8
+	VFNMADD231PS Y3, Y3, Y8
+	VMULPS       Y7, Y2, Y9
+	VMULPS       Y8, Y9, Y9
+	VMOVUPS      (SI), Y8
+	VADDPS       Y9, Y8, Y8
+	VMULPS       Y6, Y8, Y9
+	VMULPS       Y4, Y9, Y9
+	VSUBPS       Y4, Y0, Y10
+	VMULPS       Y10, Y9, Y9
+	VMOVUPS      Y9, (AX)
+	VMULPS       Y1, Y8, Y9
+	VMULPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y10
+	VMULPS       Y10, Y9, Y9
+	VMOVUPS      Y9, (AX)(R8*1)
+	VMULPS       Y4, Y8, Y4
+	VMOVAPS      Y0, Y9
+	VFNMADD231PS Y6, Y6, Y9
+	VMULPS       Y9, Y4, Y4
+	VMOVUPS      Y4, (AX)(R8*2)
+	VMULPS       Y3, Y2, Y2
+	VMULPS       Y7, Y2, Y2
+	VSUBPS       Y7, Y0, Y3
+	VMULPS       Y3, Y2, Y2
+	VMOVUPS      Y2, (AX)(R9*1)
+	VMULPS       Y5, Y8, Y8
+	VMOVUPS      Y8, (SI)
+	ADDQ         $0x20, AX
+	ADDQ         $0x20, CX
+	ADDQ         $0x20, DX
+	ADDQ         $0x20, BX
+	ADDQ         $0x20, SI
+	SUBQ         $0x08, DI
+	JMP          lstmBwdAVX2_loop8
+
+lstmBwdAVX2_tail:
+	TESTQ        DI, DI
+	JE           lstmBwdAVX2_done
+	MOVQ         $0x00000008, R10
+	SUBQ         DI, R10
+	LEAQ         mathvec_consts8<>+1120(SB), DI
+	VMOVDQU      (DI)(R10*4), Y2
+	VMASKMOVPS   (BX), Y2, Y3
+	VMASKMOVPS   (CX), Y2, Y5
+	VMASKMOVPS   (CX)(R8*1), Y2, Y6
+	VMASKMOVPS   (CX)(R8*2), Y2, Y7
+	VMASKMOVPS   (CX)(R9*1), Y2, Y8
+	VMASKMOVPS   (DX), Y2, Y4
+	VMOVAPS      Y0, Y9
+	VFNMADD231PS Y4, Y4, Y9
+	VMULPS       Y8, Y3, Y10
+	VMULPS       Y9, Y10, Y10
+	VMASKMOVPS   (SI), Y2, Y9
+	VADDPS       Y10, Y9, Y9
+	VMULPS       Y7, Y9, Y10
+	VMULPS       Y5, Y10, Y10
+	VSUBPS       Y5, Y0, Y11
+	VMULPS       Y11, Y10, Y10
+	VMASKMOVPS   Y10, Y2, (AX)
+	VMULPS       Y1, Y9, Y1
+	VMULPS       Y6, Y1, Y1
+	VSUBPS       Y6, Y0, Y10
+	VMULPS       Y10, Y1, Y1
+	VMASKMOVPS   Y1, Y2, (AX)(R8*1)
+	VMULPS       Y5, Y9, Y1
+	VMOVAPS      Y0, Y5
+	VFNMADD231PS Y7, Y7, Y5
+	VMULPS       Y5, Y1, Y1
+	VMASKMOVPS   Y1, Y2, (AX)(R8*2)
+	VMULPS       Y4, Y3, Y1
+	VMULPS       Y8, Y1, Y1
+	VSUBPS       Y8, Y0, Y0
+	VMULPS       Y0, Y1, Y1
+	VMASKMOVPS   Y1, Y2, (AX)(R9*1)
+	VMULPS       Y6, Y9, Y9
+	VMASKMOVPS   Y9, Y2, (SI)
+
+lstmBwdAVX2_done:
+	VZEROUPPER
+	RET
+
+// func lstmBwdRecAVX2(d *float32, a *float32, tc *float32, dy *float32, dhRec *float32, dc *float32, n int)
+// Requires: AVX, FMA3
+TEXT ·lstmBwdRecAVX2(SB), NOSPLIT, $0-56
+	MOVQ    d+0(FP), AX
+	MOVQ    a+8(FP), CX
+	MOVQ    tc+16(FP), DX
+	MOVQ    dy+24(FP), BX
+	MOVQ    dhRec+32(FP), SI
+	MOVQ    dc+40(FP), DI
+	MOVQ    n+48(FP), R8
+	MOVQ    R8, R9
+	SHLQ    $0x02, R9
+	LEAQ    (R9)(R9*2), R10
+	VMOVUPS mathvec_consts8<>+320(SB), Y0
+	VXORPS  Y1, Y1, Y1
+
+lstmBwdRecAVX2_loop32:
+	CMPQ         R8, $0x20
+	JL           lstmBwdRecAVX2_loop8
+	VMOVUPS      (BX), Y2
+	VMOVUPS      (SI), Y3
+	VADDPS       Y3, Y2, Y2
+	VMOVUPS      (CX), Y4
+	VMOVUPS      (CX)(R9*1), Y5
+	VMOVUPS      (CX)(R9*2), Y6
+	VMOVUPS      (CX)(R10*1), Y7
+	VMOVUPS      (DX), Y3
+	VMOVAPS      Y0, Y8
+	VFNMADD231PS Y3, Y3, Y8
+	VMULPS       Y7, Y2, Y9
+	VMULPS       Y8, Y9, Y9
+	VMOVUPS      (DI), Y8
+	VADDPS       Y9, Y8, Y8
+	VMULPS       Y6, Y8, Y9
+	VMULPS       Y4, Y9, Y9
+	VSUBPS       Y4, Y0, Y10
+	VMULPS       Y10, Y9, Y9
+	VMOVUPS      Y9, (AX)
+	VMULPS       Y1, Y8, Y9
+	VMULPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y10
+	VMULPS       Y10, Y9, Y9
+	VMOVUPS      Y9, (AX)(R9*1)
+	VMULPS       Y4, Y8, Y4
+	VMOVAPS      Y0, Y9
+	VFNMADD231PS Y6, Y6, Y9
+	VMULPS       Y9, Y4, Y4
+	VMOVUPS      Y4, (AX)(R9*2)
+	VMULPS       Y3, Y2, Y2
+	VMULPS       Y7, Y2, Y2
+	VSUBPS       Y7, Y0, Y3
+	VMULPS       Y3, Y2, Y2
+	VMOVUPS      Y2, (AX)(R10*1)
+	VMULPS       Y5, Y8, Y8
+	VMOVUPS      Y8, (DI)
+	VMOVUPS      32(BX), Y2
+	VMOVUPS      32(SI), Y3
+	VADDPS       Y3, Y2, Y2
+	VMOVUPS      32(CX), Y4
+	VMOVUPS      32(CX)(R9*1), Y5
+	VMOVUPS      32(CX)(R9*2), Y6
+	VMOVUPS      32(CX)(R10*1), Y7
+	VMOVUPS      32(DX), Y3
+	VMOVAPS      Y0, Y8
+	VFNMADD231PS Y3, Y3, Y8
+	VMULPS       Y7, Y2, Y9
+	VMULPS       Y8, Y9, Y9
+	VMOVUPS      32(DI), Y8
+	VADDPS       Y9, Y8, Y8
+	VMULPS       Y6, Y8, Y9
+	VMULPS       Y4, Y9, Y9
+	VSUBPS       Y4, Y0, Y10
+	VMULPS       Y10, Y9, Y9
+	VMOVUPS      Y9, 32(AX)
+	VMULPS       Y1, Y8, Y9
+	VMULPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y10
+	VMULPS       Y10, Y9, Y9
+	VMOVUPS      Y9, 32(AX)(R9*1)
+	VMULPS       Y4, Y8, Y4
+	VMOVAPS      Y0, Y9
+	VFNMADD231PS Y6, Y6, Y9
+	VMULPS       Y9, Y4, Y4
+	VMOVUPS      Y4, 32(AX)(R9*2)
+	VMULPS       Y3, Y2, Y2
+	VMULPS       Y7, Y2, Y2
+	VSUBPS       Y7, Y0, Y3
+	VMULPS       Y3, Y2, Y2
+	VMOVUPS      Y2, 32(AX)(R10*1)
+	VMULPS       Y5, Y8, Y8
+	VMOVUPS      Y8, 32(DI)
+	VMOVUPS      64(BX), Y2
+	VMOVUPS      64(SI), Y3
+	VADDPS       Y3, Y2, Y2
+	VMOVUPS      64(CX), Y4
+	VMOVUPS      64(CX)(R9*1), Y5
+	VMOVUPS      64(CX)(R9*2), Y6
+	VMOVUPS      64(CX)(R10*1), Y7
+	VMOVUPS      64(DX), Y3
+	VMOVAPS      Y0, Y8
+	VFNMADD231PS Y3, Y3, Y8
+	VMULPS       Y7, Y2, Y9
+	VMULPS       Y8, Y9, Y9
+	VMOVUPS      64(DI), Y8
+	VADDPS       Y9, Y8, Y8
+	VMULPS       Y6, Y8, Y9
+	VMULPS       Y4, Y9, Y9
+	VSUBPS       Y4, Y0, Y10
+	VMULPS       Y10, Y9, Y9
+	VMOVUPS      Y9, 64(AX)
+	VMULPS       Y1, Y8, Y9
+	VMULPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y10
+	VMULPS       Y10, Y9, Y9
+	VMOVUPS      Y9, 64(AX)(R9*1)
+	VMULPS       Y4, Y8, Y4
+	VMOVAPS      Y0, Y9
+	VFNMADD231PS Y6, Y6, Y9
+	VMULPS       Y9, Y4, Y4
+	VMOVUPS      Y4, 64(AX)(R9*2)
+	VMULPS       Y3, Y2, Y2
+	VMULPS       Y7, Y2, Y2
+	VSUBPS       Y7, Y0, Y3
+	VMULPS       Y3, Y2, Y2
+	VMOVUPS      Y2, 64(AX)(R10*1)
+	VMULPS       Y5, Y8, Y8
+	VMOVUPS      Y8, 64(DI)
+	VMOVUPS      96(BX), Y2
+	VMOVUPS      96(SI), Y3
+	VADDPS       Y3, Y2, Y2
+	VMOVUPS      96(CX), Y4
+	VMOVUPS      96(CX)(R9*1), Y5
+	VMOVUPS      96(CX)(R9*2), Y6
+	VMOVUPS      96(CX)(R10*1), Y7
+	VMOVUPS      96(DX), Y3
+	VMOVAPS      Y0, Y8
+	VFNMADD231PS Y3, Y3, Y8
+	VMULPS       Y7, Y2, Y9
+	VMULPS       Y8, Y9, Y9
+	VMOVUPS      96(DI), Y8
+	VADDPS       Y9, Y8, Y8
+	VMULPS       Y6, Y8, Y9
+	VMULPS       Y4, Y9, Y9
+	VSUBPS       Y4, Y0, Y10
+	VMULPS       Y10, Y9, Y9
+	VMOVUPS      Y9, 96(AX)
+	VMULPS       Y1, Y8, Y9
+	VMULPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y10
+	VMULPS       Y10, Y9, Y9
+	VMOVUPS      Y9, 96(AX)(R9*1)
+	VMULPS       Y4, Y8, Y4
+	VMOVAPS      Y0, Y9
+	VFNMADD231PS Y6, Y6, Y9
+	VMULPS       Y9, Y4, Y4
+	VMOVUPS      Y4, 96(AX)(R9*2)
+	VMULPS       Y3, Y2, Y2
+	VMULPS       Y7, Y2, Y2
+	VSUBPS       Y7, Y0, Y3
+	VMULPS       Y3, Y2, Y2
+	VMOVUPS      Y2, 96(AX)(R10*1)
+	VMULPS       Y5, Y8, Y8
+	VMOVUPS      Y8, 96(DI)
+	ADDQ         $0x80, AX
+	ADDQ         $0x80, CX
+	ADDQ         $0x80, DX
+	ADDQ         $0x80, BX
+	ADDQ         $0x80, SI
+	ADDQ         $0x80, DI
+	SUBQ         $0x20, R8
+	JMP          lstmBwdRecAVX2_loop32
+
+lstmBwdRecAVX2_loop8:
+	CMPQ         R8, $0x08
+	JL           lstmBwdRecAVX2_tail
+	VMOVUPS      (BX), Y2
+	VMOVUPS      (SI), Y3
+	VADDPS       Y3, Y2, Y2
+	VMOVUPS      (CX), Y4
+	VMOVUPS      (CX)(R9*1), Y5
+	VMOVUPS      (CX)(R9*2), Y6
+	VMOVUPS      (CX)(R10*1), Y7
+	VMOVUPS      (DX), Y3
+	VMOVAPS      Y0, Y8
+	VFNMADD231PS Y3, Y3, Y8
+	VMULPS       Y7, Y2, Y9
+	VMULPS       Y8, Y9, Y9
+	VMOVUPS      (DI), Y8
+	VADDPS       Y9, Y8, Y8
+	VMULPS       Y6, Y8, Y9
+	VMULPS       Y4, Y9, Y9
+	VSUBPS       Y4, Y0, Y10
+	VMULPS       Y10, Y9, Y9
+	VMOVUPS      Y9, (AX)
+	VMULPS       Y1, Y8, Y9
+	VMULPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y10
+	VMULPS       Y10, Y9, Y9
+	VMOVUPS      Y9, (AX)(R9*1)
+	VMULPS       Y4, Y8, Y4
+	VMOVAPS      Y0, Y9
+	VFNMADD231PS Y6, Y6, Y9
+	VMULPS       Y9, Y4, Y4
+	VMOVUPS      Y4, (AX)(R9*2)
+	VMULPS       Y3, Y2, Y2
+	VMULPS       Y7, Y2, Y2
+	VSUBPS       Y7, Y0, Y3
+	VMULPS       Y3, Y2, Y2
+	VMOVUPS      Y2, (AX)(R10*1)
+	VMULPS       Y5, Y8, Y8
+	VMOVUPS      Y8, (DI)
+	ADDQ         $0x20, AX
+	ADDQ         $0x20, CX
+	ADDQ         $0x20, DX
+	ADDQ         $0x20, BX
+	ADDQ         $0x20, SI
+	ADDQ         $0x20, DI
+	SUBQ         $0x08, R8
+	JMP          lstmBwdRecAVX2_loop8
+
+lstmBwdRecAVX2_tail:
+	TESTQ        R8, R8
+	JE           lstmBwdRecAVX2_done
+	MOVQ         $0x00000008, R11
+	SUBQ         R8, R11
+	LEAQ         mathvec_consts8<>+1120(SB), R8
+	VMOVDQU      (R8)(R11*4), Y2
+	VMASKMOVPS   (BX), Y2, Y3
+	VMASKMOVPS   (SI), Y2, Y4
+	VADDPS       Y4, Y3, Y3
+	VMASKMOVPS   (CX), Y2, Y5
+	VMASKMOVPS   (CX)(R9*1), Y2, Y6
+	VMASKMOVPS   (CX)(R9*2), Y2, Y7
+	VMASKMOVPS   (CX)(R10*1), Y2, Y8
+	VMASKMOVPS   (DX), Y2, Y4
+	VMOVAPS      Y0, Y9
+	VFNMADD231PS Y4, Y4, Y9
+	VMULPS       Y8, Y3, Y10
+	VMULPS       Y9, Y10, Y10
+	VMASKMOVPS   (DI), Y2, Y9
+	VADDPS       Y10, Y9, Y9
+	VMULPS       Y7, Y9, Y10
+	VMULPS       Y5, Y10, Y10
+	VSUBPS       Y5, Y0, Y11
+	VMULPS       Y11, Y10, Y10
+	VMASKMOVPS   Y10, Y2, (AX)
+	VMULPS       Y1, Y9, Y1
+	VMULPS       Y6, Y1, Y1
+	VSUBPS       Y6, Y0, Y10
+	VMULPS       Y10, Y1, Y1
+	VMASKMOVPS   Y1, Y2, (AX)(R9*1)
+	VMULPS       Y5, Y9, Y1
+	VMOVAPS      Y0, Y5
+	VFNMADD231PS Y7, Y7, Y5
+	VMULPS       Y5, Y1, Y1
+	VMASKMOVPS   Y1, Y2, (AX)(R9*2)
+	VMULPS       Y4, Y3, Y1
+	VMULPS       Y8, Y1, Y1
+	VSUBPS       Y8, Y0, Y0
+	VMULPS       Y0, Y1, Y1
+	VMASKMOVPS   Y1, Y2, (AX)(R10*1)
+	VMULPS       Y6, Y9, Y9
+	VMASKMOVPS   Y9, Y2, (DI)
+
+lstmBwdRecAVX2_done:
+	VZEROUPPER
+	RET
+
+// func lstmBwdPrevAVX2(d *float32, a *float32, cPrev *float32, tc *float32, dy *float32, dc *float32, n int)
+// Requires: AVX, FMA3
+TEXT ·lstmBwdPrevAVX2(SB), NOSPLIT, $0-56
+	MOVQ    d+0(FP), AX
+	MOVQ    a+8(FP), CX
+	MOVQ    cPrev+16(FP), DX
+	MOVQ    tc+24(FP), BX
+	MOVQ    dy+32(FP), SI
+	MOVQ    dc+40(FP), DI
+	MOVQ    n+48(FP), R8
+	MOVQ    R8, R9
+	SHLQ    $0x02, R9
+	LEAQ    (R9)(R9*2), R10
+	VMOVUPS mathvec_consts8<>+320(SB), Y0
+
+lstmBwdPrevAVX2_loop32:
+	CMPQ         R8, $0x20
+	JL           lstmBwdPrevAVX2_loop8
+	VMOVUPS      (SI), Y1
+	VMOVUPS      (CX), Y3
+	VMOVUPS      (CX)(R9*1), Y4
+	VMOVUPS      (CX)(R9*2), Y5
+	VMOVUPS      (CX)(R10*1), Y6
+	VMOVUPS      (BX), Y2
+	VMOVAPS      Y0, Y7
+	VFNMADD231PS Y2, Y2, Y7
+	VMULPS       Y6, Y1, Y8
+	VMULPS       Y7, Y8, Y8
+	VMOVUPS      (DI), Y7
+	VADDPS       Y8, Y7, Y7
+	VMULPS       Y5, Y7, Y8
+	VMULPS       Y3, Y8, Y8
+	VSUBPS       Y3, Y0, Y9
+	VMULPS       Y9, Y8, Y8
+	VMOVUPS      Y8, (AX)
+	VMOVUPS      (DX), Y8
+	VMULPS       Y8, Y7, Y8
+	VMULPS       Y4, Y8, Y8
+	VSUBPS       Y4, Y0, Y9
+	VMULPS       Y9, Y8, Y8
+	VMOVUPS      Y8, (AX)(R9*1)
+	VMULPS       Y3, Y7, Y3
+	VMOVAPS      Y0, Y8
+	VFNMADD231PS Y5, Y5, Y8
+	VMULPS       Y8, Y3, Y3
+	VMOVUPS      Y3, (AX)(R9*2)
+	VMULPS       Y2, Y1, Y1
+	VMULPS       Y6, Y1, Y1
+	VSUBPS       Y6, Y0, Y2
+	VMULPS       Y2, Y1, Y1
+	VMOVUPS      Y1, (AX)(R10*1)
+	VMULPS       Y4, Y7, Y7
+	VMOVUPS      Y7, (DI)
+	VMOVUPS      32(SI), Y1
+	VMOVUPS      32(CX), Y3
+	VMOVUPS      32(CX)(R9*1), Y4
+	VMOVUPS      32(CX)(R9*2), Y5
+	VMOVUPS      32(CX)(R10*1), Y6
+	VMOVUPS      32(BX), Y2
+	VMOVAPS      Y0, Y7
+	VFNMADD231PS Y2, Y2, Y7
+	VMULPS       Y6, Y1, Y8
+	VMULPS       Y7, Y8, Y8
+	VMOVUPS      32(DI), Y7
+	VADDPS       Y8, Y7, Y7
+	VMULPS       Y5, Y7, Y8
+	VMULPS       Y3, Y8, Y8
+	VSUBPS       Y3, Y0, Y9
+	VMULPS       Y9, Y8, Y8
+	VMOVUPS      Y8, 32(AX)
+	VMOVUPS      32(DX), Y8
+	VMULPS       Y8, Y7, Y8
+	VMULPS       Y4, Y8, Y8
+	VSUBPS       Y4, Y0, Y9
+	VMULPS       Y9, Y8, Y8
+	VMOVUPS      Y8, 32(AX)(R9*1)
+	VMULPS       Y3, Y7, Y3
+	VMOVAPS      Y0, Y8
+	VFNMADD231PS Y5, Y5, Y8
+	VMULPS       Y8, Y3, Y3
+	VMOVUPS      Y3, 32(AX)(R9*2)
+	VMULPS       Y2, Y1, Y1
+	VMULPS       Y6, Y1, Y1
+	VSUBPS       Y6, Y0, Y2
+	VMULPS       Y2, Y1, Y1
+	VMOVUPS      Y1, 32(AX)(R10*1)
+	VMULPS       Y4, Y7, Y7
+	VMOVUPS      Y7, 32(DI)
+	VMOVUPS      64(SI), Y1
+	VMOVUPS      64(CX), Y3
+	VMOVUPS      64(CX)(R9*1), Y4
+	VMOVUPS      64(CX)(R9*2), Y5
+	VMOVUPS      64(CX)(R10*1), Y6
+	VMOVUPS      64(BX), Y2
+	VMOVAPS      Y0, Y7
+	VFNMADD231PS Y2, Y2, Y7
+	VMULPS       Y6, Y1, Y8
+	VMULPS       Y7, Y8, Y8
+	VMOVUPS      64(DI), Y7
+	VADDPS       Y8, Y7, Y7
+	VMULPS       Y5, Y7, Y8
+	VMULPS       Y3, Y8, Y8
+	VSUBPS       Y3, Y0, Y9
+	VMULPS       Y9, Y8, Y8
+	VMOVUPS      Y8, 64(AX)
+	VMOVUPS      64(DX), Y8
+	VMULPS       Y8, Y7, Y8
+	VMULPS       Y4, Y8, Y8
+	VSUBPS       Y4, Y0, Y9
+	VMULPS       Y9, Y8, Y8
+	VMOVUPS      Y8, 64(AX)(R9*1)
+	VMULPS       Y3, Y7, Y3
+	VMOVAPS      Y0, Y8
+	VFNMADD231PS Y5, Y5, Y8
+	VMULPS       Y8, Y3, Y3
+	VMOVUPS      Y3, 64(AX)(R9*2)
+	VMULPS       Y2, Y1, Y1
+	VMULPS       Y6, Y1, Y1
+	VSUBPS       Y6, Y0, Y2
+	VMULPS       Y2, Y1, Y1
+	VMOVUPS      Y1, 64(AX)(R10*1)
+	VMULPS       Y4, Y7, Y7
+	VMOVUPS      Y7, 64(DI)
+	VMOVUPS      96(SI), Y1
+	VMOVUPS      96(CX), Y3
+	VMOVUPS      96(CX)(R9*1), Y4
+	VMOVUPS      96(CX)(R9*2), Y5
+	VMOVUPS      96(CX)(R10*1), Y6
+	VMOVUPS      96(BX), Y2
+	VMOVAPS      Y0, Y7
+	VFNMADD231PS Y2, Y2, Y7
+	VMULPS       Y6, Y1, Y8
+	VMULPS       Y7, Y8, Y8
+	VMOVUPS      96(DI), Y7
+	VADDPS       Y8, Y7, Y7
+	VMULPS       Y5, Y7, Y8
+	VMULPS       Y3, Y8, Y8
+	VSUBPS       Y3, Y0, Y9
+	VMULPS       Y9, Y8, Y8
+	VMOVUPS      Y8, 96(AX)
+	VMOVUPS      96(DX), Y8
+	VMULPS       Y8, Y7, Y8
+	VMULPS       Y4, Y8, Y8
+	VSUBPS       Y4, Y0, Y9
+	VMULPS       Y9, Y8, Y8
+	VMOVUPS      Y8, 96(AX)(R9*1)
+	VMULPS       Y3, Y7, Y3
+	VMOVAPS      Y0, Y8
+	VFNMADD231PS Y5, Y5, Y8
+	VMULPS       Y8, Y3, Y3
+	VMOVUPS      Y3, 96(AX)(R9*2)
+	VMULPS       Y2, Y1, Y1
+	VMULPS       Y6, Y1, Y1
+	VSUBPS       Y6, Y0, Y2
+	VMULPS       Y2, Y1, Y1
+	VMOVUPS      Y1, 96(AX)(R10*1)
+	VMULPS       Y4, Y7, Y7
+	VMOVUPS      Y7, 96(DI)
+	ADDQ         $0x80, AX
+	ADDQ         $0x80, CX
+	ADDQ         $0x80, DX
+	ADDQ         $0x80, BX
+	ADDQ         $0x80, SI
+	ADDQ         $0x80, DI
+	SUBQ         $0x20, R8
+	JMP          lstmBwdPrevAVX2_loop32
+
+lstmBwdPrevAVX2_loop8:
+	CMPQ         R8, $0x08
+	JL           lstmBwdPrevAVX2_tail
+	VMOVUPS      (SI), Y1
+	VMOVUPS      (CX), Y3
+	VMOVUPS      (CX)(R9*1), Y4
+	VMOVUPS      (CX)(R9*2), Y5
+	VMOVUPS      (CX)(R10*1), Y6
+	VMOVUPS      (BX), Y2
+	VMOVAPS      Y0, Y7
+	VFNMADD231PS Y2, Y2, Y7
+	VMULPS       Y6, Y1, Y8
+	VMULPS       Y7, Y8, Y8
+	VMOVUPS      (DI), Y7
+	VADDPS       Y8, Y7, Y7
+	VMULPS       Y5, Y7, Y8
+	VMULPS       Y3, Y8, Y8
+	VSUBPS       Y3, Y0, Y9
+	VMULPS       Y9, Y8, Y8
+	VMOVUPS      Y8, (AX)
+	VMOVUPS      (DX), Y8
+	VMULPS       Y8, Y7, Y8
+	VMULPS       Y4, Y8, Y8
+	VSUBPS       Y4, Y0, Y9
+	VMULPS       Y9, Y8, Y8
+	VMOVUPS      Y8, (AX)(R9*1)
+	VMULPS       Y3, Y7, Y3
+	VMOVAPS      Y0, Y8
+	VFNMADD231PS Y5, Y5, Y8
+	VMULPS       Y8, Y3, Y3
+	VMOVUPS      Y3, (AX)(R9*2)
+	VMULPS       Y2, Y1, Y1
+	VMULPS       Y6, Y1, Y1
+	VSUBPS       Y6, Y0, Y2
+	VMULPS       Y2, Y1, Y1
+	VMOVUPS      Y1, (AX)(R10*1)
+	VMULPS       Y4, Y7, Y7
+	VMOVUPS      Y7, (DI)
+	ADDQ         $0x20, AX
+	ADDQ         $0x20, CX
+	ADDQ         $0x20, DX
+	ADDQ         $0x20, BX
+	ADDQ         $0x20, SI
+	ADDQ         $0x20, DI
+	SUBQ         $0x08, R8
+	JMP          lstmBwdPrevAVX2_loop8
+
+lstmBwdPrevAVX2_tail:
+	TESTQ        R8, R8
+	JE           lstmBwdPrevAVX2_done
+	MOVQ         $0x00000008, R11
+	SUBQ         R8, R11
+	LEAQ         mathvec_consts8<>+1120(SB), R8
+	VMOVDQU      (R8)(R11*4), Y1
+	VMASKMOVPS   (SI), Y1, Y2
+	VMASKMOVPS   (CX), Y1, Y4
+	VMASKMOVPS   (CX)(R9*1), Y1, Y5
+	VMASKMOVPS   (CX)(R9*2), Y1, Y6
+	VMASKMOVPS   (CX)(R10*1), Y1, Y7
+	VMASKMOVPS   (BX), Y1, Y3
+	VMOVAPS      Y0, Y8
+	VFNMADD231PS Y3, Y3, Y8
+	VMULPS       Y7, Y2, Y9
+	VMULPS       Y8, Y9, Y9
+	VMASKMOVPS   (DI), Y1, Y8
+	VADDPS       Y9, Y8, Y8
+	VMULPS       Y6, Y8, Y9
+	VMULPS       Y4, Y9, Y9
+	VSUBPS       Y4, Y0, Y10
+	VMULPS       Y10, Y9, Y9
+	VMASKMOVPS   Y9, Y1, (AX)
+	VMASKMOVPS   (DX), Y1, Y9
+	VMULPS       Y9, Y8, Y9
+	VMULPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y10
+	VMULPS       Y10, Y9, Y9
+	VMASKMOVPS   Y9, Y1, (AX)(R9*1)
+	VMULPS       Y4, Y8, Y4
+	VMOVAPS      Y0, Y9
+	VFNMADD231PS Y6, Y6, Y9
+	VMULPS       Y9, Y4, Y4
+	VMASKMOVPS   Y4, Y1, (AX)(R9*2)
+	VMULPS       Y3, Y2, Y2
+	VMULPS       Y7, Y2, Y2
+	VSUBPS       Y7, Y0, Y0
+	VMULPS       Y0, Y2, Y2
+	VMASKMOVPS   Y2, Y1, (AX)(R10*1)
+	VMULPS       Y5, Y8, Y8
+	VMASKMOVPS   Y8, Y1, (DI)
+
+lstmBwdPrevAVX2_done:
+	VZEROUPPER
+	RET
+
+// func lstmBwdPrevRecAVX2(d *float32, a *float32, cPrev *float32, tc *float32, dy *float32, dhRec *float32, dc *float32, n int)
+// Requires: AVX, FMA3
+TEXT ·lstmBwdPrevRecAVX2(SB), NOSPLIT, $0-64
+	MOVQ    d+0(FP), AX
+	MOVQ    a+8(FP), CX
+	MOVQ    cPrev+16(FP), DX
+	MOVQ    tc+24(FP), BX
+	MOVQ    dy+32(FP), SI
+	MOVQ    dhRec+40(FP), DI
+	MOVQ    dc+48(FP), R8
+	MOVQ    n+56(FP), R9
+	MOVQ    R9, R10
+	SHLQ    $0x02, R10
+	LEAQ    (R10)(R10*2), R11
+	VMOVUPS mathvec_consts8<>+320(SB), Y0
+
+lstmBwdPrevRecAVX2_loop32:
+	CMPQ         R9, $0x20
+	JL           lstmBwdPrevRecAVX2_loop8
+	VMOVUPS      (SI), Y1
+	VMOVUPS      (DI), Y2
+	VADDPS       Y2, Y1, Y1
+	VMOVUPS      (CX), Y3
+	VMOVUPS      (CX)(R10*1), Y4
+	VMOVUPS      (CX)(R10*2), Y5
+	VMOVUPS      (CX)(R11*1), Y6
+	VMOVUPS      (BX), Y2
+	VMOVAPS      Y0, Y7
+	VFNMADD231PS Y2, Y2, Y7
+	VMULPS       Y6, Y1, Y8
+	VMULPS       Y7, Y8, Y8
+	VMOVUPS      (R8), Y7
+	VADDPS       Y8, Y7, Y7
+	VMULPS       Y5, Y7, Y8
+	VMULPS       Y3, Y8, Y8
+	VSUBPS       Y3, Y0, Y9
+	VMULPS       Y9, Y8, Y8
+	VMOVUPS      Y8, (AX)
+	VMOVUPS      (DX), Y8
+	VMULPS       Y8, Y7, Y8
+	VMULPS       Y4, Y8, Y8
+	VSUBPS       Y4, Y0, Y9
+	VMULPS       Y9, Y8, Y8
+	VMOVUPS      Y8, (AX)(R10*1)
+	VMULPS       Y3, Y7, Y3
+	VMOVAPS      Y0, Y8
+	VFNMADD231PS Y5, Y5, Y8
+	VMULPS       Y8, Y3, Y3
+	VMOVUPS      Y3, (AX)(R10*2)
+	VMULPS       Y2, Y1, Y1
+	VMULPS       Y6, Y1, Y1
+	VSUBPS       Y6, Y0, Y2
+	VMULPS       Y2, Y1, Y1
+	VMOVUPS      Y1, (AX)(R11*1)
+	VMULPS       Y4, Y7, Y7
+	VMOVUPS      Y7, (R8)
+	VMOVUPS      32(SI), Y1
+	VMOVUPS      32(DI), Y2
+	VADDPS       Y2, Y1, Y1
+	VMOVUPS      32(CX), Y3
+	VMOVUPS      32(CX)(R10*1), Y4
+	VMOVUPS      32(CX)(R10*2), Y5
+	VMOVUPS      32(CX)(R11*1), Y6
+	VMOVUPS      32(BX), Y2
+	VMOVAPS      Y0, Y7
+	VFNMADD231PS Y2, Y2, Y7
+	VMULPS       Y6, Y1, Y8
+	VMULPS       Y7, Y8, Y8
+	VMOVUPS      32(R8), Y7
+	VADDPS       Y8, Y7, Y7
+	VMULPS       Y5, Y7, Y8
+	VMULPS       Y3, Y8, Y8
+	VSUBPS       Y3, Y0, Y9
+	VMULPS       Y9, Y8, Y8
+	VMOVUPS      Y8, 32(AX)
+	VMOVUPS      32(DX), Y8
+	VMULPS       Y8, Y7, Y8
+	VMULPS       Y4, Y8, Y8
+	VSUBPS       Y4, Y0, Y9
+	VMULPS       Y9, Y8, Y8
+	VMOVUPS      Y8, 32(AX)(R10*1)
+	VMULPS       Y3, Y7, Y3
+	VMOVAPS      Y0, Y8
+	VFNMADD231PS Y5, Y5, Y8
+	VMULPS       Y8, Y3, Y3
+	VMOVUPS      Y3, 32(AX)(R10*2)
+	VMULPS       Y2, Y1, Y1
+	VMULPS       Y6, Y1, Y1
+	VSUBPS       Y6, Y0, Y2
+	VMULPS       Y2, Y1, Y1
+	VMOVUPS      Y1, 32(AX)(R11*1)
+	VMULPS       Y4, Y7, Y7
+	VMOVUPS      Y7, 32(R8)
+	VMOVUPS      64(SI), Y1
+	VMOVUPS      64(DI), Y2
+	VADDPS       Y2, Y1, Y1
+	VMOVUPS      64(CX), Y3
+	VMOVUPS      64(CX)(R10*1), Y4
+	VMOVUPS      64(CX)(R10*2), Y5
+	VMOVUPS      64(CX)(R11*1), Y6
+	VMOVUPS      64(BX), Y2
+	VMOVAPS      Y0, Y7
+	VFNMADD231PS Y2, Y2, Y7
+	VMULPS       Y6, Y1, Y8
+	VMULPS       Y7, Y8, Y8
+	VMOVUPS      64(R8), Y7
+	VADDPS       Y8, Y7, Y7
+	VMULPS       Y5, Y7, Y8
+	VMULPS       Y3, Y8, Y8
+	VSUBPS       Y3, Y0, Y9
+	VMULPS       Y9, Y8, Y8
+	VMOVUPS      Y8, 64(AX)
+	VMOVUPS      64(DX), Y8
+	VMULPS       Y8, Y7, Y8
+	VMULPS       Y4, Y8, Y8
+	VSUBPS       Y4, Y0, Y9
+	VMULPS       Y9, Y8, Y8
+	VMOVUPS      Y8, 64(AX)(R10*1)
+	VMULPS       Y3, Y7, Y3
+	VMOVAPS      Y0, Y8
+	VFNMADD231PS Y5, Y5, Y8
+	VMULPS       Y8, Y3, Y3
+	VMOVUPS      Y3, 64(AX)(R10*2)
+	VMULPS       Y2, Y1, Y1
+	VMULPS       Y6, Y1, Y1
+	VSUBPS       Y6, Y0, Y2
+	VMULPS       Y2, Y1, Y1
+	VMOVUPS      Y1, 64(AX)(R11*1)
+	VMULPS       Y4, Y7, Y7
+	VMOVUPS      Y7, 64(R8)
+	VMOVUPS      96(SI), Y1
+	VMOVUPS      96(DI), Y2
+	VADDPS       Y2, Y1, Y1
+	VMOVUPS      96(CX), Y3
+	VMOVUPS      96(CX)(R10*1), Y4
+	VMOVUPS      96(CX)(R10*2), Y5
+	VMOVUPS      96(CX)(R11*1), Y6
+	VMOVUPS      96(BX), Y2
+	VMOVAPS      Y0, Y7
+	VFNMADD231PS Y2, Y2, Y7
+	VMULPS       Y6, Y1, Y8
+	VMULPS       Y7, Y8, Y8
+	VMOVUPS      96(R8), Y7
+	VADDPS       Y8, Y7, Y7
+	VMULPS       Y5, Y7, Y8
+	VMULPS       Y3, Y8, Y8
+	VSUBPS       Y3, Y0, Y9
+	VMULPS       Y9, Y8, Y8
+	VMOVUPS      Y8, 96(AX)
+	VMOVUPS      96(DX), Y8
+	VMULPS       Y8, Y7, Y8
+	VMULPS       Y4, Y8, Y8
+	VSUBPS       Y4, Y0, Y9
+	VMULPS       Y9, Y8, Y8
+	VMOVUPS      Y8, 96(AX)(R10*1)
+	VMULPS       Y3, Y7, Y3
+	VMOVAPS      Y0, Y8
+	VFNMADD231PS Y5, Y5, Y8
+	VMULPS       Y8, Y3, Y3
+	VMOVUPS      Y3, 96(AX)(R10*2)
+	VMULPS       Y2, Y1, Y1
+	VMULPS       Y6, Y1, Y1
+	VSUBPS       Y6, Y0, Y2
+	VMULPS       Y2, Y1, Y1
+	VMOVUPS      Y1, 96(AX)(R11*1)
+	VMULPS       Y4, Y7, Y7
+	VMOVUPS      Y7, 96(R8)
+	ADDQ         $0x80, AX
+	ADDQ         $0x80, CX
+	ADDQ         $0x80, DX
+	ADDQ         $0x80, BX
+	ADDQ         $0x80, SI
+	ADDQ         $0x80, DI
+	ADDQ         $0x80, R8
+	SUBQ         $0x20, R9
+	JMP          lstmBwdPrevRecAVX2_loop32
+
+lstmBwdPrevRecAVX2_loop8:
+	CMPQ         R9, $0x08
+	JL           lstmBwdPrevRecAVX2_tail
+	VMOVUPS      (SI), Y1
+	VMOVUPS      (DI), Y2
+	VADDPS       Y2, Y1, Y1
+	VMOVUPS      (CX), Y3
+	VMOVUPS      (CX)(R10*1), Y4
+	VMOVUPS      (CX)(R10*2), Y5
+	VMOVUPS      (CX)(R11*1), Y6
+	VMOVUPS      (BX), Y2
+	VMOVAPS      Y0, Y7
+	VFNMADD231PS Y2, Y2, Y7
+	VMULPS       Y6, Y1, Y8
+	VMULPS       Y7, Y8, Y8
+	VMOVUPS      (R8), Y7
+	VADDPS       Y8, Y7, Y7
+	VMULPS       Y5, Y7, Y8
+	VMULPS       Y3, Y8, Y8
+	VSUBPS       Y3, Y0, Y9
+	VMULPS       Y9, Y8, Y8
+	VMOVUPS      Y8, (AX)
+	VMOVUPS      (DX), Y8
+	VMULPS       Y8, Y7, Y8
+	VMULPS       Y4, Y8, Y8
+	VSUBPS       Y4, Y0, Y9
+	VMULPS       Y9, Y8, Y8
+	VMOVUPS      Y8, (AX)(R10*1)
+	VMULPS       Y3, Y7, Y3
+	VMOVAPS      Y0, Y8
+	VFNMADD231PS Y5, Y5, Y8
+	VMULPS       Y8, Y3, Y3
+	VMOVUPS      Y3, (AX)(R10*2)
+	VMULPS       Y2, Y1, Y1
+	VMULPS       Y6, Y1, Y1
+	VSUBPS       Y6, Y0, Y2
+	VMULPS       Y2, Y1, Y1
+	VMOVUPS      Y1, (AX)(R11*1)
+	VMULPS       Y4, Y7, Y7
+	VMOVUPS      Y7, (R8)
+	ADDQ         $0x20, AX
+	ADDQ         $0x20, CX
+	ADDQ         $0x20, DX
+	ADDQ         $0x20, BX
+	ADDQ         $0x20, SI
+	ADDQ         $0x20, DI
+	ADDQ         $0x20, R8
+	SUBQ         $0x08, R9
+	JMP          lstmBwdPrevRecAVX2_loop8
+
+lstmBwdPrevRecAVX2_tail:
+	TESTQ        R9, R9
+	JE           lstmBwdPrevRecAVX2_done
+	MOVQ         $0x00000008, R12
+	SUBQ         R9, R12
+	LEAQ         mathvec_consts8<>+1120(SB), R9
+	VMOVDQU      (R9)(R12*4), Y1
+	VMASKMOVPS   (SI), Y1, Y2
+	VMASKMOVPS   (DI), Y1, Y3
+	VADDPS       Y3, Y2, Y2
+	VMASKMOVPS   (CX), Y1, Y4
+	VMASKMOVPS   (CX)(R10*1), Y1, Y5
+	VMASKMOVPS   (CX)(R10*2), Y1, Y6
+	VMASKMOVPS   (CX)(R11*1), Y1, Y7
+	VMASKMOVPS   (BX), Y1, Y3
+	VMOVAPS      Y0, Y8
+	VFNMADD231PS Y3, Y3, Y8
+	VMULPS       Y7, Y2, Y9
+	VMULPS       Y8, Y9, Y9
+	VMASKMOVPS   (R8), Y1, Y8
+	VADDPS       Y9, Y8, Y8
+	VMULPS       Y6, Y8, Y9
+	VMULPS       Y4, Y9, Y9
+	VSUBPS       Y4, Y0, Y10
+	VMULPS       Y10, Y9, Y9
+	VMASKMOVPS   Y9, Y1, (AX)
+	VMASKMOVPS   (DX), Y1, Y9
+	VMULPS       Y9, Y8, Y9
+	VMULPS       Y5, Y9, Y9
+	VSUBPS       Y5, Y0, Y10
+	VMULPS       Y10, Y9, Y9
+	VMASKMOVPS   Y9, Y1, (AX)(R10*1)
+	VMULPS       Y4, Y8, Y4
+	VMOVAPS      Y0, Y9
+	VFNMADD231PS Y6, Y6, Y9
+	VMULPS       Y9, Y4, Y4
+	VMASKMOVPS   Y4, Y1, (AX)(R10*2)
+	VMULPS       Y3, Y2, Y2
+	VMULPS       Y7, Y2, Y2
+	VSUBPS       Y7, Y0, Y0
+	VMULPS       Y0, Y2, Y2
+	VMASKMOVPS   Y2, Y1, (AX)(R11*1)
+	VMULPS       Y5, Y8, Y8
+	VMASKMOVPS   Y8, Y1, (R8)
+
+lstmBwdPrevRecAVX2_done:
+	VZEROUPPER
+	RET
+
 // func lnStatsAVX512(x *float32, n int) (mean float64, ss float64)
 // Requires: AVX, AVX512F, AVX512VL, BMI2
 TEXT ·lnStatsAVX512(SB), NOSPLIT, $0-32

@@ -85,6 +85,56 @@ func lstmBwdPrevAVX512(d *float32, a *float32, cPrev *float32, tc *float32, dy *
 // d = (dc'·g·i·(1−i), dc'·cp·f·(1−f), dc'·i·(1−g²), dh·tc·o·(1−o)); dc = dc'·f (AVX-512F).
 func lstmBwdPrevRecAVX512(d *float32, a *float32, cPrev *float32, tc *float32, dy *float32, dhRec *float32, dc *float32, n int)
 
+// expSumAVX2 writes dst[i] = e^(x[i]-shift) for i < n and returns their sum, accumulated
+// in float64 in a fixed order (AVX2, FMA).
+func expSumAVX2(dst *float32, x *float32, n int, shift float32) float64
+
+// maxAVX2 returns the largest of x[i], i < n, n >= 1 (AVX2); a NaN may be skipped, callers
+// propagate NaN through the values they compute from x.
+func maxAVX2(x *float32, n int) float32
+
+// geluAVX2 computes y[i] = x[i]·Φ(x[i]), the exact GELU, for i < n (AVX2, FMA).
+func geluAVX2(y *float32, x *float32, n int)
+
+// geluCDFAVX2 computes cdf[i] = Φ(x[i]) and y[i] = x[i]·Φ(x[i]), the exact GELU, for i < n (AVX2, FMA).
+func geluCDFAVX2(y *float32, cdf *float32, x *float32, n int)
+
+// geluBwdSetAVX2 computes dx[i] = dy[i]·(cdf[i] + x[i]·φ(x[i])), the exact GELU's derivative with Φ(x) = cdf given, for i < n (AVX2, FMA).
+func geluBwdSetAVX2(dx *float32, x *float32, cdf *float32, dy *float32, n int)
+
+// geluBwdAccAVX2 computes dx[i] += dy[i]·(cdf[i] + x[i]·φ(x[i])), the exact GELU's derivative with Φ(x) = cdf given, for i < n (AVX2, FMA).
+func geluBwdAccAVX2(dx *float32, x *float32, cdf *float32, dy *float32, n int)
+
+// lstmFwdAVX2 applies one LSTM row's gates for k < n: gates[k], gates[n+k], gates[3n+k] become
+// their sigmoids i, f, o and gates[2n+k] its tanh g, then c[k] = 0 + i·g, tc[k] = tanh(c[k]),
+// h[k] = o·tc[k] (AVX2, FMA).
+func lstmFwdAVX2(gates *float32, c *float32, tc *float32, h *float32, n int)
+
+// lstmFwdPrevAVX2 applies one LSTM row's gates for k < n: gates[k], gates[n+k], gates[3n+k] become
+// their sigmoids i, f, o and gates[2n+k] its tanh g, then c[k] = f·cPrev[k] + i·g, tc[k] = tanh(c[k]),
+// h[k] = o·tc[k] (AVX2, FMA).
+func lstmFwdPrevAVX2(gates *float32, cPrev *float32, c *float32, tc *float32, h *float32, n int)
+
+// lstmBwdAVX2 is the backward of one LSTM row for k < n, with acts a = (i, f, g, o) in four
+// blocks of n, dh = dy, tc = tanh(c) and cp = 0: dc' = dc + dh·o·(1 − tc²);
+// d = (dc'·g·i·(1−i), dc'·cp·f·(1−f), dc'·i·(1−g²), dh·tc·o·(1−o)); dc = dc'·f (AVX2, FMA).
+func lstmBwdAVX2(d *float32, a *float32, tc *float32, dy *float32, dc *float32, n int)
+
+// lstmBwdRecAVX2 is the backward of one LSTM row for k < n, with acts a = (i, f, g, o) in four
+// blocks of n, dh = dy + dhRec, tc = tanh(c) and cp = 0: dc' = dc + dh·o·(1 − tc²);
+// d = (dc'·g·i·(1−i), dc'·cp·f·(1−f), dc'·i·(1−g²), dh·tc·o·(1−o)); dc = dc'·f (AVX2, FMA).
+func lstmBwdRecAVX2(d *float32, a *float32, tc *float32, dy *float32, dhRec *float32, dc *float32, n int)
+
+// lstmBwdPrevAVX2 is the backward of one LSTM row for k < n, with acts a = (i, f, g, o) in four
+// blocks of n, dh = dy, tc = tanh(c) and cp = cPrev: dc' = dc + dh·o·(1 − tc²);
+// d = (dc'·g·i·(1−i), dc'·cp·f·(1−f), dc'·i·(1−g²), dh·tc·o·(1−o)); dc = dc'·f (AVX2, FMA).
+func lstmBwdPrevAVX2(d *float32, a *float32, cPrev *float32, tc *float32, dy *float32, dc *float32, n int)
+
+// lstmBwdPrevRecAVX2 is the backward of one LSTM row for k < n, with acts a = (i, f, g, o) in four
+// blocks of n, dh = dy + dhRec, tc = tanh(c) and cp = cPrev: dc' = dc + dh·o·(1 − tc²);
+// d = (dc'·g·i·(1−i), dc'·cp·f·(1−f), dc'·i·(1−g²), dh·tc·o·(1−o)); dc = dc'·f (AVX2, FMA).
+func lstmBwdPrevRecAVX2(d *float32, a *float32, cPrev *float32, tc *float32, dy *float32, dhRec *float32, dc *float32, n int)
+
 // lnStatsAVX512 returns mean = sum x[i] / n and ss = sum (x[i]-mean)² for i < n, n >= 1, from the
 // values widened to float64 and summed in float64 in a fixed order (AVX-512F).
 func lnStatsAVX512(x *float32, n int) (mean float64, ss float64)

@@ -7,10 +7,10 @@ import (
 )
 
 // The fused LSTM row kernels (vecOps.lstmFwd, lstmBwd) of every implementation runnable
-// here (the generic Go loops and, on AVX-512 machines, asmgen/lstm.go's) against float64
-// references: the gate nonlinearities on a dense grid, special values, every length
-// 0…70 and 1000 through the kernels' loops and tail with a guard after each output, and
-// every combination of absent (nil) operands.
+// here (the generic Go loops and, on AVX2 or AVX-512 machines, asmgen/lstm.go's and
+// mathvec_avx2.go's) against float64 references: the gate nonlinearities on a dense
+// grid, special values, every length 0…70 and 1000 through the kernels' loops and tail
+// with a guard after each output, and every combination of absent (nil) operands.
 
 func sigmoidRef(x float64) float64 { return 1 / (1 + math.Exp(-x)) }
 

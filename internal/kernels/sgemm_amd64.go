@@ -56,7 +56,13 @@ func indirectAVX2(_ *gemmImpl, taps, clen int, x []float32, base int, offs []int
 func archImpls() []*gemmImpl { return []*gemmImpl{avx512Impl, avx2Impl} }
 
 // avx512Vec wraps the AVX-512 elementwise kernels (callers checked lengths).
-var avx512Vec = &vecOps{
+var avx512Vec = func() *vecOps {
+	v := avx512VecBase
+	avx512Math.install(&v)
+	return &v
+}()
+
+var avx512VecBase = vecOps{
 	axpy: func(alpha float32, x, y []float32) {
 		if len(x) > 0 {
 			axpyAVX512(alpha, &x[0], &y[0], len(x))
@@ -157,76 +163,6 @@ var avx512Vec = &vecOps{
 		if blocks > 0 {
 			_, _ = dst[(16*blocks-1)*ldd+15], src[15*lds+16*blocks-1]
 			transpose16AVX512(&dst[0], ldd, &src[0], lds, blocks)
-		}
-	},
-	expSum: func(dst, x []float32, shift float32) float64 {
-		if len(x) == 0 {
-			return 0
-		}
-		_ = dst[len(x)-1]
-		return expSumAVX512(&dst[0], &x[0], len(x), shift)
-	},
-	maxOf: func(x []float32) float32 { return maxAVX512(&x[0], len(x)) },
-	gelu: func(y, cdf, x []float32) {
-		n := len(x)
-		if n == 0 {
-			return
-		}
-		_ = y[n-1]
-		if cdf == nil {
-			geluAVX512(&y[0], &x[0], n)
-			return
-		}
-		_ = cdf[n-1]
-		geluCDFAVX512(&y[0], &cdf[0], &x[0], n)
-	},
-	geluBwd: func(dx, x, cdf, dy []float32, acc bool) {
-		n := len(x)
-		if n == 0 {
-			return
-		}
-		_, _, _ = dx[n-1], cdf[n-1], dy[n-1]
-		if acc {
-			geluBwdAccAVX512(&dx[0], &x[0], &cdf[0], &dy[0], n)
-		} else {
-			geluBwdSetAVX512(&dx[0], &x[0], &cdf[0], &dy[0], n)
-		}
-	},
-	lstmFwd: func(g, cPrev, c, tc, h []float32) {
-		n := len(c)
-		if n == 0 {
-			return
-		}
-		_, _, _ = g[4*n-1], tc[n-1], h[n-1]
-		if cPrev == nil {
-			lstmFwdAVX512(&g[0], &c[0], &tc[0], &h[0], n)
-			return
-		}
-		_ = cPrev[n-1]
-		lstmFwdPrevAVX512(&g[0], &cPrev[0], &c[0], &tc[0], &h[0], n)
-	},
-	lstmBwd: func(d, a, cPrev, tc, dy, dhRec, dc []float32) {
-		n := len(dc)
-		if n == 0 {
-			return
-		}
-		if dy == nil { // not reached from nn.LSTM, which always has a gradient from above
-			lstmBwdGeneric(d, a, cPrev, tc, dy, dhRec, dc)
-			return
-		}
-		_, _, _, _ = d[4*n-1], a[4*n-1], tc[n-1], dy[n-1]
-		switch {
-		case cPrev != nil && dhRec != nil:
-			_, _ = cPrev[n-1], dhRec[n-1]
-			lstmBwdPrevRecAVX512(&d[0], &a[0], &cPrev[0], &tc[0], &dy[0], &dhRec[0], &dc[0], n)
-		case cPrev != nil:
-			_ = cPrev[n-1]
-			lstmBwdPrevAVX512(&d[0], &a[0], &cPrev[0], &tc[0], &dy[0], &dc[0], n)
-		case dhRec != nil:
-			_ = dhRec[n-1]
-			lstmBwdRecAVX512(&d[0], &a[0], &tc[0], &dy[0], &dhRec[0], &dc[0], n)
-		default:
-			lstmBwdAVX512(&d[0], &a[0], &tc[0], &dy[0], &dc[0], n)
 		}
 	},
 	lnStats: func(x []float32) (mean, ss float64) { return lnStatsAVX512(&x[0], len(x)) },

@@ -8,7 +8,10 @@ package kernels
 // handles a multiple of 8 elements; the rest goes through the portable loop (a
 // reduction adds the rest's sum last, so its order still depends only on the
 // length). BatchNorm's per-plane passes are its plane kernels with one plane.
-// The other entries are genericVec's.
+// The exponential, GELU and LSTM-cell kernels (avx2Math, layers_amd64.s) take
+// any length: their tails are masked, so every element goes through the same
+// formula; on AVX2 the scalar exp32 and erfc32 were 40% of a BERT-tiny step and
+// 22% of an LSTM one. The other entries are genericVec's.
 var avx2Vec = func() *vecOps {
 	v := *genericVec
 	v.reluFwd = func(dst, x []float32) {
@@ -116,6 +119,7 @@ var avx2Vec = func() *vecOps {
 			}
 		},
 	}
+	avx2Math.install(&v)
 	v.pack6 = func(dst, src []float32, lds, blocks int) {
 		if blocks > 0 {
 			_, _ = dst[48*blocks-1], src[5*lds+8*blocks-1]

@@ -22,6 +22,7 @@ func genLayers() {
 	genSGDPlain()
 	genMaxPool2x2()
 	genMathVec()
+	genMathVecAVX2()
 	genLayerNorm()
 }
 
