@@ -9455,6 +9455,671 @@ lstmBwdPrevRecAVX2_done:
 	VZEROUPPER
 	RET
 
+// func lnStatsAVX2(x *float32, n int) (mean float64, ss float64)
+// Requires: AVX, AVX2, FMA3
+TEXT ·lnStatsAVX2(SB), NOSPLIT, $0-32
+	MOVQ   x+0(FP), AX
+	MOVQ   n+8(FP), CX
+	MOVQ   AX, DX
+	MOVQ   CX, BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+
+lnStatsAVX2_sum_loop32:
+	CMPQ         CX, $0x20
+	JL           lnStatsAVX2_sum_loop8
+	VMOVUPS      (AX), Y4
+	VCVTPS2PD    X4, Y5
+	VEXTRACTF128 $0x01, Y4, X4
+	VCVTPS2PD    X4, Y4
+	VADDPD       Y5, Y0, Y0
+	VADDPD       Y4, Y1, Y1
+	VMOVUPS      32(AX), Y4
+	VCVTPS2PD    X4, Y5
+	VEXTRACTF128 $0x01, Y4, X4
+	VCVTPS2PD    X4, Y4
+	VADDPD       Y5, Y2, Y2
+	VADDPD       Y4, Y3, Y3
+	VMOVUPS      64(AX), Y4
+	VCVTPS2PD    X4, Y5
+	VEXTRACTF128 $0x01, Y4, X4
+	VCVTPS2PD    X4, Y4
+	VADDPD       Y5, Y0, Y0
+	VADDPD       Y4, Y1, Y1
+	VMOVUPS      96(AX), Y4
+	VCVTPS2PD    X4, Y5
+	VEXTRACTF128 $0x01, Y4, X4
+	VCVTPS2PD    X4, Y4
+	VADDPD       Y5, Y2, Y2
+	VADDPD       Y4, Y3, Y3
+	ADDQ         $0x80, AX
+	SUBQ         $0x20, CX
+	JMP          lnStatsAVX2_sum_loop32
+
+lnStatsAVX2_sum_loop8:
+	CMPQ         CX, $0x08
+	JL           lnStatsAVX2_sum_tail
+	VMOVUPS      (AX), Y4
+	VCVTPS2PD    X4, Y5
+	VEXTRACTF128 $0x01, Y4, X4
+	VCVTPS2PD    X4, Y4
+	VADDPD       Y5, Y0, Y0
+	VADDPD       Y4, Y1, Y1
+	ADDQ         $0x20, AX
+	SUBQ         $0x08, CX
+	JMP          lnStatsAVX2_sum_loop8
+
+lnStatsAVX2_sum_tail:
+	TESTQ        CX, CX
+	JE           lnStatsAVX2_sum_done
+	MOVQ         $0x00000008, SI
+	SUBQ         CX, SI
+	LEAQ         mathvec_consts8<>+1120(SB), CX
+	VMOVDQU      (CX)(SI*4), Y4
+	VMASKMOVPS   (AX), Y4, Y4
+	VCVTPS2PD    X4, Y5
+	VEXTRACTF128 $0x01, Y4, X4
+	VCVTPS2PD    X4, Y4
+	VADDPD       Y5, Y0, Y0
+	VADDPD       Y4, Y1, Y1
+
+lnStatsAVX2_sum_done:
+	VADDPD       Y1, Y0, Y0
+	VADDPD       Y3, Y2, Y2
+	VADDPD       Y2, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPD       X1, X0, X1
+	VMOVHLPS     X1, X1, X0
+	VADDSD       X0, X1, X1
+	VMOVSD       X1, mean+16(FP)
+	VMOVSD       mean+16(FP), X0
+	VCVTSI2SDQ   BX, X6, X6
+	VDIVSD       X6, X0, X0
+	VMOVSD       X0, mean+16(FP)
+	VBROADCASTSD X0, Y0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+	VXORPS       Y4, Y4, Y4
+
+lnStatsAVX2_dev_loop32:
+	CMPQ         BX, $0x20
+	JL           lnStatsAVX2_dev_loop8
+	VMOVUPS      (DX), Y5
+	VCVTPS2PD    X5, Y6
+	VEXTRACTF128 $0x01, Y5, X5
+	VCVTPS2PD    X5, Y5
+	VSUBPD       Y0, Y6, Y6
+	VSUBPD       Y0, Y5, Y5
+	VFMADD231PD  Y6, Y6, Y1
+	VFMADD231PD  Y5, Y5, Y2
+	VMOVUPS      32(DX), Y5
+	VCVTPS2PD    X5, Y6
+	VEXTRACTF128 $0x01, Y5, X5
+	VCVTPS2PD    X5, Y5
+	VSUBPD       Y0, Y6, Y6
+	VSUBPD       Y0, Y5, Y5
+	VFMADD231PD  Y6, Y6, Y3
+	VFMADD231PD  Y5, Y5, Y4
+	VMOVUPS      64(DX), Y5
+	VCVTPS2PD    X5, Y6
+	VEXTRACTF128 $0x01, Y5, X5
+	VCVTPS2PD    X5, Y5
+	VSUBPD       Y0, Y6, Y6
+	VSUBPD       Y0, Y5, Y5
+	VFMADD231PD  Y6, Y6, Y1
+	VFMADD231PD  Y5, Y5, Y2
+	VMOVUPS      96(DX), Y5
+	VCVTPS2PD    X5, Y6
+	VEXTRACTF128 $0x01, Y5, X5
+	VCVTPS2PD    X5, Y5
+	VSUBPD       Y0, Y6, Y6
+	VSUBPD       Y0, Y5, Y5
+	VFMADD231PD  Y6, Y6, Y3
+	VFMADD231PD  Y5, Y5, Y4
+	ADDQ         $0x80, DX
+	SUBQ         $0x20, BX
+	JMP          lnStatsAVX2_dev_loop32
+
+lnStatsAVX2_dev_loop8:
+	CMPQ         BX, $0x08
+	JL           lnStatsAVX2_dev_tail
+	VMOVUPS      (DX), Y5
+	VCVTPS2PD    X5, Y6
+	VEXTRACTF128 $0x01, Y5, X5
+	VCVTPS2PD    X5, Y5
+	VSUBPD       Y0, Y6, Y6
+	VSUBPD       Y0, Y5, Y5
+	VFMADD231PD  Y6, Y6, Y1
+	VFMADD231PD  Y5, Y5, Y2
+	ADDQ         $0x20, DX
+	SUBQ         $0x08, BX
+	JMP          lnStatsAVX2_dev_loop8
+
+lnStatsAVX2_dev_tail:
+	TESTQ        BX, BX
+	JE           lnStatsAVX2_dev_done
+	MOVQ         $0x00000008, AX
+	SUBQ         BX, AX
+	LEAQ         mathvec_consts8<>+1120(SB), CX
+	VMOVDQU      (CX)(AX*4), Y5
+	VMASKMOVPS   (DX), Y5, Y6
+	VCVTPS2PD    X6, Y7
+	VEXTRACTF128 $0x01, Y6, X6
+	VCVTPS2PD    X6, Y6
+	VSUBPD       Y0, Y7, Y7
+	VSUBPD       Y0, Y6, Y6
+	VPMOVSXDQ    X5, Y0
+	VEXTRACTF128 $0x01, Y5, X5
+	VPMOVSXDQ    X5, Y5
+	VANDPD       Y0, Y7, Y7
+	VANDPD       Y5, Y6, Y6
+	VFMADD231PD  Y7, Y7, Y1
+	VFMADD231PD  Y6, Y6, Y2
+
+lnStatsAVX2_dev_done:
+	VADDPD       Y2, Y1, Y1
+	VADDPD       Y4, Y3, Y3
+	VADDPD       Y3, Y1, Y1
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPD       X0, X1, X0
+	VMOVHLPS     X0, X0, X1
+	VADDSD       X1, X0, X0
+	VMOVSD       X0, ss+24(FP)
+	VZEROUPPER
+	RET
+
+// func lnApplyAVX2(y *float32, x *float32, gamma *float32, beta *float32, n int, mu float32, inv float32)
+// Requires: AVX, FMA3
+TEXT ·lnApplyAVX2(SB), NOSPLIT, $0-48
+	MOVQ         y+0(FP), AX
+	MOVQ         x+8(FP), CX
+	MOVQ         gamma+16(FP), DX
+	MOVQ         beta+24(FP), BX
+	MOVQ         n+32(FP), SI
+	VBROADCASTSS mu+40(FP), Y0
+	VBROADCASTSS inv+44(FP), Y1
+
+lnApplyAVX2_loop32:
+	CMPQ        SI, $0x20
+	JL          lnApplyAVX2_loop8
+	VMOVUPS     (CX), Y2
+	VMOVUPS     (DX), Y3
+	VMOVUPS     (BX), Y4
+	VSUBPS      Y0, Y2, Y2
+	VMULPS      Y1, Y2, Y2
+	VFMADD231PS Y3, Y2, Y4
+	VMOVUPS     Y4, (AX)
+	VMOVUPS     32(CX), Y2
+	VMOVUPS     32(DX), Y3
+	VMOVUPS     32(BX), Y4
+	VSUBPS      Y0, Y2, Y2
+	VMULPS      Y1, Y2, Y2
+	VFMADD231PS Y3, Y2, Y4
+	VMOVUPS     Y4, 32(AX)
+	VMOVUPS     64(CX), Y2
+	VMOVUPS     64(DX), Y3
+	VMOVUPS     64(BX), Y4
+	VSUBPS      Y0, Y2, Y2
+	VMULPS      Y1, Y2, Y2
+	VFMADD231PS Y3, Y2, Y4
+	VMOVUPS     Y4, 64(AX)
+	VMOVUPS     96(CX), Y2
+	VMOVUPS     96(DX), Y3
+	VMOVUPS     96(BX), Y4
+	VSUBPS      Y0, Y2, Y2
+	VMULPS      Y1, Y2, Y2
+	VFMADD231PS Y3, Y2, Y4
+	VMOVUPS     Y4, 96(AX)
+	ADDQ        $0x80, AX
+	ADDQ        $0x80, CX
+	ADDQ        $0x80, DX
+	ADDQ        $0x80, BX
+	SUBQ        $0x20, SI
+	JMP         lnApplyAVX2_loop32
+
+lnApplyAVX2_loop8:
+	CMPQ        SI, $0x08
+	JL          lnApplyAVX2_tail
+	VMOVUPS     (CX), Y2
+	VMOVUPS     (DX), Y3
+	VMOVUPS     (BX), Y4
+	VSUBPS      Y0, Y2, Y2
+	VMULPS      Y1, Y2, Y2
+	VFMADD231PS Y3, Y2, Y4
+	VMOVUPS     Y4, (AX)
+	ADDQ        $0x20, AX
+	ADDQ        $0x20, CX
+	ADDQ        $0x20, DX
+	ADDQ        $0x20, BX
+	SUBQ        $0x08, SI
+	JMP         lnApplyAVX2_loop8
+
+lnApplyAVX2_tail:
+	TESTQ       SI, SI
+	JE          lnApplyAVX2_done
+	MOVQ        $0x00000008, DI
+	SUBQ        SI, DI
+	LEAQ        mathvec_consts8<>+1120(SB), SI
+	VMOVDQU     (SI)(DI*4), Y2
+	VMASKMOVPS  (CX), Y2, Y3
+	VMASKMOVPS  (DX), Y2, Y4
+	VMASKMOVPS  (BX), Y2, Y5
+	VSUBPS      Y0, Y3, Y3
+	VMULPS      Y1, Y3, Y3
+	VFMADD231PS Y4, Y3, Y5
+	VMASKMOVPS  Y5, Y2, (AX)
+
+lnApplyAVX2_done:
+	VZEROUPPER
+	RET
+
+// func lnBwdStatsAVX2(dy *float32, x *float32, gamma *float32, n int, mu float32, inv float32) (s1 float32, s2 float32)
+// Requires: AVX, FMA3
+TEXT ·lnBwdStatsAVX2(SB), NOSPLIT, $0-48
+	MOVQ         dy+0(FP), AX
+	MOVQ         x+8(FP), CX
+	MOVQ         gamma+16(FP), DX
+	MOVQ         n+24(FP), BX
+	VBROADCASTSS mu+32(FP), Y0
+	VBROADCASTSS inv+36(FP), Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+	VXORPS       Y4, Y4, Y4
+	VXORPS       Y5, Y5, Y5
+	VXORPS       Y6, Y6, Y6
+	VXORPS       Y7, Y7, Y7
+	VXORPS       Y8, Y8, Y8
+	VXORPS       Y9, Y9, Y9
+
+lnBwdStatsAVX2_loop32:
+	CMPQ        BX, $0x20
+	JL          lnBwdStatsAVX2_loop8
+	VMOVUPS     (AX), Y10
+	VMOVUPS     (CX), Y11
+	VMOVUPS     (DX), Y12
+	VMULPS      Y12, Y10, Y10
+	VSUBPS      Y0, Y11, Y11
+	VMULPS      Y1, Y11, Y11
+	VADDPS      Y10, Y2, Y2
+	VFMADD231PS Y11, Y10, Y6
+	VMOVUPS     32(AX), Y10
+	VMOVUPS     32(CX), Y11
+	VMOVUPS     32(DX), Y12
+	VMULPS      Y12, Y10, Y10
+	VSUBPS      Y0, Y11, Y11
+	VMULPS      Y1, Y11, Y11
+	VADDPS      Y10, Y3, Y3
+	VFMADD231PS Y11, Y10, Y7
+	VMOVUPS     64(AX), Y10
+	VMOVUPS     64(CX), Y11
+	VMOVUPS     64(DX), Y12
+	VMULPS      Y12, Y10, Y10
+	VSUBPS      Y0, Y11, Y11
+	VMULPS      Y1, Y11, Y11
+	VADDPS      Y10, Y4, Y4
+	VFMADD231PS Y11, Y10, Y8
+	VMOVUPS     96(AX), Y10
+	VMOVUPS     96(CX), Y11
+	VMOVUPS     96(DX), Y12
+	VMULPS      Y12, Y10, Y10
+	VSUBPS      Y0, Y11, Y11
+	VMULPS      Y1, Y11, Y11
+	VADDPS      Y10, Y5, Y5
+	VFMADD231PS Y11, Y10, Y9
+	ADDQ        $0x80, AX
+	ADDQ        $0x80, CX
+	ADDQ        $0x80, DX
+	SUBQ        $0x20, BX
+	JMP         lnBwdStatsAVX2_loop32
+
+lnBwdStatsAVX2_loop8:
+	CMPQ        BX, $0x08
+	JL          lnBwdStatsAVX2_tail
+	VMOVUPS     (AX), Y10
+	VMOVUPS     (CX), Y11
+	VMOVUPS     (DX), Y12
+	VMULPS      Y12, Y10, Y10
+	VSUBPS      Y0, Y11, Y11
+	VMULPS      Y1, Y11, Y11
+	VADDPS      Y10, Y2, Y2
+	VFMADD231PS Y11, Y10, Y6
+	ADDQ        $0x20, AX
+	ADDQ        $0x20, CX
+	ADDQ        $0x20, DX
+	SUBQ        $0x08, BX
+	JMP         lnBwdStatsAVX2_loop8
+
+lnBwdStatsAVX2_tail:
+	TESTQ       BX, BX
+	JE          lnBwdStatsAVX2_done
+	MOVQ        $0x00000008, SI
+	SUBQ        BX, SI
+	LEAQ        mathvec_consts8<>+1120(SB), BX
+	VMOVDQU     (BX)(SI*4), Y10
+	VMASKMOVPS  (AX), Y10, Y11
+	VMASKMOVPS  (CX), Y10, Y12
+	VMASKMOVPS  (DX), Y10, Y13
+	VMULPS      Y13, Y11, Y11
+	VSUBPS      Y0, Y12, Y12
+	VMULPS      Y1, Y12, Y12
+	VANDPS      Y10, Y12, Y12
+	VADDPS      Y11, Y2, Y2
+	VFMADD231PS Y12, Y11, Y6
+
+lnBwdStatsAVX2_done:
+	VADDPS       Y3, Y2, Y2
+	VADDPS       Y5, Y4, Y4
+	VADDPS       Y4, Y2, Y2
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X0
+	VMOVHLPS     X0, X0, X1
+	VADDPS       X1, X0, X0
+	VMOVSHDUP    X0, X1
+	VADDSS       X1, X0, X0
+	VMOVSS       X0, s1+40(FP)
+	VADDPS       Y7, Y6, Y6
+	VADDPS       Y9, Y8, Y8
+	VADDPS       Y8, Y6, Y6
+	VEXTRACTF128 $0x01, Y6, X0
+	VADDPS       X0, X6, X0
+	VMOVHLPS     X0, X0, X1
+	VADDPS       X1, X0, X0
+	VMOVSHDUP    X0, X1
+	VADDSS       X1, X0, X0
+	VMOVSS       X0, s2+44(FP)
+	VZEROUPPER
+	RET
+
+// func lnBwdDxSetAVX2(dx *float32, dy *float32, x *float32, gamma *float32, n int, mu float32, inv float32, s1 float32, s2 float32)
+// Requires: AVX, FMA3
+TEXT ·lnBwdDxSetAVX2(SB), NOSPLIT, $0-56
+	MOVQ         dx+0(FP), AX
+	MOVQ         dy+8(FP), CX
+	MOVQ         x+16(FP), DX
+	MOVQ         gamma+24(FP), BX
+	MOVQ         n+32(FP), SI
+	VBROADCASTSS mu+40(FP), Y0
+	VBROADCASTSS inv+44(FP), Y1
+	VBROADCASTSS s1+48(FP), Y2
+	VBROADCASTSS s2+52(FP), Y3
+
+lnBwdDxSetAVX2_loop32:
+	CMPQ         SI, $0x20
+	JL           lnBwdDxSetAVX2_loop8
+	VMOVUPS      (CX), Y4
+	VMOVUPS      (DX), Y5
+	VMOVUPS      (BX), Y6
+	VMULPS       Y6, Y4, Y4
+	VSUBPS       Y0, Y5, Y5
+	VMULPS       Y1, Y5, Y5
+	VSUBPS       Y2, Y4, Y4
+	VFNMADD231PS Y3, Y5, Y4
+	VMULPS       Y1, Y4, Y4
+	VMOVUPS      Y4, (AX)
+	VMOVUPS      32(CX), Y4
+	VMOVUPS      32(DX), Y5
+	VMOVUPS      32(BX), Y6
+	VMULPS       Y6, Y4, Y4
+	VSUBPS       Y0, Y5, Y5
+	VMULPS       Y1, Y5, Y5
+	VSUBPS       Y2, Y4, Y4
+	VFNMADD231PS Y3, Y5, Y4
+	VMULPS       Y1, Y4, Y4
+	VMOVUPS      Y4, 32(AX)
+	VMOVUPS      64(CX), Y4
+	VMOVUPS      64(DX), Y5
+	VMOVUPS      64(BX), Y6
+	VMULPS       Y6, Y4, Y4
+	VSUBPS       Y0, Y5, Y5
+	VMULPS       Y1, Y5, Y5
+	VSUBPS       Y2, Y4, Y4
+	VFNMADD231PS Y3, Y5, Y4
+	VMULPS       Y1, Y4, Y4
+	VMOVUPS      Y4, 64(AX)
+	VMOVUPS      96(CX), Y4
+	VMOVUPS      96(DX), Y5
+	VMOVUPS      96(BX), Y6
+	VMULPS       Y6, Y4, Y4
+	VSUBPS       Y0, Y5, Y5
+	VMULPS       Y1, Y5, Y5
+	VSUBPS       Y2, Y4, Y4
+	VFNMADD231PS Y3, Y5, Y4
+	VMULPS       Y1, Y4, Y4
+	VMOVUPS      Y4, 96(AX)
+	ADDQ         $0x80, AX
+	ADDQ         $0x80, CX
+	ADDQ         $0x80, DX
+	ADDQ         $0x80, BX
+	SUBQ         $0x20, SI
+	JMP          lnBwdDxSetAVX2_loop32
+
+lnBwdDxSetAVX2_loop8:
+	CMPQ         SI, $0x08
+	JL           lnBwdDxSetAVX2_tail
+	VMOVUPS      (CX), Y4
+	VMOVUPS      (DX), Y5
+	VMOVUPS      (BX), Y6
+	VMULPS       Y6, Y4, Y4
+	VSUBPS       Y0, Y5, Y5
+	VMULPS       Y1, Y5, Y5
+	VSUBPS       Y2, Y4, Y4
+	VFNMADD231PS Y3, Y5, Y4
+	VMULPS       Y1, Y4, Y4
+	VMOVUPS      Y4, (AX)
+	ADDQ         $0x20, AX
+	ADDQ         $0x20, CX
+	ADDQ         $0x20, DX
+	ADDQ         $0x20, BX
+	SUBQ         $0x08, SI
+	JMP          lnBwdDxSetAVX2_loop8
+
+lnBwdDxSetAVX2_tail:
+	TESTQ        SI, SI
+	JE           lnBwdDxSetAVX2_done
+	MOVQ         $0x00000008, DI
+	SUBQ         SI, DI
+	LEAQ         mathvec_consts8<>+1120(SB), SI
+	VMOVDQU      (SI)(DI*4), Y4
+	VMASKMOVPS   (CX), Y4, Y5
+	VMASKMOVPS   (DX), Y4, Y6
+	VMASKMOVPS   (BX), Y4, Y7
+	VMULPS       Y7, Y5, Y5
+	VSUBPS       Y0, Y6, Y6
+	VMULPS       Y1, Y6, Y6
+	VANDPS       Y4, Y6, Y6
+	VSUBPS       Y2, Y5, Y5
+	VFNMADD231PS Y3, Y6, Y5
+	VMULPS       Y1, Y5, Y5
+	VMASKMOVPS   Y5, Y4, (AX)
+
+lnBwdDxSetAVX2_done:
+	VZEROUPPER
+	RET
+
+// func lnBwdDxAccAVX2(dx *float32, dy *float32, x *float32, gamma *float32, n int, mu float32, inv float32, s1 float32, s2 float32)
+// Requires: AVX, FMA3
+TEXT ·lnBwdDxAccAVX2(SB), NOSPLIT, $0-56
+	MOVQ         dx+0(FP), AX
+	MOVQ         dy+8(FP), CX
+	MOVQ         x+16(FP), DX
+	MOVQ         gamma+24(FP), BX
+	MOVQ         n+32(FP), SI
+	VBROADCASTSS mu+40(FP), Y0
+	VBROADCASTSS inv+44(FP), Y1
+	VBROADCASTSS s1+48(FP), Y2
+	VBROADCASTSS s2+52(FP), Y3
+
+lnBwdDxAccAVX2_loop32:
+	CMPQ         SI, $0x20
+	JL           lnBwdDxAccAVX2_loop8
+	VMOVUPS      (CX), Y4
+	VMOVUPS      (DX), Y5
+	VMOVUPS      (BX), Y6
+	VMULPS       Y6, Y4, Y4
+	VSUBPS       Y0, Y5, Y5
+	VMULPS       Y1, Y5, Y5
+	VSUBPS       Y2, Y4, Y4
+	VFNMADD231PS Y3, Y5, Y4
+	VMOVUPS      (AX), Y5
+	VFMADD231PS  Y1, Y4, Y5
+	VMOVUPS      Y5, (AX)
+	VMOVUPS      32(CX), Y4
+	VMOVUPS      32(DX), Y5
+	VMOVUPS      32(BX), Y6
+	VMULPS       Y6, Y4, Y4
+	VSUBPS       Y0, Y5, Y5
+	VMULPS       Y1, Y5, Y5
+	VSUBPS       Y2, Y4, Y4
+	VFNMADD231PS Y3, Y5, Y4
+	VMOVUPS      32(AX), Y5
+	VFMADD231PS  Y1, Y4, Y5
+	VMOVUPS      Y5, 32(AX)
+	VMOVUPS      64(CX), Y4
+	VMOVUPS      64(DX), Y5
+	VMOVUPS      64(BX), Y6
+	VMULPS       Y6, Y4, Y4
+	VSUBPS       Y0, Y5, Y5
+	VMULPS       Y1, Y5, Y5
+	VSUBPS       Y2, Y4, Y4
+	VFNMADD231PS Y3, Y5, Y4
+	VMOVUPS      64(AX), Y5
+	VFMADD231PS  Y1, Y4, Y5
+	VMOVUPS      Y5, 64(AX)
+	VMOVUPS      96(CX), Y4
+	VMOVUPS      96(DX), Y5
+	VMOVUPS      96(BX), Y6
+	VMULPS       Y6, Y4, Y4
+	VSUBPS       Y0, Y5, Y5
+	VMULPS       Y1, Y5, Y5
+	VSUBPS       Y2, Y4, Y4
+	VFNMADD231PS Y3, Y5, Y4
+	VMOVUPS      96(AX), Y5
+	VFMADD231PS  Y1, Y4, Y5
+	VMOVUPS      Y5, 96(AX)
+	ADDQ         $0x80, AX
+	ADDQ         $0x80, CX
+	ADDQ         $0x80, DX
+	ADDQ         $0x80, BX
+	SUBQ         $0x20, SI
+	JMP          lnBwdDxAccAVX2_loop32
+
+lnBwdDxAccAVX2_loop8:
+	CMPQ         SI, $0x08
+	JL           lnBwdDxAccAVX2_tail
+	VMOVUPS      (CX), Y4
+	VMOVUPS      (DX), Y5
+	VMOVUPS      (BX), Y6
+	VMULPS       Y6, Y4, Y4
+	VSUBPS       Y0, Y5, Y5
+	VMULPS       Y1, Y5, Y5
+	VSUBPS       Y2, Y4, Y4
+	VFNMADD231PS Y3, Y5, Y4
+	VMOVUPS      (AX), Y5
+	VFMADD231PS  Y1, Y4, Y5
+	VMOVUPS      Y5, (AX)
+	ADDQ         $0x20, AX
+	ADDQ         $0x20, CX
+	ADDQ         $0x20, DX
+	ADDQ         $0x20, BX
+	SUBQ         $0x08, SI
+	JMP          lnBwdDxAccAVX2_loop8
+
+lnBwdDxAccAVX2_tail:
+	TESTQ        SI, SI
+	JE           lnBwdDxAccAVX2_done
+	MOVQ         $0x00000008, DI
+	SUBQ         SI, DI
+	LEAQ         mathvec_consts8<>+1120(SB), SI
+	VMOVDQU      (SI)(DI*4), Y4
+	VMASKMOVPS   (CX), Y4, Y5
+	VMASKMOVPS   (DX), Y4, Y6
+	VMASKMOVPS   (BX), Y4, Y7
+	VMULPS       Y7, Y5, Y5
+	VSUBPS       Y0, Y6, Y6
+	VMULPS       Y1, Y6, Y6
+	VANDPS       Y4, Y6, Y6
+	VSUBPS       Y2, Y5, Y5
+	VFNMADD231PS Y3, Y6, Y5
+	VMASKMOVPS   (AX), Y4, Y0
+	VFMADD231PS  Y1, Y5, Y0
+	VMASKMOVPS   Y0, Y4, (AX)
+
+lnBwdDxAccAVX2_done:
+	VZEROUPPER
+	RET
+
+// func lnParamGradAVX2(sg *float32, sb *float32, dy *float32, x *float32, mean *float32, rstd *float32, rows int, d int)
+// Requires: AVX, FMA3
+TEXT ·lnParamGradAVX2(SB), NOSPLIT, $0-64
+	MOVQ    sg+0(FP), AX
+	MOVQ    sb+8(FP), CX
+	MOVQ    dy+16(FP), DX
+	MOVQ    x+24(FP), BX
+	MOVQ    mean+32(FP), SI
+	MOVQ    rstd+40(FP), DI
+	MOVQ    rows+48(FP), R8
+	MOVQ    d+56(FP), R9
+	VMOVUPS (AX), Y0
+	VMOVUPS (CX), Y1
+	VMOVUPS 32(AX), Y2
+	VMOVUPS 32(CX), Y3
+	VMOVUPS 64(AX), Y4
+	VMOVUPS 64(CX), Y5
+	VMOVUPS 96(AX), Y6
+	VMOVUPS 96(CX), Y7
+	SHLQ    $0x02, R9
+
+lnParamGradAVX2_row:
+	TESTQ        R8, R8
+	JE           lnParamGradAVX2_done
+	VBROADCASTSS (SI), Y8
+	VBROADCASTSS (DI), Y9
+	VMOVUPS      (DX), Y10
+	VMOVUPS      (BX), Y11
+	VSUBPS       Y8, Y11, Y11
+	VMULPS       Y10, Y11, Y11
+	VFMADD231PS  Y9, Y11, Y0
+	VADDPS       Y10, Y1, Y1
+	VMOVUPS      32(DX), Y10
+	VMOVUPS      32(BX), Y11
+	VSUBPS       Y8, Y11, Y11
+	VMULPS       Y10, Y11, Y11
+	VFMADD231PS  Y9, Y11, Y2
+	VADDPS       Y10, Y3, Y3
+	VMOVUPS      64(DX), Y10
+	VMOVUPS      64(BX), Y11
+	VSUBPS       Y8, Y11, Y11
+	VMULPS       Y10, Y11, Y11
+	VFMADD231PS  Y9, Y11, Y4
+	VADDPS       Y10, Y5, Y5
+	VMOVUPS      96(DX), Y10
+	VMOVUPS      96(BX), Y11
+	VSUBPS       Y8, Y11, Y11
+	VMULPS       Y10, Y11, Y11
+	VFMADD231PS  Y9, Y11, Y6
+	VADDPS       Y10, Y7, Y7
+	ADDQ         R9, DX
+	ADDQ         R9, BX
+	ADDQ         $0x04, SI
+	ADDQ         $0x04, DI
+	DECQ         R8
+	JMP          lnParamGradAVX2_row
+
+lnParamGradAVX2_done:
+	VMOVUPS Y0, (AX)
+	VMOVUPS Y1, (CX)
+	VMOVUPS Y2, 32(AX)
+	VMOVUPS Y3, 32(CX)
+	VMOVUPS Y4, 64(AX)
+	VMOVUPS Y5, 64(CX)
+	VMOVUPS Y6, 96(AX)
+	VMOVUPS Y7, 96(CX)
+	VZEROUPPER
+	RET
+
 // func lnStatsAVX512(x *float32, n int) (mean float64, ss float64)
 // Requires: AVX, AVX512F, AVX512VL, BMI2
 TEXT ·lnStatsAVX512(SB), NOSPLIT, $0-32

@@ -135,6 +135,27 @@ func lstmBwdPrevAVX2(d *float32, a *float32, cPrev *float32, tc *float32, dy *fl
 // d = (dc'·g·i·(1−i), dc'·cp·f·(1−f), dc'·i·(1−g²), dh·tc·o·(1−o)); dc = dc'·f (AVX2, FMA).
 func lstmBwdPrevRecAVX2(d *float32, a *float32, cPrev *float32, tc *float32, dy *float32, dhRec *float32, dc *float32, n int)
 
+// lnStatsAVX2 returns mean = sum x[i] / n and ss = sum (x[i]-mean)² for i < n, n >= 1, from the
+// values widened to float64 and summed in float64 in a fixed order (AVX2, FMA).
+func lnStatsAVX2(x *float32, n int) (mean float64, ss float64)
+
+// lnApplyAVX2 computes y[i] = (x[i]-mu)*inv*gamma[i] + beta[i] for i < n (AVX2, the last step fused).
+func lnApplyAVX2(y *float32, x *float32, gamma *float32, beta *float32, n int, mu float32, inv float32)
+
+// lnBwdStatsAVX2 returns s1 = sum dy[i]*gamma[i] and s2 = sum dy[i]*gamma[i]*(x[i]-mu)*inv for i < n
+// (AVX2, FMA); fixed summation order.
+func lnBwdStatsAVX2(dy *float32, x *float32, gamma *float32, n int, mu float32, inv float32) (s1 float32, s2 float32)
+
+// lnBwdDxSetAVX2 computes dx[i] = inv*(dy[i]*gamma[i] - s1 - (x[i]-mu)*inv*s2) for i < n (AVX2, FMA).
+func lnBwdDxSetAVX2(dx *float32, dy *float32, x *float32, gamma *float32, n int, mu float32, inv float32, s1 float32, s2 float32)
+
+// lnBwdDxAccAVX2 computes dx[i] += inv*(dy[i]*gamma[i] - s1 - (x[i]-mu)*inv*s2) for i < n (AVX2, FMA).
+func lnBwdDxAccAVX2(dx *float32, dy *float32, x *float32, gamma *float32, n int, mu float32, inv float32, s1 float32, s2 float32)
+
+// lnParamGradAVX2 adds, for the columns i < 32, sum over r < rows of dy[r*d+i]*(x[r*d+i]-mean[r])*rstd[r]
+// to sg[i] and of dy[r*d+i] to sb[i], in row order (AVX2, FMA).
+func lnParamGradAVX2(sg *float32, sb *float32, dy *float32, x *float32, mean *float32, rstd *float32, rows int, d int)
+
 // lnStatsAVX512 returns mean = sum x[i] / n and ss = sum (x[i]-mean)² for i < n, n >= 1, from the
 // values widened to float64 and summed in float64 in a fixed order (AVX-512F).
 func lnStatsAVX512(x *float32, n int) (mean float64, ss float64)

@@ -1,8 +1,10 @@
 package kernels
 
-// mathAsm is one instruction set's exponential, GELU and LSTM-cell kernels
-// (layers_amd64.s, asmgen/mathvec.go and mathvec_avx2.go); install puts their
-// wrappers into a vector table. Both handle any n, the tail included.
+// mathAsm is one instruction set's exponential, GELU, LSTM-cell and LayerNorm row
+// kernels (layers_amd64.s; asmgen/mathvec.go, lstm.go, layernorm.go and
+// mathvec_avx2.go); install puts their wrappers into a vector table. All handle any
+// n, the tail included. (lnParamGrad, whose column blocks differ, is set by each
+// table.)
 type mathAsm struct {
 	expSum                 func(dst, x *float32, n int, shift float32) float64
 	max                    func(x *float32, n int) float32
@@ -15,6 +17,10 @@ type mathAsm struct {
 	lstmBwdRec             func(d, a, tc, dy, dhRec, dc *float32, n int)
 	lstmBwdPrev            func(d, a, cPrev, tc, dy, dc *float32, n int)
 	lstmBwdPrevRec         func(d, a, cPrev, tc, dy, dhRec, dc *float32, n int)
+	lnStats                func(x *float32, n int) (mean, ss float64)
+	lnApply                func(y, x, gamma, beta *float32, n int, mu, inv float32)
+	lnBwdStats             func(dy, x, gamma *float32, n int, mu, inv float32) (s1, s2 float32)
+	lnBwdDxSet, lnBwdDxAcc func(dx, dy, x, gamma *float32, n int, mu, inv, s1, s2 float32)
 }
 
 var avx512Math = &mathAsm{
@@ -23,6 +29,8 @@ var avx512Math = &mathAsm{
 	lstmFwd: lstmFwdAVX512, lstmFwdPrev: lstmFwdPrevAVX512,
 	lstmBwd: lstmBwdAVX512, lstmBwdRec: lstmBwdRecAVX512,
 	lstmBwdPrev: lstmBwdPrevAVX512, lstmBwdPrevRec: lstmBwdPrevRecAVX512,
+	lnStats: lnStatsAVX512, lnApply: lnApplyAVX512, lnBwdStats: lnBwdStatsAVX512,
+	lnBwdDxSet: lnBwdDxSetAVX512, lnBwdDxAcc: lnBwdDxAccAVX512,
 }
 
 var avx2Math = &mathAsm{
@@ -31,9 +39,12 @@ var avx2Math = &mathAsm{
 	lstmFwd: lstmFwdAVX2, lstmFwdPrev: lstmFwdPrevAVX2,
 	lstmBwd: lstmBwdAVX2, lstmBwdRec: lstmBwdRecAVX2,
 	lstmBwdPrev: lstmBwdPrevAVX2, lstmBwdPrevRec: lstmBwdPrevRecAVX2,
+	lnStats: lnStatsAVX2, lnApply: lnApplyAVX2, lnBwdStats: lnBwdStatsAVX2,
+	lnBwdDxSet: lnBwdDxSetAVX2, lnBwdDxAcc: lnBwdDxAccAVX2,
 }
 
-// install sets v's expSum, maxOf, gelu, geluBwd, lstmFwd and lstmBwd to m's kernels
+// install sets v's expSum, maxOf, gelu, geluBwd, lstmFwd, lstmBwd, lnStats, lnApply,
+// lnBwdStats and lnBwdDx to m's kernels
 // (callers checked lengths; the bounds checks below guard the assembly).
 func (m *mathAsm) install(v *vecOps) {
 	v.expSum = func(dst, x []float32, shift float32) float64 {
@@ -104,6 +115,26 @@ func (m *mathAsm) install(v *vecOps) {
 			m.lstmBwdRec(&d[0], &a[0], &tc[0], &dy[0], &dhRec[0], &dc[0], n)
 		default:
 			m.lstmBwd(&d[0], &a[0], &tc[0], &dy[0], &dc[0], n)
+		}
+	}
+	v.lnStats = func(x []float32) (mean, ss float64) { return m.lnStats(&x[0], len(x)) }
+	v.lnApply = func(y, x, gamma, beta []float32, mu, inv float32) {
+		n := len(x)
+		_, _, _ = y[n-1], gamma[n-1], beta[n-1]
+		m.lnApply(&y[0], &x[0], &gamma[0], &beta[0], n, mu, inv)
+	}
+	v.lnBwdStats = func(dy, x, gamma []float32, mu, inv float32) (s1, s2 float32) {
+		n := len(dy)
+		_, _ = x[n-1], gamma[n-1]
+		return m.lnBwdStats(&dy[0], &x[0], &gamma[0], n, mu, inv)
+	}
+	v.lnBwdDx = func(dx, dy, x, gamma []float32, mu, inv, s1, s2 float32, acc bool) {
+		n := len(dy)
+		_, _, _ = dx[n-1], x[n-1], gamma[n-1]
+		if acc {
+			m.lnBwdDxAcc(&dx[0], &dy[0], &x[0], &gamma[0], n, mu, inv, s1, s2)
+		} else {
+			m.lnBwdDxSet(&dx[0], &dy[0], &x[0], &gamma[0], n, mu, inv, s1, s2)
 		}
 	}
 }

@@ -165,26 +165,6 @@ var avx512VecBase = vecOps{
 			transpose16AVX512(&dst[0], ldd, &src[0], lds, blocks)
 		}
 	},
-	lnStats: func(x []float32) (mean, ss float64) { return lnStatsAVX512(&x[0], len(x)) },
-	lnApply: func(y, x, gamma, beta []float32, mu, inv float32) {
-		n := len(x)
-		_, _, _ = y[n-1], gamma[n-1], beta[n-1]
-		lnApplyAVX512(&y[0], &x[0], &gamma[0], &beta[0], n, mu, inv)
-	},
-	lnBwdStats: func(dy, x, gamma []float32, mu, inv float32) (s1, s2 float32) {
-		n := len(dy)
-		_, _ = x[n-1], gamma[n-1]
-		return lnBwdStatsAVX512(&dy[0], &x[0], &gamma[0], n, mu, inv)
-	},
-	lnBwdDx: func(dx, dy, x, gamma []float32, mu, inv, s1, s2 float32, acc bool) {
-		n := len(dy)
-		_, _, _ = dx[n-1], x[n-1], gamma[n-1]
-		if acc {
-			lnBwdDxAccAVX512(&dx[0], &dy[0], &x[0], &gamma[0], n, mu, inv, s1, s2)
-		} else {
-			lnBwdDxSetAVX512(&dx[0], &dy[0], &x[0], &gamma[0], n, mu, inv, s1, s2)
-		}
-	},
 	lnParamGrad: func(sg, sb, dy, x, mean, rstd []float32, d int) {
 		rows, n := len(mean), len(sg)
 		if rows == 0 || n == 0 {

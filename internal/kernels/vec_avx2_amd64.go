@@ -8,10 +8,11 @@ package kernels
 // handles a multiple of 8 elements; the rest goes through the portable loop (a
 // reduction adds the rest's sum last, so its order still depends only on the
 // length). BatchNorm's per-plane passes are its plane kernels with one plane.
-// The exponential, GELU and LSTM-cell kernels (avx2Math, layers_amd64.s) take
-// any length: their tails are masked, so every element goes through the same
-// formula; on AVX2 the scalar exp32 and erfc32 were 40% of a BERT-tiny step and
-// 22% of an LSTM one. The other entries are genericVec's.
+// The exponential, GELU, LSTM-cell and LayerNorm kernels (avx2Math,
+// layers_amd64.s) take any length: their tails are masked, so every element goes
+// through the same formula; on AVX2 the scalar exp32 and erfc32 were 40% of a
+// BERT-tiny step and 22% of an LSTM one. LayerNorm's column sums run 32 columns at
+// a time, the rest in Go. The other entries are genericVec's.
 var avx2Vec = func() *vecOps {
 	v := *genericVec
 	v.reluFwd = func(dst, x []float32) {
@@ -120,6 +121,18 @@ var avx2Vec = func() *vecOps {
 		},
 	}
 	avx2Math.install(&v)
+	v.lnParamGrad = func(sg, sb, dy, x, mean, rstd []float32, d int) {
+		rows, n := len(mean), len(sg)
+		if rows == 0 || n == 0 {
+			return
+		}
+		_, _, _, _ = sb[n-1], rstd[rows-1], dy[(rows-1)*d+n-1], x[(rows-1)*d+n-1]
+		c := 0
+		for ; c+32 <= n; c += 32 {
+			lnParamGradAVX2(&sg[c], &sb[c], &dy[c], &x[c], &mean[0], &rstd[0], rows, d)
+		}
+		lnParamGradGeneric(sg[c:], sb[c:], dy[c:], x[c:], mean, rstd, d)
+	}
 	v.pack6 = func(dst, src []float32, lds, blocks int) {
 		if blocks > 0 {
 			_, _ = dst[48*blocks-1], src[5*lds+8*blocks-1]

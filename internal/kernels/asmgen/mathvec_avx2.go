@@ -170,6 +170,7 @@ func genMathVecAVX2() {
 			genLSTMBwdAVX2(prev, rec)
 		}
 	}
+	genLayerNormAVX2()
 }
 
 // genExpSumAVX2 emits expSumAVX2, expSumAVX512 on ymm: element 8u+j of each group of
@@ -514,6 +515,227 @@ func genLSTMBwdAVX2(prev, rec bool) {
 		VMULPS(f, dcv, dcv)
 		storeY(dcv, mask, Mem{Base: dc, Disp: off})
 	})
+	VZEROUPPER()
+	RET()
+}
+
+// LayerNorm rows on AVX2 (layernorm.go's kernels on ymm, tails masked as above).
+
+func genLayerNormAVX2() {
+	genLNStatsAVX2()
+	genLNApplyAVX2()
+	genLNBwdStatsAVX2()
+	genLNBwdDxAVX2(false)
+	genLNBwdDxAVX2(true)
+	genLNParamGradAVX2()
+}
+
+// widenY converts the 8 floats of y to two ymm of 4 float64 (lanes 0–3, 4–7).
+func widenY(y reg.VecVirtual) (lo, hi reg.VecVirtual) {
+	lo, hi = YMM(), YMM()
+	h := XMM()
+	VCVTPS2PD(y.AsX(), lo)
+	VEXTRACTF128(U8(1), y, h)
+	VCVTPS2PD(h, hi)
+	return lo, hi
+}
+
+// sumAccPD adds four ymm float64 accumulators ((a0+a1)+(a2+a3), then halving) and
+// stores the float64 result to return value i.
+func sumAccPD(acc []reg.VecVirtual, i int) {
+	VADDPD(acc[1], acc[0], acc[0])
+	VADDPD(acc[3], acc[2], acc[2])
+	VADDPD(acc[2], acc[0], acc[0])
+	h := XMM()
+	VEXTRACTF128(U8(1), acc[0], h)
+	VADDPD(h, acc[0].AsX(), h)
+	t := XMM()
+	VMOVHLPS(h, h, t)
+	VADDSD(t, h, h)
+	VMOVSD(h, retAddr(i))
+}
+
+// genLNStatsAVX2 emits lnStatsAVX2: lnStatsAVX512's two float64 passes, element
+// 8u+j of each group of 32 in accumulator 2(u mod 2) (j < 4) or 2(u mod 2)+1.
+func genLNStatsAVX2() {
+	const name = "lnStatsAVX2"
+	TEXT(name, NOSPLIT, "func(x *float32, n int) (mean, ss float64)")
+	Doc(name+" returns mean = sum x[i] / n and ss = sum (x[i]-mean)² for i < n, n >= 1, from the",
+		"values widened to float64 and summed in float64 in a fixed order (AVX2, FMA).")
+	x, n := gp("x"), gp("n")
+	x2, n2 := GP64(), GP64()
+	MOVQ(x, x2)
+	MOVQ(n, n2)
+	acc := zeroedY(4)
+	streamY(name+"_sum", n, []reg.GPVirtual{x}, func(off int, mask reg.VecVirtual) {
+		v := YMM()
+		loadY(Mem{Base: x, Disp: off}, mask, v) // lanes past n are 0
+		lo, hi := widenY(v)
+		a := acc[2*((off/32)%2):]
+		VADDPD(lo, a[0], a[0])
+		VADDPD(hi, a[1], a[1])
+	})
+	sumAccPD(acc, 0)
+	mean := XMM()
+	VMOVSD(retAddr(0), mean)
+	fn := XMM()
+	VCVTSI2SDQ(n2, fn, fn)
+	VDIVSD(fn, mean, mean)
+	VMOVSD(mean, retAddr(0))
+	ymu := YMM()
+	VBROADCASTSD(mean, ymu)
+	acc = zeroedY(4)
+	streamY(name+"_dev", n2, []reg.GPVirtual{x2}, func(off int, mask reg.VecVirtual) {
+		v := YMM()
+		loadY(Mem{Base: x2, Disp: off}, mask, v)
+		lo, hi := widenY(v)
+		VSUBPD(ymu, lo, lo)
+		VSUBPD(ymu, hi, hi)
+		if mask != nil {
+			// Lanes past n (x − mean = −mean there) add 0: the mask widened to 64 bits.
+			mlo, mhi, h := YMM(), YMM(), XMM()
+			VPMOVSXDQ(mask.AsX(), mlo)
+			VEXTRACTF128(U8(1), mask, h)
+			VPMOVSXDQ(h, mhi)
+			VANDPD(mlo, lo, lo)
+			VANDPD(mhi, hi, hi)
+		}
+		a := acc[2*((off/32)%2):]
+		VFMADD231PD(lo, lo, a[0])
+		VFMADD231PD(hi, hi, a[1])
+	})
+	sumAccPD(acc, 1)
+	VZEROUPPER()
+	RET()
+}
+
+func genLNApplyAVX2() {
+	const name = "lnApplyAVX2"
+	TEXT(name, NOSPLIT, "func(y, x, gamma, beta *float32, n int, mu, inv float32)")
+	Doc(name + " computes y[i] = (x[i]-mu)*inv*gamma[i] + beta[i] for i < n (AVX2, the last step fused).")
+	y, x, g, b, n := gp("y"), gp("x"), gp("gamma"), gp("beta"), gp("n")
+	ymu, yinv := bcastY("mu"), bcastY("inv")
+	streamY(name, n, []reg.GPVirtual{y, x, g, b}, func(off int, mask reg.VecVirtual) {
+		vx, vg, vb := YMM(), YMM(), YMM()
+		loadY(Mem{Base: x, Disp: off}, mask, vx)
+		loadY(Mem{Base: g, Disp: off}, mask, vg)
+		loadY(Mem{Base: b, Disp: off}, mask, vb)
+		VSUBPS(ymu, vx, vx)
+		VMULPS(yinv, vx, vx)
+		VFMADD231PS(vg, vx, vb)
+		storeY(vb, mask, Mem{Base: y, Disp: off})
+	})
+	VZEROUPPER()
+	RET()
+}
+
+// lnGradHatY is lnGradHat on ymm: dy·gamma and x̂ = (x−mu)·inv, both 0 outside the
+// mask.
+func lnGradHatY(dy, x, g reg.GPVirtual, off int, mask, ymu, yinv reg.VecVirtual) (gg, xh reg.VecVirtual) {
+	gg, xh = YMM(), YMM()
+	vg := YMM()
+	loadY(Mem{Base: dy, Disp: off}, mask, gg)
+	loadY(Mem{Base: x, Disp: off}, mask, xh)
+	loadY(Mem{Base: g, Disp: off}, mask, vg)
+	VMULPS(vg, gg, gg)
+	VSUBPS(ymu, xh, xh)
+	VMULPS(yinv, xh, xh)
+	if mask != nil {
+		VANDPS(mask, xh, xh)
+	}
+	return gg, xh
+}
+
+func genLNBwdStatsAVX2() {
+	const name = "lnBwdStatsAVX2"
+	TEXT(name, NOSPLIT, "func(dy, x, gamma *float32, n int, mu, inv float32) (s1, s2 float32)")
+	Doc(name+" returns s1 = sum dy[i]*gamma[i] and s2 = sum dy[i]*gamma[i]*(x[i]-mu)*inv for i < n",
+		"(AVX2, FMA); fixed summation order.")
+	dy, x, g, n := gp("dy"), gp("x"), gp("gamma"), gp("n")
+	ymu, yinv := bcastY("mu"), bcastY("inv")
+	s1, s2 := zeroedY(4), zeroedY(4)
+	streamY(name, n, []reg.GPVirtual{dy, x, g}, func(off int, mask reg.VecVirtual) {
+		gg, xh := lnGradHatY(dy, x, g, off, mask, ymu, yinv)
+		VADDPS(gg, s1[off/32], s1[off/32])
+		VFMADD231PS(xh, gg, s2[off/32])
+	})
+	VMOVSS(reduceY(s1), retAddr(0))
+	VMOVSS(reduceY(s2), retAddr(1))
+	VZEROUPPER()
+	RET()
+}
+
+func genLNBwdDxAVX2(acc bool) {
+	name, op := "lnBwdDxSetAVX2", "="
+	if acc {
+		name, op = "lnBwdDxAccAVX2", "+="
+	}
+	TEXT(name, NOSPLIT, "func(dx, dy, x, gamma *float32, n int, mu, inv, s1, s2 float32)")
+	Doc(name + " computes dx[i] " + op + " inv*(dy[i]*gamma[i] - s1 - (x[i]-mu)*inv*s2) for i < n (AVX2, FMA).")
+	dx, dy, x, g, n := gp("dx"), gp("dy"), gp("x"), gp("gamma"), gp("n")
+	ymu, yinv, ys1, ys2 := bcastY("mu"), bcastY("inv"), bcastY("s1"), bcastY("s2")
+	streamY(name, n, []reg.GPVirtual{dx, dy, x, g}, func(off int, mask reg.VecVirtual) {
+		gg, xh := lnGradHatY(dy, x, g, off, mask, ymu, yinv)
+		VSUBPS(ys1, gg, gg)       // − s1
+		VFNMADD231PS(ys2, xh, gg) // − x̂·s2
+		if acc {
+			o := YMM()
+			loadY(Mem{Base: dx, Disp: off}, mask, o)
+			VFMADD231PS(yinv, gg, o)
+			storeY(o, mask, Mem{Base: dx, Disp: off})
+			return
+		}
+		VMULPS(yinv, gg, gg)
+		storeY(gg, mask, Mem{Base: dx, Disp: off})
+	})
+	VZEROUPPER()
+	RET()
+}
+
+// genLNParamGradAVX2 emits lnParamGradAVX2: 32 columns (four 8-lane strips, four
+// independent FMA chains) of the dgamma / dbeta column sums over all rows, in row
+// order; the Go wrapper runs the columns past the last whole 32 through the Go loop.
+func genLNParamGradAVX2() {
+	const name = "lnParamGradAVX2"
+	TEXT(name, NOSPLIT, "func(sg, sb, dy, x, mean, rstd *float32, rows, d int)")
+	Doc(name+" adds, for the columns i < 32, sum over r < rows of dy[r*d+i]*(x[r*d+i]-mean[r])*rstd[r]",
+		"to sg[i] and of dy[r*d+i] to sb[i], in row order (AVX2, FMA).")
+	sg, sb, dy, x := gp("sg"), gp("sb"), gp("dy"), gp("x")
+	mp, rp, rows, d := gp("mean"), gp("rstd"), gp("rows"), gp("d")
+	const strips = 4
+	var vsg, vsb [strips]reg.VecVirtual
+	for j := range strips {
+		vsg[j], vsb[j] = YMM(), YMM()
+		VMOVUPS(Mem{Base: sg, Disp: 32 * j}, vsg[j])
+		VMOVUPS(Mem{Base: sb, Disp: 32 * j}, vsb[j])
+	}
+	SHLQ(U8(2), d) // row stride in bytes
+	Label(name + "_row")
+	TESTQ(rows, rows)
+	JE(LabelRef(name + "_done"))
+	ymu, yinv := YMM(), YMM()
+	VBROADCASTSS(Mem{Base: mp}, ymu)
+	VBROADCASTSS(Mem{Base: rp}, yinv)
+	for j := range strips {
+		vd, vx := YMM(), YMM()
+		VMOVUPS(Mem{Base: dy, Disp: 32 * j}, vd)
+		VMOVUPS(Mem{Base: x, Disp: 32 * j}, vx)
+		VSUBPS(ymu, vx, vx)
+		VMULPS(vd, vx, vx) // dy·(x−mean)
+		VFMADD231PS(yinv, vx, vsg[j])
+		VADDPS(vd, vsb[j], vsb[j])
+	}
+	ADDQ(d, dy)
+	ADDQ(d, x)
+	ADDQ(U8(4), mp)
+	ADDQ(U8(4), rp)
+	DECQ(rows)
+	JMP(LabelRef(name + "_row"))
+	Label(name + "_done")
+	for j := range strips {
+		VMOVUPS(vsg[j], Mem{Base: sg, Disp: 32 * j})
+		VMOVUPS(vsb[j], Mem{Base: sb, Disp: 32 * j})
+	}
 	VZEROUPPER()
 	RET()
 }
