@@ -34,21 +34,53 @@ func BenchmarkPackIm2col(b *testing.B) {
 
 // BenchmarkPackA packs a 192×256 block of a row-major A (lda 4096, the
 // weight gradient's dY of a ResNet-20 layer) into 6- and 8-row slivers, with the
-// implementation's register packers (pack6 on avx2, pack8 on avx512) and without.
+// implementation's register packers (pack6 on avx2, pack8 on avx512) and without,
+// and (mr6T, mr8T) the same block of a transposed A (the weight gradient's dYᵀ of
+// a linear layer).
 func BenchmarkPackA(b *testing.B) {
 	const lda, mc, kc = 4096, 192, 256
-	a := make([]float32, mc*lda)
+	a := make([]float32, max(mc, kc)*lda)
 	dst := make([]float32, mc*kc)
-	for _, mr := range []int{6, 8} {
-		for _, v := range []*vecOps{nil, impl.vec} {
-			name := fmt.Sprintf("mr%d/go", mr)
-			if v != nil {
-				name = fmt.Sprintf("mr%d/%s", mr, impl.name)
+	for _, trans := range []bool{false, true} {
+		for _, mr := range []int{6, 8} {
+			for _, v := range []*vecOps{nil, impl.vec} {
+				name := fmt.Sprintf("mr%d", mr)
+				if trans {
+					name += "T"
+				}
+				if v != nil {
+					name += "/" + impl.name
+				} else {
+					name += "/go"
+				}
+				b.Run(name, func(b *testing.B) {
+					b.SetBytes(mc * kc * 4)
+					for b.Loop() {
+						packA(mr, trans, a, lda, 0, mc, 0, kc, dst, v)
+					}
+				})
 			}
-			b.Run(name, func(b *testing.B) {
-				b.SetBytes(mc * kc * 4)
+		}
+	}
+}
+
+// BenchmarkPackB packs a 256×512 block of B (ldb 4096) into 16- and 32-column
+// slivers, plain and transposed, with the implementation's tile transpose.
+func BenchmarkPackB(b *testing.B) {
+	const ldb, kc, nc = 4096, 256, 512
+	src := make([]float32, max(kc, nc)*ldb)
+	dst := make([]float32, kc*nc)
+	tr, ts := impl.vec.packBTranspose()
+	for _, trans := range []bool{false, true} {
+		for _, nr := range []int{16, 32} {
+			name := fmt.Sprintf("nr%d", nr)
+			if trans {
+				name += "T"
+			}
+			b.Run(name+"/"+impl.name, func(b *testing.B) {
+				b.SetBytes(kc * nc * 4)
 				for b.Loop() {
-					packA(mr, false, a, lda, 0, mc, 0, kc, dst, v)
+					packB(nr, trans, src, ldb, 0, kc, 0, nc, dst, tr, ts)
 				}
 			})
 		}

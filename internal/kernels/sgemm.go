@@ -475,14 +475,24 @@ func (j *gemmJob) packB(p0, kc, j0, nc int, dst []float32) {
 	case nhwcTB:
 		packNHWCT(j.p.nr, j.geom, j.x, p0, kc, j0, nc, dst)
 	default:
-		packB(j.p.nr, j.transB, j.b, j.ldb, p0, kc, j0, nc, dst, j.p.vec.transpose16)
+		tr, ts := j.p.vec.packBTranspose()
+		packB(j.p.nr, j.transB, j.b, j.ldb, p0, kc, j0, nc, dst, tr, ts)
 	}
+}
+
+// packBTranspose returns the tile transpose packB uses for a transposed B and its
+// tile size: transpose16 (AVX-512), else transpose8 (AVX2), else nil (generic).
+func (v *vecOps) packBTranspose() (func(dst []float32, ldd int, src []float32, lds, blocks int), int) {
+	if v.transpose16 != nil {
+		return v.transpose16, 16
+	}
+	return v.transpose8, 8
 }
 
 // packA packs op(A)[i0:i0+mc, p0:p0+kc] into mr-row slivers: sliver s holds,
 // for each p, the mr values op(A)[i0+s*mr+r, p0+p] (zero padded past mc).
-// pack8, when not nil, is the implementation's vecOps.pack8, used for whole 8-row
-// slivers of a non-transposed A.
+// v, when not nil, supplies the implementation's register packers (vecOps.pack8,
+// pack6), used for whole slivers of a non-transposed A.
 func packA(mr int, trans bool, a []float32, lda, i0, mc, p0, kc int, dst []float32, v *vecOps) {
 	s0 := 0
 	if trans && mr == 8 {
@@ -497,6 +507,18 @@ func packA(mr int, trans bool, a []float32, lda, i0, mc, p0, kc int, dst []float
 			for s := 0; s < s0; s += 8 {
 				v := *(*[8]float32)(row[s : s+8]) // through a register: no memmove call
 				*(*[8]float32)(dst[s*kc+p*8 : s*kc+p*8+8]) = v
+			}
+		}
+	}
+	if trans && mr == 6 {
+		// The AVX2 slivers likewise: a copy call per 6 floats was runtime.memmove
+		// at 11 % of a BERT-tiny training step (the weight gradients' dYᵀ).
+		s0 = mc / 6 * 6
+		for p := range kc {
+			row := a[(p0+p)*lda+i0 : (p0+p)*lda+i0+s0]
+			for s := 0; s < s0; s += 6 {
+				v := *(*[6]float32)(row[s : s+6])
+				*(*[6]float32)(dst[s*kc+p*6 : s*kc+p*6+6]) = v
 			}
 		}
 	}
@@ -569,9 +591,9 @@ func packA(mr int, trans bool, a []float32, lda, i0, mc, p0, kc int, dst []float
 
 // packB packs op(B)[p0:p0+kc, j0:j0+nc] into nr-column slivers: sliver s
 // holds, for each p, the nr values op(B)[p0+p, j0+s*nr+q] (zero padded).
-// tr, when not nil, is the implementation's 16×16 transpose (vecOps.transpose16),
-// used for whole slivers of a transposed B.
-func packB(nr int, trans bool, b []float32, ldb, p0, kc, j0, nc int, dst []float32, tr func(dst []float32, ldd int, src []float32, lds, blocks int)) {
+// tr, when not nil, is the implementation's ts×ts tile transpose (vecOps.transpose16
+// or transpose8), used for whole slivers of a transposed B.
+func packB(nr int, trans bool, b []float32, ldb, p0, kc, j0, nc int, dst []float32, tr func(dst []float32, ldd int, src []float32, lds, blocks int), ts int) {
 	for s := 0; s < nc; s += nr {
 		cols := min(nr, nc-s)
 		d := dst[s*kc : s*kc+nr*kc]
@@ -582,6 +604,15 @@ func packB(nr int, trans bool, b []float32, ldb, p0, kc, j0, nc int, dst []float
 					o := (p0+p)*ldb + j0 + s
 					v := *(*[32]float32)(b[o : o+32])
 					*(*[32]float32)(d[p*32 : p*32+32]) = v
+				}
+				continue
+			}
+			if cols == 16 && nr == 16 {
+				// The AVX2 sliver, likewise.
+				for p := range kc {
+					o := (p0+p)*ldb + j0 + s
+					v := *(*[16]float32)(b[o : o+16])
+					*(*[16]float32)(d[p*16 : p*16+16]) = v
 				}
 				continue
 			}
@@ -596,11 +627,11 @@ func packB(nr int, trans bool, b []float32, ldb, p0, kc, j0, nc int, dst []float
 			continue
 		}
 		// op(B)[p,j] = b[j*ldb+p]
-		pt := 0 // the columns p < pt are packed by 16×16 transposes
-		if tr != nil && cols == nr && nr%16 == 0 && kc >= 16 {
-			pt = kc / 16 * 16
-			for q := 0; q < nr; q += 16 {
-				tr(d[q:], nr, b[(j0+s+q)*ldb+p0:], ldb, kc/16)
+		pt := 0 // the columns p < pt are packed by ts×ts transposes
+		if tr != nil && cols == nr && nr%ts == 0 && kc >= ts {
+			pt = kc / ts * ts
+			for q := 0; q < nr; q += ts {
+				tr(d[q:], nr, b[(j0+s+q)*ldb+p0:], ldb, kc/ts)
 			}
 		}
 		for q := range cols {

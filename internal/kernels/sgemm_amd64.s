@@ -2026,6 +2026,129 @@ addAVX2_done:
 	VZEROUPPER
 	RET
 
+// func mulAVX2(dst *float32, a *float32, b *float32, n int)
+// Requires: AVX
+TEXT ·mulAVX2(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), AX
+	MOVQ a+8(FP), CX
+	MOVQ b+16(FP), DX
+	MOVQ n+24(FP), BX
+
+mulAVX2_loop32:
+	CMPQ    BX, $0x20
+	JL      mulAVX2_loop8
+	VMOVUPS (CX), Y0
+	VMULPS  (DX), Y0, Y0
+	VMOVUPS Y0, (AX)
+	VMOVUPS 32(CX), Y0
+	VMULPS  32(DX), Y0, Y0
+	VMOVUPS Y0, 32(AX)
+	VMOVUPS 64(CX), Y0
+	VMULPS  64(DX), Y0, Y0
+	VMOVUPS Y0, 64(AX)
+	VMOVUPS 96(CX), Y0
+	VMULPS  96(DX), Y0, Y0
+	VMOVUPS Y0, 96(AX)
+	ADDQ    $0x80, AX
+	ADDQ    $0x80, CX
+	ADDQ    $0x80, DX
+	SUBQ    $0x20, BX
+	JMP     mulAVX2_loop32
+
+mulAVX2_loop8:
+	CMPQ    BX, $0x08
+	JL      mulAVX2_done
+	VMOVUPS (CX), Y0
+	VMULPS  (DX), Y0, Y0
+	VMOVUPS Y0, (AX)
+	ADDQ    $0x20, AX
+	ADDQ    $0x20, CX
+	ADDQ    $0x20, DX
+	SUBQ    $0x08, BX
+	JMP     mulAVX2_loop8
+
+mulAVX2_done:
+	VZEROUPPER
+	RET
+
+// func scaleAVX2(alpha float32, x *float32, n int)
+// Requires: AVX
+TEXT ·scaleAVX2(SB), NOSPLIT, $0-24
+	MOVQ         x+8(FP), AX
+	MOVQ         n+16(FP), CX
+	VBROADCASTSS alpha+0(FP), Y0
+
+scaleAVX2_loop32:
+	CMPQ    CX, $0x20
+	JL      scaleAVX2_loop8
+	VMULPS  (AX), Y0, Y1
+	VMOVUPS Y1, (AX)
+	VMULPS  32(AX), Y0, Y1
+	VMOVUPS Y1, 32(AX)
+	VMULPS  64(AX), Y0, Y1
+	VMOVUPS Y1, 64(AX)
+	VMULPS  96(AX), Y0, Y1
+	VMOVUPS Y1, 96(AX)
+	ADDQ    $0x80, AX
+	SUBQ    $0x20, CX
+	JMP     scaleAVX2_loop32
+
+scaleAVX2_loop8:
+	CMPQ    CX, $0x08
+	JL      scaleAVX2_done
+	VMULPS  (AX), Y0, Y1
+	VMOVUPS Y1, (AX)
+	ADDQ    $0x20, AX
+	SUBQ    $0x08, CX
+	JMP     scaleAVX2_loop8
+
+scaleAVX2_done:
+	VZEROUPPER
+	RET
+
+// func axpyAVX2(alpha float32, x *float32, y *float32, n int)
+// Requires: AVX
+TEXT ·axpyAVX2(SB), NOSPLIT, $0-32
+	MOVQ         x+8(FP), AX
+	MOVQ         y+16(FP), CX
+	MOVQ         n+24(FP), DX
+	VBROADCASTSS alpha+0(FP), Y0
+
+axpyAVX2_loop32:
+	CMPQ    DX, $0x20
+	JL      axpyAVX2_loop8
+	VMULPS  (AX), Y0, Y1
+	VADDPS  (CX), Y1, Y1
+	VMOVUPS Y1, (CX)
+	VMULPS  32(AX), Y0, Y1
+	VADDPS  32(CX), Y1, Y1
+	VMOVUPS Y1, 32(CX)
+	VMULPS  64(AX), Y0, Y1
+	VADDPS  64(CX), Y1, Y1
+	VMOVUPS Y1, 64(CX)
+	VMULPS  96(AX), Y0, Y1
+	VADDPS  96(CX), Y1, Y1
+	VMOVUPS Y1, 96(CX)
+	ADDQ    $0x80, AX
+	ADDQ    $0x80, CX
+	SUBQ    $0x20, DX
+	JMP     axpyAVX2_loop32
+
+axpyAVX2_loop8:
+	CMPQ    DX, $0x08
+	JL      axpyAVX2_done
+	VMULPS  (AX), Y0, Y1
+	VADDPS  (CX), Y1, Y1
+	VMOVUPS Y1, (CX)
+	ADDQ    $0x20, AX
+	ADDQ    $0x20, CX
+	SUBQ    $0x08, DX
+	JMP     axpyAVX2_loop8
+
+axpyAVX2_done:
+	VZEROUPPER
+	RET
+
 // func transpose8AVX2(dst *float32, ldd int, src *float32, lds int, blocks int)
 // Requires: AVX
 TEXT ·transpose8AVX2(SB), NOSPLIT, $0-40

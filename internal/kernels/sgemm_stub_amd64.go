@@ -44,6 +44,15 @@ func reluBwdSetAVX2(dx *float32, y *float32, dy *float32, n int)
 // addAVX2 computes dst[i] = a[i] + b[i] for i < n (a multiple of 8) (AVX2).
 func addAVX2(dst *float32, a *float32, b *float32, n int)
 
+// mulAVX2 computes dst[i] = a[i] * b[i] for i < n (a multiple of 8) (AVX2).
+func mulAVX2(dst *float32, a *float32, b *float32, n int)
+
+// scaleAVX2 computes x[i] *= alpha for i < n (a multiple of 8) (AVX2).
+func scaleAVX2(alpha float32, x *float32, n int)
+
+// axpyAVX2 computes y[i] += alpha*x[i] for i < n (a multiple of 8) (AVX2; multiply, then add: not fused).
+func axpyAVX2(alpha float32, x *float32, y *float32, n int)
+
 // transpose8AVX2 transposes blocks 8×8 tiles: dst[(8b+j)·ldd+i] = src[i·lds+8b+j] (AVX2).
 func transpose8AVX2(dst *float32, ldd int, src *float32, lds int, blocks int)
 

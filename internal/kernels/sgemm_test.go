@@ -412,3 +412,88 @@ func TestPack6Layout(t *testing.T) {
 		}
 	}
 }
+
+// packA and packB write the reference sliver layout (a plain loop over op(A),
+// op(B), zeros past mc or nc) and nothing past it, for both orientations, the
+// AVX2 and AVX-512 sliver widths, whole and partial slivers and kc not a
+// multiple of the tile, with each implementation's packers and transposes.
+func TestPackReference(t *testing.T) {
+	forEachImpl(t, func(t *testing.T) {
+		r := rand.New(rand.NewPCG(13, 14))
+		v := impl.vec
+		tr, ts := v.packBTranspose()
+		nan := float32(math.NaN())
+		for _, trans := range []bool{false, true} {
+			for _, kc := range []int{1, 5, 8, 13, 16, 17, 40} {
+				const i0, p0 = 3, 2
+				for _, mr := range []int{impl.mr, 6, 8} {
+					for _, mc := range []int{mr - 1, 2 * mr, 3*mr + 2} {
+						rows, cols := i0+mc, p0+kc // op(A)
+						if trans {
+							rows, cols = cols, rows
+						}
+						lda := cols + 5
+						a := randSlice(r, rows*lda)
+						n := roundUp(mc, mr) * kc
+						got := make([]float32, n+1)
+						for i := range got {
+							got[i] = nan
+						}
+						packA(mr, trans, a, lda, i0, mc, p0, kc, got[:n], v)
+						for i := range n {
+							s, p, q := i/(mr*kc)*mr, i%(mr*kc)/mr, i%mr
+							want := float32(0)
+							if s+q < mc {
+								if trans {
+									want = a[(p0+p)*lda+i0+s+q]
+								} else {
+									want = a[(i0+s+q)*lda+p0+p]
+								}
+							}
+							if math.Float32bits(got[i]) != math.Float32bits(want) {
+								t.Fatalf("packA mr %d trans %v mc %d kc %d: [%d] = %v, want %v", mr, trans, mc, kc, i, got[i], want)
+							}
+						}
+						if !math.IsNaN(float64(got[n])) {
+							t.Fatalf("packA mr %d trans %v mc %d kc %d: wrote past the slivers", mr, trans, mc, kc)
+						}
+					}
+				}
+				for _, nr := range []int{impl.nr, 16, 32} {
+					for _, nc := range []int{nr - 3, 2 * nr, 2*nr + 5} {
+						const j0 = 4
+						rows, cols := p0+kc, j0+nc // op(B)
+						if trans {
+							rows, cols = cols, rows
+						}
+						ldb := cols + 3
+						b := randSlice(r, rows*ldb)
+						n := roundUp(nc, nr) * kc
+						got := make([]float32, n+1)
+						for i := range got {
+							got[i] = nan
+						}
+						packB(nr, trans, b, ldb, p0, kc, j0, nc, got[:n], tr, ts)
+						for i := range n {
+							s, p, q := i/(nr*kc)*nr, i%(nr*kc)/nr, i%nr
+							want := float32(0)
+							if s+q < nc {
+								if trans {
+									want = b[(j0+s+q)*ldb+p0+p]
+								} else {
+									want = b[(p0+p)*ldb+j0+s+q]
+								}
+							}
+							if math.Float32bits(got[i]) != math.Float32bits(want) {
+								t.Fatalf("packB nr %d trans %v nc %d kc %d: [%d] = %v, want %v", nr, trans, nc, kc, i, got[i], want)
+							}
+						}
+						if !math.IsNaN(float64(got[n])) {
+							t.Fatalf("packB nr %d trans %v nc %d kc %d: wrote past the slivers", nr, trans, nc, kc)
+						}
+					}
+				}
+			}
+		}
+	})
+}

@@ -6,7 +6,7 @@ import (
 	"github.com/mmcloughlin/avo/reg"
 )
 
-// AVX2 elementwise kernels: the ReLU passes and the residual add. Each
+// AVX2 elementwise kernels: the ReLU passes, add, mul, scale and axpy. Each
 // processes n float32 elements, n a multiple of 8 (the Go wrappers in
 // sgemm_amd64.go run the last n mod 8 through the portable loops): 32 per
 // iteration (4 ymm), then 8.
@@ -105,6 +105,46 @@ func genVecAVX2() {
 			VMOVUPS(Mem{Base: a, Disp: off}, v)
 			VADDPS(Mem{Base: b, Disp: off}, v, v)
 			VMOVUPS(v, Mem{Base: d, Disp: off})
+		})
+	}
+
+	TEXT("mulAVX2", NOSPLIT, "func(dst, a, b *float32, n int)")
+	Doc("mulAVX2 computes dst[i] = a[i] * b[i] for i < n (a multiple of 8) (AVX2).")
+	{
+		d, a, b, n := gp("dst"), gp("a"), gp("b"), gp("n")
+		streamAVX2("mulAVX2", n, []reg.GPVirtual{d, a, b}, func(off int) {
+			v := YMM()
+			VMOVUPS(Mem{Base: a, Disp: off}, v)
+			VMULPS(Mem{Base: b, Disp: off}, v, v)
+			VMOVUPS(v, Mem{Base: d, Disp: off})
+		})
+	}
+
+	TEXT("scaleAVX2", NOSPLIT, "func(alpha float32, x *float32, n int)")
+	Doc("scaleAVX2 computes x[i] *= alpha for i < n (a multiple of 8) (AVX2).")
+	{
+		x, n := gp("x"), gp("n")
+		ya := bcastY("alpha")
+		streamAVX2("scaleAVX2", n, []reg.GPVirtual{x}, func(off int) {
+			v := YMM()
+			VMULPS(Mem{Base: x, Disp: off}, ya, v)
+			VMOVUPS(v, Mem{Base: x, Disp: off})
+		})
+	}
+
+	// axpy multiplies, then adds, rounding twice like the Go loop (which does not
+	// fuse): the assembly and the loop that finishes its last n mod 8 elements agree
+	// bit for bit, so an element's result does not depend on its position.
+	TEXT("axpyAVX2", NOSPLIT, "func(alpha float32, x, y *float32, n int)")
+	Doc("axpyAVX2 computes y[i] += alpha*x[i] for i < n (a multiple of 8) (AVX2; multiply, then add: not fused).")
+	{
+		x, y, n := gp("x"), gp("y"), gp("n")
+		ya := bcastY("alpha")
+		streamAVX2("axpyAVX2", n, []reg.GPVirtual{x, y}, func(off int) {
+			v := YMM()
+			VMULPS(Mem{Base: x, Disp: off}, ya, v)
+			VADDPS(Mem{Base: y, Disp: off}, v, v)
+			VMOVUPS(v, Mem{Base: y, Disp: off})
 		})
 	}
 }
