@@ -310,8 +310,12 @@ func trainLMRanks(ctx context.Context, c LMConfig, groups []comm.Group, data *da
 			}
 			last := sum.Epochs[len(sum.Epochs)-1]
 			sum.FinalPPL = last.ValPPL
-			_ = train.Print(stdout, "done", sum, fmt.Sprintf("done: %s %s, %d workers × batch %d × bptt %d, %d epochs: valid ppl %.2f, test ppl %.2f, %.0f words/s, %.0fs total",
-				c.Model, c.Hook, c.Workers, c.Batch, c.Bptt, c.Epochs, last.ValPPL, sum.TestPPL, last.WordsSec, sum.TotalSec))
+			ppl := fmt.Sprintf("valid ppl %.2f, test ppl %.2f", last.ValPPL, sum.TestPPL)
+			if c.NoEval {
+				ppl = "not evaluated (-no-eval)"
+			}
+			_ = train.Print(stdout, "done", sum, fmt.Sprintf("done: %s %s, %d workers × batch %d × bptt %d, %d epochs: %s, %.0f words/s, %.0fs total",
+				c.Model, c.Hook, c.Workers, c.Batch, c.Bptt, c.Epochs, ppl, last.WordsSec, sum.TotalSec))
 			return sum
 		})
 	if err != nil {
