@@ -4,6 +4,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/spargo-dl/spargo/internal/kernels"
 	"github.com/spargo-dl/spargo/nn"
 )
 
@@ -104,7 +105,9 @@ func BenchmarkBertBaseLayerStep(b *testing.B) {
 // BenchmarkBertTinyMLMStep is examples/bert's step without the optimizer and DDP: BERT-tiny with
 // an 8,000-token vocabulary (examples/bert's default on PTB), batch 16 × 128 tokens, every
 // 7th real position masked (18 per sequence), the MLM head only at the masked positions
-// (ForwardMaskedLM), dropout 0.1 on. The PyTorch side and a profile:
+// (ForwardMaskedLM), dropout 0.1 on. GFLOP/s counts the step's matrix products
+// (kernels.CountFLOPs), for the roofline ratio against the SGEMM peak. The PyTorch side
+// and a profile:
 //
 //	GOMAXPROCS=1 go test ./models/ -run XXX -bench BertTinyMLMStep -benchtime 10x
 //	OPENBLAS_NUM_THREADS=1 /usr/bin/python3 scripts/torch_bert_step.py --only mlm --threads 1
@@ -150,7 +153,7 @@ func BenchmarkBertTinyMLMStep(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	step()
+	flops := kernels.CountFLOPs(step) // the warm-up step
 	b.ResetTimer()
 	cpu0 := cpuSeconds()
 	for range b.N {
@@ -158,6 +161,7 @@ func BenchmarkBertTinyMLMStep(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/1000, "ms/step")
 	b.ReportMetric(float64(batch*b.N)/b.Elapsed().Seconds(), "seq/s")
+	b.ReportMetric(float64(flops)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 	// CPU time is what a loaded machine does not distort (wall time there measures the
 	// share the process got): with GOMAXPROCS=1 it is the idle machine's single-core time.
 	b.ReportMetric((cpuSeconds()-cpu0)*1000/float64(b.N), "cpu-ms/step")

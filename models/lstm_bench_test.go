@@ -3,12 +3,14 @@ package models
 import (
 	"testing"
 
+	"github.com/spargo-dl/spargo/internal/kernels"
 	"github.com/spargo-dl/spargo/nn"
 )
 
 // BenchmarkLSTMLMStep is one training step (forward, cross-entropy, backward) of Zaremba's
 // small PTB model on one bptt window of 20 columns × 35 words, the example's per-worker
-// batch. Words per second = 700 / (ns/op · 1e-9).
+// batch. Words per second = 700 / (ns/op · 1e-9); GFLOP/s counts the step's matrix
+// products (kernels.CountFLOPs), for the roofline ratio against the SGEMM peak.
 //
 //	go test ./models -run '^$' -bench LSTMLMStep -benchtime 20x
 func BenchmarkLSTMLMStep(b *testing.B) {
@@ -28,8 +30,7 @@ func BenchmarkLSTMLMStep(b *testing.B) {
 	m.State = m.NewState(cols)
 	params := nn.Parameters(m)
 	tape := nn.NewTape()
-	b.ResetTimer()
-	for range b.N {
+	step := func() {
 		tape.Reset()
 		nn.ZeroGrad(params)
 		loss := nn.CrossEntropy(m.Forward(tape.Const(x)), labels)
@@ -37,5 +38,11 @@ func BenchmarkLSTMLMStep(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+	flops := kernels.CountFLOPs(step) // a warm-up step
+	b.ResetTimer()
+	for range b.N {
+		step()
+	}
 	b.ReportMetric(float64(steps*cols*b.N)/b.Elapsed().Seconds(), "words/s")
+	b.ReportMetric(float64(flops)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 }

@@ -15,6 +15,10 @@ func TestCountFLOPs(t *testing.T) {
 	PadNHWC(g, x, xp)
 	y := make([]float32, m*g.ColCols())
 	a, b, c := make([]float32, 3*5), make([]float32, 5*4), make([]float32, 3*4)
+	cb, cOff := make([]float32, 8*3*4), make([]int, 8)
+	for i := range cOff {
+		cOff[i] = i * 3 * 4
+	}
 	forEachImpl(t, func(t *testing.T) {
 		for _, tc := range []struct {
 			name string
@@ -25,6 +29,9 @@ func TestCountFLOPs(t *testing.T) {
 			{"SgemmIm2col", func() { SgemmIm2col(m, 1, w, g.ColRows(), g, x, 0, y, g.ColCols()) }, conv},
 			{"ConvNHWC", func() { ConvNHWC(g, xp, w, m, false, y) }, conv},
 			{"ConvWeightGrad", func() { ConvWeightGrad(g, x, dy, m, g.ColCols(), w) }, conv},
+			{"SgemmBatched, 8 products", func() { // in parallel (sgemmSerial) from 2 threads
+				SgemmBatched(false, false, 3, 4, 5, 1, a, make([]int, 8), 5, b, make([]int, 8), 4, 0, cb, cOff, 4)
+			}, 8 * 2 * 3 * 4 * 5},
 			{"two products", func() {
 				Sgemm(false, false, 3, 4, 5, 1, a, 5, b, 4, 0, c, 4)
 				Sgemm(true, false, 5, 4, 3, 1, a, 5, c, 4, 0, b, 4)

@@ -71,6 +71,7 @@ func sgemmSerial(transA, transB bool, m, n, k int, alpha float32, a []float32, l
 		p: impl, transA: transA, transB: transB, m: m, n: n, k: k,
 		alpha: alpha, beta: beta, a: a, b: b, c: c, lda: lda, ldb: ldb, ldc: ldc,
 	}
+	countGEMM(m, n, k)
 	j.plan(1)
 	j.run()
 	j.a, j.b, j.c = nil, nil, nil
