@@ -66,11 +66,13 @@
 //	avx512  8×32 AVX-512F micro-kernel in Go assembly, plus AVX-512
 //	        elementwise kernels (amd64; needs AVX512F, AVX512VL, BMI2)
 //	avx2    6×16 AVX2+FMA micro-kernel in Go assembly (amd64; AVX2, FMA),
-//	        the indirect convolution kernels, BatchNorm's per-plane passes
-//	        and the ReLU, add and 8×8 transpose passes
+//	        the indirect convolution kernels, BatchNorm's per-plane passes,
+//	        the ReLU, add, mul, scale, axpy and 8×8 transpose passes, and
+//	        the exponential, GELU, LSTM-cell and LayerNorm row kernels
 //	generic portable pure-Go 4×8 micro-kernel (all architectures)
 //
-// The other elementwise functions use pure Go except on the avx512 path.
+// The other elementwise functions (dot, sum, the optimizers' updates) use pure
+// Go except on the avx512 path.
 // CountFLOPs counts the work of the GEMMs and convolutions a function runs
 // (spargo bench train's roofline ratio).
 // The binary16 conversions (EncodeHalf, DecodeHalf, AddHalf: the fp16 comm
@@ -83,17 +85,20 @@
 // The softmax, cross-entropy and exact-GELU kernels evaluate e^x and erfc
 // through float32 formulas (fastmath.go: exp32, erfc32; relative errors below
 // 1e-6 and 1e-5) instead of package math. The generic path runs them per
-// element in Go; the avx512 path runs the same formulas 16 lanes at a time
-// (asmgen/mathvec.go), so the two agree to a few ulps. GELU stays the exact
-// erf form PyTorch uses by default (TestGeluAccuracy bounds it against
-// math.Erfc). The LSTM cell (LSTMCellForward, LSTMCellBackward) runs one batch
-// row per kernel call: the generic path with the scalar sigmoid32 and tanh32,
-// the avx512 path fused in one pass over the row's gates and cells on the same
-// vectorised exponential (asmgen/lstm.go; TestLSTMGateAccuracy: sigmoid within
-// 1e-6 relative, tanh within 2e-7 absolute of float64).
+// element in Go; the avx512 and avx2 paths run the same formulas 16 and 8 lanes
+// at a time (asmgen/mathvec.go, mathvec_avx2.go; AVX2 scales by 2^n as two
+// normal factors where AVX-512 has VSCALEFPS, one rounding either way), so they
+// agree with the generic path to a few ulps. GELU stays the exact erf form
+// PyTorch uses by default (TestGeluAccuracy bounds it against math.Erfc). The
+// LSTM cell (LSTMCellForward, LSTMCellBackward) runs one batch row per kernel
+// call: the generic path with the scalar sigmoid32 and tanh32, the avx512 and
+// avx2 paths fused in one pass over the row's gates and cells on the same
+// vectorised exponential (asmgen/lstm.go, mathvec_avx2.go; TestLSTMGateAccuracy:
+// sigmoid within 1e-6 relative, tanh within 2e-7 absolute of float64).
 //
 // LayerNormForward and LayerNormBackward also run row kernels: Go loops on the
-// generic path, 16-lane ones on the avx512 path (asmgen/layernorm.go). Both widen
+// generic path, 16-lane ones on the avx512 path (asmgen/layernorm.go), 8-lane
+// ones on the avx2 path (asmgen/mathvec_avx2.go). All widen
 // the row's values to float64 and sum the mean and variance in float64, so the
 // saved statistics agree to within one float32 rounding (TestLayerNormMatchesFloat64).
 //
