@@ -139,7 +139,7 @@ func lstmBwdPrevRecAVX2(d *float32, a *float32, cPrev *float32, tc *float32, dy 
 // values widened to float64 and summed in float64 in a fixed order (AVX2, FMA).
 func lnStatsAVX2(x *float32, n int) (mean float64, ss float64)
 
-// lnApplyAVX2 computes y[i] = (x[i]-mu)*inv*gamma[i] + beta[i] for i < n (AVX2, the last step fused).
+// lnApplyAVX2 computes y[i] = (x[i]-mu)*inv*gamma[i] + beta[i] for i < n (AVX2, FMA, the last step fused).
 func lnApplyAVX2(y *float32, x *float32, gamma *float32, beta *float32, n int, mu float32, inv float32)
 
 // lnBwdStatsAVX2 returns s1 = sum dy[i]*gamma[i] and s2 = sum dy[i]*gamma[i]*(x[i]-mu)*inv for i < n

@@ -12,10 +12,10 @@ import (
 
 func genLayerNorm() {
 	genLNStats()
-	genLNApply()
-	genLNBwdStats()
-	genLNBwdDx(false)
-	genLNBwdDx(true)
+	genLNApply(avx512)
+	genLNBwdStats(avx512)
+	genLNBwdDx(avx512, false)
+	genLNBwdDx(avx512, true)
 	genLNParamGrad()
 }
 
@@ -100,85 +100,82 @@ func retAddr(i int) Mem {
 	return r.Addr
 }
 
-func genLNApply() {
-	const name = "lnApplyAVX512"
+func genLNApply(s *simd) {
+	name := "lnApply" + s.suffix
 	TEXT(name, NOSPLIT, "func(y, x, gamma, beta *float32, n int, mu, inv float32)")
-	Doc(name + " computes y[i] = (x[i]-mu)*inv*gamma[i] + beta[i] for i < n (AVX-512F, the last step fused).")
+	Doc(name + " computes y[i] = (x[i]-mu)*inv*gamma[i] + beta[i] for i < n (" + s.doc + ", the last step fused).")
 	y, x, g, b, n := gp("y"), gp("x"), gp("gamma"), gp("beta"), gp("n")
-	zmu, zinv := bcast("mu"), bcast("inv")
-	stream(name, n, []reg.GPVirtual{y, x, g, b}, func(off int, mask reg.Register) {
-		zx, zg, zb := ZMM(), ZMM(), ZMM()
-		load(Mem{Base: x, Disp: off}, mask, zx)
-		load(Mem{Base: g, Disp: off}, mask, zg)
-		load(Mem{Base: b, Disp: off}, mask, zb)
+	zmu, zinv := s.param("mu"), s.param("inv")
+	s.stream(name, n, []reg.GPVirtual{y, x, g, b}, func(off int, mask reg.Register) {
+		zx, zg, zb := s.vec(), s.vec(), s.vec()
+		s.load(Mem{Base: x, Disp: off}, mask, zx)
+		s.load(Mem{Base: g, Disp: off}, mask, zg)
+		s.load(Mem{Base: b, Disp: off}, mask, zb)
 		VSUBPS(zmu, zx, zx)
 		VMULPS(zinv, zx, zx)
 		VFMADD231PS(zg, zx, zb)
-		store(zb, mask, Mem{Base: y, Disp: off})
+		s.store(zb, mask, Mem{Base: y, Disp: off})
 	})
 	VZEROUPPER()
 	RET()
 }
 
-func genLNBwdStats() {
-	const name = "lnBwdStatsAVX512"
+func genLNBwdStats(s *simd) {
+	name := "lnBwdStats" + s.suffix
 	TEXT(name, NOSPLIT, "func(dy, x, gamma *float32, n int, mu, inv float32) (s1, s2 float32)")
 	Doc(name+" returns s1 = sum dy[i]*gamma[i] and s2 = sum dy[i]*gamma[i]*(x[i]-mu)*inv for i < n",
-		"(AVX-512F); fixed summation order.")
+		"("+s.doc+"); fixed summation order.")
 	dy, x, g, n := gp("dy"), gp("x"), gp("gamma"), gp("n")
-	zmu, zinv := bcast("mu"), bcast("inv")
-	s1, s2 := zeroed(4), zeroed(4)
-	stream(name, n, []reg.GPVirtual{dy, x, g}, func(off int, mask reg.Register) {
-		zd, zx := lnGradHat(dy, x, g, off, mask, zmu, zinv)
-		VADDPS(zd, s1[off/64], s1[off/64])
-		VFMADD231PS(zx, zd, s2[off/64])
+	zmu, zinv := s.param("mu"), s.param("inv")
+	s1, s2 := s.zeroed(4), s.zeroed(4)
+	s.stream(name, n, []reg.GPVirtual{dy, x, g}, func(off int, mask reg.Register) {
+		zd, zx := lnGradHat(s, dy, x, g, off, mask, zmu, zinv)
+		u := s.unit(off)
+		VADDPS(zd, s1[u], s1[u])
+		VFMADD231PS(zx, zd, s2[u])
 	})
-	reduce4(s1, 0)
-	reduce4(s2, 1)
+	s.reduce(s1, 0)
+	s.reduce(s2, 1)
 	VZEROUPPER()
 	RET()
 }
 
-// lnGradHat loads 16 lanes at byte offset off and returns dy·gamma and
+// lnGradHat loads the vector at byte offset off and returns dy·gamma and
 // x̂ = (x−mu)·inv, both 0 outside the mask.
-func lnGradHat(dy, x, g reg.GPVirtual, off int, mask reg.Register, zmu, zinv reg.VecVirtual) (gg, xh reg.VecVirtual) {
-	gg, xh = ZMM(), ZMM()
-	zg := ZMM()
-	load(Mem{Base: dy, Disp: off}, mask, gg)
-	load(Mem{Base: x, Disp: off}, mask, xh)
-	load(Mem{Base: g, Disp: off}, mask, zg)
+func lnGradHat(s *simd, dy, x, g reg.GPVirtual, off int, mask reg.Register, zmu, zinv reg.VecVirtual) (gg, xh reg.VecVirtual) {
+	gg, xh = s.vec(), s.vec()
+	zg := s.vec()
+	s.load(Mem{Base: dy, Disp: off}, mask, gg)
+	s.load(Mem{Base: x, Disp: off}, mask, xh)
+	s.load(Mem{Base: g, Disp: off}, mask, zg)
 	VMULPS(zg, gg, gg)
-	if mask == nil {
-		VSUBPS(zmu, xh, xh)
-	} else {
-		VSUBPS_Z(zmu, xh, mask, xh)
-	}
+	s.subZ(zmu, xh, mask)
 	VMULPS(zinv, xh, xh)
 	return gg, xh
 }
 
-func genLNBwdDx(acc bool) {
-	name, op := "lnBwdDxSetAVX512", "="
+func genLNBwdDx(s *simd, acc bool) {
+	name, op := "lnBwdDxSet"+s.suffix, "="
 	if acc {
-		name, op = "lnBwdDxAccAVX512", "+="
+		name, op = "lnBwdDxAcc"+s.suffix, "+="
 	}
 	TEXT(name, NOSPLIT, "func(dx, dy, x, gamma *float32, n int, mu, inv, s1, s2 float32)")
-	Doc(name + " computes dx[i] " + op + " inv*(dy[i]*gamma[i] - s1 - (x[i]-mu)*inv*s2) for i < n (AVX-512F).")
+	Doc(name + " computes dx[i] " + op + " inv*(dy[i]*gamma[i] - s1 - (x[i]-mu)*inv*s2) for i < n (" + s.doc + ").")
 	dx, dy, x, g, n := gp("dx"), gp("dy"), gp("x"), gp("gamma"), gp("n")
-	zmu, zinv, zs1, zs2 := bcast("mu"), bcast("inv"), bcast("s1"), bcast("s2")
-	stream(name, n, []reg.GPVirtual{dx, dy, x, g}, func(off int, mask reg.Register) {
-		zd, zx := lnGradHat(dy, x, g, off, mask, zmu, zinv)
+	zmu, zinv, zs1, zs2 := s.param("mu"), s.param("inv"), s.param("s1"), s.param("s2")
+	s.stream(name, n, []reg.GPVirtual{dx, dy, x, g}, func(off int, mask reg.Register) {
+		zd, zx := lnGradHat(s, dy, x, g, off, mask, zmu, zinv)
 		VSUBPS(zs1, zd, zd)       // − s1
 		VFNMADD231PS(zs2, zx, zd) // − x̂·s2
 		if acc {
-			zo := ZMM()
-			load(Mem{Base: dx, Disp: off}, mask, zo)
+			zo := s.vec()
+			s.load(Mem{Base: dx, Disp: off}, mask, zo)
 			VFMADD231PS(zinv, zd, zo)
-			store(zo, mask, Mem{Base: dx, Disp: off})
+			s.store(zo, mask, Mem{Base: dx, Disp: off})
 			return
 		}
 		VMULPS(zinv, zd, zd)
-		store(zd, mask, Mem{Base: dx, Disp: off})
+		s.store(zd, mask, Mem{Base: dx, Disp: off})
 	})
 	VZEROUPPER()
 	RET()

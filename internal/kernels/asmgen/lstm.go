@@ -9,16 +9,18 @@ import (
 )
 
 // The fused LSTM cell of one batch row (kernels/lstm.go, PyTorch's gate order i, f, g, o):
-// the forward applies sigmoid32's and tanh32's formulas sixteen lanes at a time on
-// mathvec.go's exponential, the backward is the same products as lstmBwdGeneric. A row
-// of gates holds four blocks of n floats; the cell tensors hold n.
+// the forward applies sigmoid32's and tanh32's formulas 16 (AVX-512) or 8 (AVX2) lanes at
+// a time on the exponential of mathvec.go or mathvec_avx2.go, the backward is the same
+// products as lstmBwdGeneric. A row of gates holds four blocks of n floats; the cell
+// tensors hold n.
 
-func genLSTM() {
-	genLSTMFwd(false)
-	genLSTMFwd(true)
+// genLSTM emits the six LSTM row kernels of s.
+func genLSTM(s *simd) {
+	genLSTMFwd(s, false)
+	genLSTMFwd(s, true)
 	for _, prev := range []bool{false, true} {
 		for _, rec := range []bool{false, true} {
-			genLSTMBwd(prev, rec)
+			genLSTMBwd(s, prev, rec)
 		}
 	}
 }
@@ -81,16 +83,16 @@ func blockBytes(n reg.GPVirtual) (b1, b3 reg.GPVirtual) {
 	return b1, b3
 }
 
-// genLSTMFwd emits lstmFwdAVX512 (zero previous cell) or lstmFwdPrevAVX512.
-func genLSTMFwd(prev bool) {
-	name, sig, cpDoc := "lstmFwdAVX512", "func(gates, c, tc, h *float32, n int)", "0"
+// genLSTMFwd emits lstmFwd<suffix> (zero previous cell) or lstmFwdPrev<suffix>.
+func genLSTMFwd(s *simd, prev bool) {
+	name, sig, cpDoc := "lstmFwd"+s.suffix, "func(gates, c, tc, h *float32, n int)", "0"
 	if prev {
-		name, sig, cpDoc = "lstmFwdPrevAVX512", "func(gates, cPrev, c, tc, h *float32, n int)", "f·cPrev[k]"
+		name, sig, cpDoc = "lstmFwdPrev"+s.suffix, "func(gates, cPrev, c, tc, h *float32, n int)", "f·cPrev[k]"
 	}
 	TEXT(name, NOSPLIT, sig)
 	Doc(name+" applies one LSTM row's gates for k < n: gates[k], gates[n+k], gates[3n+k] become",
 		"their sigmoids i, f, o and gates[2n+k] its tanh g, then c[k] = "+cpDoc+" + i·g, tc[k] = tanh(c[k]),",
-		"h[k] = o·tc[k] (AVX-512F).")
+		"h[k] = o·tc[k] ("+s.doc+").")
 	g := gp("gates")
 	ptrs := []reg.GPVirtual{g}
 	var cp reg.GPVirtual
@@ -101,40 +103,40 @@ func genLSTMFwd(prev bool) {
 	c, tc, h, n := gp("c"), gp("tc"), gp("h"), gp("n")
 	ptrs = append(ptrs, c, tc, h)
 	b1, b3 := blockBytes(n)
-	r := loadExpRegs()
-	one := splat("one")
-	stream(name, n, ptrs, func(off int, mask reg.Register) {
+	r := s.expRegs()
+	one := s.splat("one")
+	s.stream(name, n, ptrs, func(off int, mask reg.Register) {
 		var z [4]reg.VecVirtual
 		for k := range z {
-			z[k] = ZMM()
-			load(gateAddr(g, b1, b3, k, off), mask, z[k])
+			z[k] = s.vec()
+			s.load(gateAddr(g, b1, b3, k, off), mask, z[k])
 			if k == 2 {
-				z[k] = emitTanh(z[k], r, one)
+				z[k] = s.tanh(z[k], r, one)
 			} else {
-				emitSigmoid(z[k], r, one)
+				s.sigmoid(z[k], r, one)
 			}
-			store(z[k], mask, gateAddr(g, b1, b3, k, off))
+			s.store(z[k], mask, gateAddr(g, b1, b3, k, off))
 		}
-		cv := ZMM()
+		cv := s.vec()
 		VMULPS(z[2], z[0], cv) // i·g
 		if prev {
-			zc := ZMM()
-			load(Mem{Base: cp, Disp: off}, mask, zc)
+			zc := s.vec()
+			s.load(Mem{Base: cp, Disp: off}, mask, zc)
 			VFMADD231PS(zc, z[1], cv) // + f·cPrev
 		}
-		store(cv, mask, Mem{Base: c, Disp: off})
-		t := emitTanh(cv, r, one)
-		store(t, mask, Mem{Base: tc, Disp: off})
+		s.store(cv, mask, Mem{Base: c, Disp: off})
+		t := s.tanh(cv, r, one)
+		s.store(t, mask, Mem{Base: tc, Disp: off})
 		VMULPS(t, z[3], t)
-		store(t, mask, Mem{Base: h, Disp: off})
+		s.store(t, mask, Mem{Base: h, Disp: off})
 	})
 	VZEROUPPER()
 	RET()
 }
 
-// genLSTMBwd emits lstmBwd{Prev}{Rec}AVX512: the backward of one row with dy given and
+// genLSTMBwd emits lstmBwd{Prev}{Rec}<suffix>: the backward of one row with dy given and
 // the previous cell (prev) and the recurrent gradient dhRec (rec) present or zero.
-func genLSTMBwd(prev, rec bool) {
+func genLSTMBwd(s *simd, prev, rec bool) {
 	name, params := "lstmBwd", "d, a"
 	if prev {
 		name, params = name+"Prev", params+", cPrev"
@@ -143,7 +145,7 @@ func genLSTMBwd(prev, rec bool) {
 	if rec {
 		name, params = name+"Rec", params+", dhRec"
 	}
-	name += "AVX512"
+	name += s.suffix
 	TEXT(name, NOSPLIT, fmt.Sprintf("func(%s, dc *float32, n int)", params))
 	cpDoc, dhDoc := "0", "dy"
 	if prev {
@@ -154,7 +156,7 @@ func genLSTMBwd(prev, rec bool) {
 	}
 	Doc(name+" is the backward of one LSTM row for k < n, with acts a = (i, f, g, o) in four",
 		"blocks of n, dh = "+dhDoc+", tc = tanh(c) and cp = "+cpDoc+": dc' = dc + dh·o·(1 − tc²);",
-		"d = (dc'·g·i·(1−i), dc'·cp·f·(1−f), dc'·i·(1−g²), dh·tc·o·(1−o)); dc = dc'·f (AVX-512F).")
+		"d = (dc'·g·i·(1−i), dc'·cp·f·(1−f), dc'·i·(1−g²), dh·tc·o·(1−o)); dc = dc'·f ("+s.doc+").")
 	d, a := gp("d"), gp("a")
 	ptrs := []reg.GPVirtual{d, a}
 	var cp, dr reg.GPVirtual
@@ -171,68 +173,67 @@ func genLSTMBwd(prev, rec bool) {
 	dc, n := gp("dc"), gp("n")
 	ptrs = append(ptrs, dc)
 	b1, b3 := blockBytes(n)
-	one := splat("one")
+	one := s.splat("one")
 	var zero reg.VecVirtual
 	if !prev {
-		zero = ZMM()
-		VPXORD(zero, zero, zero)
+		zero = s.zeroed(1)[0]
 	}
-	stream(name, n, ptrs, func(off int, mask reg.Register) {
-		dh, t := ZMM(), ZMM()
-		load(Mem{Base: dy, Disp: off}, mask, dh)
+	s.stream(name, n, ptrs, func(off int, mask reg.Register) {
+		dh, t := s.vec(), s.vec()
+		s.load(Mem{Base: dy, Disp: off}, mask, dh)
 		if rec {
-			zr := ZMM()
-			load(Mem{Base: dr, Disp: off}, mask, zr)
+			zr := s.vec()
+			s.load(Mem{Base: dr, Disp: off}, mask, zr)
 			VADDPS(zr, dh, dh)
 		}
 		var z [4]reg.VecVirtual
 		for k := range z {
-			z[k] = ZMM()
-			load(gateAddr(a, b1, b3, k, off), mask, z[k])
+			z[k] = s.vec()
+			s.load(gateAddr(a, b1, b3, k, off), mask, z[k])
 		}
 		i, f, g, o := z[0], z[1], z[2], z[3]
-		load(Mem{Base: tc, Disp: off}, mask, t)
+		s.load(Mem{Base: tc, Disp: off}, mask, t)
 		// dc' = dc + dh·o·(1 − t²)
-		u, w, dcv := ZMM(), ZMM(), ZMM()
+		u, w, dcv := s.vec(), s.vec(), s.vec()
 		VMOVAPS(one, u)
 		VFNMADD231PS(t, t, u)
 		VMULPS(o, dh, w)
 		VMULPS(u, w, w)
-		load(Mem{Base: dc, Disp: off}, mask, dcv)
+		s.load(Mem{Base: dc, Disp: off}, mask, dcv)
 		VADDPS(w, dcv, dcv)
 		// oneMinus(v) returns 1 − v in a fresh register.
 		oneMinus := func(v reg.VecVirtual) reg.VecVirtual {
-			m := ZMM()
+			m := s.vec()
 			VSUBPS(v, one, m)
 			return m
 		}
-		di := ZMM()
+		di := s.vec()
 		VMULPS(g, dcv, di)
 		VMULPS(i, di, di)
 		VMULPS(oneMinus(i), di, di)
-		store(di, mask, gateAddr(d, b1, b3, 0, off))
-		df, cpv := ZMM(), zero
+		s.store(di, mask, gateAddr(d, b1, b3, 0, off))
+		df, cpv := s.vec(), zero
 		if prev {
-			cpv = ZMM()
-			load(Mem{Base: cp, Disp: off}, mask, cpv)
+			cpv = s.vec()
+			s.load(Mem{Base: cp, Disp: off}, mask, cpv)
 		}
 		VMULPS(cpv, dcv, df)
 		VMULPS(f, df, df)
 		VMULPS(oneMinus(f), df, df)
-		store(df, mask, gateAddr(d, b1, b3, 1, off))
-		dg, u2 := ZMM(), ZMM()
+		s.store(df, mask, gateAddr(d, b1, b3, 1, off))
+		dg, u2 := s.vec(), s.vec()
 		VMULPS(i, dcv, dg)
 		VMOVAPS(one, u2)
 		VFNMADD231PS(g, g, u2) // 1 − g²
 		VMULPS(u2, dg, dg)
-		store(dg, mask, gateAddr(d, b1, b3, 2, off))
-		do := ZMM()
+		s.store(dg, mask, gateAddr(d, b1, b3, 2, off))
+		do := s.vec()
 		VMULPS(t, dh, do)
 		VMULPS(o, do, do)
 		VMULPS(oneMinus(o), do, do)
-		store(do, mask, gateAddr(d, b1, b3, 3, off))
+		s.store(do, mask, gateAddr(d, b1, b3, 3, off))
 		VMULPS(f, dcv, dcv)
-		store(dcv, mask, Mem{Base: dc, Disp: off})
+		s.store(dcv, mask, Mem{Base: dc, Disp: off})
 	})
 	VZEROUPPER()
 	RET()

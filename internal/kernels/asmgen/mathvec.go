@@ -137,11 +137,11 @@ func genMathVec() {
 	genMathConsts()
 	genExpSum()
 	genMax()
-	genGelu(false)
-	genGelu(true)
-	genGeluBwd(false)
-	genGeluBwd(true)
-	genLSTM()
+	genGelu(avx512, false)
+	genGelu(avx512, true)
+	genGeluBwd(avx512, false)
+	genGeluBwd(avx512, true)
+	genLSTM(avx512)
 }
 
 // genExpSum emits expSumAVX512: dst[i] = e^(x[i]−shift) and the sum of the dst[i]
@@ -202,18 +202,18 @@ func genMax() {
 	RET()
 }
 
-// genGelu emits geluAVX512 (y = x·Φ(x)) or, withCDF, geluCDFAVX512, which also
+// genGelu emits gelu<suffix> (y = x·Φ(x)) or, withCDF, geluCDF<suffix>, which also
 // stores Φ(x) for the backward pass. Both compute y as the same x·Φ(x).
-func genGelu(withCDF bool) {
-	name, sig := "geluAVX512", "func(y, x *float32, n int)"
+func genGelu(s *simd, withCDF bool) {
+	name, sig := "gelu"+s.suffix, "func(y, x *float32, n int)"
 	if withCDF {
-		name, sig = "geluCDFAVX512", "func(y, cdf, x *float32, n int)"
+		name, sig = "geluCDF"+s.suffix, "func(y, cdf, x *float32, n int)"
 	}
 	TEXT(name, NOSPLIT, sig)
 	if withCDF {
-		Doc(name + " computes cdf[i] = Φ(x[i]) and y[i] = x[i]·Φ(x[i]), the exact GELU, for i < n (AVX-512F).")
+		Doc(name + " computes cdf[i] = Φ(x[i]) and y[i] = x[i]·Φ(x[i]), the exact GELU, for i < n (" + s.doc + ").")
 	} else {
-		Doc(name + " computes y[i] = x[i]·Φ(x[i]), the exact GELU, for i < n (AVX-512F).")
+		Doc(name + " computes y[i] = x[i]·Φ(x[i]), the exact GELU, for i < n (" + s.doc + ").")
 	}
 	y := gp("y")
 	ptrs := []reg.GPVirtual{y}
@@ -224,50 +224,50 @@ func genGelu(withCDF bool) {
 	}
 	x, n := gp("x"), gp("n")
 	ptrs = append(ptrs, x)
-	g := loadGeluRegs()
-	stream(name, n, ptrs, func(off int, mask reg.Register) {
-		v := ZMM()
-		load(Mem{Base: x, Disp: off}, mask, v)
-		phi := emitPhi(v, g)
+	g := s.geluRegs()
+	s.stream(name, n, ptrs, func(off int, mask reg.Register) {
+		v := s.vec()
+		s.load(Mem{Base: x, Disp: off}, mask, v)
+		phi := s.phi(v, g)
 		if withCDF {
-			store(phi, mask, Mem{Base: c, Disp: off})
+			s.store(phi, mask, Mem{Base: c, Disp: off})
 		}
 		VMULPS(phi, v, v)
-		store(v, mask, Mem{Base: y, Disp: off})
+		s.store(v, mask, Mem{Base: y, Disp: off})
 	})
 	VZEROUPPER()
 	RET()
 }
 
-// genGeluBwd emits geluBwdSetAVX512 / geluBwdAccAVX512: dx = (or +=)
+// genGeluBwd emits geluBwdSet<suffix> / geluBwdAcc<suffix>: dx = (or +=)
 // dy·(Φ(x) + x·φ(x)) with Φ(x) given.
-func genGeluBwd(acc bool) {
-	name, op := "geluBwdSetAVX512", "="
+func genGeluBwd(s *simd, acc bool) {
+	name, op := "geluBwdSet"+s.suffix, "="
 	if acc {
-		name, op = "geluBwdAccAVX512", "+="
+		name, op = "geluBwdAcc"+s.suffix, "+="
 	}
 	TEXT(name, NOSPLIT, "func(dx, x, cdf, dy *float32, n int)")
-	Doc(name + " computes dx[i] " + op + " dy[i]·(cdf[i] + x[i]·φ(x[i])), the exact GELU's derivative with Φ(x) = cdf given, for i < n (AVX-512F).")
+	Doc(name + " computes dx[i] " + op + " dy[i]·(cdf[i] + x[i]·φ(x[i])), the exact GELU's derivative with Φ(x) = cdf given, for i < n (" + s.doc + ").")
 	dx, x, c, dy, n := gp("dx"), gp("x"), gp("cdf"), gp("dy"), gp("n")
-	r := loadExpRegs()
-	stream(name, n, []reg.GPVirtual{dx, x, c, dy}, func(off int, mask reg.Register) {
-		v, w, s, zc := ZMM(), ZMM(), ZMM(), ZMM()
-		load(Mem{Base: x, Disp: off}, mask, v)
-		load(Mem{Base: c, Disp: off}, mask, zc)
+	r := s.expRegs()
+	s.stream(name, n, []reg.GPVirtual{dx, x, c, dy}, func(off int, mask reg.Register) {
+		v, w, f, zc := s.vec(), s.vec(), s.vec(), s.vec()
+		s.load(Mem{Base: x, Disp: off}, mask, v)
+		s.load(Mem{Base: c, Disp: off}, mask, zc)
 		VMULPS(v, v, w)
-		VMULPS_BCST(kc("negHalf"), w, w)
-		emitExp(w, r, nil) // e^(−x²/2)
-		VMULPS_BCST(kc("invSqrt2Pi"), v, s)
-		VFMADD213PS(zc, w, s) // Φ + x·φ
-		zg := ZMM()
-		load(Mem{Base: dy, Disp: off}, mask, zg)
-		VMULPS(zg, s, s)
+		s.mulK("negHalf", w, w)
+		s.exp(w, r) // e^(−x²/2)
+		s.mulK("invSqrt2Pi", v, f)
+		VFMADD213PS(zc, w, f) // Φ + x·φ
+		zg := s.vec()
+		s.load(Mem{Base: dy, Disp: off}, mask, zg)
+		VMULPS(zg, f, f)
 		if acc {
-			zd := ZMM()
-			load(Mem{Base: dx, Disp: off}, mask, zd)
-			VADDPS(zd, s, s)
+			zd := s.vec()
+			s.load(Mem{Base: dx, Disp: off}, mask, zd)
+			VADDPS(zd, f, f)
 		}
-		store(s, mask, Mem{Base: dx, Disp: off})
+		s.store(f, mask, Mem{Base: dx, Disp: off})
 	})
 	VZEROUPPER()
 	RET()

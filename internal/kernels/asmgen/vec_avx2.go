@@ -247,18 +247,22 @@ func zeroedY(k int) []reg.VecVirtual {
 
 // reduceY sums four ymm accumulators in the fixed order above and returns the
 // scalar in the low lane of an xmm register.
-func reduceY(acc []reg.VecVirtual) reg.VecVirtual {
-	VADDPS(acc[1], acc[0], acc[0])
-	VADDPS(acc[3], acc[2], acc[2])
-	VADDPS(acc[2], acc[0], acc[0])
+func reduceY(acc []reg.VecVirtual) reg.VecVirtual { return reduceYWith(acc, VADDPS, VADDSS) }
+
+// reduceYWith is reduceY with the packed operation op and the scalar op1 (the
+// last step) in place of the additions.
+func reduceYWith(acc []reg.VecVirtual, op, op1 func(...Op)) reg.VecVirtual {
+	op(acc[1], acc[0], acc[0])
+	op(acc[3], acc[2], acc[2])
+	op(acc[2], acc[0], acc[0])
 	h := XMM()
 	VEXTRACTF128(U8(1), acc[0], h)
-	VADDPS(h, acc[0].AsX(), h)
+	op(h, acc[0].AsX(), h)
 	t := XMM()
 	VMOVHLPS(h, h, t)
-	VADDPS(t, h, h)
+	op(t, h, h)
 	VMOVSHDUP(h, t)
-	VADDSS(t, h, h)
+	op1(t, h, h)
 	return h
 }
 
