@@ -106,50 +106,26 @@ func BenchmarkBertBaseLayerStep(b *testing.B) {
 // an 8,000-token vocabulary (examples/bert's default on PTB), batch 16 × 128 tokens, every
 // 7th real position masked (18 per sequence), the MLM head only at the masked positions
 // (ForwardMaskedLM), dropout 0.1 on. GFLOP/s counts the step's matrix products
-// (kernels.CountFLOPs), for the roofline ratio against the SGEMM peak. The PyTorch side
-// and a profile:
+// (kernels.CountFLOPs), for the roofline ratio against the SGEMM peak. The step is
+// NewTokenStep's, as `spargo bench train -model bert-tiny` times it (with an SGD step). The
+// PyTorch side and a profile:
 //
 //	GOMAXPROCS=1 go test ./models/ -run XXX -bench BertTinyMLMStep -benchtime 10x
 //	OPENBLAS_NUM_THREADS=1 /usr/bin/python3 scripts/torch_bert_step.py --only mlm --threads 1
 //	go test ./models/ -run XXX -bench BertTinyMLMStep -benchtime 10x -cpuprofile cpu.out
 //	go tool pprof -top models.test cpu.out
 func BenchmarkBertTinyMLMStep(b *testing.B) {
-	const batch, seq = 16, 128
-	cfg, _ := BertPreset("tiny")
-	cfg.VocabSize = 8000
-	m, err := NewBertForPreTraining(cfg, nn.NewRand(0))
+	s, err := NewTokenStep("bert-tiny", TokenStepConfig{Batch: 16, Seq: 128, Vocab: 8000}, nn.NewRand(0), nn.NewRand(9))
 	if err != nil {
 		b.Fatal(err)
 	}
-	ps := nn.Parameters(m)
-	rng := nn.NewRand(9)
-	n := batch * seq
-	ids, types, mask := make([]int32, n), make([]int32, n), make([]int32, n)
-	var positions, labels []int
-	for i := range n {
-		s, p := i/seq, i%seq
-		ids[i], mask[i] = int32(5+rng.IntN(cfg.VocabSize-5)), 1
-		if p >= seq/2 {
-			types[i] = 1
-		}
-		if s%2 == 1 && p >= seq-16 {
-			ids[i], mask[i], types[i] = 0, 0, 0
-		}
-		if mask[i] == 1 && p > 0 && p%7 == 3 { // 18 of 128
-			positions = append(positions, i)
-			labels = append(labels, rng.IntN(cfg.VocabSize))
-		}
-	}
-	nsp := make([]int, batch)
-	for i := range nsp {
-		nsp[i] = i % 2
-	}
+	batch := s.Batch
+	ps := nn.Parameters(s.Model)
 	tape := nn.NewTape()
 	step := func() {
 		tape.Reset()
 		nn.ZeroGrad(ps)
-		mlm, nspLogits := m.ForwardMaskedLM(tape, ids, types, mask, batch, seq, positions)
-		if err := tape.Backward(m.Loss(mlm, nspLogits, labels, nsp)); err != nil {
+		if err := tape.Backward(s.Loss(tape)); err != nil {
 			b.Fatal(err)
 		}
 	}
