@@ -5,6 +5,10 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/spargo-dl/spargo/internal/kernels"
+	"github.com/spargo-dl/spargo/models"
+	"github.com/spargo-dl/spargo/nn"
 )
 
 // The machine and roofline fields of bench train's JSON and text output
@@ -69,6 +73,91 @@ func TestCPUModelFrom(t *testing.T) {
 	} {
 		if got := cpuModelFrom(tc.in); got != tc.want {
 			t.Errorf("cpuModelFrom(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+// The models that read tokens: sequences/s and tokens/s instead of images/s, the work per
+// sequence, no image fields. The LSTM's work per sequence is known in closed form: per
+// word, each of the two layers' gate products 2·4H·(In+H) FLOPs forward (H = In = 200)
+// and the decoder's 2·H·V (V = 10,000), three times that with the backward pass (both
+// gradients of every product: the embedding lookup is no product), less the gradient of
+// the window's initial state, which no gradient crosses into: 2·4H·H per layer and column.
+func TestBenchTrainTokens(t *testing.T) {
+	run := func(args ...string) (map[string]any, trainResult) {
+		t.Helper()
+		var out, errb bytes.Buffer
+		code := dispatch(append([]string{"bench", "train", "-steps", "1", "-warmup", "0", "-json"}, args...), &out, &errb)
+		if code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, errb.String())
+		}
+		var raw map[string]any
+		var res trainResult
+		if err := json.Unmarshal(out.Bytes(), &raw); err != nil {
+			t.Fatalf("%v: output is not one JSON object: %v\n%s", args, err, out.String())
+		}
+		_ = json.Unmarshal(out.Bytes(), &res)
+		for _, k := range []string{"images_per_s", "flops_per_image", "dataset"} {
+			if _, ok := raw[k]; ok {
+				t.Errorf("%v: JSON has the image field %q: %s", args, k, out.String())
+			}
+		}
+		for _, k := range []string{"sequences_per_s", "tokens_per_s", "seq_len", "vocab", "flops_per_sequence", "step_ms", "gflops", "sgemm_peak_gflops"} {
+			if _, ok := raw[k]; !ok {
+				t.Errorf("%v: JSON lacks %q: %s", args, k, out.String())
+			}
+		}
+		if !(res.SequencesPerS > 0) || res.TokensPerS != res.SequencesPerS*float64(res.SeqLen) {
+			t.Errorf("%v: sequences/s %v, tokens/s %v, seq_len %d", args, res.SequencesPerS, res.TokensPerS, res.SeqLen)
+		}
+		if got, want := res.GFLOPS, res.FLOPsPerSequence*res.SequencesPerS/1e9; got != want {
+			t.Errorf("%v: gflops = %v, want flops_per_sequence × sequences_per_s = %v", args, got, want)
+		}
+		return raw, res
+	}
+
+	const h, v, words = 200, 10000, 5
+	_, lstm := run("-model", "lstm-ptb-small", "-batch", "2", "-seq", "5", "-peak", "0")
+	perWord := 2*2*4*h*(h+h) + 2*h*v
+	if want := float64(3*perWord*words - 2*2*4*h*h); lstm.FLOPsPerSequence != want {
+		t.Errorf("lstm-ptb-small: flops_per_sequence = %v, want %v", lstm.FLOPsPerSequence, want)
+	}
+	if lstm.Model != "lstm-ptb-small" || lstm.Batch != 2 || lstm.SeqLen != 5 || lstm.Vocab != v || lstm.Parameters != 4653200 {
+		t.Errorf("lstm-ptb-small: %+v", lstm)
+	}
+
+	// BERT: the work is that of models.NewTokenStep's step (the same weights and batch).
+	_, bert := run("-model", "bert-tiny", "-batch", "2", "-seq", "16", "-vocab", "500", "-peak", "20ms")
+	s, err := models.NewTokenStep("bert-tiny", models.TokenStepConfig{Batch: 2, Seq: 16, Vocab: 500}, nn.NewRand(0), nn.NewRand(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tape := nn.NewTape()
+	flops := kernels.CountFLOPs(func() {
+		if err := tape.Backward(s.Loss(tape)); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if want := float64(flops) / 2; bert.FLOPsPerSequence != want {
+		t.Errorf("bert-tiny: flops_per_sequence = %v, want %v", bert.FLOPsPerSequence, want)
+	}
+	if bert.SeqLen != 16 || bert.Vocab != 500 || !(bert.Roofline > 0) || bert.Roofline != bert.GFLOPS/bert.SgemmPeakGFLOPS {
+		t.Errorf("bert-tiny: %+v", bert)
+	}
+
+	// lstm-imdb: sequence classification.
+	if _, imdb := run("-model", "lstm-imdb", "-batch", "2", "-seq", "4", "-vocab", "100", "-peak", "0"); imdb.Batch != 2 || imdb.SeqLen != 4 {
+		t.Errorf("lstm-imdb: %+v", imdb)
+	}
+
+	// Text output.
+	var out, errb bytes.Buffer
+	if code := dispatch([]string{"bench", "train", "-model", "lstm-ptb-small", "-batch", "2", "-seq", "5", "-steps", "1", "-warmup", "0", "-peak", "0"}, &out, &errb); code != 0 {
+		t.Fatalf("text: exit %d: %s", code, errb.String())
+	}
+	for _, s := range []string{"model lstm-ptb-small  batch 2 × 5 tokens  vocab 10000", "sequences/s", "tokens/s", "0.079 GFLOP per sequence", "roofline 0.000"} {
+		if !strings.Contains(out.String(), s) {
+			t.Errorf("text output lacks %q:\n%s", s, out.String())
 		}
 	}
 }

@@ -2,7 +2,7 @@
 //
 //	spargo hooks          list every registered comm hook with its options and defaults
 //	spargo models         list the model catalogue with parameter counts (-json; names or families select)
-//	spargo bench train    single-process training images/s (-model, -batch, -steps, -json)
+//	spargo bench train    single-process training images/s or sequences/s (-model, -batch, -seq, -steps, -json)
 //	spargo bench comm     comm hook cost on in-process workers (-hook, -workers, -n, -transport, -json)
 //	spargo bench overlap  communication left after backward per hook (-model, -hook, -workers, -trace, -json; in-process or under a launcher)
 //	spargo simulate       comm hook cost on a simulated α-β network of up to thousands of workers

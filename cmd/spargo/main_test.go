@@ -93,10 +93,17 @@ func TestBenchTrainJSON(t *testing.T) {
 	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
 		t.Fatalf("output is not one JSON object: %v\n%s", err, out.String())
 	}
-	for _, k := range []string{"model", "batch", "images_per_s"} {
+	// The image models' object keeps its fields (scripts parse them); the token fields
+	// stay out, as roofline does with -peak 0.
+	want := []string{"model", "batch", "images_per_s", "step_ms", "steps_ms", "warmup", "threads", "kernels",
+		"parameters", "dataset", "cpu_model", "sgemm_peak_gflops", "flops_per_image", "gflops"}
+	for _, k := range want {
 		if _, ok := res[k]; !ok {
 			t.Errorf("JSON lacks key %q: %s", k, out.String())
 		}
+	}
+	if len(res) != len(want) {
+		t.Errorf("JSON has %d keys, want %d (%v): %s", len(res), len(want), want, out.String())
 	}
 	if res["model"] != "vgg11" || res["batch"] != float64(2) || !(res["images_per_s"].(float64) > 0) {
 		t.Errorf("unexpected result %s", out.String())
@@ -129,7 +136,17 @@ func TestBenchTrainErrors(t *testing.T) {
 		{[]string{"bench", "train", "-model", "vgg7"}, "vgg7"},
 		{[]string{"bench", "train", "-batch", "0"}, "-batch 0"},
 		{[]string{"bench", "train", "-dataset", "mnist"}, `-dataset "mnist"`},
-		{[]string{"bench", "train", "-model", "bert-tiny"}, "not an image classifier"},
+		{[]string{"bench", "train", "-model", "bert-tiny", "-dataset", "cifar10"}, "-dataset cifar10: -model bert-tiny reads tokens"},
+		{[]string{"bench", "train", "-model", "lstm-ptb-small", "-size", "32"}, "-size 32: -model lstm-ptb-small reads tokens"},
+		{[]string{"bench", "train", "-model", "resnet20", "-seq", "35"}, "-seq 35: -model resnet20 is an image classifier"},
+		{[]string{"bench", "train", "-model", "vgg11", "-vocab", "100"}, "-vocab 100: -model vgg11 is an image classifier"},
+		{[]string{"bench", "train", "-model", "bert-tiny", "-seq", "0"}, "-seq 0: want at least 1"},
+		{[]string{"bench", "train", "-model", "lstm-ptb", "-vocab", "-3"}, "-vocab -3: want at least 1"},
+		{[]string{"bench", "train", "-model", "lstm-ptb-small", "-batch", "0"}, "-batch 0: want at least 1"},
+		{[]string{"bench", "train", "-model", "bert-base", "-seq", "513", "-peak", "0"}, "-seq 513: models: bert-base: seq 513: above the model's 512 positions"},
+		{[]string{"bench", "train", "-model", "bert-tiny", "-seq", "3", "-peak", "0"}, "-seq 3: models: bert-tiny: seq 3: want at least 4"},
+		{[]string{"bench", "train", "-model", "bert-tiny", "-vocab", "5", "-peak", "0"}, "-vocab 5: models: bert-tiny: vocab 5: want more than 5"},
+		{[]string{"bench", "train", "-model", "lstm-imdb", "-vocab", "1", "-peak", "0"}, "-vocab 1: models: lstm-imdb: vocab 1: want at least 2"},
 		{[]string{"bench", "train", "-model", "resnet18", "-dataset", "cifar10"}, "built for imagenet"},
 		{[]string{"bench", "train", "-model", "vgg11", "-size", "64", "-steps", "1", "-warmup", "0", "-batch", "1"}, "nn.Linear"},
 		{[]string{"bench", "nosuch"}, `unknown measurement "nosuch"`},
