@@ -3,17 +3,22 @@
 # (issue 23): the CPU model and its vector extensions, the kernels' tests on every kernel
 # implementation the CPU can run (SPARGO_KERNELS=generic|avx2|avx512), then alternated
 # `spargo bench train` / scripts/torch_throughput.py rounds per model at 2 threads and at
-# all cores, and a markdown table of the medians for BENCHMARKS.md.
+# all cores, and a markdown table of the medians for BENCHMARKS.md. Image classifiers are
+# measured in images/s, the models that read tokens (lstm-ptb-small, bert-tiny, …: the same
+# step on both sides, models.NewTokenStep's) in sequences/s; their rows say so.
 #
 #   scripts/bench_cpu_matrix.sh                     # defaults below; about 5 minutes on 16 cores
 #   MODELS="resnet20 vgg16 vgg11 resnet56" ROUNDS=5 scripts/bench_cpu_matrix.sh
+#   MODELS="resnet20 bert-tiny lstm-ptb-small" scripts/bench_cpu_matrix.sh
 #
 # Environment:
 #   MODELS       models of the catalogue (default "resnet20 vgg16"); NAME@S: input S×S
-#                (resnet50@64: ResNet-50 on 64×64 images)
+#                (resnet50@64: ResNet-50 on 64×64 images); lstm-* and bert-* rows run on
+#                random tokens at bench train's default shapes (LSTM-PTB 20 columns × 35
+#                words, BERT 16 × 128 tokens with a vocabulary of 8,000, IMDB 32 × 500)
 #   ROUNDS       alternated spargo / PyTorch rounds per model and thread count (default 3)
 #   THREADS      thread counts (default "2 ALL"; ALL = nproc)
-#   BATCH STEPS  batch size and timed steps (default 32 and 15)
+#   BATCH STEPS  batch size of the image classifiers and timed steps (default 32 and 15)
 #   TESTS        0 skips the kernels' tests (default 1)
 #   TORCH        the Python with PyTorch (default /usr/bin/python3; rows without PyTorch
 #                show "-" where it is missing)
@@ -111,9 +116,14 @@ field() { sed -n "s/.*\"$1\":\([-0-9.e+]*\).*/\1/p" "$2"; }
 # MODEL@S: the model at input size S×S (e.g. resnet50@64); prints the size flag $2 S
 size_flag() { case "$1" in *@*) echo "$2 ${1#*@}" ;; esac; }
 
+# a model that reads tokens (LSTM, BERT): sequences/s at its default shape, no -batch
+is_tokens() { case "${1%@*}" in lstm-* | bert-*) return 0 ;; esac; return 1; }
+# prints the batch flag $1 BATCH for an image classifier $2, nothing for a token model
+batch_flag() { is_tokens "$2" || echo "$1 $BATCH"; }
+
 run_spargo() { # bin threads model tag round
 	local f="$OUT/$4-$3-t$2-r$5.json"
-	GOMAXPROCS=$2 "$1" bench train -model "${3%@*}" $(size_flag "$3" -size) -batch "$BATCH" -steps "$STEPS" -json >"$f" 2>"$f.err" || echo "spargo $4 $3 t$2 failed: $(tail -1 "$f.err")" >&2
+	GOMAXPROCS=$2 "$1" bench train -model "${3%@*}" $(size_flag "$3" -size) $(batch_flag -batch "$3") -steps "$STEPS" -json >"$f" 2>"$f.err" || echo "spargo $4 $3 t$2 failed: $(tail -1 "$f.err")" >&2
 	echo "$f"
 }
 
@@ -129,16 +139,24 @@ for t in $THREADS; do
 			fi
 			if [ $torch_ok = 1 ]; then
 				env -u OMP_WAIT_POLICY ${omp_policy:+OMP_WAIT_POLICY=$omp_policy} OPENBLAS_NUM_THREADS=1 "$TORCH" scripts/torch_throughput.py \
-					--model "${m%@*}" $(size_flag "$m" --size) --batch "$BATCH" --steps "$STEPS" --threads "$t" \
+					--model "${m%@*}" $(size_flag "$m" --size) $(batch_flag --batch "$m") --steps "$STEPS" --threads "$t" \
 					--json "$OUT/torch-$m-t$t-r$r.json" >"$OUT/torch-$m-t$t-r$r.log" 2>&1 ||
 					echo "torch $m t$t failed: $(tail -1 "$OUT/torch-$m-t$t-r$r.log")" >&2
 			fi
 		done
-		s=$(for f in "$OUT"/spargo-"$m"-t"$t"-r*.json; do field images_per_s "$f"; done | median)
-		sall=$(for f in "$OUT"/spargo-"$m"-t"$t"-r*.json; do field images_per_s "$f"; done | xargs -r printf '%.1f / ' 2>/dev/null | sed 's| / $||')
-		b=$(for f in "$OUT"/before-"$m"-t"$t"-r*.json; do if [ -e "$f" ]; then field images_per_s "$f"; fi; done | median)
-		p=$(for f in "$OUT"/torch-"$m"-t"$t"-r*.json; do if [ -e "$f" ]; then sed -n 's/.*"img_s": \([-0-9.e+]*\).*/\1/p' "$f"; fi; done | median)
-		pall=$(for f in "$OUT"/torch-"$m"-t"$t"-r*.json; do if [ -e "$f" ]; then sed -n 's/.*"img_s": \([-0-9.e+]*\).*/\1/p' "$f"; fi; done | xargs -r printf '%.1f / ' 2>/dev/null | sed 's| / $||')
+		# the throughput fields of bench train's and torch_throughput.py's JSON, and the row's label
+		if is_tokens "$m"; then
+			sk=sequences_per_s tk=seq_s
+			f1="$OUT/spargo-$m-t$t-r1.json" label="$m (seq/s)"
+			[ -s "$f1" ] && label="$m (seq/s, $(field batch "$f1")×$(field seq_len "$f1") tokens)"
+		else
+			sk=images_per_s tk=img_s label=$m
+		fi
+		s=$(for f in "$OUT"/spargo-"$m"-t"$t"-r*.json; do field $sk "$f"; done | median)
+		sall=$(for f in "$OUT"/spargo-"$m"-t"$t"-r*.json; do field $sk "$f"; done | xargs -r printf '%.1f / ' 2>/dev/null | sed 's| / $||')
+		b=$(for f in "$OUT"/before-"$m"-t"$t"-r*.json; do if [ -e "$f" ]; then field $sk "$f"; fi; done | median)
+		p=$(for f in "$OUT"/torch-"$m"-t"$t"-r*.json; do if [ -e "$f" ]; then sed -n "s/.*\"$tk\": \([-0-9.e+]*\).*/\1/p" "$f"; fi; done | median)
+		pall=$(for f in "$OUT"/torch-"$m"-t"$t"-r*.json; do if [ -e "$f" ]; then sed -n "s/.*\"$tk\": \([-0-9.e+]*\).*/\1/p" "$f"; fi; done | xargs -r printf '%.1f / ' 2>/dev/null | sed 's| / $||')
 		gf=$(for f in "$OUT"/spargo-"$m"-t"$t"-r*.json; do field gflops "$f"; done | median)
 		pk=$(for f in "$OUT"/spargo-"$m"-t"$t"-r*.json; do field sgemm_peak_gflops "$f"; done | median)
 		rl=$(for f in "$OUT"/spargo-"$m"-t"$t"-r*.json; do field roofline "$f"; done | median)
@@ -146,10 +164,10 @@ for t in $THREADS; do
 		ratio=$(for r in $(seq 1 "$ROUNDS"); do
 			fs="$OUT/spargo-$m-t$t-r$r.json" ft="$OUT/torch-$m-t$t-r$r.json"
 			[ -s "$fs" ] && [ -s "$ft" ] || continue
-			awk -v s="$(field images_per_s "$fs")" -v p="$(sed -n 's/.*"img_s": \([-0-9.e+]*\).*/\1/p' "$ft")" \
+			awk -v s="$(field $sk "$fs")" -v p="$(sed -n "s/.*\"$tk\": \([-0-9.e+]*\).*/\1/p" "$ft")" \
 				'BEGIN { if (s != "" && p > 0) print s / p }'
 		done | median | awk '{ if ($1 == "-") print "-"; else printf "%.2f", $1 }')
-		row=$(awk -v m="$m" -v t="$t" -v s="$s" -v sall="$sall" -v b="$b" -v p="$p" -v pall="${pall:--}" -v r="$ratio" -v gf="$gf" -v pk="$pk" -v rl="$rl" \
+		row=$(awk -v m="$label" -v t="$t" -v s="$s" -v sall="$sall" -v b="$b" -v p="$p" -v pall="${pall:--}" -v r="$ratio" -v gf="$gf" -v pk="$pk" -v rl="$rl" \
 			'function f(x, d) { return x == "-" || x == "" ? "-" : sprintf("%." d "f", x) }
 			BEGIN { printf "| %s | %s | %s (%s) | %s | %s (%s) | %s | %s | %s | %s |", m, t, f(s, 1), sall, f(b, 1), f(p, 1), pall, r, f(gf, 1), f(pk, 0), f(rl, 3) }')
 		rows+=("$row")
@@ -158,8 +176,10 @@ for t in $THREADS; do
 done
 
 echo
-echo "### ${model:-unknown} (${ncpu} logical CPUs; batch $BATCH, $STEPS steps, median of $ROUNDS alternated rounds)"
+echo "### ${model:-unknown} (${ncpu} logical CPUs; batch $BATCH images, $STEPS steps, median of $ROUNDS alternated rounds)"
 echo
-echo "| model | threads | spargo img/s (rounds) | before img/s | PyTorch img/s (rounds) | spargo ÷ PyTorch (median of rounds) | spargo GFLOP/s | SGEMM peak GFLOP/s | roofline |"
+echo "Throughput in images/s, or in sequences/s for the rows that say so (models that read tokens, at the batch × tokens shown)."
+echo
+echo "| model | threads | spargo img/s or seq/s (rounds) | before | PyTorch (rounds) | spargo ÷ PyTorch (median of rounds) | spargo GFLOP/s | SGEMM peak GFLOP/s | roofline |"
 echo "|---|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${rows[@]}"

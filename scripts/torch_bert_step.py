@@ -76,11 +76,12 @@ def timed(step, steps):
 
 
 def mlm_batch(vocab, n=16, t=128):
-    """BenchmarkBertTinyMLMStep's layout: ids, types, mask, masked positions and labels, NSP."""
+    """BenchmarkBertTinyMLMStep's layout (models.NewTokenStep's): ids, types, mask, masked
+    positions and labels, NSP; the last t/8 positions of odd sequences padded (16 of 128)."""
     g = torch.Generator().manual_seed(9)
     ids = torch.randint(5, vocab, (n, t), generator=g)
     mask = torch.ones(n, t)
-    mask[1::2, t - 16:] = 0
+    mask[1::2, t - t // 8:] = 0
     types = torch.zeros(n, t, dtype=torch.long)
     types[:, t // 2:] = 1
     types[mask == 0] = 0
