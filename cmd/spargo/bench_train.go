@@ -297,7 +297,12 @@ func runBenchTrain(args []string, stdout io.Writer) error {
 	if *asJSON {
 		return json.NewEncoder(stdout).Encode(res)
 	}
-	fmt.Fprintf(stdout, "cpu %s  sgemm peak %.1f GFLOP/s (1024³, %d threads)\n", res.CPUModel, res.SgemmPeakGFLOPS, res.Threads)
+	peakText, rooflineText := "not measured (-peak 0)", "no roofline without the peak"
+	if res.SgemmPeakGFLOPS > 0 {
+		peakText = fmt.Sprintf("%.1f GFLOP/s (1024³, %d threads)", res.SgemmPeakGFLOPS, res.Threads)
+		rooflineText = fmt.Sprintf("roofline %.3f of the SGEMM peak", res.Roofline)
+	}
+	fmt.Fprintf(stdout, "cpu %s  sgemm peak %s\n", res.CPUModel, peakText)
 	unit := "image"
 	if tokens {
 		unit = "sequence"
@@ -311,8 +316,8 @@ func runBenchTrain(args []string, stdout io.Writer) error {
 		fmt.Fprintf(stdout, "step %.1f ms (median of %d, min %.1f, max %.1f)  %.1f images/s\n",
 			med, len(times), sorted[0], sorted[len(sorted)-1], res.ImagesPerS)
 	}
-	fmt.Fprintf(stdout, "%.3f GFLOP per %s (forward + backward)  %.1f GFLOP/s  roofline %.3f of the SGEMM peak\n",
-		perItem/1e9, unit, res.GFLOPS, res.Roofline)
+	fmt.Fprintf(stdout, "%.3f GFLOP per %s (forward + backward)  %.1f GFLOP/s  %s\n",
+		perItem/1e9, unit, res.GFLOPS, rooflineText)
 	return nil
 }
 
