@@ -10821,3 +10821,268 @@ lnParamGradAVX512_done:
 	VMOVUPS Z7, K4, 192(CX)
 	VZEROUPPER
 	RET
+
+// func sgdMomAVX2(w *float32, grad *float32, buf *float32, n int, lr float32, wd float32, mom float32, damp float32)
+// Requires: AVX, FMA3
+TEXT ·sgdMomAVX2(SB), NOSPLIT, $0-48
+	MOVQ         w+0(FP), AX
+	MOVQ         grad+8(FP), CX
+	MOVQ         buf+16(FP), DX
+	MOVQ         n+24(FP), BX
+	VBROADCASTSS lr+32(FP), Y0
+	VBROADCASTSS wd+36(FP), Y1
+	VBROADCASTSS mom+40(FP), Y2
+	VBROADCASTSS damp+44(FP), Y3
+
+sgdMomAVX2_loop32:
+	CMPQ         BX, $0x20
+	JL           sgdMomAVX2_loop8
+	VMOVUPS      (AX), Y4
+	VMOVUPS      (CX), Y5
+	VMOVUPS      (DX), Y6
+	VFMADD231PS  Y4, Y1, Y5
+	VMULPS       Y3, Y5, Y5
+	VFMADD231PS  Y6, Y2, Y5
+	VMOVUPS      Y5, (DX)
+	VFNMADD231PS Y5, Y0, Y4
+	VMOVUPS      Y4, (AX)
+	VMOVUPS      32(AX), Y4
+	VMOVUPS      32(CX), Y5
+	VMOVUPS      32(DX), Y6
+	VFMADD231PS  Y4, Y1, Y5
+	VMULPS       Y3, Y5, Y5
+	VFMADD231PS  Y6, Y2, Y5
+	VMOVUPS      Y5, 32(DX)
+	VFNMADD231PS Y5, Y0, Y4
+	VMOVUPS      Y4, 32(AX)
+	VMOVUPS      64(AX), Y4
+	VMOVUPS      64(CX), Y5
+	VMOVUPS      64(DX), Y6
+	VFMADD231PS  Y4, Y1, Y5
+	VMULPS       Y3, Y5, Y5
+	VFMADD231PS  Y6, Y2, Y5
+	VMOVUPS      Y5, 64(DX)
+	VFNMADD231PS Y5, Y0, Y4
+	VMOVUPS      Y4, 64(AX)
+	VMOVUPS      96(AX), Y4
+	VMOVUPS      96(CX), Y5
+	VMOVUPS      96(DX), Y6
+	VFMADD231PS  Y4, Y1, Y5
+	VMULPS       Y3, Y5, Y5
+	VFMADD231PS  Y6, Y2, Y5
+	VMOVUPS      Y5, 96(DX)
+	VFNMADD231PS Y5, Y0, Y4
+	VMOVUPS      Y4, 96(AX)
+	ADDQ         $0x80, AX
+	ADDQ         $0x80, CX
+	ADDQ         $0x80, DX
+	SUBQ         $0x20, BX
+	JMP          sgdMomAVX2_loop32
+
+sgdMomAVX2_loop8:
+	CMPQ         BX, $0x08
+	JL           sgdMomAVX2_tail
+	VMOVUPS      (AX), Y4
+	VMOVUPS      (CX), Y5
+	VMOVUPS      (DX), Y6
+	VFMADD231PS  Y4, Y1, Y5
+	VMULPS       Y3, Y5, Y5
+	VFMADD231PS  Y6, Y2, Y5
+	VMOVUPS      Y5, (DX)
+	VFNMADD231PS Y5, Y0, Y4
+	VMOVUPS      Y4, (AX)
+	ADDQ         $0x20, AX
+	ADDQ         $0x20, CX
+	ADDQ         $0x20, DX
+	SUBQ         $0x08, BX
+	JMP          sgdMomAVX2_loop8
+
+sgdMomAVX2_tail:
+	TESTQ        BX, BX
+	JE           sgdMomAVX2_done
+	MOVQ         $0x00000008, SI
+	SUBQ         BX, SI
+	LEAQ         mathvec_consts8<>+1120(SB), BX
+	VMOVDQU      (BX)(SI*4), Y4
+	VMASKMOVPS   (AX), Y4, Y5
+	VMASKMOVPS   (CX), Y4, Y6
+	VMASKMOVPS   (DX), Y4, Y7
+	VFMADD231PS  Y5, Y1, Y6
+	VMULPS       Y3, Y6, Y1
+	VFMADD231PS  Y7, Y2, Y1
+	VMASKMOVPS   Y1, Y4, (DX)
+	VFNMADD231PS Y1, Y0, Y5
+	VMASKMOVPS   Y5, Y4, (AX)
+
+sgdMomAVX2_done:
+	VZEROUPPER
+	RET
+
+// func sgdNesterovAVX2(w *float32, grad *float32, buf *float32, n int, lr float32, wd float32, mom float32, damp float32)
+// Requires: AVX, FMA3
+TEXT ·sgdNesterovAVX2(SB), NOSPLIT, $0-48
+	MOVQ         w+0(FP), AX
+	MOVQ         grad+8(FP), CX
+	MOVQ         buf+16(FP), DX
+	MOVQ         n+24(FP), BX
+	VBROADCASTSS lr+32(FP), Y0
+	VBROADCASTSS wd+36(FP), Y1
+	VBROADCASTSS mom+40(FP), Y2
+	VBROADCASTSS damp+44(FP), Y3
+
+sgdNesterovAVX2_loop32:
+	CMPQ         BX, $0x20
+	JL           sgdNesterovAVX2_loop8
+	VMOVUPS      (AX), Y4
+	VMOVUPS      (CX), Y5
+	VMOVUPS      (DX), Y6
+	VFMADD231PS  Y4, Y1, Y5
+	VMULPS       Y3, Y5, Y7
+	VFMADD231PS  Y6, Y2, Y7
+	VMOVUPS      Y7, (DX)
+	VFMADD231PS  Y7, Y2, Y5
+	VFNMADD231PS Y5, Y0, Y4
+	VMOVUPS      Y4, (AX)
+	VMOVUPS      32(AX), Y4
+	VMOVUPS      32(CX), Y5
+	VMOVUPS      32(DX), Y6
+	VFMADD231PS  Y4, Y1, Y5
+	VMULPS       Y3, Y5, Y7
+	VFMADD231PS  Y6, Y2, Y7
+	VMOVUPS      Y7, 32(DX)
+	VFMADD231PS  Y7, Y2, Y5
+	VFNMADD231PS Y5, Y0, Y4
+	VMOVUPS      Y4, 32(AX)
+	VMOVUPS      64(AX), Y4
+	VMOVUPS      64(CX), Y5
+	VMOVUPS      64(DX), Y6
+	VFMADD231PS  Y4, Y1, Y5
+	VMULPS       Y3, Y5, Y7
+	VFMADD231PS  Y6, Y2, Y7
+	VMOVUPS      Y7, 64(DX)
+	VFMADD231PS  Y7, Y2, Y5
+	VFNMADD231PS Y5, Y0, Y4
+	VMOVUPS      Y4, 64(AX)
+	VMOVUPS      96(AX), Y4
+	VMOVUPS      96(CX), Y5
+	VMOVUPS      96(DX), Y6
+	VFMADD231PS  Y4, Y1, Y5
+	VMULPS       Y3, Y5, Y7
+	VFMADD231PS  Y6, Y2, Y7
+	VMOVUPS      Y7, 96(DX)
+	VFMADD231PS  Y7, Y2, Y5
+	VFNMADD231PS Y5, Y0, Y4
+	VMOVUPS      Y4, 96(AX)
+	ADDQ         $0x80, AX
+	ADDQ         $0x80, CX
+	ADDQ         $0x80, DX
+	SUBQ         $0x20, BX
+	JMP          sgdNesterovAVX2_loop32
+
+sgdNesterovAVX2_loop8:
+	CMPQ         BX, $0x08
+	JL           sgdNesterovAVX2_tail
+	VMOVUPS      (AX), Y4
+	VMOVUPS      (CX), Y5
+	VMOVUPS      (DX), Y6
+	VFMADD231PS  Y4, Y1, Y5
+	VMULPS       Y3, Y5, Y7
+	VFMADD231PS  Y6, Y2, Y7
+	VMOVUPS      Y7, (DX)
+	VFMADD231PS  Y7, Y2, Y5
+	VFNMADD231PS Y5, Y0, Y4
+	VMOVUPS      Y4, (AX)
+	ADDQ         $0x20, AX
+	ADDQ         $0x20, CX
+	ADDQ         $0x20, DX
+	SUBQ         $0x08, BX
+	JMP          sgdNesterovAVX2_loop8
+
+sgdNesterovAVX2_tail:
+	TESTQ        BX, BX
+	JE           sgdNesterovAVX2_done
+	MOVQ         $0x00000008, SI
+	SUBQ         BX, SI
+	LEAQ         mathvec_consts8<>+1120(SB), BX
+	VMOVDQU      (BX)(SI*4), Y4
+	VMASKMOVPS   (AX), Y4, Y5
+	VMASKMOVPS   (CX), Y4, Y6
+	VMASKMOVPS   (DX), Y4, Y7
+	VFMADD231PS  Y5, Y1, Y6
+	VMULPS       Y3, Y6, Y1
+	VFMADD231PS  Y7, Y2, Y1
+	VMASKMOVPS   Y1, Y4, (DX)
+	VFMADD231PS  Y1, Y2, Y6
+	VFNMADD231PS Y6, Y0, Y5
+	VMASKMOVPS   Y5, Y4, (AX)
+
+sgdNesterovAVX2_done:
+	VZEROUPPER
+	RET
+
+// func sgdPlainAVX2(w *float32, grad *float32, n int, lr float32, wd float32)
+// Requires: AVX, FMA3
+TEXT ·sgdPlainAVX2(SB), NOSPLIT, $0-32
+	MOVQ         w+0(FP), AX
+	MOVQ         grad+8(FP), CX
+	MOVQ         n+16(FP), DX
+	VBROADCASTSS lr+24(FP), Y0
+	VBROADCASTSS wd+28(FP), Y1
+
+sgdPlainAVX2_loop32:
+	CMPQ         DX, $0x20
+	JL           sgdPlainAVX2_loop8
+	VMOVUPS      (AX), Y2
+	VMOVUPS      (CX), Y3
+	VFMADD231PS  Y2, Y1, Y3
+	VFNMADD231PS Y3, Y0, Y2
+	VMOVUPS      Y2, (AX)
+	VMOVUPS      32(AX), Y2
+	VMOVUPS      32(CX), Y3
+	VFMADD231PS  Y2, Y1, Y3
+	VFNMADD231PS Y3, Y0, Y2
+	VMOVUPS      Y2, 32(AX)
+	VMOVUPS      64(AX), Y2
+	VMOVUPS      64(CX), Y3
+	VFMADD231PS  Y2, Y1, Y3
+	VFNMADD231PS Y3, Y0, Y2
+	VMOVUPS      Y2, 64(AX)
+	VMOVUPS      96(AX), Y2
+	VMOVUPS      96(CX), Y3
+	VFMADD231PS  Y2, Y1, Y3
+	VFNMADD231PS Y3, Y0, Y2
+	VMOVUPS      Y2, 96(AX)
+	ADDQ         $0x80, AX
+	ADDQ         $0x80, CX
+	SUBQ         $0x20, DX
+	JMP          sgdPlainAVX2_loop32
+
+sgdPlainAVX2_loop8:
+	CMPQ         DX, $0x08
+	JL           sgdPlainAVX2_tail
+	VMOVUPS      (AX), Y2
+	VMOVUPS      (CX), Y3
+	VFMADD231PS  Y2, Y1, Y3
+	VFNMADD231PS Y3, Y0, Y2
+	VMOVUPS      Y2, (AX)
+	ADDQ         $0x20, AX
+	ADDQ         $0x20, CX
+	SUBQ         $0x08, DX
+	JMP          sgdPlainAVX2_loop8
+
+sgdPlainAVX2_tail:
+	TESTQ        DX, DX
+	JE           sgdPlainAVX2_done
+	MOVQ         $0x00000008, BX
+	SUBQ         DX, BX
+	LEAQ         mathvec_consts8<>+1120(SB), DX
+	VMOVDQU      (DX)(BX*4), Y2
+	VMASKMOVPS   (AX), Y2, Y3
+	VMASKMOVPS   (CX), Y2, Y4
+	VFMADD231PS  Y3, Y1, Y4
+	VFNMADD231PS Y4, Y0, Y3
+	VMASKMOVPS   Y3, Y2, (AX)
+
+sgdPlainAVX2_done:
+	VZEROUPPER
+	RET

@@ -176,3 +176,12 @@ func lnBwdDxAccAVX512(dx *float32, dy *float32, x *float32, gamma *float32, n in
 // lnParamGradAVX512 adds, for the n <= 64 columns i < n, sum over r < rows of dy[r*d+i]*(x[r*d+i]-mean[r])*rstd[r]
 // to sg[i] and of dy[r*d+i] to sb[i], in row order (AVX-512F).
 func lnParamGradAVX512(sg *float32, sb *float32, dy *float32, x *float32, mean *float32, rstd *float32, rows int, d int, n int)
+
+// sgdMomAVX2 applies d = grad + wd*w; buf = mom*buf + damp*d; w -= lr*buf for i < n (AVX2, FMA).
+func sgdMomAVX2(w *float32, grad *float32, buf *float32, n int, lr float32, wd float32, mom float32, damp float32)
+
+// sgdNesterovAVX2 applies d = grad + wd*w; buf = mom*buf + damp*d; w -= lr*(d + mom*buf) for i < n (AVX2, FMA).
+func sgdNesterovAVX2(w *float32, grad *float32, buf *float32, n int, lr float32, wd float32, mom float32, damp float32)
+
+// sgdPlainAVX2 applies w -= lr*(grad + wd*w) for i < n (AVX2, FMA).
+func sgdPlainAVX2(w *float32, grad *float32, n int, lr float32, wd float32)

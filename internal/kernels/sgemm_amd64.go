@@ -58,7 +58,7 @@ func archImpls() []*gemmImpl { return []*gemmImpl{avx512Impl, avx2Impl} }
 // avx512Vec wraps the AVX-512 elementwise kernels (callers checked lengths).
 var avx512Vec = func() *vecOps {
 	v := avx512VecBase
-	avx512Math.install(&v)
+	avx512Elem.install(&v)
 	return &v
 }()
 
@@ -136,21 +136,6 @@ var avx512VecBase = vecOps{
 			bnBwdAccAVX512(&dst[0], &dy[0], &x[0], len(dst), mu, a, b, c)
 		} else {
 			bnBwdSetAVX512(&dst[0], &dy[0], &x[0], len(dst), mu, a, b, c)
-		}
-	},
-	sgdMom: func(w, g, buf []float32, lr, wd, mom, damp float32, nesterov bool) {
-		if len(w) == 0 {
-			return
-		}
-		if nesterov {
-			sgdNesterovAVX512(&w[0], &g[0], &buf[0], len(w), lr, wd, mom, damp)
-		} else {
-			sgdMomAVX512(&w[0], &g[0], &buf[0], len(w), lr, wd, mom, damp)
-		}
-	},
-	sgdPlain: func(w, g []float32, lr, wd float32) {
-		if len(w) > 0 {
-			sgdPlainAVX512(&w[0], &g[0], len(w), lr, wd)
 		}
 	},
 	gather32: func(dst, src []float32, rows, srcStep int, idx *[32]int32) {

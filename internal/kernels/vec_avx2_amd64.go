@@ -9,10 +9,10 @@ package kernels
 // handles a multiple of 8 elements; the rest goes through the portable loop (a
 // reduction adds the rest's sum last, so its order still depends only on the
 // length). BatchNorm's per-plane passes are its plane kernels with one plane.
-// The exponential, GELU, LSTM-cell and LayerNorm kernels (avx2Math,
-// layers_amd64.s) take any length: their tails are masked, so every element goes
-// through the same formula; on AVX2 the scalar exp32 and erfc32 were 40% of a
-// BERT-tiny step and 22% of an LSTM one. LayerNorm's column sums run 32 columns at
+// The exponential, GELU, LSTM-cell and LayerNorm kernels and the SGD steps
+// (avx2Elem, layers_amd64.s) take any length: their tails are masked, so every
+// element goes through the same formula; on AVX2 the scalar exp32 and erfc32 were
+// 40% of a BERT-tiny step and 22% of an LSTM one. LayerNorm's column sums run 32 columns at
 // a time, the rest in Go. The other entries are genericVec's.
 var avx2Vec = func() *vecOps {
 	v := *genericVec
@@ -144,7 +144,7 @@ var avx2Vec = func() *vecOps {
 			}
 		},
 	}
-	avx2Math.install(&v)
+	avx2Elem.install(&v)
 	v.lnParamGrad = func(sg, sb, dy, x, mean, rstd []float32, d int) {
 		rows, n := len(mean), len(sg)
 		if rows == 0 || n == 0 {

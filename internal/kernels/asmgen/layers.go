@@ -17,13 +17,17 @@ func genLayers() {
 	genAffine()
 	genBNBwd(false)
 	genBNBwd(true)
-	genSGD(false)
-	genSGD(true)
-	genSGDPlain()
+	genSGD(avx512, false)
+	genSGD(avx512, true)
+	genSGDPlain(avx512)
 	genMaxPool2x2()
 	genMathVec()
 	genMathVecAVX2()
 	genLayerNorm()
+	// The AVX2 SGD steps read their tail masks from the table genMathVecAVX2 emits.
+	genSGD(avx2, false)
+	genSGD(avx2, true)
+	genSGDPlain(avx2)
 }
 
 // bcast broadcasts a float32 parameter into a fresh zmm register.
@@ -190,50 +194,52 @@ func genBNBwd(acc bool) {
 	RET()
 }
 
-func genSGD(nesterov bool) {
-	name := "sgdMomAVX512"
+// genSGD emits sgdMom<suffix> or sgdNesterov<suffix>.
+func genSGD(s *simd, nesterov bool) {
+	name := "sgdMom" + s.suffix
 	doc := "w -= lr*buf"
 	if nesterov {
-		name, doc = "sgdNesterovAVX512", "w -= lr*(d + mom*buf)"
+		name, doc = "sgdNesterov"+s.suffix, "w -= lr*(d + mom*buf)"
 	}
 	TEXT(name, NOSPLIT, "func(w, grad, buf *float32, n int, lr, wd, mom, damp float32)")
-	Doc(name + " applies d = grad + wd*w; buf = mom*buf + damp*d; " + doc + " for i < n (AVX-512F).")
+	Doc(name + " applies d = grad + wd*w; buf = mom*buf + damp*d; " + doc + " for i < n (" + s.doc + ").")
 	w, g, b, n := gp("w"), gp("grad"), gp("buf"), gp("n")
-	zlr, zwd, zmom, zdamp := bcast("lr"), bcast("wd"), bcast("mom"), bcast("damp")
-	stream(name, n, []reg.GPVirtual{w, g, b}, func(off int, mask reg.Register) {
-		zw, d, zb, t := ZMM(), ZMM(), ZMM(), ZMM()
-		load(Mem{Base: w, Disp: off}, mask, zw)
-		load(Mem{Base: g, Disp: off}, mask, d)
-		load(Mem{Base: b, Disp: off}, mask, zb)
+	zlr, zwd, zmom, zdamp := s.param("lr"), s.param("wd"), s.param("mom"), s.param("damp")
+	s.stream(name, n, []reg.GPVirtual{w, g, b}, func(off int, mask reg.Register) {
+		zw, d, zb, t := s.vec(), s.vec(), s.vec(), s.vec()
+		s.load(Mem{Base: w, Disp: off}, mask, zw)
+		s.load(Mem{Base: g, Disp: off}, mask, d)
+		s.load(Mem{Base: b, Disp: off}, mask, zb)
 		VFMADD231PS(zw, zwd, d)  // d = g + wd*w
 		VMULPS(zdamp, d, t)      // t = damp*d
 		VFMADD231PS(zb, zmom, t) // t = mom*buf + damp*d
-		store(t, mask, Mem{Base: b, Disp: off})
+		s.store(t, mask, Mem{Base: b, Disp: off})
 		if nesterov {
 			VFMADD231PS(t, zmom, d) // d = d + mom*buf
 			VFNMADD231PS(d, zlr, zw)
 		} else {
 			VFNMADD231PS(t, zlr, zw) // w -= lr*buf
 		}
-		store(zw, mask, Mem{Base: w, Disp: off})
+		s.store(zw, mask, Mem{Base: w, Disp: off})
 	})
 	VZEROUPPER()
 	RET()
 }
 
-func genSGDPlain() {
-	const name = "sgdPlainAVX512"
+// genSGDPlain emits sgdPlain<suffix>.
+func genSGDPlain(s *simd) {
+	name := "sgdPlain" + s.suffix
 	TEXT(name, NOSPLIT, "func(w, grad *float32, n int, lr, wd float32)")
-	Doc(name + " applies w -= lr*(grad + wd*w) for i < n (AVX-512F).")
+	Doc(name + " applies w -= lr*(grad + wd*w) for i < n (" + s.doc + ").")
 	w, g, n := gp("w"), gp("grad"), gp("n")
-	zlr, zwd := bcast("lr"), bcast("wd")
-	stream(name, n, []reg.GPVirtual{w, g}, func(off int, mask reg.Register) {
-		zw, d := ZMM(), ZMM()
-		load(Mem{Base: w, Disp: off}, mask, zw)
-		load(Mem{Base: g, Disp: off}, mask, d)
+	zlr, zwd := s.param("lr"), s.param("wd")
+	s.stream(name, n, []reg.GPVirtual{w, g}, func(off int, mask reg.Register) {
+		zw, d := s.vec(), s.vec()
+		s.load(Mem{Base: w, Disp: off}, mask, zw)
+		s.load(Mem{Base: g, Disp: off}, mask, d)
 		VFMADD231PS(zw, zwd, d)
 		VFNMADD231PS(d, zlr, zw)
-		store(zw, mask, Mem{Base: w, Disp: off})
+		s.store(zw, mask, Mem{Base: w, Disp: off})
 	})
 	VZEROUPPER()
 	RET()

@@ -1,11 +1,11 @@
 package kernels
 
-// mathAsm is one instruction set's exponential, GELU, LSTM-cell and LayerNorm row
-// kernels (layers_amd64.s; asmgen/mathvec.go, lstm.go, layernorm.go and
-// mathvec_avx2.go); install puts their wrappers into a vector table. All handle any
-// n, the tail included. (lnParamGrad, whose column blocks differ, is set by each
-// table.)
-type mathAsm struct {
+// elemAsm is one instruction set's elementwise kernels whose bodies the generator
+// writes once for AVX-512 and AVX2 (asmgen/simd.go; layers_amd64.s): the exponential,
+// GELU, LSTM-cell and LayerNorm row kernels and the SGD steps. install puts their
+// wrappers into a vector table. All handle any n, the tail included. (lnParamGrad,
+// whose column blocks differ, is set by each table.)
+type elemAsm struct {
 	expSum                 func(dst, x *float32, n int, shift float32) float64
 	max                    func(x *float32, n int) float32
 	gelu                   func(y, x *float32, n int)
@@ -21,9 +21,11 @@ type mathAsm struct {
 	lnApply                func(y, x, gamma, beta *float32, n int, mu, inv float32)
 	lnBwdStats             func(dy, x, gamma *float32, n int, mu, inv float32) (s1, s2 float32)
 	lnBwdDxSet, lnBwdDxAcc func(dx, dy, x, gamma *float32, n int, mu, inv, s1, s2 float32)
+	sgdMom, sgdNesterov    func(w, grad, buf *float32, n int, lr, wd, mom, damp float32)
+	sgdPlain               func(w, grad *float32, n int, lr, wd float32)
 }
 
-var avx512Math = &mathAsm{
+var avx512Elem = &elemAsm{
 	expSum: expSumAVX512, max: maxAVX512, gelu: geluAVX512, geluCDF: geluCDFAVX512,
 	geluBwdSet: geluBwdSetAVX512, geluBwdAcc: geluBwdAccAVX512,
 	lstmFwd: lstmFwdAVX512, lstmFwdPrev: lstmFwdPrevAVX512,
@@ -31,9 +33,10 @@ var avx512Math = &mathAsm{
 	lstmBwdPrev: lstmBwdPrevAVX512, lstmBwdPrevRec: lstmBwdPrevRecAVX512,
 	lnStats: lnStatsAVX512, lnApply: lnApplyAVX512, lnBwdStats: lnBwdStatsAVX512,
 	lnBwdDxSet: lnBwdDxSetAVX512, lnBwdDxAcc: lnBwdDxAccAVX512,
+	sgdMom: sgdMomAVX512, sgdNesterov: sgdNesterovAVX512, sgdPlain: sgdPlainAVX512,
 }
 
-var avx2Math = &mathAsm{
+var avx2Elem = &elemAsm{
 	expSum: expSumAVX2, max: maxAVX2, gelu: geluAVX2, geluCDF: geluCDFAVX2,
 	geluBwdSet: geluBwdSetAVX2, geluBwdAcc: geluBwdAccAVX2,
 	lstmFwd: lstmFwdAVX2, lstmFwdPrev: lstmFwdPrevAVX2,
@@ -41,12 +44,13 @@ var avx2Math = &mathAsm{
 	lstmBwdPrev: lstmBwdPrevAVX2, lstmBwdPrevRec: lstmBwdPrevRecAVX2,
 	lnStats: lnStatsAVX2, lnApply: lnApplyAVX2, lnBwdStats: lnBwdStatsAVX2,
 	lnBwdDxSet: lnBwdDxSetAVX2, lnBwdDxAcc: lnBwdDxAccAVX2,
+	sgdMom: sgdMomAVX2, sgdNesterov: sgdNesterovAVX2, sgdPlain: sgdPlainAVX2,
 }
 
 // install sets v's expSum, maxOf, gelu, geluBwd, lstmFwd, lstmBwd, lnStats, lnApply,
-// lnBwdStats and lnBwdDx to m's kernels
+// lnBwdStats, lnBwdDx, sgdMom and sgdPlain to m's kernels
 // (callers checked lengths; the bounds checks below guard the assembly).
-func (m *mathAsm) install(v *vecOps) {
+func (m *elemAsm) install(v *vecOps) {
 	v.expSum = func(dst, x []float32, shift float32) float64 {
 		if len(x) == 0 {
 			return 0
@@ -136,5 +140,25 @@ func (m *mathAsm) install(v *vecOps) {
 		} else {
 			m.lnBwdDxSet(&dx[0], &dy[0], &x[0], &gamma[0], n, mu, inv, s1, s2)
 		}
+	}
+	v.sgdMom = func(w, g, buf []float32, lr, wd, mom, damp float32, nesterov bool) {
+		n := len(w)
+		if n == 0 {
+			return
+		}
+		_, _ = g[n-1], buf[n-1]
+		if nesterov {
+			m.sgdNesterov(&w[0], &g[0], &buf[0], n, lr, wd, mom, damp)
+		} else {
+			m.sgdMom(&w[0], &g[0], &buf[0], n, lr, wd, mom, damp)
+		}
+	}
+	v.sgdPlain = func(w, g []float32, lr, wd float32) {
+		n := len(w)
+		if n == 0 {
+			return
+		}
+		_ = g[n-1]
+		m.sgdPlain(&w[0], &g[0], n, lr, wd)
 	}
 }
