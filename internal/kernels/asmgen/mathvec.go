@@ -105,10 +105,6 @@ type geluRegs struct {
 	one, two reg.VecVirtual
 }
 
-func loadGeluRegs() geluRegs {
-	return geluRegs{exp: loadExpRegs(), one: splat("one"), two: splat("two")}
-}
-
 // emitPhi returns Φ(v) = erfc(−v/√2)/2 for the 16 lanes of v (v is kept): erfc32's
 // steps, z = |a|, t = 1/(1 + z/2), r = t·e^(−z² + poly(t)), erfc = 2 − r where a < 0.
 func emitPhi(v reg.VecVirtual, g geluRegs) reg.VecVirtual {

@@ -7,7 +7,7 @@ import (
 )
 
 // simd is what an elementwise kernel body needs from its instruction set, so that the LSTM,
-// GELU and LayerNorm bodies are written once for AVX-512 (zmm, opmask tails, constants as
+// GELU, LayerNorm and SGD bodies are written once for AVX-512 (zmm, opmask tails, constants as
 // embedded broadcasts: mathvec.go) and AVX2 (ymm, VMASKMOVPS tails, 32-byte constant rows:
 // mathvec_avx2.go). A body's mask argument is the stream's tail mask (nil for whole vectors).
 type simd struct {
@@ -21,9 +21,9 @@ type simd struct {
 	param  func(name string) reg.VecVirtual                 // a float32 parameter in every lane
 	splat  func(name string) reg.VecVirtual                 // a constant of mathConsts in every lane
 	zeroed func(k int) []reg.VecVirtual
-	mulK   func(name string, x, dst reg.VecVirtual) // dst = x·constant
-	subZ   func(a, x reg.VecVirtual, mask reg.Register)
-	reduce func(acc []reg.VecVirtual, i int) // the sum of four float32 accumulators to return value i
+	mulK   func(name string, x, dst reg.VecVirtual)     // dst = x·constant
+	subZ   func(a, x reg.VecVirtual, mask reg.Register) // x −= a, and 0 outside the mask
+	reduce func(acc []reg.VecVirtual, i int)            // the sum of four float32 accumulators to return value i
 
 	expRegs func() expRegs
 	exp     func(x reg.VecVirtual, r expRegs)
