@@ -343,9 +343,10 @@ func (j *convJob) block(bi int) (t0, nt, c0, cl, koff int) {
 	return t0, nt, c0, cl, t0*j.g.C + c0
 }
 
-func (j *convJob) execute() {
+// plan sets the K blocking (taps per block, channel chunks), the slivers
+// and packSliver's gather offsets.
+func (j *convJob) plan() {
 	p, c := j.p, j.g.C
-	countGEMM(j.pix, j.m, j.taps*c)
 	if c >= p.kc {
 		j.tpb, j.cchunks = 1, ceilDiv(c, p.kc)
 		j.cl = ceilDiv(c, j.cchunks)
@@ -356,16 +357,22 @@ func (j *convJob) execute() {
 	j.nblocks = ceilDiv(j.taps, j.tpb) * j.cchunks
 	j.slivers = ceilDiv(j.m, p.nr)
 	j.nPad = j.slivers * p.nr
-	nw := runtime.GOMAXPROCS(0)
-	if float64(j.pix)*float64(j.m)*float64(j.taps*c) < 1<<18 {
-		nw = 1
-	}
 	stride := c * j.taps // consecutive output channels in w: [m, C, taps]
 	if j.flip {
 		stride = j.taps // [C, m, taps]
 	}
 	for q := range j.gatherIdx {
 		j.gatherIdx[q] = int32(q * stride)
+	}
+}
+
+func (j *convJob) execute() {
+	p, c := j.p, j.g.C
+	countGEMM(j.pix, j.m, j.taps*c)
+	j.plan()
+	nw := runtime.GOMAXPROCS(0)
+	if float64(j.pix)*float64(j.m)*float64(j.taps*c) < 1<<18 {
+		nw = 1
 	}
 	bs := getShared(j.nPad * j.taps * c)
 	j.bp = *bs
