@@ -9,8 +9,8 @@ import (
 
 // newPackJob plans a ConvNHWC weight packing of w for c input channels, m
 // output channels and a kh×kw kernel on the implementation in use, with a
-// NaN-filled panel buffer.
-func newPackJob(c, m, kh, kw int, flip bool, w []float32) *convJob {
+// NaN-filled panel buffer; it returns the job and packSliver's scratch.
+func newPackJob(c, m, kh, kw int, flip bool, w []float32) (*convJob, []float32) {
 	g := ConvGeom{N: 1, C: c, H: kh, W: kw, KH: kh, KW: kw, StrideH: 1, StrideW: 1}
 	j := &convJob{p: impl, g: g, w: w, m: m, flip: flip, taps: kh * kw}
 	j.plan()
@@ -18,7 +18,7 @@ func newPackJob(c, m, kh, kw int, flip bool, w []float32) *convJob {
 	for i := range j.bp {
 		j.bp[i] = float32(math.NaN())
 	}
-	return j
+	return j, make([]float32, j.packGroup*j.taps*16)
 }
 
 // packSliverRef is packSliver as the plain strided loop it replaces: row
@@ -56,21 +56,23 @@ func packSliverRef(j *convJob, s int) {
 
 // TestConvPackSliver checks that packSliver writes exactly the panels of the
 // plain strided loop, every element, on every implementation: forward and
-// flipped weights, 1×1, 3×3 and 2×3 kernels, channel counts below a tile,
-// off the 8×8 tiles, several taps per K block and chunked K (C ≥ KC, with
-// chunks that are not a multiple of 8), and partial last slivers.
+// flipped weights; 1×1, 3×3, 2×3, 5×5 (transposed groups smaller than a
+// chunk) and 9×9 kernels (more taps than packSliver16's offsets on the
+// stack); channel counts below a tile, off the 8×8 tiles, several taps per K
+// block and chunked K (C ≥ KC, chunks not a multiple of 8); partial last
+// slivers.
 func TestConvPackSliver(t *testing.T) {
 	forEachImpl(t, func(t *testing.T) {
 		r := rand.New(rand.NewPCG(5, 6))
 		for _, c := range []int{1, 3, 16, 24, 64, 300, 512, 513} {
-			for _, k := range [][2]int{{1, 1}, {3, 3}, {2, 3}} {
+			for _, k := range [][2]int{{1, 1}, {3, 3}, {2, 3}, {5, 5}, {9, 9}} {
 				for _, m := range []int{5, 16, 40, 64, 72} {
 					for _, flip := range []bool{false, true} {
 						w := randSlice(r, m*c*k[0]*k[1])
-						got := newPackJob(c, m, k[0], k[1], flip, w)
-						want := newPackJob(c, m, k[0], k[1], flip, w)
+						got, sc := newPackJob(c, m, k[0], k[1], flip, w)
+						want, _ := newPackJob(c, m, k[0], k[1], flip, w)
 						for s := range got.slivers {
-							got.packSliver(s)
+							got.packSliver(s, sc)
 							packSliverRef(want, s)
 						}
 						assertBitEqual(t, fmt.Sprintf("C=%d %dx%d m=%d flip=%v", c, k[0], k[1], m, flip), got.bp, want.bp)
@@ -103,11 +105,11 @@ func BenchmarkConvPackWeights(b *testing.B) {
 				name += "/flip"
 			}
 			b.Run(name+"/"+impl.name, func(b *testing.B) {
-				j := newPackJob(c, m, l.k, l.k, flip, w)
+				j, sc := newPackJob(c, m, l.k, l.k, flip, w)
 				b.SetBytes(int64(4 * len(w)))
 				for b.Loop() {
 					for s := range j.slivers {
-						j.packSliver(s)
+						j.packSliver(s, sc)
 					}
 				}
 			})
