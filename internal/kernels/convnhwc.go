@@ -323,6 +323,7 @@ type convJob struct {
 	nPad, slivers  int
 	bp             []float32
 	gatherIdx      [32]int32 // packSliver's gather offsets: q·stride
+	packGroup      int       // channels per transposed group (packSliver16), 0 when unused
 	mChunk, nChunk int       // pixel rows and slivers per unit
 	mUnits, units  int
 	packing        bool
@@ -343,9 +344,10 @@ func (j *convJob) block(bi int) (t0, nt, c0, cl, koff int) {
 	return t0, nt, c0, cl, t0*j.g.C + c0
 }
 
-func (j *convJob) execute() {
+// plan sets the K blocking (taps per block, channel chunks), the slivers
+// and packSliver's gather offsets.
+func (j *convJob) plan() {
 	p, c := j.p, j.g.C
-	countGEMM(j.pix, j.m, j.taps*c)
 	if c >= p.kc {
 		j.tpb, j.cchunks = 1, ceilDiv(c, p.kc)
 		j.cl = ceilDiv(c, j.cchunks)
@@ -356,16 +358,31 @@ func (j *convJob) execute() {
 	j.nblocks = ceilDiv(j.taps, j.tpb) * j.cchunks
 	j.slivers = ceilDiv(j.m, p.nr)
 	j.nPad = j.slivers * p.nr
-	nw := runtime.GOMAXPROCS(0)
-	if float64(j.pix)*float64(j.m)*float64(j.taps*c) < 1<<18 {
-		nw = 1
-	}
 	stride := c * j.taps // consecutive output channels in w: [m, C, taps]
 	if j.flip {
 		stride = j.taps // [C, m, taps]
 	}
 	for q := range j.gatherIdx {
 		j.gatherIdx[q] = int32(q * stride)
+	}
+	j.packGroup = 0
+	if p.nr == 16 && p.vec.transpose8 != nil {
+		// At most 2304 columns: a 256-channel chunk of a 3×3 kernel, 147 KB
+		// of scratch per goroutine.
+		j.packGroup = min(j.cl, max(8, 2304/j.taps/8*8))
+		if j.flip {
+			j.packGroup = 1
+		}
+	}
+}
+
+func (j *convJob) execute() {
+	p, c := j.p, j.g.C
+	countGEMM(j.pix, j.m, j.taps*c)
+	j.plan()
+	nw := runtime.GOMAXPROCS(0)
+	if float64(j.pix)*float64(j.m)*float64(j.taps*c) < 1<<18 {
+		nw = 1
 	}
 	bs := getShared(j.nPad * j.taps * c)
 	j.bp = *bs
@@ -394,13 +411,23 @@ func (j *convJob) done() { j.wg.Done() }
 
 func (j *convJob) run() {
 	if j.packing {
+		var sb *[]float32
+		var scratch []float32
+		if j.packGroup > 0 {
+			sb = packScratch.get(j.packGroup * j.taps * 16)
+			scratch = *sb
+		}
 		for {
 			u := int(j.next.Add(1)) - 1
 			if u >= j.units {
-				return
+				break
 			}
-			j.packSliver(u)
+			j.packSliver(u, scratch)
 		}
+		if sb != nil {
+			packScratch.put(sb)
+		}
+		return
 	}
 	var ws *convWorkspace
 	for {
@@ -422,14 +449,24 @@ func (j *convJob) run() {
 
 // packSliver packs output-channel sliver s of the weights into every K
 // block: for each (tap, channel) row, nr consecutive output channels (zero
-// past m). The rows of one tap and channel chunk are one strided gather
-// (gather32 when the sliver is full). Measured against transposing 16 rows
-// of w at a time in registers, the gathers were faster (VGG's 512-channel
-// layers, 2×2 and 4×4 maps).
-func (j *convJob) packSliver(s int) {
+// past m). On AVX-512 the rows of one tap and channel chunk are one strided
+// gather (gather32 when the sliver is full): measured against transposing 16
+// rows of w at a time in registers, the gathers were faster there (VGG's
+// 512-channel layers, 2×2 and 4×4 maps). On AVX2 (Zen 3) the register
+// transposes win: full slivers go through packSliver16, 2.2-3× faster than
+// the strided loop for 3×3 kernels and 5-16× for 1×1 ones with the weights
+// in cache, 1.3-3× with them in memory (BenchmarkConvPackWeights), where an
+// AVX2 gather per row (VGATHERDPS, as gather32) gained 1.2-2× and a Go loop
+// reading w in order lost. A partial sliver, or the generic path, takes the
+// strided loop. scratch holds packSliver16's transposed group.
+func (j *convJob) packSliver(s int, scratch []float32) {
 	nr, c, taps := j.p.nr, j.g.C, j.taps
 	n0 := s * nr
 	cols := min(nr, j.m-n0)
+	if cols == 16 && j.packGroup > 0 {
+		j.packSliver16(s, scratch)
+		return
+	}
 	// Output channel n0+q of row (t, ch) is at w[src(t, ch) + q·stride],
 	// and consecutive channels are rowStep apart.
 	stride, rowStep := c*taps, taps // w[n, ch, t]
@@ -463,6 +500,122 @@ func (j *convJob) packSliver(s int) {
 		}
 	}
 }
+
+// packSliver16 is packSliver for a full 16-channel sliver on AVX2, with 8×8
+// register transposes (transpose8) instead of a strided loop. In w the
+// sliver is 16 rows (its output channels) at a fixed stride, and within one
+// input channel, or a run of them without flip, the columns channel·taps +
+// tap are contiguous: such a group is transposed into scratch, whose row k
+// then holds the 16 output channels of column k, and the rows are copied to
+// their panels in scratch order.
+func (j *convJob) packSliver16(s int, scratch []float32) {
+	taps := j.taps
+	var atBuf [64]int
+	at := atBuf[:0]
+	if taps > len(atBuf) {
+		at = make([]int, 0, taps)
+	}
+	at = at[:taps]
+	for chunk := range j.cchunks {
+		// at[tp]: the panel row of (tap, channel c0) for column tp of a group
+		// (the taps in w's order: reversed with flip).
+		var c0, cl int
+		for t := range taps {
+			tg := t / j.tpb
+			tt := t - tg*j.tpb
+			_, nt, bc0, bcl, koff := j.block(tg*j.cchunks + chunk)
+			tp := t
+			if j.flip {
+				tp = taps - 1 - t
+			}
+			at[tp] = koff*j.nPad + s*16*nt*bcl + tt*bcl*16
+			c0, cl = bc0, bcl
+		}
+		if j.flip {
+			j.packFlipped16(s*16, c0, cl, at, scratch)
+		} else {
+			j.packForward16(s*16, c0, cl, at, scratch)
+		}
+	}
+}
+
+// packForward16 packs channels [c0, c0+cl) of the sliver of output channels
+// n0..n0+15 from w[n, ch, t] in groups of packGroup channels, a whole chunk
+// for 3×3 kernels: long runs of each row of w (groups of 8 to 64 of VGG's
+// 512 channels were up to 1.6× slower). With one tap the transpose writes
+// the panel directly.
+func (j *convJob) packForward16(n0, c0, cl int, at []int, scratch []float32) {
+	taps, tr, w, bp := j.taps, j.p.vec.transpose8, j.w, j.bp
+	qs := j.g.C * taps // output channels are C·taps apart
+	for g0 := 0; g0 < cl; g0 += j.packGroup {
+		gl := min(j.packGroup, cl-g0)
+		k := gl * taps // columns in the group
+		o := n0*qs + (c0+g0)*taps
+		src := w[o : o+15*qs+k]
+		dst := scratch[:k*16]
+		if taps == 1 {
+			dst = bp[at[0]+g0*16 : at[0]+g0*16+k*16]
+		}
+		if kb := k / 8; kb > 0 {
+			tr(dst, 16, src, qs, kb)
+			tr(dst[8:], 16, src[8*qs:], qs, kb)
+		}
+		for kk := k / 8 * 8; kk < k; kk++ {
+			d := (*[16]float32)(dst[kk*16 : kk*16+16])
+			for q := range d {
+				d[q] = src[q*qs+kk]
+			}
+		}
+		if taps == 1 {
+			continue
+		}
+		for cc := range gl {
+			rows, o := dst[cc*taps*16:(cc+1)*taps*16], (g0+cc)*16
+			for tp, a := range at {
+				v := *(*[16]float32)(rows[tp*16 : tp*16+16]) // through a register: no memmove call
+				*(*[16]float32)(bp[a+o : a+o+16]) = v
+			}
+		}
+	}
+}
+
+// packFlipped16 is packForward16 from w[ch, n, rot(t)], one channel (16
+// rows of taps floats, contiguous) at a time; with one tap each panel row
+// is 16 contiguous floats of w.
+func (j *convJob) packFlipped16(n0, c0, cl int, at []int, scratch []float32) {
+	taps, m, tr, w, bp := j.taps, j.m, j.p.vec.transpose8, j.w, j.bp
+	if taps == 1 {
+		for cc := range cl {
+			o := (c0+cc)*m + n0
+			v := *(*[16]float32)(w[o : o+16])
+			*(*[16]float32)(bp[at[0]+cc*16 : at[0]+cc*16+16]) = v
+		}
+		return
+	}
+	kb := taps / 8
+	S := scratch[:taps*16]
+	for cc := range cl {
+		o := ((c0+cc)*m + n0) * taps
+		src := w[o : o+16*taps]
+		if kb > 0 {
+			tr(S, 16, src, taps, kb)
+			tr(S[8:], 16, src[8*taps:], taps, kb)
+		}
+		for tp := kb * 8; tp < taps; tp++ {
+			d := (*[16]float32)(S[tp*16 : tp*16+16])
+			for q := range d {
+				d[q] = src[q*taps+tp]
+			}
+		}
+		for tp, a := range at {
+			v := *(*[16]float32)(S[tp*16 : tp*16+16])
+			*(*[16]float32)(bp[a+cc*16 : a+cc*16+16]) = v
+		}
+	}
+}
+
+// packScratch holds packSliver16's per-goroutine transpose buffers.
+var packScratch = bufPool[float32]{alloc: alignedFloats}
 
 // compute runs pixel rows [m0, m1) × slivers [s0, s1) through every K block.
 func (j *convJob) compute(ws *convWorkspace, m0, m1, s0, s1 int) {
