@@ -109,7 +109,7 @@ func shmAllReduce[T Element](ctx context.Context, g *shmGroup, tag uint32, buf [
 	if err := g.termErr(); err != nil {
 		return err
 	}
-	stop := context.AfterFunc(ctx, func() { ring(g.mem.u32(hRBell), g.mem.u32(hRSleepers)) })
+	stop := context.AfterFunc(ctx, g.ringReduce)
 	defer stop()
 	gen, err := g.claimReduce(ctx, tag)
 	if err != nil {
@@ -183,6 +183,26 @@ func shmAllReduce[T Element](ctx context.Context, g *shmGroup, tag uint32, buf [
 	}
 	g.ar.lastGen.Store(gen)
 	return nil
+}
+
+// shmCancelHook, when set (tests), runs first in ringReduce.
+var shmCancelHook func()
+
+// ringReduce wakes the ranks waiting in the shared all-reduce when a call's context ends. It
+// runs on its own goroutine (context.AfterFunc), possibly after the call returned and Close
+// unmapped the segment, so it touches the segment only while the group holds it. A Close in
+// progress (its write lock pending, so TryRLock fails) wakes every waiter itself (wakeAll).
+func (g *shmGroup) ringReduce() {
+	if h := shmCancelHook; h != nil {
+		h()
+	}
+	if !g.live.TryRLock() {
+		return
+	}
+	defer g.live.RUnlock()
+	if !g.unmapped {
+		ring(g.mem.u32(hRBell), g.mem.u32(hRSleepers))
+	}
 }
 
 // claimReduce waits until the shared area is free or taken by a call under tag that this rank
