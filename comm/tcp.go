@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -326,8 +327,18 @@ func (g *tcpGroup) byeReason() byeReason {
 // peerFailed declares peer p failed for cause, unless the failure is expected (this rank is
 // closing or said goodbye to p, or p said goodbye).
 func (g *tcpGroup) peerFailed(p *tcpPeer, cause error) {
-	if g.closed.Load() || p.gone.Load() || p.saidBye.Load() || p.failed.Swap(true) {
-		return // expected, or already declared (its reader and writer both notice)
+	if g.closed.Load() || p.gone.Load() || p.saidBye.Load() {
+		return // expected
+	}
+	if p.failed.Swap(true) {
+		// Already declared (its reader and writer both notice, or a report named it). The
+		// other goroutine may be between marking p and failing the group: wait for the
+		// group's failure, so that this caller's operations end with the PeerError and not
+		// with their raw connection error (a send's "connection reset by peer" did, once).
+		for g.failure.Load() == nil {
+			runtime.Gosched()
+		}
+		return
 	}
 	// Stop reading from p at once. The writer still says goodbye with the failure if it can,
 	// so that a peer that is alive after all (one that was stopped and resumed) learns why
