@@ -272,12 +272,7 @@ func runBenchTrain(args []string, stdout io.Writer) error {
 		}
 		times[i] = float64(time.Since(start).Nanoseconds()) / 1e6
 	}
-	sorted := slices.Clone(times)
-	slices.Sort(sorted)
-	med := sorted[len(sorted)/2]
-	if len(sorted)%2 == 0 {
-		med = (sorted[len(sorted)/2-1] + sorted[len(sorted)/2]) / 2
-	}
+	med := median(times) // bench_allreduce.go's
 	perS := float64(*batch) / (med / 1e3)
 	perItem := float64(flops) / float64(*batch)
 	res := trainResult{
@@ -309,12 +304,12 @@ func runBenchTrain(args []string, stdout io.Writer) error {
 		fmt.Fprintf(stdout, "model %s  batch %d × %d tokens  vocab %d  parameters %d  threads %d  kernels %s\n",
 			res.Model, res.Batch, res.SeqLen, res.Vocab, res.Parameters, res.Threads, res.Kernels)
 		fmt.Fprintf(stdout, "step %.1f ms (median of %d, min %.1f, max %.1f)  %.1f sequences/s  %.0f tokens/s\n",
-			med, len(times), sorted[0], sorted[len(sorted)-1], res.SequencesPerS, res.TokensPerS)
+			med, len(times), slices.Min(times), slices.Max(times), res.SequencesPerS, res.TokensPerS)
 	} else {
 		fmt.Fprintf(stdout, "model %s  dataset %s  batch %d  parameters %d  threads %d  kernels %s\n",
 			res.Model, res.DatasetName, res.Batch, res.Parameters, res.Threads, res.Kernels)
 		fmt.Fprintf(stdout, "step %.1f ms (median of %d, min %.1f, max %.1f)  %.1f images/s\n",
-			med, len(times), sorted[0], sorted[len(sorted)-1], res.ImagesPerS)
+			med, len(times), slices.Min(times), slices.Max(times), res.ImagesPerS)
 	}
 	fmt.Fprintf(stdout, "%.3f GFLOP per %s (forward + backward)  %.1f GFLOP/s  %s\n",
 		perItem/1e9, unit, res.GFLOPS, rooflineText)

@@ -556,16 +556,7 @@ func (j *convJob) packForward16(n0, c0, cl int, at []int, scratch []float32) {
 		if taps == 1 {
 			dst = bp[at[0]+g0*16 : at[0]+g0*16+k*16]
 		}
-		if kb := k / 8; kb > 0 {
-			tr(dst, 16, src, qs, kb)
-			tr(dst[8:], 16, src[8*qs:], qs, kb)
-		}
-		for kk := k / 8 * 8; kk < k; kk++ {
-			d := (*[16]float32)(dst[kk*16 : kk*16+16])
-			for q := range d {
-				d[q] = src[q*qs+kk]
-			}
-		}
+		transpose16Rows(tr, dst, src, qs, k)
 		if taps == 1 {
 			continue
 		}
@@ -592,24 +583,29 @@ func (j *convJob) packFlipped16(n0, c0, cl int, at []int, scratch []float32) {
 		}
 		return
 	}
-	kb := taps / 8
-	S := scratch[:taps*16]
+	rows := scratch[:taps*16]
 	for cc := range cl {
 		o := ((c0+cc)*m + n0) * taps
-		src := w[o : o+16*taps]
-		if kb > 0 {
-			tr(S, 16, src, taps, kb)
-			tr(S[8:], 16, src[8*taps:], taps, kb)
-		}
-		for tp := kb * 8; tp < taps; tp++ {
-			d := (*[16]float32)(S[tp*16 : tp*16+16])
-			for q := range d {
-				d[q] = src[q*taps+tp]
-			}
-		}
+		transpose16Rows(tr, rows, w[o:o+16*taps], taps, taps)
 		for tp, a := range at {
-			v := *(*[16]float32)(S[tp*16 : tp*16+16])
+			v := *(*[16]float32)(rows[tp*16 : tp*16+16])
 			*(*[16]float32)(bp[a+cc*16 : a+cc*16+16]) = v
+		}
+	}
+}
+
+// transpose16Rows writes dst[kk·16+q] = src[q·lds+kk] for q < 16, kk < k: the k columns
+// of 16 rows as rows of 16, whole 8-column blocks through tr (two 8×8 transposes per
+// block), the rest by a loop.
+func transpose16Rows(tr func(dst []float32, ldd int, src []float32, lds, blocks int), dst, src []float32, lds, k int) {
+	if kb := k / 8; kb > 0 {
+		tr(dst, 16, src, lds, kb)
+		tr(dst[8:], 16, src[8*lds:], lds, kb)
+	}
+	for kk := k / 8 * 8; kk < k; kk++ {
+		d := (*[16]float32)(dst[kk*16 : kk*16+16])
+		for q := range d {
+			d[q] = src[q*lds+kk]
 		}
 	}
 }
