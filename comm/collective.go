@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math/bits"
+
+	"github.com/spargo-dl/spargo/internal/kernels"
 )
 
 // Algorithm selects how a collective moves data.
@@ -113,27 +115,10 @@ func blockCounts(n, p int) (counts, offs []int) {
 	return counts, offs
 }
 
-// addInto sets dst[i] = a[i] + b[i]. Callers pass the lower rank's partial as a so that every
-// rank computes a sum the same way, operand order included.
+// addInto sets dst[i] = a[i] + b[i] for i < len(a). Callers pass the lower rank's partial as a
+// so that every rank computes a sum the same way, operand order included. Each element is one
+// IEEE addition, in the kernels' vector loop (the same bits as a scalar loop).
 func addInto(dst, a, b []float32) {
 	n := len(a)
-	b = b[:n]
-	dst = dst[:n]
-	i := 0
-	// Eight at a time: the compiler does not vectorize, and the unrolled loop (one bounds
-	// check per eight) is a third faster. Each element is still one IEEE addition.
-	for ; i+8 <= n; i += 8 {
-		d, x, y := dst[i:i+8:i+8], a[i:i+8:i+8], b[i:i+8:i+8]
-		d[0] = x[0] + y[0]
-		d[1] = x[1] + y[1]
-		d[2] = x[2] + y[2]
-		d[3] = x[3] + y[3]
-		d[4] = x[4] + y[4]
-		d[5] = x[5] + y[5]
-		d[6] = x[6] + y[6]
-		d[7] = x[7] + y[7]
-	}
-	for ; i < n; i++ {
-		dst[i] = a[i] + b[i]
-	}
+	kernels.Add(dst[:n], a, b[:n])
 }

@@ -167,4 +167,19 @@
 // and every later shared all-reduce of the group fail on every rank naming it. A job's group
 // that spans hosts (Route) runs the shared all-reduce on Sub of one host's ranks in their order,
 // as hier:SPEC's node groups are.
+//
+// Vectors in shared buffers: AllocShared (collective: every rank, same tag and length, same
+// order) gives each rank memory that its peers map too; each rank makes a file of its own next to
+// the segment's name ("….b<k>.r<rank>.<pid>-<start>", mode 0600), maps every rank's, and removes
+// its own once all have mapped it, so, as for the segment, nothing stays in /dev/shm. When every
+// rank's vector lies in such a buffer at the same offset (each rank writes where its vector lies
+// into its slot before the first barrier, so all ranks choose alike), the shared all-reduce
+// reads the peers' vectors where they are: in steps of 1 MiB per rank, rank r sums block r of
+// every rank's vector (the same tree, so the same bits) into its own vector; after a barrier it
+// copies the other blocks' sums from their owners' vectors, while summing the next step's block.
+// No copy through the reduce slots: per rank about 2.75 n elements of memory traffic instead of
+// about 4.75 n. The counters are the copying way's. Anything else (one rank's vector in ordinary
+// memory, different offsets) takes the copying way, with the same result. DDP allocates its
+// buckets with AllocShared, so its dense all-reduce runs this way on one host. The buffers stay
+// valid after Close (they become private memory) and live as long as the process.
 package comm

@@ -37,6 +37,7 @@ type shmReduceState struct {
 	lastGen  atomic.Uint64 // the generation of the last call this rank took part in
 	barriers atomic.Uint64 // barriers this rank has passed, ever
 	passes   atomic.Uint64 // passes this rank has made, ever (their parity picks the half)
+	inPlace  atomic.Uint64 // calls that read the peers' vectors in place (shared buffers), ever
 }
 
 const (
@@ -128,18 +129,41 @@ func shmAllReduce[T Element](ctx context.Context, g *shmGroup, tag uint32, buf [
 		off := g.seg.reduceOff(rank) + h*half
 		return unsafe.Slice((*T)(unsafe.Pointer(&g.mem[off])), chunk)[lo:hi]
 	}
+	// A vector in a shared buffer (AllocShared) needs no copying in; each rank says in its slot
+	// where its vector lies before the first barrier, and after it every rank reads the same
+	// descriptions and goes the same way (zeroCopyWay).
+	k, off, shared := g.arenaOf(unsafe.Pointer(unsafe.SliceData(buf)), len(buf)*esz)
+	g.describeVector(gen, k, off, len(buf)*esz, shared)
 	for i := range passes {
 		c := buf[i*chunk : min((i+1)*chunk, len(buf))]
 		_, offs := blockCounts(len(c), p)
 		h := int(g.ar.passes.Load() % 2)
 		// Copy in every block but this rank's own, which it reduces from its buffer.
-		for j := range p {
-			if j != r {
-				copy(slotView(r, h, offs[j], offs[j+1]), c[offs[j]:offs[j+1]])
+		copyIn := func() {
+			for j := range p {
+				if j != r {
+					copy(slotView(r, h, offs[j], offs[j+1]), c[offs[j]:offs[j+1]])
+				}
 			}
+		}
+		if i > 0 || !shared {
+			copyIn()
 		}
 		if err := g.reduceBarrier(ctx, tag, gen, false); err != nil {
 			return err
+		}
+		if i == 0 {
+			switch g.zeroCopyWay(gen) {
+			case zeroCopyAll:
+				return shmZeroCopyAllReduce(ctx, g, tag, gen, buf, k, off, add, anyDst)
+			case zeroCopySome: // the ranks in shared buffers copy in now, as the others did
+				if shared {
+					copyIn()
+				}
+				if err := g.reduceBarrier(ctx, tag, gen, false); err != nil {
+					return err
+				}
+			}
 		}
 		// Reduce block r: a tree over the ranks' blocks in rank order. Nobody else reads block
 		// r of the peers' slots in this pass, so the partial sums overwrite them.
@@ -167,20 +191,144 @@ func shmAllReduce[T Element](ctx context.Context, g *shmGroup, tag uint32, buf [
 			copy(c[offs[j]:offs[j+1]], slotView(j, h, offs[j], offs[j+1]))
 		}
 		g.ar.passes.Add(1)
-		// Counters: the words this rank read from its peers' slots (block r of each, then
-		// every other block's sum) and the words its peers read from its slot.
-		mine := (hi - lo) * esz
-		for j := range p {
-			if j == r {
-				continue
-			}
-			g.counters.AddRecv(mine)
-			g.counters.AddRecv((offs[j+1] - offs[j]) * esz)
-			g.counters.AddSent((offs[j+1] - offs[j]) * esz)
-			g.counters.AddSent(mine)
-		}
-		g.counters.AddRound(2)
+		g.countReduce(offs, esz)
 	}
+	g.ar.lastGen.Store(gen)
+	return nil
+}
+
+// countReduce counts one pass over blocks offs on the Counters: the words this rank read from
+// its peers (block r of each, then every other block's sum) and the words its peers read from it.
+func (g *shmGroup) countReduce(offs []int, esz int) {
+	r := g.rank
+	mine := (offs[r+1] - offs[r]) * esz
+	for j := range g.size {
+		if j == r {
+			continue
+		}
+		g.counters.AddRecv(mine)
+		g.counters.AddRecv((offs[j+1] - offs[j]) * esz)
+		g.counters.AddSent((offs[j+1] - offs[j]) * esz)
+		g.counters.AddSent(mine)
+	}
+	g.counters.AddRound(2)
+}
+
+// zeroCopyChunk is the vector bytes per rank one step of the in-place all-reduce covers: the
+// blocks a rank sums in one step are still in the caches when the others copy them out in the
+// next.
+const zeroCopyChunk = 1 << 20
+
+// How the ranks' vectors of a shared all-reduce lie (zeroCopyWay).
+const (
+	zeroCopyNone = iota // no rank's vector is in a shared buffer
+	zeroCopyAll         // every rank's is, in the same buffer at the same offset
+	zeroCopySome        // anything else
+)
+
+// describeVector writes where this rank's vector of call gen lies into its slot.
+func (g *shmGroup) describeVector(gen uint64, k, off, bytes int, shared bool) {
+	slot := g.slot(g.rank)
+	arena := uint64(0)
+	if shared {
+		arena = uint64(k) + 1
+	}
+	atomic.StoreUint64(g.mem.u64(slot+sZCArena), arena)
+	atomic.StoreUint64(g.mem.u64(slot+sZCOff), uint64(off))
+	atomic.StoreUint64(g.mem.u64(slot+sZCLen), uint64(bytes))
+	atomic.StoreUint64(g.mem.u64(slot+sZCGen), gen)
+}
+
+// zeroCopyWay reads every rank's description of its vector of call gen (after the call's first
+// barrier, so all are written; no rank rewrites its own before the call's final barrier).
+func (g *shmGroup) zeroCopyWay(gen uint64) int {
+	var first [3]uint64
+	all, any := true, false
+	for r := range g.size {
+		slot := g.slot(r)
+		d := [3]uint64{g.mem.load64(slot + sZCArena), g.mem.load64(slot + sZCOff), g.mem.load64(slot + sZCLen)}
+		if g.mem.load64(slot+sZCGen) != gen {
+			d[0] = 0 // cannot happen: every rank describes its vector before it arrives
+		}
+		if r == 0 {
+			first = d
+		}
+		any = any || d[0] != 0
+		all = all && d[0] != 0 && d == first
+	}
+	switch {
+	case all:
+		return zeroCopyAll
+	case any:
+		return zeroCopySome
+	}
+	return zeroCopyNone
+}
+
+// shmZeroCopyAllReduce is the shared all-reduce of vectors that lie in shared buffer k at byte
+// offset off on every rank, after the call's first barrier: rank r sums block r of every rank's
+// vector where it lies, in the same tree as the copying way (so the same bits), into its own
+// vector; after a barrier it copies every other block j from rank j's vector; a final barrier
+// keeps its vector unchanged until every rank has copied its block. The peers' blocks r may
+// hold partial sums meanwhile: their owners overwrite them with the sum in their copies.
+func shmZeroCopyAllReduce[T Element](ctx context.Context, g *shmGroup, tag uint32, gen uint64, buf []T, k, off int, add func(dst, a, b []T), anyDst bool) error {
+	p, r := g.size, g.rank
+	esz := elementSize[T]()
+	chunk := max(zeroCopyChunk/esz/p*p, p)
+	passes := (len(buf) + chunk - 1) / chunk
+	peers := make([][]T, p)
+	for q := range p {
+		if q == r {
+			peers[q] = buf
+		} else {
+			m := g.peerArena(k, q)
+			peers[q] = unsafe.Slice((*T)(unsafe.Pointer(&m[off])), len(buf))
+		}
+	}
+	ops := make([][]T, p)
+	var offs []int
+	reduce := func(i int) {
+		base := i * chunk
+		_, offs = blockCounts(min(chunk, len(buf)-base), p)
+		lo, hi := base+offs[r], base+offs[r+1]
+		if hi == lo {
+			return
+		}
+		for q := range p {
+			ops[q] = peers[q][lo:hi]
+		}
+		if anyDst {
+			treeReduce(ops, buf[lo:hi], add)
+		} else {
+			treeReduce(ops, nil, add)
+			copy(buf[lo:hi], ops[0])
+		}
+	}
+	gather := func(i int) {
+		base := i * chunk
+		_, offs := blockCounts(min(chunk, len(buf)-base), p)
+		for j := range p {
+			if j != r {
+				lo, hi := base+offs[j], base+offs[j+1]
+				copy(buf[lo:hi], peers[j][lo:hi])
+			}
+		}
+		g.countReduce(offs, esz)
+	}
+	reduce(0)
+	for i := 1; i <= passes; i++ {
+		if err := g.reduceBarrier(ctx, tag, gen, false); err != nil {
+			return err
+		}
+		gather(i - 1)
+		if i < passes {
+			reduce(i)
+		}
+	}
+	if err := g.reduceBarrier(ctx, tag, gen, true); err != nil {
+		return err
+	}
+	g.ar.inPlace.Add(1)
 	g.ar.lastGen.Store(gen)
 	return nil
 }
@@ -319,3 +467,4 @@ func (g *shmGroup) abandon(tag uint32, err error) error {
 	}
 	return err
 }
+

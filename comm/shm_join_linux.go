@@ -53,6 +53,7 @@ func createShmSegment(cfg ShmConfig, l shmLayout, path string, start uint64) (*s
 	if err := removeStaleShm(path); err != nil {
 		return nil, err
 	}
+	removeStaleArenas(path)
 	tmp := fmt.Sprintf("%s.%d.tmp", path, os.Getpid())
 	os.Remove(tmp)
 	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)

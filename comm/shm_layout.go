@@ -15,7 +15,8 @@ import (
 //	         proof of the secret, the shared all-reduce's control words
 //	slots    512 bytes per rank: attached, state (live, closed, failed), pid and start time,
 //	         heartbeat, the rank's proof of the secret, the failure it reports, the shared
-//	         all-reduce barriers it has reached
+//	         all-reduce barriers it has reached and where its vector of the current call lies
+//	         (in a shared buffer of AllocShared or not)
 //	rings    one per ordered pair (i, j), i ≠ j: a control block (the writer's head and
 //	         doorbell, the reader's tail and doorbell, on separate cache lines) and RingBytes
 //	         of data: a byte stream of messages, each a 16-byte header (tag, kind, length)
@@ -71,6 +72,10 @@ const (
 	sRBarriers  = 336 // u64: the shared all-reduce barriers the rank has reached, ever
 	sInbox      = 384 // u32: the rank's doorbell, rung by peers that wrote to it
 	sInboxSleep = 388 // u32: the rank's reader sleeps on sInbox
+	sZCGen      = 400 // u64: the shared all-reduce call whose vector the next three describe
+	sZCArena    = 408 // u64: 1 + the shared buffer (AllocShared) holding the vector, 0 for none
+	sZCOff      = 416 // u64: the vector's byte offset in that buffer
+	sZCLen      = 424 // u64: the vector's length in bytes
 
 	shmCauseMax = 256
 

@@ -157,6 +157,11 @@ type shmGroup struct {
 
 	ar shmReduceState // the shared all-reduce (shm_allreduce_linux.go)
 
+	// Shared buffers (shm_arena_linux.go). arenaMu is taken after the live lock's read side.
+	arenaMu    sync.Mutex
+	arenaCount int
+	arenas     []*shmArena
+
 	// live guards the mapping against Close: callers' goroutines that touch it hold it for
 	// reading (enter, leave); Close unmaps under the write lock.
 	live     sync.RWMutex
@@ -402,6 +407,7 @@ func (g *shmGroup) Close() error {
 	g.wg.Wait()
 	g.live.Lock()
 	g.unmapped = true
+	g.closeArenas()
 	g.seg.unmap()
 	g.live.Unlock()
 	return nil

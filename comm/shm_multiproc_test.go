@@ -44,7 +44,7 @@ func shmChildEnv(name string) int {
 
 // shmChild is one rank: "allreduce" checks all-reduces and prints a hash of their results;
 // "loop" all-reduces until it fails, alternating the shared all-reduce and the ring (point to
-// point), and prints the error.
+// point), and prints the error; "loop-shared" does so with its vector in a shared buffer.
 func shmChild(role string) int {
 	secret, _ := hex.DecodeString(os.Getenv("SPARGO_SHM_TEST_SECRET"))
 	cfg := ShmConfig{
@@ -77,6 +77,25 @@ func shmChild(role string) int {
 				}
 			}
 		}
+		// The same vectors again, in a shared buffer: summed in place, the same bits.
+		shared, err := AllocShared[float32](ctx, g, 2, slices.Max(shmMultiprocSizes))
+		if err != nil {
+			fmt.Println("ERR", err)
+			return 1
+		}
+		for _, n := range shmMultiprocSizes {
+			v := shared[:n]
+			copy(v, rankData(uint64(n), g.Rank(), n))
+			if err := AllReduce(ctx, g, 1, v, Auto); err != nil {
+				fmt.Println("ERR", err)
+				return 1
+			}
+			h.Write(F32Bytes(v))
+		}
+		if in := shmUnder(g).ar.inPlace.Load(); in != uint64(len(shmMultiprocSizes)) {
+			fmt.Println("ERR", in, "all-reduces in place, want", len(shmMultiprocSizes))
+			return 1
+		}
 		fmt.Printf("OK %x\n", h.Sum64())
 	case "bench":
 		// One line per size: this rank's median time of a barrier-separated all-reduce.
@@ -101,8 +120,14 @@ func shmChild(role string) int {
 			slices.Sort(times)
 			fmt.Printf("%d %d\n", size, times[len(times)/2].Nanoseconds())
 		}
-	case "loop":
+	case "loop", "loop-shared":
 		v := make([]float32, 1<<20)
+		if role == "loop-shared" {
+			if v, err = AllocShared[float32](ctx, g, 2, 1<<20); err != nil {
+				fmt.Println("ERR", err)
+				return 1
+			}
+		}
 		for i := 0; ; i++ {
 			alg := Auto
 			if i%2 == 1 {
@@ -200,8 +225,10 @@ func TestShmMultiProcessAllReduce(t *testing.T) {
 		t.Run(fmt.Sprintf("P=%d", p), func(t *testing.T) {
 			j := startShmJob(t, p, "allreduce")
 			h := fnv.New64a()
-			for _, n := range shmMultiprocSizes {
-				h.Write(F32Bytes(treeSum(p, func(r int) []float32 { return rankData(uint64(n), r, n) })))
+			for range 2 { // in ordinary memory, then in a shared buffer
+				for _, n := range shmMultiprocSizes {
+					h.Write(F32Bytes(treeSum(p, func(r int) []float32 { return rankData(uint64(n), r, n) })))
+				}
 			}
 			want := fmt.Sprintf("OK %x", h.Sum64())
 			for r := range p {
@@ -233,9 +260,13 @@ func TestShmMultiProcessFailure(t *testing.T) {
 		{"stop", syscall.SIGSTOP, 2 * shmChildTimeout, "silent for 1s"},
 	}
 	for _, c := range cases {
-		for _, p := range []int{2, 4} {
-			t.Run(fmt.Sprintf("%s/P=%d", c.name, p), func(t *testing.T) {
-				j := startShmJob(t, p, "loop")
+		for _, run := range []struct {
+			p    int
+			role string
+		}{{2, "loop"}, {4, "loop"}, {4, "loop-shared"}} {
+			p := run.p
+			t.Run(fmt.Sprintf("%s/P=%d/%s", c.name, p, run.role), func(t *testing.T) {
+				j := startShmJob(t, p, run.role)
 				for r := range p {
 					if l := j.line(r, time.Minute); l != "READY" {
 						t.Fatalf("rank %d: %q, want READY", r, l)

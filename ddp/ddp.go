@@ -130,7 +130,12 @@ func New(ctx context.Context, model nn.Module, g comm.Group, opts ...Option) (*D
 		d.Close()
 		return nil, err
 	}
-	d.reducer = newReducer(g, cfg.hook, d.params, d.plan)
+	reducer, err := newReducer(ctx, g, cfg.hook, d.params, d.plan)
+	if err != nil {
+		d.Close()
+		return nil, err
+	}
+	d.reducer = reducer
 	d.reducer.observer = cfg.observer
 	d.late = newLateState(d.params, d.plan)
 	d.late.attach(d.reducer)

@@ -37,6 +37,7 @@ const (
 	tagBroadcast     uint32 = 2
 	tagBufferSync    uint32 = 3
 	tagBufferAverage uint32 = 4
+	tagBucketArena   uint32 = 5
 	firstBucketTag   uint32 = 1 << 16
 )
 

@@ -81,8 +81,21 @@ type Reducer struct {
 	stats    IterationStats
 }
 
-func newReducer(g comm.Group, hook CommHook, params []*nn.Param, plan [][]int) *Reducer {
+// newReducer builds the buckets of plan. Their flat buffers are consecutive slices of one
+// comm.AllocShared allocation (collective, under tagBucketArena): on a shared-memory group
+// the dense all-reduce then reads the peers' buckets in place.
+func newReducer(ctx context.Context, g comm.Group, hook CommHook, params []*nn.Param, plan [][]int) (*Reducer, error) {
 	r := &Reducer{group: g, hook: hook, where: map[*nn.Param][2]int{}, marked: map[*nn.Param]bool{}}
+	total := 0
+	for _, group := range plan {
+		for _, idx := range group {
+			total += params[idx].Len()
+		}
+	}
+	flat, err := comm.AllocShared[float32](ctx, g, tagBucketArena, total)
+	if err != nil {
+		return nil, fmt.Errorf("ddp: allocating the buckets: %w", err)
+	}
 	for bi, group := range plan {
 		b := &bucket{index: bi, last: bi == len(plan)-1}
 		n := 0
@@ -93,11 +106,11 @@ func newReducer(g comm.Group, hook CommHook, params []*nn.Param, plan [][]int) *
 			r.where[p] = [2]int{bi, pi}
 			n += p.Len()
 		}
-		b.flat = make([]float32, n)
+		b.flat, flat = flat[:n:n], flat[n:]
 		b.stats = BucketStats{Index: bi, Params: len(group), Elements: n, Bytes: 4 * n}
 		r.buckets = append(r.buckets, b)
 	}
-	return r
+	return r, nil
 }
 
 // begin prepares an iteration and starts the communication goroutine.

@@ -31,6 +31,7 @@ type allReduceResult struct {
 	Bytes     int     `json:"bytes"`
 	Algorithm string  `json:"algorithm"` // the one that ran (auto resolved)
 	Transport string  `json:"transport"` // "shm" (the ranks share one segment) or "tcp"
+	Buffer    string  `json:"buffer"`    // "private" (ordinary memory) or "shared" (comm.AllocShared's)
 	TimeMS    float64 `json:"time_ms"`   // median over the timed iterations
 	MinMS     float64 `json:"min_ms"`
 	AlgBW     float64 `json:"algbw_mb_s"` // bytes / time, MB = 10^6 bytes
@@ -44,12 +45,14 @@ var allReduceAlgorithms = map[string]comm.Algorithm{
 	"shared_memory": comm.SharedMemory, "shared-memory": comm.SharedMemory,
 }
 
-const benchAllReduceUsage = `usage: spargo bench allreduce [-n SIZE] [-workers P] [-transport T] [-iters K] [-warmup W] [-algorithm A] [-json] [-cpuprofile FILE]
+const benchAllReduceUsage = `usage: spargo bench allreduce [-n SIZE] [-workers P] [-transport T] [-buffer B] [-iters K] [-warmup W] [-algorithm A] [-json] [-cpuprofile FILE]
 
 Measures dense all-reduce (sum) of a float32 vector of SIZE bytes between P processes, like
 nccl-tests' all_reduce_perf and scripts/torch_gloo_allreduce.py. Processes on one host talk
 through shared memory (-transport shm, the default there: auto picks the shared all-reduce) or
-over TCP (-transport tcp, as SPARGO_SHM=0); across hosts over TCP.
+over TCP (-transport tcp, as SPARGO_SHM=0); across hosts over TCP. The vector is ordinary
+memory (-buffer private, as a user's tensor) or comm.AllocShared's (-buffer shared, as DDP's
+buckets): on shared memory the all-reduce then reads the peers' vectors in place.
 Each iteration refills the vector, passes a barrier, and times one all-reduce on every rank;
 an iteration's time is the slowest rank's. After W untimed iterations, K timed ones give the
 median and minimum time, algbw = SIZE / median and busbw = algbw · 2(P-1)/P (MB = 10^6 bytes).
@@ -74,6 +77,7 @@ func runBenchAllReduce(args []string, stdout io.Writer) error {
 	warmup := fs.Int("warmup", 2, "untimed iterations first")
 	algName := fs.String("algorithm", "auto", "auto|ring|rabenseifner|recursive_doubling|shared_memory")
 	transport := fs.String("transport", "auto", "auto|shm|tcp: shared memory among the ranks of one host (auto: when every rank allows it) or TCP only")
+	buffer := fs.String("buffer", "private", "private|shared: the vector in ordinary memory (a user's tensor) or in memory from comm.AllocShared (DDP's buckets), which the shared all-reduce reads in place")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of a table")
 	cpuProfile := fs.String("cpuprofile", "", "write rank 0's CPU profile (go tool pprof) to this file")
 	fs.Usage = func() {
@@ -93,6 +97,8 @@ func runBenchAllReduce(args []string, stdout io.Writer) error {
 		return fmt.Errorf("bench allreduce: -algorithm %q: want auto, ring, rabenseifner, recursive_doubling or shared_memory", *algName)
 	case *transport != "auto" && *transport != "shm" && *transport != "tcp":
 		return fmt.Errorf("bench allreduce: -transport %q: want auto, shm or tcp", *transport)
+	case *buffer != "private" && *buffer != "shared":
+		return fmt.Errorf("bench allreduce: -buffer %q: want private or shared", *buffer)
 	case *iters < 1:
 		return fmt.Errorf("bench allreduce: -iters %d: want at least 1", *iters)
 	case *warmup < 0:
@@ -119,7 +125,7 @@ func runBenchAllReduce(args []string, stdout io.Writer) error {
 			}
 			defer pprof.StopCPUProfile()
 		}
-		res, err := allReduceRank(ctx, size, alg, *transport, *warmup, *iters)
+		res, err := allReduceRank(ctx, size, alg, *transport, *buffer, *warmup, *iters)
 		if err != nil || res == nil {
 			return err // res is nil on ranks other than 0
 		}
@@ -158,7 +164,7 @@ func launchAllReduce(args []string, p int) (*allReduceResult, error) {
 
 // allReduceRank is one rank of the measurement: it joins the job (cluster.Init), runs the
 // iterations and returns the result on rank 0 (nil elsewhere).
-func allReduceRank(ctx context.Context, size int, alg comm.Algorithm, transport string, warmup, iters int) (res *allReduceResult, err error) {
+func allReduceRank(ctx context.Context, size int, alg comm.Algorithm, transport, buffer string, warmup, iters int) (res *allReduceResult, err error) {
 	if transport == "tcp" {
 		os.Setenv("SPARGO_SHM", "0") // read by cluster.Init
 	}
@@ -177,6 +183,11 @@ func allReduceRank(ctx context.Context, size int, alg comm.Algorithm, transport 
 		return nil, fmt.Errorf("bench allreduce: rank %d: -transport shm: the ranks do not share one host's memory (topology %v; SPARGO_SHM=0 on a rank?)", rank, comm.TopologyOf(g))
 	}
 	buf := make([]float32, size/4)
+	if buffer == "shared" {
+		if buf, err = comm.AllocShared[float32](ctx, g, tagBenchAlloc, size/4); err != nil {
+			return nil, fmt.Errorf("bench allreduce: rank %d: -buffer shared: %w", rank, err)
+		}
+	}
 	var mine []float64 // seconds per timed iteration on this rank
 	for it := range warmup + iters {
 		fill := float32(rank + 1)
@@ -214,6 +225,7 @@ func allReduceRank(ctx context.Context, size int, alg comm.Algorithm, transport 
 		Bytes:     size,
 		Algorithm: strings.ReplaceAll(comm.AllReduceAlgorithmOn(g, len(buf), alg).String(), "-", "_"),
 		Transport: map[bool]string{true: "shm", false: "tcp"}[onShm],
+		Buffer:    buffer,
 		TimeMS:    med * 1e3,
 		MinMS:     lo * 1e3,
 		AlgBW:     algbw,
@@ -238,8 +250,8 @@ func printAllReduce(w io.Writer, res allReduceResult, asked string, warmup int, 
 	if asked == "auto" {
 		alg += " (auto)"
 	}
-	fmt.Fprintf(w, "all-reduce of %s (%d float32) over P=%d processes (%s), %s, %d warm-up + %d timed iterations, barrier before each, time of the slowest rank\n",
-		formatBytes(res.Bytes), res.Bytes/4, res.Workers, map[string]string{"shm": "shared memory", "tcp": "TCP"}[res.Transport], alg, warmup, res.Iters)
+	fmt.Fprintf(w, "all-reduce of %s (%d float32, %s buffer) over P=%d processes (%s), %s, %d warm-up + %d timed iterations, barrier before each, time of the slowest rank\n",
+		formatBytes(res.Bytes), res.Bytes/4, res.Buffer, res.Workers, map[string]string{"shm": "shared memory", "tcp": "TCP"}[res.Transport], alg, warmup, res.Iters)
 	fmt.Fprintf(w, "%7s %12s  %-18s %10s %10s %11s %11s\n", "workers", "bytes", "algorithm", "time_ms", "min_ms", "algbw_MB/s", "busbw_MB/s")
 	fmt.Fprintf(w, "%7d %12d  %-18s %10.2f %10.2f %11.1f %11.1f\n", res.Workers, res.Bytes, res.Algorithm, res.TimeMS, res.MinMS, res.AlgBW, res.BusBW)
 	return nil

@@ -30,6 +30,7 @@ func TestBenchAllReduceJSON(t *testing.T) {
 		alg     string
 	}{
 		{[]string{"-workers", "2", "-n", "64KiB"}, 2, "shared_memory"}, // one host: shared memory
+		{[]string{"-workers", "3", "-n", "64KiB", "-buffer", "shared"}, 3, "shared_memory"},
 		{[]string{"-workers", "2", "-n", "64KiB", "-transport", "tcp"}, 2, "rabenseifner"},
 		{[]string{"-workers", "3", "-n", "40000", "-algorithm", "recursive_doubling"}, 3, "recursive_doubling"},
 	} {
@@ -42,7 +43,7 @@ func TestBenchAllReduceJSON(t *testing.T) {
 		if err := json.Unmarshal(out.Bytes(), &res); err != nil {
 			t.Fatalf("output is not one JSON object: %v\n%s", err, out.String())
 		}
-		for _, k := range []string{"workers", "bytes", "algorithm", "time_ms", "min_ms", "algbw_mb_s", "busbw_mb_s", "iters"} {
+		for _, k := range []string{"workers", "bytes", "algorithm", "transport", "buffer", "time_ms", "min_ms", "algbw_mb_s", "busbw_mb_s", "iters"} {
 			if _, ok := res[k]; !ok {
 				t.Errorf("JSON lacks key %q: %s", k, out.String())
 			}
@@ -65,7 +66,7 @@ func TestBenchAllReduceUnderLaunch(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
-	for _, want := range []string{"[rank 0] all-reduce of 4 KiB (1024 float32) over P=2 processes (shared memory), ring,", "[rank 0]       2         4096  ring "} {
+	for _, want := range []string{"[rank 0] all-reduce of 4 KiB (1024 float32, private buffer) over P=2 processes (shared memory), ring,", "[rank 0]       2         4096  ring "} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}

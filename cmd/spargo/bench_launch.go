@@ -25,6 +25,7 @@ const (
 	tagBenchBarrier   = 1
 	tagBenchAllReduce = 2
 	tagBenchTimes     = 3
+	tagBenchAlloc     = 4
 )
 
 // benchLauncherEnv reads the launcher's environment through lookup (nil: the process's).
