@@ -467,4 +467,3 @@ func (g *shmGroup) abandon(tag uint32, err error) error {
 	}
 	return err
 }
-
