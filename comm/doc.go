@@ -172,7 +172,8 @@
 // order) gives each rank memory that its peers map too; each rank makes a file of its own next to
 // the segment's name ("….b<k>.r<rank>.<pid>-<start>", mode 0600), maps every rank's, and removes
 // its own once all have mapped it, so, as for the segment, nothing stays in /dev/shm. When every
-// rank's vector lies in such a buffer at the same offset (each rank writes where its vector lies
+// rank's vector of at least 64 KiB (shorter ones cost less to copy than the extra barrier) lies in
+// such a buffer at the same offset (each rank writes where its vector lies
 // into its slot before the first barrier, so all ranks choose alike), the shared all-reduce
 // reads the peers' vectors where they are: in steps of 1 MiB per rank, rank r sums block r of
 // every rank's vector (the same tree, so the same bits) into its own vector; after a barrier it

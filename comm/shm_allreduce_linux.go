@@ -133,6 +133,7 @@ func shmAllReduce[T Element](ctx context.Context, g *shmGroup, tag uint32, buf [
 	// where its vector lies before the first barrier, and after it every rank reads the same
 	// descriptions and goes the same way (zeroCopyWay).
 	k, off, shared := g.arenaOf(unsafe.Pointer(unsafe.SliceData(buf)), len(buf)*esz)
+	shared = shared && len(buf)*esz >= zeroCopyMin // the same on every rank: the lengths are
 	g.describeVector(gen, k, off, len(buf)*esz, shared)
 	for i := range passes {
 		c := buf[i*chunk : min((i+1)*chunk, len(buf))]
@@ -218,6 +219,10 @@ func (g *shmGroup) countReduce(offs []int, esz int) {
 // blocks a rank sums in one step are still in the caches when the others copy them out in the
 // next.
 const zeroCopyChunk = 1 << 20
+
+// zeroCopyMin is the smallest vector (bytes) read in place: below it the copies cost less than
+// the in-place way's extra barrier.
+var zeroCopyMin = 64 << 10
 
 // How the ranks' vectors of a shared all-reduce lie (zeroCopyWay).
 const (

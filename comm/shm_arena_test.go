@@ -37,6 +37,8 @@ func inPlaceCalls(g Group) uint64 { return shmUnder(g).ar.inPlace.Load() }
 // for float32 (whose addition may write a third slice) and for AllReduceOf's other element types.
 func TestAllocSharedAllReduce(t *testing.T) {
 	ctx := context.Background()
+	defer func(m int) { zeroCopyMin = m }(zeroCopyMin)
+	zeroCopyMin = 0 // every length in place
 	for _, p := range []int{2, 3, 4} {
 		t.Run(fmt.Sprintf("P=%d", p), func(t *testing.T) {
 			groups := newShm(t, p, func(c *ShmConfig) { c.ReduceBytes = 64 << 10 })
@@ -124,30 +126,33 @@ func TestAllocSharedAllReduce(t *testing.T) {
 }
 
 // Vectors that are not in shared buffers on every rank at the same offset are copied, with the
-// same result: one rank's vector in ordinary memory, or the ranks' vectors at different offsets.
+// same result: one rank's vector in ordinary memory, the ranks' vectors at different offsets, a
+// vector shorter than zeroCopyMin.
 func TestAllocSharedMixed(t *testing.T) {
 	ctx := context.Background()
-	const p, n = 3, 5000
+	const p, n = 3, 20000
 	groups := newShm(t, p)
 	shared := make([][]float32, p)
 	onRanks(t, groups, func(r int, g Group) (err error) {
 		shared[r], err = AllocShared[float32](ctx, g, 1, 2*n)
 		return err
 	})
-	want := treeSum(p, func(r int) []float32 { return rankData(9, r, n) })
 	cases := map[string]func(r int) []float32{
 		"rank 1 private": func(r int) []float32 {
 			return map[bool][]float32{true: make([]float32, n), false: shared[r][:n]}[r == 1]
 		},
 		"offsets differ":    func(r int) []float32 { return shared[r][r : r+n] },
 		"every rank shared": func(r int) []float32 { return shared[r][n:] },
+		"short":             func(r int) []float32 { return shared[r][n : n+zeroCopyMin/4-1] }, // below zeroCopyMin
 	}
 	for name, vec := range cases {
 		calls := inPlaceCalls(groups[0])
 		got := make([][]float32, p)
+		m := len(vec(0))
+		want := treeSum(p, func(r int) []float32 { return rankData(9, r, m) })
 		onRanks(t, groups, func(r int, g Group) error {
 			got[r] = vec(r)
-			copy(got[r], rankData(9, r, n))
+			copy(got[r], rankData(9, r, m))
 			return AllReduce(ctx, g, 2, got[r], Auto)
 		})
 		for r := range p {
@@ -173,7 +178,7 @@ func TestAllocSharedAfterClose(t *testing.T) {
 	}
 	bufs := make([][]float64, 2)
 	onRanks(t, groups, func(r int, g Group) (err error) {
-		if bufs[r], err = AllocShared[float64](ctx, g, 1, 3000); err != nil {
+		if bufs[r], err = AllocShared[float64](ctx, g, 1, zeroCopyMin/8+10); err != nil {
 			return err
 		}
 		for i := range bufs[r] {

@@ -77,7 +77,8 @@ func shmChild(role string) int {
 				}
 			}
 		}
-		// The same vectors again, in a shared buffer: summed in place, the same bits.
+		// The same vectors again, in a shared buffer: summed in place (every length), the same bits.
+		zeroCopyMin = 0
 		shared, err := AllocShared[float32](ctx, g, 2, slices.Max(shmMultiprocSizes))
 		if err != nil {
 			fmt.Println("ERR", err)
