@@ -99,7 +99,7 @@
 // its pair: the sender copies in, the receiver's reader goroutine copies out into the posted
 // receive (or a queue for messages nobody waits for yet), so sends never wait for a receive to
 // be posted and FIFO order per (sender, receiver, tag) holds; one message is written whole
-// before the next on the same pair. Waiters yield for about 50µs (not at all when the group has
+// before the next on the same pair. Waiters yield for about 200µs (not at all when the group has
 // more ranks than the host has cores), then sleep on a futex (a raw FUTEX_WAIT with a timeout,
 // shared between processes) that the other side rings only when someone sleeps; no cgo. Results,
 // the Group contract and Counters are those of the other transports (payload bytes, never
