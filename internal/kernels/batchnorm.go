@@ -3,6 +3,7 @@ package kernels
 import (
 	"fmt"
 	"math"
+	"sync"
 )
 
 // BatchNorm kernels. Activations are laid out as n blocks of c channel planes of
@@ -317,38 +318,41 @@ func (j *bnJob) forwardTrainSmall(lo, hi int) {
 }
 
 // affineSmall writes the block of l elements from channel c0 of every sample of y:
-// (x−mu)·sc + sh elementwise, rectified (after adding res) when j.relu.
+// (x−mu)·sc + sh elementwise, rectified (after adding res) when j.relu. The rectifier
+// runs as the vector add and reluFwd passes over each block row (at most
+// bnSmallElems elements, still in L1): the composition's arithmetic, without a
+// branch per element.
 func (j *bnJob) affineSmall(c0, l int, mu, sc, sh []float32) {
 	n, plane, stride, x, y := j.n, j.plane, j.stride, j.x, j.y
 	for i := 0; i < n; i++ {
 		off := i*stride + c0*plane
 		yr := y[off : off+l]
-		switch {
-		case !j.relu:
-			for q, e := range x[off : off+l] {
-				yr[q] = (e-mu[q])*sc[q] + sh[q]
+		for q, e := range x[off : off+l] {
+			yr[q] = (e-mu[q])*sc[q] + sh[q]
+		}
+		if j.relu {
+			if j.res != nil {
+				j.v.add(yr, yr, j.res[off:off+l])
 			}
-		case j.res == nil:
-			for q, e := range x[off : off+l] {
-				t := (e-mu[q])*sc[q] + sh[q]
-				yr[q] = relu32(t)
-			}
-		default:
-			rr := j.res[off : off+l]
-			for q, e := range x[off : off+l] {
-				t := (e-mu[q])*sc[q] + sh[q]
-				yr[q] = relu32(t + rr[q])
-			}
+			j.v.reluFwd(yr, yr)
 		}
 	}
 }
 
-// relu32 is max(v, 0) with reluFwdGeneric's semantics (NaN and −0 give +0).
+// relu32 is max(v, 0) with reluFwdGeneric's semantics (NaN and −0 give +0),
+// without a branch (see positiveMask).
 func relu32(v float32) float32 {
-	if v > 0 {
-		return v
-	}
-	return 0
+	b := math.Float32bits(v)
+	return math.Float32frombits(b & positiveMask(b))
+}
+
+// positiveMask returns all ones when the float32 with bits b is > 0 (+Inf included,
+// NaN excluded) and 0 otherwise, without a branch: those are the bit patterns 1 …
+// 0x7f800000, and b−1 < 0x7f800000 (unsigned) makes the 64-bit difference below
+// wrap. The small-plane loops and the portable kernels rectify and mask with it: a
+// branch on the sign of each activation would be mispredicted half the time.
+func positiveMask(b uint32) uint32 {
+	return uint32((uint64(b-1) - 0x7f800000) >> 32)
 }
 
 // BatchNormApply computes y = (x−mean[ch])·scale[ch] + shift[ch] for every channel
@@ -505,7 +509,9 @@ func (j *bnJob) backward(lo, hi int) {
 	needStats := j.dgamma != nil || j.dbeta != nil || (dx != nil && j.training)
 	var g []float32 // the masked plane of the composed ReLU kernels
 	if j.relu && (v.dyStatsRelu == nil || v.bnBwdRelu == nil) {
-		g = make([]float32, plane)
+		sp := bnScratchBuf(plane)
+		defer bnScratch.Put(sp)
+		g = *sp
 	}
 	for ch := lo; ch < hi; ch++ {
 		mu := j.mean[ch]
@@ -583,6 +589,12 @@ func (j *bnJob) backwardSmall(lo, hi int) {
 	needStats := j.dgamma != nil || j.dbeta != nil || (dx != nil && j.training)
 	var accG, accH [bnSmallElems]float64
 	var eMu, eA, eB, eC [bnSmallElems]float32
+	var masked []float32 // a block row of dy masked by the rectifier (j.relu)
+	if j.relu {
+		sp := bnScratchBuf(bnSmallElems)
+		defer bnScratch.Put(sp)
+		masked = *sp
+	}
 	cb := bnSmallElems / plane
 	for c0 := lo; c0 < hi; c0 += cb {
 		c1 := min(c0+cb, hi)
@@ -599,17 +611,12 @@ func (j *bnJob) backwardSmall(lo, hi int) {
 		if needStats {
 			for i := 0; i < n; i++ {
 				off := i*stride + c0*plane
-				xr := x[off : off+l]
+				xr, gr := x[off:off+l], dy[off:off+l]
 				if j.relu {
-					yr := j.ry[off : off+l]
-					for q, e := range dy[off : off+l] {
-						e = reluMask(e, yr[q])
-						g[q] += float64(e)
-						h[q] += float64(e * (xr[q] - mu[q]))
-					}
-					continue
+					gr = masked[:l]
+					j.v.reluBwdSet(gr, j.ry[off:off+l], dy[off:off+l])
 				}
-				for q, e := range dy[off : off+l] {
+				for q, e := range gr {
 					g[q] += float64(e)
 					h[q] += float64(e * (xr[q] - mu[q]))
 				}
@@ -634,24 +641,15 @@ func (j *bnJob) backwardSmall(lo, hi int) {
 			off := i*stride + c0*plane
 			xr, gr := x[off:off+l], dy[off:off+l]
 			dr := dx[off : off+l]
-			switch {
-			case j.relu && j.accumulate:
-				yr := j.ry[off : off+l]
-				for q, e := range gr {
-					e = reluMask(e, yr[q])
-					dr[q] += ea[q]*e + (eb[q]*(xr[q]-mu[q]) + ec[q])
-				}
-			case j.relu:
-				yr := j.ry[off : off+l]
-				for q, e := range gr {
-					e = reluMask(e, yr[q])
-					dr[q] = ea[q]*e + (eb[q]*(xr[q]-mu[q]) + ec[q])
-				}
-			case j.accumulate:
+			if j.relu {
+				gr = masked[:l]
+				j.v.reluBwdSet(gr, j.ry[off:off+l], dy[off:off+l])
+			}
+			if j.accumulate {
 				for q, e := range gr {
 					dr[q] += ea[q]*e + (eb[q]*(xr[q]-mu[q]) + ec[q])
 				}
-			default:
+			} else {
 				for q, e := range gr {
 					dr[q] = ea[q]*e + (eb[q]*(xr[q]-mu[q]) + ec[q])
 				}
@@ -660,13 +658,26 @@ func (j *bnJob) backwardSmall(lo, hi int) {
 	}
 }
 
-// reluMask is the rectifier's gradient g where its output y > 0, else +0, as
-// reluBwdSetGeneric writes it.
-func reluMask(g, y float32) float32 {
-	if y > 0 {
-		return g
+// bnScratch holds the buffers the fused ReLU backward passes mask dy into (a block
+// row of small planes, a plane on the composed per-plane path), pooled so that the
+// kernels allocate nothing in the steady state.
+var bnScratch = sync.Pool{New: func() any { return new([]float32) }}
+
+// bnScratchBuf returns a pooled buffer of n elements (contents undefined); the caller
+// puts it back into bnScratch.
+func bnScratchBuf(n int) *[]float32 {
+	p := bnScratch.Get().(*[]float32)
+	if cap(*p) < n {
+		*p = make([]float32, n)
 	}
-	return 0
+	*p = (*p)[:n]
+	return p
+}
+
+// reluMask is the rectifier's gradient g where its output y > 0, else +0, as
+// reluBwdSetGeneric writes it (without a branch).
+func reluMask(g, y float32) float32 {
+	return math.Float32frombits(math.Float32bits(g) & positiveMask(math.Float32bits(y)))
 }
 
 // Portable per-plane primitives. Reductions use 8 interleaved float32 partial sums

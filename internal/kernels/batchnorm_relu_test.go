@@ -317,9 +317,36 @@ func benchBNRelu(b *testing.B, n, c, plane int) {
 }
 
 // BenchmarkBatchNormReLU compares the unfused and fused BatchNorm+ReLU (forward and
-// backward) on ResNet-20's three stages at batch 32 (the first is 32×16×32×32).
+// backward) on ResNet-20's three stages at batch 32 (the first is 32×16×32×32) and
+// VGG's first and last layers.
 func BenchmarkBatchNormReLU(b *testing.B) {
 	benchBNRelu(b, 32, 16, 32*32)
 	benchBNRelu(b, 32, 32, 16*16)
 	benchBNRelu(b, 32, 64, 8*8)
+	benchBNRelu(b, 32, 64, 32*32)
+	benchBNRelu(b, 32, 512, 2*2)
+}
+
+// positiveMask (the branch-free y > 0 of relu32 and reluMask) agrees with the float
+// comparison on the edges of every class of bit pattern and on random ones.
+func TestPositiveMask(t *testing.T) {
+	r := rand.New(rand.NewPCG(31, 32))
+	bits := []uint32{0, 1, 2, 0x007fffff, 0x00800000, 0x3f800000, 0x7f7fffff, 0x7f800000, 0x7f800001,
+		0x7fc00000, 0x7fffffff, 0x80000000, 0x80000001, 0xbf800000, 0xff800000, 0xff800001, 0xffc00000, 0xffffffff}
+	for range 1 << 16 {
+		bits = append(bits, r.Uint32())
+	}
+	for _, b := range bits {
+		v := math.Float32frombits(b)
+		want := uint32(0)
+		if v > 0 {
+			want = ^uint32(0)
+		}
+		if got := positiveMask(b); got != want {
+			t.Fatalf("positiveMask(%#x) = %#x, want %#x (%v > 0 is %v)", b, got, want, v, v > 0)
+		}
+		if got, want := relu32(v), reluMask(v, v); math.Float32bits(got) != math.Float32bits(want) {
+			t.Fatalf("relu32(%#x) = %#x, reluMask %#x", b, math.Float32bits(got), math.Float32bits(want))
+		}
+	}
 }
