@@ -52,7 +52,7 @@ func (bn *BatchNorm2d) OwnBuffers() []*Buffer {
 func (bn *BatchNorm2d) SetTraining(training bool) { bn.training = training }
 
 // Forward normalises x of shape [N, C, H, W] (or [N, C]).
-func (bn *BatchNorm2d) Forward(x *Var) *Var { return bn.forward("nn.BatchNorm2d", x, nil, false) }
+func (bn *BatchNorm2d) Forward(x *Var) *Var { return bn.forward("", x, nil, false) }
 
 // ForwardReLU returns Relu(bn.Forward(x)) as one op: the BatchNorm statistics as in
 // Forward, then one pass writing max(bn(x), 0), with no pre-rectifier tensor stored;
@@ -60,7 +60,7 @@ func (bn *BatchNorm2d) Forward(x *Var) *Var { return bn.forward("nn.BatchNorm2d"
 // gradient. Values and gradients are bit-identical to the composition's, in training
 // and in evaluation mode.
 func (bn *BatchNorm2d) ForwardReLU(x *Var) *Var {
-	return bn.forward("nn.BatchNorm2d.ForwardReLU", x, nil, true)
+	return bn.forward(".ForwardReLU", x, nil, true)
 }
 
 // ForwardAddReLU returns Relu(Add(bn.Forward(x), r)) as one op — a residual block's
@@ -69,21 +69,22 @@ func (bn *BatchNorm2d) ForwardReLU(x *Var) *Var {
 // BatchNorm's backward reads it. Values and gradients are bit-identical to the
 // composition's, in training and in evaluation mode.
 func (bn *BatchNorm2d) ForwardAddReLU(x, r *Var) *Var {
-	return bn.forward("nn.BatchNorm2d.ForwardAddReLU", x, r, true)
+	return bn.forward(".ForwardAddReLU", x, r, true)
 }
 
-// forward is Forward, rectified (after adding r, when non-nil) when relu is set.
-func (bn *BatchNorm2d) forward(op string, x, r *Var, relu bool) *Var {
+// forward is Forward, rectified (after adding r, when non-nil) when relu is set; method
+// names the op in error messages.
+func (bn *BatchNorm2d) forward(method string, x, r *Var, relu bool) *Var {
 	t := x.tape
 	s := x.Value.Shape
 	if x.broken || (r != nil && r.broken) {
 		return t.fail(s, nil)
 	}
 	if (len(s) != 4 && len(s) != 2) || s[1] != bn.C {
-		return t.failf(s, "%s(%d): input shape %v, want [N %d H W]", op, bn.C, s, bn.C)
+		return t.failf(s, "nn.BatchNorm2d(%d)%s: input shape %v, want [N %d H W]", bn.C, method, s, bn.C)
 	}
 	if r != nil && !sameShape(r.Value.Shape, s) {
-		return t.failf(s, "%s(%d): input shape %v and residual shape %v differ", op, bn.C, s, r.Value.Shape)
+		return t.failf(s, "nn.BatchNorm2d(%d)%s: input shape %v and residual shape %v differ", bn.C, method, s, r.Value.Shape)
 	}
 	n, c := s[0], s[1]
 	plane := 1
@@ -92,7 +93,7 @@ func (bn *BatchNorm2d) forward(op string, x, r *Var, relu bool) *Var {
 	}
 	m := n * plane
 	if bn.training && m < 2 {
-		return t.failf(s, "%s(%d): training needs more than one value per channel, input shape %v", op, bn.C, s)
+		return t.failf(s, "nn.BatchNorm2d(%d)%s: training needs more than one value per channel, input shape %v", bn.C, method, s)
 	}
 	xd := x.Value.Data
 	var rd []float32
@@ -136,17 +137,14 @@ func (bn *BatchNorm2d) forward(op string, x, r *Var, relu bool) *Var {
 	backward := func(dy []float32) {
 		dw, db := w.grad(), b.grad()
 		// g is the gradient BatchNorm's backward reads: dy, masked with yd > 0 on the
-		// fly (mask != nil) for the rectified ops.
-		g, mask := dy, []float32(nil)
-		if relu {
-			mask = yd
-		}
+		// fly when mask is set (the rectified ops).
+		g, mask := dy, relu
 		if r != nil && r.needsGrad {
 			// The composition's order: r's gradient (the masked dy), then x's.
 			if dr, fresh := r.gradOverwrite(); fresh {
 				kernels.ReluBackwardSet(dr, yd, dy)
 				if r != x {
-					g, mask = dr, nil // dr holds exactly the masked gradient
+					g, mask = dr, false // dr holds exactly the masked gradient
 				}
 			} else {
 				kernels.ReluBackwardAxpy(dr, yd, dy)
@@ -159,8 +157,8 @@ func (bn *BatchNorm2d) forward(op string, x, r *Var, relu bool) *Var {
 			dx, fresh = x.gradOverwrite()
 			acc = !fresh
 		}
-		if mask != nil {
-			kernels.BatchNormBackwardReLU(dx, g, mask, xd, n, c, plane, mean, invstd, w.Value.Data, training, acc, dw, db)
+		if mask {
+			kernels.BatchNormBackwardReLU(dx, g, yd, xd, n, c, plane, mean, invstd, w.Value.Data, training, acc, dw, db)
 		} else {
 			kernels.BatchNormBackward(dx, g, xd, n, c, plane, mean, invstd, w.Value.Data, training, acc, dw, db)
 		}
