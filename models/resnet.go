@@ -215,9 +215,11 @@ func (m *ResNet) Children() []nn.Child {
 	return append(cs, nn.Child{Name: "avgpool", Module: m.Pool}, nn.Child{Name: m.headName, Module: m.Head})
 }
 
-// Forward maps [N, C, H, W] images to [N, classes] logits.
+// Forward maps [N, C, H, W] images to [N, classes] logits. Every BatchNorm followed by
+// ReLU runs as one op (nn.BatchNorm2d.ForwardReLU, and ForwardAddReLU for a block's
+// sum with its shortcut), bit-identical to the separate layers.
 func (m *ResNet) Forward(x *nn.Var) *nn.Var {
-	h := nn.Relu(m.BN1.Forward(m.Conv1.Forward(x)))
+	h := m.BN1.ForwardReLU(m.Conv1.Forward(x))
 	if m.MaxPool != nil {
 		h = m.MaxPool.Forward(h)
 	}
@@ -252,11 +254,12 @@ func (b *BasicBlock) Children() []nn.Child {
 	return cs
 }
 
-// Forward runs the block.
+// Forward runs the block: bn1 with its ReLU, and bn2 with the shortcut sum and the
+// final ReLU, as single ops (nn.BatchNorm2d.ForwardReLU, ForwardAddReLU).
 func (b *BasicBlock) Forward(x *nn.Var) *nn.Var {
-	h := nn.Relu(b.BN1.Forward(b.Conv1.Forward(x)))
-	h = b.BN2.Forward(b.Conv2.Forward(h))
-	return nn.Relu(nn.Add(h, shortcut(b.Shortcut, x)))
+	h := b.BN1.ForwardReLU(b.Conv1.Forward(x))
+	h = b.Conv2.Forward(h)
+	return b.BN2.ForwardAddReLU(h, shortcut(b.Shortcut, x))
 }
 
 // Bottleneck is torchvision's bottleneck block (ResNet v1.5): 1×1 convolution to planes
@@ -282,16 +285,17 @@ func (b *Bottleneck) Children() []nn.Child {
 	return cs
 }
 
-// Forward runs the block.
+// Forward runs the block: each BatchNorm with its ReLU (bn3 with the shortcut sum too)
+// as a single op (nn.BatchNorm2d.ForwardReLU, ForwardAddReLU).
 func (b *Bottleneck) Forward(x *nn.Var) *nn.Var {
-	h := nn.Relu(b.BN1.Forward(b.Conv1.Forward(x)))
-	h = nn.Relu(b.BN2.Forward(b.Conv2.Forward(h)))
-	h = b.BN3.Forward(b.Conv3.Forward(h))
+	h := b.BN1.ForwardReLU(b.Conv1.Forward(x))
+	h = b.BN2.ForwardReLU(b.Conv2.Forward(h))
+	h = b.Conv3.Forward(h)
 	var sc nn.Module
 	if b.Downsample != nil {
 		sc = b.Downsample
 	}
-	return nn.Relu(nn.Add(h, shortcut(sc, x)))
+	return b.BN3.ForwardAddReLU(h, shortcut(sc, x))
 }
 
 // shortcut applies a block's shortcut, nil being the identity.

@@ -95,8 +95,34 @@ func (m *VGG) Children() []nn.Child {
 	return []nn.Child{{Name: "features", Module: m.Features}, {Name: "classifier", Module: m.Classifier}}
 }
 
-// Forward maps [N, 3, 32, 32] images to [N, classes] logits.
+// Forward maps [N, 3, 32, 32] images to [N, classes] logits. Each BatchNorm and the
+// ReLU after it run as one op (see forwardFused).
 func (m *VGG) Forward(x *nn.Var) *nn.Var {
-	h := m.Features.Forward(x)
+	h := forwardFused(m.Features, x)
 	return m.Classifier.Forward(nn.Flatten{}.Forward(h))
+}
+
+// forwardFused runs s's children in order like s.Forward, except that a BatchNorm2d
+// directly followed by a ReLU runs as one op (nn.BatchNorm2d.ForwardReLU, bit-identical
+// to the two layers). The children, and so the parameter names, stay as they are.
+func forwardFused(s *nn.Sequential, x *nn.Var) *nn.Var {
+	cs := s.Children()
+	for i := 0; i < len(cs); i++ {
+		if bn, ok := cs[i].Module.(*nn.BatchNorm2d); ok && i+1 < len(cs) && isReLU(cs[i+1].Module) {
+			x = bn.ForwardReLU(x)
+			i++
+			continue
+		}
+		x = cs[i].Module.Forward(x)
+	}
+	return x
+}
+
+// isReLU reports whether m is an nn.ReLU layer.
+func isReLU(m nn.Module) bool {
+	switch m.(type) {
+	case nn.ReLU, *nn.ReLU:
+		return true
+	}
+	return false
 }

@@ -52,14 +52,39 @@ func (bn *BatchNorm2d) OwnBuffers() []*Buffer {
 func (bn *BatchNorm2d) SetTraining(training bool) { bn.training = training }
 
 // Forward normalises x of shape [N, C, H, W] (or [N, C]).
-func (bn *BatchNorm2d) Forward(x *Var) *Var {
+func (bn *BatchNorm2d) Forward(x *Var) *Var { return bn.forward("", x, nil, false) }
+
+// ForwardReLU returns Relu(bn.Forward(x)) as one op: the BatchNorm statistics as in
+// Forward, then one pass writing max(bn(x), 0), with no pre-rectifier tensor stored;
+// its backward applies the rectifier's mask as the BatchNorm backward passes read the
+// gradient. Values and gradients are bit-identical to the composition's, in training
+// and in evaluation mode.
+func (bn *BatchNorm2d) ForwardReLU(x *Var) *Var {
+	return bn.forward(".ForwardReLU", x, nil, true)
+}
+
+// ForwardAddReLU returns Relu(Add(bn.Forward(x), r)) as one op — a residual block's
+// sum with its shortcut r (shaped like x): one pass writes max(bn(x) + r, 0); backward
+// writes r's gradient once (the rectifier's mask applied to the output gradient) and
+// BatchNorm's backward reads it. Values and gradients are bit-identical to the
+// composition's, in training and in evaluation mode.
+func (bn *BatchNorm2d) ForwardAddReLU(x, r *Var) *Var {
+	return bn.forward(".ForwardAddReLU", x, r, true)
+}
+
+// forward is Forward, rectified (after adding r, when non-nil) when relu is set; method
+// names the op in error messages.
+func (bn *BatchNorm2d) forward(method string, x, r *Var, relu bool) *Var {
 	t := x.tape
 	s := x.Value.Shape
-	if x.broken {
+	if x.broken || (r != nil && r.broken) {
 		return t.fail(s, nil)
 	}
 	if (len(s) != 4 && len(s) != 2) || s[1] != bn.C {
-		return t.failf(s, "nn.BatchNorm2d(%d): input shape %v, want [N %d H W]", bn.C, s, bn.C)
+		return t.failf(s, "nn.BatchNorm2d(%d)%s: input shape %v, want [N %d H W]", bn.C, method, s, bn.C)
+	}
+	if r != nil && !sameShape(r.Value.Shape, s) {
+		return t.failf(s, "nn.BatchNorm2d(%d)%s: input shape %v and residual shape %v differ", bn.C, method, s, r.Value.Shape)
 	}
 	n, c := s[0], s[1]
 	plane := 1
@@ -68,9 +93,13 @@ func (bn *BatchNorm2d) Forward(x *Var) *Var {
 	}
 	m := n * plane
 	if bn.training && m < 2 {
-		return t.failf(s, "nn.BatchNorm2d(%d): training needs more than one value per channel, input shape %v", bn.C, s)
+		return t.failf(s, "nn.BatchNorm2d(%d)%s: training needs more than one value per channel, input shape %v", bn.C, method, s)
 	}
 	xd := x.Value.Data
+	var rd []float32
+	if r != nil {
+		rd = r.Value.Data
+	}
 	w, b := t.Param(bn.Weight), t.Param(bn.Bias)
 	y := t.newVar(t.tensor(s), false)
 	yd := y.Value.Data
@@ -78,7 +107,11 @@ func (bn *BatchNorm2d) Forward(x *Var) *Var {
 	stats := t.buf(3 * c)
 	mean, invstd, scratch := stats[:c], stats[c:2*c], stats[2*c:]
 	if bn.training {
-		kernels.BatchNormForwardTrain(yd, xd, n, c, plane, w.Value.Data, b.Value.Data, bn.Eps, mean, scratch, invstd)
+		if relu {
+			kernels.BatchNormForwardTrainReLU(yd, xd, rd, n, c, plane, w.Value.Data, b.Value.Data, bn.Eps, mean, scratch, invstd)
+		} else {
+			kernels.BatchNormForwardTrain(yd, xd, n, c, plane, w.Value.Data, b.Value.Data, bn.Eps, mean, scratch, invstd)
+		}
 		rm, rv := bn.RunningMean.Value.Data, bn.RunningVar.Value.Data
 		unbias := float64(m) / float64(m-1)
 		for ch := 0; ch < c; ch++ {
@@ -94,11 +127,29 @@ func (bn *BatchNorm2d) Forward(x *Var) *Var {
 			mean[ch], invstd[ch] = bn.RunningMean.Value.Data[ch], is
 			scale[ch] = is * w.Value.Data[ch]
 		}
-		kernels.BatchNormApply(yd, xd, n, c, plane, mean, scale, b.Value.Data)
+		if relu {
+			kernels.BatchNormApplyReLU(yd, xd, rd, n, c, plane, mean, scale, b.Value.Data)
+		} else {
+			kernels.BatchNormApply(yd, xd, n, c, plane, mean, scale, b.Value.Data)
+		}
 	}
 	training := bn.training
-	t.record(y, func(dy []float32) {
+	backward := func(dy []float32) {
 		dw, db := w.grad(), b.grad()
+		// g is the gradient BatchNorm's backward reads: dy, masked with yd > 0 on the
+		// fly when mask is set (the rectified ops).
+		g, mask := dy, relu
+		if r != nil && r.needsGrad {
+			// The composition's order: r's gradient (the masked dy), then x's.
+			if dr, fresh := r.gradOverwrite(); fresh {
+				kernels.ReluBackwardSet(dr, yd, dy)
+				if r != x {
+					g, mask = dr, false // dr holds exactly the masked gradient
+				}
+			} else {
+				kernels.ReluBackwardAxpy(dr, yd, dy)
+			}
+		}
 		var dx []float32
 		acc := true
 		if x.needsGrad {
@@ -106,7 +157,16 @@ func (bn *BatchNorm2d) Forward(x *Var) *Var {
 			dx, fresh = x.gradOverwrite()
 			acc = !fresh
 		}
-		kernels.BatchNormBackward(dx, dy, xd, n, c, plane, mean, invstd, w.Value.Data, training, acc, dw, db)
-	}, x, w, b)
+		if mask {
+			kernels.BatchNormBackwardReLU(dx, g, yd, xd, n, c, plane, mean, invstd, w.Value.Data, training, acc, dw, db)
+		} else {
+			kernels.BatchNormBackward(dx, g, xd, n, c, plane, mean, invstd, w.Value.Data, training, acc, dw, db)
+		}
+	}
+	if r != nil {
+		t.record(y, backward, x, w, b, r)
+	} else {
+		t.record(y, backward, x, w, b)
+	}
 	return y
 }

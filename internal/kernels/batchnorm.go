@@ -3,6 +3,7 @@ package kernels
 import (
 	"fmt"
 	"math"
+	"sync"
 )
 
 // BatchNorm kernels. Activations are laid out as n blocks of c channel planes of
@@ -12,6 +13,15 @@ import (
 // order, planes accumulated in float64 in sample order; small planes: per element
 // in float64 in sample order, then per channel in element order), so results do
 // not depend on the goroutine count.
+//
+// The ReLU variants (BatchNormForwardTrainReLU, BatchNormApplyReLU,
+// BatchNormBackwardReLU) fuse a following rectifier, and a residual sum before it, into
+// the passes: the forward pass that writes y rectifies it, the backward passes mask dy
+// with y > 0 as they read it. Every path (small planes, per-plane vecOps, the planes
+// kernels) does the unfused kernels' arithmetic in their order, so the fused results
+// are bit-identical to the composition's on every implementation (the AVX-512 path,
+// which has no fused vector kernels, runs its unfused per-plane kernels on each plane
+// while it is in cache).
 
 // smallPlane is the plane size below which the per-plane vector kernels are
 // not worth their call overhead; blocked portable loops are used instead.
@@ -35,17 +45,33 @@ func mustLen(fn, what string, got, want int) {
 // in cache across the passes. y and x have n·c·plane elements; gamma, beta, mean,
 // variance and invstd have c. y may alias x.
 func BatchNormForwardTrain(y, x []float32, n, c, plane int, gamma, beta []float32, eps float64, mean, variance, invstd []float32) {
-	const fn = "BatchNormForwardTrain"
+	batchNormForwardTrain("BatchNormForwardTrain", y, x, nil, false, n, c, plane, gamma, beta, eps, mean, variance, invstd)
+}
+
+// BatchNormForwardTrainReLU is BatchNormForwardTrain with the rectifier in the pass
+// that writes y: y = max(bn(x) + r, 0), or max(bn(x), 0) when r is nil, where bn(x) is
+// BatchNormForwardTrain's y. The result is bit-identical to BatchNormForwardTrain,
+// then Add(y, y, r) and ReluForward(y, y); no pre-rectifier tensor is stored. r (when
+// non-nil) has n·c·plane elements; y may alias x, not r.
+func BatchNormForwardTrainReLU(y, x, r []float32, n, c, plane int, gamma, beta []float32, eps float64, mean, variance, invstd []float32) {
+	batchNormForwardTrain("BatchNormForwardTrainReLU", y, x, r, true, n, c, plane, gamma, beta, eps, mean, variance, invstd)
+}
+
+func batchNormForwardTrain(fn string, y, x, r []float32, relu bool, n, c, plane int, gamma, beta []float32, eps float64, mean, variance, invstd []float32) {
 	if n <= 0 || c < 0 || plane <= 0 {
 		panic(fmt.Sprintf("kernels.%s: invalid shape n=%d c=%d plane=%d", fn, n, c, plane))
 	}
 	mustLen(fn, "x", len(x), n*c*plane)
 	mustLen(fn, "y", len(y), n*c*plane)
+	if r != nil {
+		mustLen(fn, "r", len(r), n*c*plane)
+	}
 	for _, s := range [][]float32{gamma, beta, mean, variance, invstd} {
 		mustLen(fn, "per-channel slice", len(s), c)
 	}
 	j := bnJob{v: impl.vec, n: n, plane: plane, stride: c * plane, x: x, y: y,
-		gamma: gamma, beta: beta, eps: eps, mean: mean, variance: variance, invstd: invstd}
+		gamma: gamma, beta: beta, eps: eps, mean: mean, variance: variance, invstd: invstd,
+		relu: relu, res: r}
 	if cost := 4 * n * plane; runsSerial(c, cost) {
 		j.forwardTrain(0, c)
 	} else {
@@ -67,6 +93,11 @@ type bnJob struct {
 	scale, shift           []float32
 	dgamma, dbeta          []float32
 	training, accumulate   bool
+	// The fused ReLU kernels: relu rectifies the output after adding res (nil: no
+	// residual) in the forward passes, and masks dy with ry > 0 (the rectifier's
+	// output) in the backward ones.
+	relu    bool
+	res, ry []float32
 }
 
 // bnPlanesOps are BatchNorm's per-plane passes over n planes of plane elements
@@ -78,6 +109,11 @@ type bnPlanesOps struct {
 	dyStats  func(dy, x []float32, n, plane, stride int, mu float32) (s, t float32) // Σdy, Σdy·(x−mu)
 	affine   func(dst, x []float32, n, plane, stride int, mu, a, b float32)
 	bnBwd    func(dst, dy, x []float32, n, plane, stride int, mu, a, b, c float32, acc bool)
+
+	// The fused ReLU passes (vecOps.affineRelu, dyStatsRelu, bnBwdRelu over planes).
+	affineRelu  func(dst, x, r []float32, n, plane, stride int, mu, a, b float32)
+	dyStatsRelu func(dy, y, x []float32, n, plane, stride int, mu float32) (s, t float32)
+	bnBwdRelu   func(dst, dy, y, x []float32, n, plane, stride int, mu, a, b, c float32, acc bool)
 }
 
 // bnGroupElems bounds the elements one bnPlanesOps reduction sums in float32
@@ -125,9 +161,34 @@ func (j *bnJob) forwardTrain(lo, hi int) {
 		is := j.setStats(ch, mean, ss, mu)
 		scale := is * j.gamma[ch]
 		for i, off := 0, ch*plane; i < n; i, off = i+1, off+stride {
-			v.affine(j.y[off:off+plane], x[off:off+plane], mu, scale, j.beta[ch])
+			j.affinePlane(off, mu, scale, j.beta[ch])
 		}
 	}
+}
+
+// affinePlane writes the plane at off of y: (x−mu)·a + b, rectified (after adding res)
+// when j.relu.
+func (j *bnJob) affinePlane(off int, mu, a, b float32) {
+	v, end := j.v, off+j.plane
+	dst, x := j.y[off:end], j.x[off:end]
+	if !j.relu {
+		v.affine(dst, x, mu, a, b)
+		return
+	}
+	var r []float32
+	if j.res != nil {
+		r = j.res[off:end]
+	}
+	if v.affineRelu != nil {
+		v.affineRelu(dst, x, r, mu, a, b)
+		return
+	}
+	// The unfused passes on the plane (still in cache): affine, add, rectifier.
+	v.affine(dst, x, mu, a, b)
+	if r != nil {
+		v.add(dst, dst, r)
+	}
+	v.reluFwd(dst, dst)
 }
 
 // forwardTrainPlanes is forwardTrain with each pass over a channel's planes in a
@@ -151,7 +212,14 @@ func (j *bnJob) forwardTrainPlanes(pl *bnPlanesOps, lo, hi int) {
 		})
 		is := j.setStats(ch, mean, ss, mu)
 		l := planesLen(n, plane, stride)
-		pl.affine(j.y[base:base+l], x[base:base+l], n, plane, stride, mu, is*j.gamma[ch], j.beta[ch])
+		switch {
+		case !j.relu:
+			pl.affine(j.y[base:base+l], x[base:base+l], n, plane, stride, mu, is*j.gamma[ch], j.beta[ch])
+		case j.res != nil:
+			pl.affineRelu(j.y[base:base+l], x[base:base+l], j.res[base:base+l], n, plane, stride, mu, is*j.gamma[ch], j.beta[ch])
+		default:
+			pl.affineRelu(j.y[base:base+l], x[base:base+l], nil, n, plane, stride, mu, is*j.gamma[ch], j.beta[ch])
+		}
 	}
 }
 
@@ -199,7 +267,7 @@ func (j *bnJob) setStats(ch int, mean, ss float64, mu float32) float32 {
 const bnSmallElems = 512
 
 func (j *bnJob) forwardTrainSmall(lo, hi int) {
-	n, plane, stride, x, y := j.n, j.plane, j.stride, j.x, j.y
+	n, plane, stride, x := j.n, j.plane, j.stride, j.x
 	m := float64(n * plane)
 	var acc [bnSmallElems]float64
 	var eMu, eScale, eBeta [bnSmallElems]float32
@@ -245,26 +313,71 @@ func (j *bnJob) forwardTrainSmall(lo, hi int) {
 				eScale[q], eBeta[q] = scale, j.beta[ch]
 			}
 		}
-		sc, be := eScale[:l], eBeta[:l]
-		for i := 0; i < n; i++ {
-			off := i*stride + c0*plane
-			yr := y[off : off+l]
-			for q, e := range x[off : off+l] {
-				yr[q] = (e-mu[q])*sc[q] + be[q]
+		j.affineSmall(c0, l, mu, eScale[:l], eBeta[:l])
+	}
+}
+
+// affineSmall writes the block of l elements from channel c0 of every sample of y:
+// (x−mu)·sc + sh elementwise, rectified (after adding res) when j.relu. The rectifier
+// runs as the vector add and reluFwd passes over each block row (at most
+// bnSmallElems elements, still in L1): the composition's arithmetic, without a
+// branch per element.
+func (j *bnJob) affineSmall(c0, l int, mu, sc, sh []float32) {
+	n, plane, stride, x, y := j.n, j.plane, j.stride, j.x, j.y
+	for i := 0; i < n; i++ {
+		off := i*stride + c0*plane
+		yr := y[off : off+l]
+		for q, e := range x[off : off+l] {
+			yr[q] = (e-mu[q])*sc[q] + sh[q]
+		}
+		if j.relu {
+			if j.res != nil {
+				j.v.add(yr, yr, j.res[off:off+l])
 			}
+			j.v.reluFwd(yr, yr)
 		}
 	}
+}
+
+// relu32 is max(v, 0) with reluFwdGeneric's semantics (NaN and −0 give +0),
+// without a branch (see positiveMask).
+func relu32(v float32) float32 {
+	b := math.Float32bits(v)
+	return math.Float32frombits(b & positiveMask(b))
+}
+
+// positiveMask returns all ones when the float32 with bits b is > 0 (+Inf included,
+// NaN excluded) and 0 otherwise, without a branch: those are the bit patterns 1 …
+// 0x7f800000, and b−1 < 0x7f800000 (unsigned) makes the 64-bit difference below
+// wrap. The small-plane loops and the portable kernels rectify and mask with it: a
+// branch on the sign of each activation would be mispredicted half the time.
+func positiveMask(b uint32) uint32 {
+	return uint32((uint64(b-1) - 0x7f800000) >> 32)
 }
 
 // BatchNormApply computes y = (x−mean[ch])·scale[ch] + shift[ch] for every channel
 // (evaluation mode: scale = gamma/sqrt(running_var+eps), shift = beta). y may alias x.
 func BatchNormApply(y, x []float32, n, c, plane int, mean, scale, shift []float32) {
-	const fn = "BatchNormApply"
+	batchNormApply("BatchNormApply", y, x, nil, false, n, c, plane, mean, scale, shift)
+}
+
+// BatchNormApplyReLU is BatchNormApply with the rectifier in the same pass:
+// y = max(apply(x) + r, 0), or max(apply(x), 0) when r is nil, bit-identical to
+// BatchNormApply, then Add(y, y, r) and ReluForward(y, y). r (when non-nil) has
+// n·c·plane elements; y may alias x, not r.
+func BatchNormApplyReLU(y, x, r []float32, n, c, plane int, mean, scale, shift []float32) {
+	batchNormApply("BatchNormApplyReLU", y, x, r, true, n, c, plane, mean, scale, shift)
+}
+
+func batchNormApply(fn string, y, x, r []float32, relu bool, n, c, plane int, mean, scale, shift []float32) {
 	if n < 0 || c < 0 || plane < 0 {
 		panic(fmt.Sprintf("kernels.%s: invalid shape n=%d c=%d plane=%d", fn, n, c, plane))
 	}
 	mustLen(fn, "x", len(x), n*c*plane)
 	mustLen(fn, "y", len(y), n*c*plane)
+	if r != nil {
+		mustLen(fn, "r", len(r), n*c*plane)
+	}
 	mustLen(fn, "mean", len(mean), c)
 	mustLen(fn, "scale", len(scale), c)
 	mustLen(fn, "shift", len(shift), c)
@@ -272,7 +385,7 @@ func BatchNormApply(y, x []float32, n, c, plane int, mean, scale, shift []float3
 		return
 	}
 	j := bnJob{v: impl.vec, n: n, plane: plane, stride: c * plane, x: x, y: y,
-		mean: mean, scale: scale, shift: shift}
+		mean: mean, scale: scale, shift: shift, relu: relu, res: r}
 	if cost := 2 * n * plane; runsSerial(c, cost) {
 		j.apply(0, c)
 	} else {
@@ -283,11 +396,11 @@ func BatchNormApply(y, x []float32, n, c, plane int, mean, scale, shift []float3
 }
 
 func (j *bnJob) apply(lo, hi int) {
-	n, plane, stride, x, y := j.n, j.plane, j.stride, j.x, j.y
+	n, plane, stride := j.n, j.plane, j.stride
 	if plane >= smallPlane {
 		for ch := lo; ch < hi; ch++ {
 			for i, off := 0, ch*plane; i < n; i, off = i+1, off+stride {
-				j.v.affine(y[off:off+plane], x[off:off+plane], j.mean[ch], j.scale[ch], j.shift[ch])
+				j.affinePlane(off, j.mean[ch], j.scale[ch], j.shift[ch])
 			}
 		}
 		return
@@ -302,14 +415,7 @@ func (j *bnJob) apply(lo, hi int) {
 				eMu[q], eScale[q], eShift[q] = j.mean[c0+k], j.scale[c0+k], j.shift[c0+k]
 			}
 		}
-		mu, sc, sh := eMu[:l], eScale[:l], eShift[:l]
-		for i := 0; i < n; i++ {
-			off := i*stride + c0*plane
-			yr := y[off : off+l]
-			for q, e := range x[off : off+l] {
-				yr[q] = (e-mu[q])*sc[q] + sh[q]
-			}
-		}
+		j.affineSmall(c0, l, eMu[:l], eScale[:l], eShift[:l])
 	}
 }
 
@@ -324,7 +430,23 @@ func (j *bnJob) apply(lo, hi int) {
 // overwriting dx, or adding to it when accumulate is true. mean and invstd are the
 // statistics the forward pass used.
 func BatchNormBackward(dx, dy, x []float32, n, c, plane int, mean, invstd, gamma []float32, training, accumulate bool, dgamma, dbeta []float32) {
-	const fn = "BatchNormBackward"
+	batchNormBackward("BatchNormBackward", dx, dy, nil, x, n, c, plane, mean, invstd, gamma, training, accumulate, dgamma, dbeta)
+}
+
+// BatchNormBackwardReLU is the backward pass of the fused y = max(bn(x) [+ r], 0)
+// (BatchNormForwardTrainReLU, BatchNormApplyReLU) given its output y: BatchNormBackward
+// of g = dy where y > 0 and 0 elsewhere, the mask applied as each pass reads dy (no
+// masked copy of dy is stored). The results are bit-identical to ReluBackwardSet(g, y,
+// dy) followed by BatchNormBackward(dx, g, x, …). r's gradient is g (see
+// ReluBackwardSet, ReluBackwardAxpy).
+func BatchNormBackwardReLU(dx, dy, y, x []float32, n, c, plane int, mean, invstd, gamma []float32, training, accumulate bool, dgamma, dbeta []float32) {
+	const fn = "BatchNormBackwardReLU"
+	mustLen(fn, "y", len(y), len(dy))
+	batchNormBackward(fn, dx, dy, y, x, n, c, plane, mean, invstd, gamma, training, accumulate, dgamma, dbeta)
+}
+
+// batchNormBackward masks dy with ry > 0 when ry is non-nil.
+func batchNormBackward(fn string, dx, dy, ry, x []float32, n, c, plane int, mean, invstd, gamma []float32, training, accumulate bool, dgamma, dbeta []float32) {
 	if n < 0 || c < 0 || plane < 0 {
 		panic(fmt.Sprintf("kernels.%s: invalid shape n=%d c=%d plane=%d", fn, n, c, plane))
 	}
@@ -344,7 +466,7 @@ func BatchNormBackward(dx, dy, x []float32, n, c, plane int, mean, invstd, gamma
 	}
 	j := bnJob{v: impl.vec, n: n, plane: plane, stride: c * plane, x: x, dx: dx, dy: dy,
 		mean: mean, invstd: invstd, gamma: gamma, dgamma: dgamma, dbeta: dbeta,
-		training: training, accumulate: accumulate}
+		training: training, accumulate: accumulate, relu: ry != nil, ry: ry}
 	if cost := 6 * n * plane; runsSerial(c, cost) {
 		j.backward(0, c)
 	} else {
@@ -385,12 +507,27 @@ func (j *bnJob) backward(lo, hi int) {
 	}
 	n, plane, stride, x, dx, dy, v := j.n, j.plane, j.stride, j.x, j.dx, j.dy, j.v
 	needStats := j.dgamma != nil || j.dbeta != nil || (dx != nil && j.training)
+	var g []float32 // the masked plane of the composed ReLU kernels
+	if j.relu && (v.dyStatsRelu == nil || v.bnBwdRelu == nil) {
+		sp := bnScratchBuf(plane)
+		defer bnScratch.Put(sp)
+		g = *sp
+	}
 	for ch := lo; ch < hi; ch++ {
 		mu := j.mean[ch]
 		var sdy, sdyc float64 // Σdy, Σdy·(x−mu)
 		if needStats {
 			for i, off := 0, ch*plane; i < n; i, off = i+1, off+stride {
-				a, b := v.dyStats(dy[off:off+plane], x[off:off+plane], mu)
+				var a, b float32
+				switch end := off + plane; {
+				case !j.relu:
+					a, b = v.dyStats(dy[off:end], x[off:end], mu)
+				case g == nil:
+					a, b = v.dyStatsRelu(dy[off:end], j.ry[off:end], x[off:end], mu)
+				default:
+					v.reluBwdSet(g, j.ry[off:end], dy[off:end])
+					a, b = v.dyStats(g, x[off:end], mu)
+				}
 				sdy += float64(a)
 				sdyc += float64(b)
 			}
@@ -400,7 +537,15 @@ func (j *bnJob) backward(lo, hi int) {
 			continue
 		}
 		for i, off := 0, ch*plane; i < n; i, off = i+1, off+stride {
-			v.bnBwd(dx[off:off+plane], dy[off:off+plane], x[off:off+plane], mu, a, b, c, j.accumulate)
+			switch end := off + plane; {
+			case !j.relu:
+				v.bnBwd(dx[off:end], dy[off:end], x[off:end], mu, a, b, c, j.accumulate)
+			case g == nil:
+				v.bnBwdRelu(dx[off:end], dy[off:end], j.ry[off:end], x[off:end], mu, a, b, c, j.accumulate)
+			default:
+				v.reluBwdSet(g, j.ry[off:end], dy[off:end])
+				v.bnBwd(dx[off:end], g, x[off:end], mu, a, b, c, j.accumulate)
+			}
 		}
 	}
 }
@@ -418,13 +563,22 @@ func (j *bnJob) backwardPlanes(pl *bnPlanesOps, lo, hi int) {
 		if needStats {
 			planeGroups(n, plane, func(i0, k int) {
 				off, lk := base+i0*stride, planesLen(k, plane, stride)
-				a, b := pl.dyStats(dy[off:off+lk], x[off:off+lk], k, plane, stride, mu)
+				var a, b float32
+				if j.relu {
+					a, b = pl.dyStatsRelu(dy[off:off+lk], j.ry[off:off+lk], x[off:off+lk], k, plane, stride, mu)
+				} else {
+					a, b = pl.dyStats(dy[off:off+lk], x[off:off+lk], k, plane, stride, mu)
+				}
 				sdy += float64(a)
 				sdyc += float64(b)
 			})
 		}
 		a, b, c := j.coeffs(ch, sdy, sdyc)
-		if dx != nil {
+		switch {
+		case dx == nil:
+		case j.relu:
+			pl.bnBwdRelu(dx[base:base+l], dy[base:base+l], j.ry[base:base+l], x[base:base+l], n, plane, stride, mu, a, b, c, j.accumulate)
+		default:
 			pl.bnBwd(dx[base:base+l], dy[base:base+l], x[base:base+l], n, plane, stride, mu, a, b, c, j.accumulate)
 		}
 	}
@@ -435,6 +589,12 @@ func (j *bnJob) backwardSmall(lo, hi int) {
 	needStats := j.dgamma != nil || j.dbeta != nil || (dx != nil && j.training)
 	var accG, accH [bnSmallElems]float64
 	var eMu, eA, eB, eC [bnSmallElems]float32
+	var masked []float32 // a block row of dy masked by the rectifier (j.relu)
+	if j.relu {
+		sp := bnScratchBuf(bnSmallElems)
+		defer bnScratch.Put(sp)
+		masked = *sp
+	}
 	cb := bnSmallElems / plane
 	for c0 := lo; c0 < hi; c0 += cb {
 		c1 := min(c0+cb, hi)
@@ -451,8 +611,12 @@ func (j *bnJob) backwardSmall(lo, hi int) {
 		if needStats {
 			for i := 0; i < n; i++ {
 				off := i*stride + c0*plane
-				xr := x[off : off+l]
-				for q, e := range dy[off : off+l] {
+				xr, gr := x[off:off+l], dy[off:off+l]
+				if j.relu {
+					gr = masked[:l]
+					j.v.reluBwdSet(gr, j.ry[off:off+l], dy[off:off+l])
+				}
+				for q, e := range gr {
 					g[q] += float64(e)
 					h[q] += float64(e * (xr[q] - mu[q]))
 				}
@@ -477,6 +641,10 @@ func (j *bnJob) backwardSmall(lo, hi int) {
 			off := i*stride + c0*plane
 			xr, gr := x[off:off+l], dy[off:off+l]
 			dr := dx[off : off+l]
+			if j.relu {
+				gr = masked[:l]
+				j.v.reluBwdSet(gr, j.ry[off:off+l], dy[off:off+l])
+			}
 			if j.accumulate {
 				for q, e := range gr {
 					dr[q] += ea[q]*e + (eb[q]*(xr[q]-mu[q]) + ec[q])
@@ -488,6 +656,28 @@ func (j *bnJob) backwardSmall(lo, hi int) {
 			}
 		}
 	}
+}
+
+// bnScratch holds the buffers the fused ReLU backward passes mask dy into (a block
+// row of small planes, a plane on the composed per-plane path), pooled so that the
+// kernels allocate nothing in the steady state.
+var bnScratch = sync.Pool{New: func() any { return new([]float32) }}
+
+// bnScratchBuf returns a pooled buffer of n elements (contents undefined); the caller
+// puts it back into bnScratch.
+func bnScratchBuf(n int) *[]float32 {
+	p := bnScratch.Get().(*[]float32)
+	if cap(*p) < n {
+		*p = make([]float32, n)
+	}
+	*p = (*p)[:n]
+	return p
+}
+
+// reluMask is the rectifier's gradient g where its output y > 0, else +0, as
+// reluBwdSetGeneric writes it (without a branch).
+func reluMask(g, y float32) float32 {
+	return math.Float32frombits(math.Float32bits(g) & positiveMask(math.Float32bits(y)))
 }
 
 // Portable per-plane primitives. Reductions use 8 interleaved float32 partial sums
@@ -557,5 +747,67 @@ func bnBwdGeneric(dst, dy, x []float32, mu, a, b, c float32, acc bool) {
 	}
 	for i := range dst {
 		dst[i] = a*dy[i] + (b*(x[i]-mu) + c)
+	}
+}
+
+// The portable fused ReLU primitives: the arithmetic of affineGeneric (then add and
+// the rectifier), dyStatsGeneric and bnBwdGeneric on the masked gradient, in the same
+// order, so their results are bit-identical to the unfused passes'.
+
+func affineReluGeneric(dst, x, r []float32, mu, a, b float32) {
+	x = x[:len(dst)]
+	if r == nil {
+		for i, v := range x {
+			t := (v-mu)*a + b
+			dst[i] = relu32(t)
+		}
+		return
+	}
+	r = r[:len(dst)]
+	for i, v := range x {
+		t := (v-mu)*a + b
+		dst[i] = relu32(t + r[i])
+	}
+}
+
+func dyStatsReluGeneric(dy, y, x []float32, mu float32) (float32, float32) {
+	y = y[:len(dy)]
+	x = x[:len(dy)]
+	var s, t [4]float32
+	i := 0
+	for ; i+4 <= len(dy); i += 4 {
+		m := y[i : i+4 : i+4]
+		v := x[i : i+4 : i+4]
+		g0, g1 := reluMask(dy[i], m[0]), reluMask(dy[i+1], m[1])
+		g2, g3 := reluMask(dy[i+2], m[2]), reluMask(dy[i+3], m[3])
+		s[0] += g0
+		s[1] += g1
+		s[2] += g2
+		s[3] += g3
+		t[0] += g0 * (v[0] - mu)
+		t[1] += g1 * (v[1] - mu)
+		t[2] += g2 * (v[2] - mu)
+		t[3] += g3 * (v[3] - mu)
+	}
+	for ; i < len(dy); i++ {
+		g := reluMask(dy[i], y[i])
+		s[i&3] += g
+		t[i&3] += g * (x[i] - mu)
+	}
+	return (s[0] + s[2]) + (s[1] + s[3]), (t[0] + t[2]) + (t[1] + t[3])
+}
+
+func bnBwdReluGeneric(dst, dy, y, x []float32, mu, a, b, c float32, acc bool) {
+	dy = dy[:len(dst)]
+	y = y[:len(dst)]
+	x = x[:len(dst)]
+	if acc {
+		for i := range dst {
+			dst[i] += a*reluMask(dy[i], y[i]) + (b*(x[i]-mu) + c)
+		}
+		return
+	}
+	for i := range dst {
+		dst[i] = a*reluMask(dy[i], y[i]) + (b*(x[i]-mu) + c)
 	}
 }

@@ -50,6 +50,12 @@ type vecOps struct {
 	dyStats    func(dy, x []float32, mu float32) (float32, float32)      // Σ dy, Σ dy·(x−mu)
 	affine     func(dst, x []float32, mu, a, b float32)                  // dst = (x−mu)·a + b
 	bnBwd      func(dst, dy, x []float32, mu, a, b, c float32, acc bool) // dst (+)= a·dy + b·(x−mu) + c
+	// The fused BatchNorm+ReLU passes, bit-identical to the passes above followed by
+	// the rectifier (forward: add's residual first) or preceded by reluBwdSet's masking
+	// (backward). nil (the AVX-512 path): batchnorm.go composes those passes per plane.
+	affineRelu  func(dst, x, r []float32, mu, a, b float32)                  // dst = max((x−mu)·a + b + r, 0); r nil: no r
+	dyStatsRelu func(dy, y, x []float32, mu float32) (float32, float32)      // dyStats of g = dy where y > 0, else 0
+	bnBwdRelu   func(dst, dy, y, x []float32, mu, a, b, c float32, acc bool) // bnBwd of that g
 	// bnPlanes runs those BatchNorm passes over several planes of a channel in one
 	// call (nil: batchnorm.go calls the per-plane kernels above).
 	bnPlanes *bnPlanesOps
@@ -99,6 +105,7 @@ var genericVec = &vecOps{
 	dot: dotGeneric, sum: sumGeneric, reluFwd: reluFwdGeneric, reluBwd: reluBwdGeneric,
 	reluBwdSet: reluBwdSetGeneric, sumSqDev: sumSqDevGeneric, dyStats: dyStatsGeneric,
 	affine: affineGeneric, bnBwd: bnBwdGeneric, sgdMom: sgdMomGeneric, sgdPlain: sgdPlainGeneric,
+	affineRelu: affineReluGeneric, dyStatsRelu: dyStatsReluGeneric, bnBwdRelu: bnBwdReluGeneric,
 	maxPool2x2Row: maxPool2x2RowGeneric,
 	expSum:        expSumGeneric, maxOf: maxGeneric, gelu: geluGeneric, geluBwd: geluBwdGeneric,
 	lstmFwd: lstmFwdGeneric, lstmBwd: lstmBwdGeneric,

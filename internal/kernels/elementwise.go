@@ -73,6 +73,16 @@ func ReluBackwardSet(dx, y, dy []float32) {
 	runElem(elemJob{op: elemReluBwdSet, n: len(dx), a: dx, b: y, c: dy})
 }
 
+// ReluBackwardAxpy adds the rectifier's gradient to an existing dx: dx += g with g = dy
+// where y > 0 and +0 elsewhere, bit-identical to ReluBackwardSet(g, y, dy) followed by
+// AxpyParallel(1, g, dx) without the buffer g. (ReluBackward leaves dx untouched where
+// y ≤ 0, so a −0 there stays −0; here it becomes −0 + +0 = +0, as in that composition.)
+// Large slices are processed in parallel.
+func ReluBackwardAxpy(dx, y, dy []float32) {
+	checkLen("ReluBackwardAxpy", len(dx), len(y), len(dy))
+	runElem(elemJob{op: elemReluBwdAxpy, n: len(dx), a: dx, b: y, c: dy})
+}
+
 // Zero sets every element of x to 0, in parallel for large slices.
 func Zero(x []float32) { runElem(elemJob{op: elemZero, n: len(x), a: x}) }
 
@@ -180,6 +190,14 @@ func reluBwdGeneric(dx, y, dy []float32) {
 		if y[i] > 0 {
 			dx[i] += dy[i]
 		}
+	}
+}
+
+func reluBwdAxpyGeneric(dx, y, dy []float32) {
+	y = y[:len(dx)]
+	dy = dy[:len(dx)]
+	for i := range dx {
+		dx[i] += reluMask(dy[i], y[i])
 	}
 }
 

@@ -37,11 +37,22 @@ func TestLayerKernelAllocations(t *testing.T) {
 		{"SoftmaxCrossEntropy", 0, func() { SoftmaxCrossEntropy(prob, rl, prob, labels, 3, 4) }},
 		{"SoftmaxCrossEntropyBackward", 0, func() { SoftmaxCrossEntropyBackward(prob, prob, labels, 3, 4, 1, true) }},
 		{"SGDUpdateAll", 0, func() { SGDUpdateAll(ws, gs, bs, first, 0.1, 0, 0.9, 0, false) }},
+		{"BatchNormForwardTrainReLU", 0, func() { BatchNormForwardTrainReLU(y, x, dx, n, c, plane, g, b, 1e-5, mean, vr, is) }},
+		{"BatchNormApplyReLU", 0, func() { BatchNormApplyReLU(y, x, dx, n, c, plane, mean, g, b) }},
+		{"BatchNormBackwardReLU", 0, func() { BatchNormBackwardReLU(dx, dy, y, x, n, c, plane, mean, is, g, true, false, dg, db) }},
+		{"plane24/BatchNormForwardTrainReLU", 0, func() {
+			BatchNormForwardTrainReLU(by[:96], bx[:96], nil, 2, 2, 24, g[:2], b[:2], 1e-5, mean[:2], vr[:2], is[:2])
+		}},
+		{"plane24/BatchNormBackwardReLU", 0, func() {
+			BatchNormBackwardReLU(bx[:96], bdy[:96], by[:96], bx[96:192], 2, 2, 24, mean[:2], is[:2], g[:2], true, false, dg[:2], db[:2])
+		}},
 		{"ReluBackwardSet", 0, func() { ReluBackwardSet(dx, y, dy) }},
+		{"ReluBackwardAxpy", 0, func() { ReluBackwardAxpy(dx, y, dy) }},
 		{"Copy", 0, func() { Copy(dx, y) }},
 		{"Zero", 0, func() { Zero(dx) }},
 		{"big/ReluBackwardSet", 0, func() { ReluBackwardSet(bx, by, bdy) }},
 		{"big/ReluForward", 0, func() { ReluForward(bx, by) }},
+		{"big/ReluBackwardAxpy", 0, func() { ReluBackwardAxpy(bx, by, bdy) }},
 		{"big/SGDUpdateAll", 0, func() { SGDUpdateAll(bws, bgs, bbs, first[:1], 0.1, 0, 0.9, 0, false) }},
 		{"big/BatchNormForwardTrain", 0, func() {
 			BatchNormForwardTrain(bx, by, 4, 4, elemChunk/4, c4[0], c4[1], 1e-5, c4[2], c4[3], c4[4])

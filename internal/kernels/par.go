@@ -131,6 +131,7 @@ const (
 	elemZero
 	elemCopy
 	elemAxpy
+	elemReluBwdAxpy
 )
 
 // elemJob applies one elementwise operation to chunks [lo, hi) of n elements.
@@ -158,6 +159,8 @@ func (j *elemJob) run(lo, hi int) {
 		copy(a[lo:hi], b[lo:hi])
 	case elemAxpy:
 		j.v.axpy(j.alpha, a[lo:hi], b[lo:hi])
+	case elemReluBwdAxpy:
+		reluBwdAxpyGeneric(a[lo:hi], b[lo:hi], c[lo:hi])
 	}
 }
 

@@ -3243,3 +3243,471 @@ reluBwdAVX512_tail:
 reluBwdAVX512_done:
 	VZEROUPPER
 	RET
+
+// func affineReluPlanesAVX2(dst *float32, x *float32, n int, plane int, stride int, mu float32, a float32, b float32)
+// Requires: AVX, FMA3
+TEXT ·affineReluPlanesAVX2(SB), NOSPLIT, $0-52
+	MOVQ         dst+0(FP), AX
+	MOVQ         x+8(FP), CX
+	VBROADCASTSS mu+40(FP), Y0
+	VBROADCASTSS a+44(FP), Y1
+	VBROADCASTSS b+48(FP), Y2
+	VXORPS       Y3, Y3, Y3
+	MOVQ         plane+24(FP), DX
+	MOVQ         n+16(FP), BX
+	MOVQ         stride+32(FP), SI
+	SHLQ         $0x02, SI
+	TESTQ        BX, BX
+	JE           affineReluPlanesAVX2_done
+
+affineReluPlanesAVX2_plane:
+	MOVQ AX, DI
+	MOVQ CX, R8
+	MOVQ DX, R9
+
+affineReluPlanesAVX2_loop32:
+	CMPQ        R9, $0x20
+	JL          affineReluPlanesAVX2_loop8
+	VMOVUPS     (R8), Y4
+	VSUBPS      Y0, Y4, Y4
+	VFMADD213PS Y2, Y1, Y4
+	VMAXPS      Y3, Y4, Y4
+	VMOVUPS     Y4, (DI)
+	VMOVUPS     32(R8), Y4
+	VSUBPS      Y0, Y4, Y4
+	VFMADD213PS Y2, Y1, Y4
+	VMAXPS      Y3, Y4, Y4
+	VMOVUPS     Y4, 32(DI)
+	VMOVUPS     64(R8), Y4
+	VSUBPS      Y0, Y4, Y4
+	VFMADD213PS Y2, Y1, Y4
+	VMAXPS      Y3, Y4, Y4
+	VMOVUPS     Y4, 64(DI)
+	VMOVUPS     96(R8), Y4
+	VSUBPS      Y0, Y4, Y4
+	VFMADD213PS Y2, Y1, Y4
+	VMAXPS      Y3, Y4, Y4
+	VMOVUPS     Y4, 96(DI)
+	ADDQ        $0x80, DI
+	ADDQ        $0x80, R8
+	SUBQ        $0x20, R9
+	JMP         affineReluPlanesAVX2_loop32
+
+affineReluPlanesAVX2_loop8:
+	CMPQ        R9, $0x08
+	JL          affineReluPlanesAVX2_next
+	VMOVUPS     (R8), Y4
+	VSUBPS      Y0, Y4, Y4
+	VFMADD213PS Y2, Y1, Y4
+	VMAXPS      Y3, Y4, Y4
+	VMOVUPS     Y4, (DI)
+	ADDQ        $0x20, DI
+	ADDQ        $0x20, R8
+	SUBQ        $0x08, R9
+	JMP         affineReluPlanesAVX2_loop8
+
+affineReluPlanesAVX2_next:
+	ADDQ SI, AX
+	ADDQ SI, CX
+	DECQ BX
+	JNZ  affineReluPlanesAVX2_plane
+
+affineReluPlanesAVX2_done:
+	VZEROUPPER
+	RET
+
+// func affineAddReluPlanesAVX2(dst *float32, x *float32, r *float32, n int, plane int, stride int, mu float32, a float32, b float32)
+// Requires: AVX, FMA3
+TEXT ·affineAddReluPlanesAVX2(SB), NOSPLIT, $0-60
+	MOVQ         dst+0(FP), AX
+	MOVQ         x+8(FP), CX
+	MOVQ         r+16(FP), DX
+	VBROADCASTSS mu+48(FP), Y0
+	VBROADCASTSS a+52(FP), Y1
+	VBROADCASTSS b+56(FP), Y2
+	VXORPS       Y3, Y3, Y3
+	MOVQ         plane+32(FP), BX
+	MOVQ         n+24(FP), SI
+	MOVQ         stride+40(FP), DI
+	SHLQ         $0x02, DI
+	TESTQ        SI, SI
+	JE           affineAddReluPlanesAVX2_done
+
+affineAddReluPlanesAVX2_plane:
+	MOVQ AX, R8
+	MOVQ CX, R9
+	MOVQ DX, R10
+	MOVQ BX, R11
+
+affineAddReluPlanesAVX2_loop32:
+	CMPQ        R11, $0x20
+	JL          affineAddReluPlanesAVX2_loop8
+	VMOVUPS     (R9), Y4
+	VSUBPS      Y0, Y4, Y4
+	VFMADD213PS Y2, Y1, Y4
+	VADDPS      (R10), Y4, Y4
+	VMAXPS      Y3, Y4, Y4
+	VMOVUPS     Y4, (R8)
+	VMOVUPS     32(R9), Y4
+	VSUBPS      Y0, Y4, Y4
+	VFMADD213PS Y2, Y1, Y4
+	VADDPS      32(R10), Y4, Y4
+	VMAXPS      Y3, Y4, Y4
+	VMOVUPS     Y4, 32(R8)
+	VMOVUPS     64(R9), Y4
+	VSUBPS      Y0, Y4, Y4
+	VFMADD213PS Y2, Y1, Y4
+	VADDPS      64(R10), Y4, Y4
+	VMAXPS      Y3, Y4, Y4
+	VMOVUPS     Y4, 64(R8)
+	VMOVUPS     96(R9), Y4
+	VSUBPS      Y0, Y4, Y4
+	VFMADD213PS Y2, Y1, Y4
+	VADDPS      96(R10), Y4, Y4
+	VMAXPS      Y3, Y4, Y4
+	VMOVUPS     Y4, 96(R8)
+	ADDQ        $0x80, R8
+	ADDQ        $0x80, R9
+	ADDQ        $0x80, R10
+	SUBQ        $0x20, R11
+	JMP         affineAddReluPlanesAVX2_loop32
+
+affineAddReluPlanesAVX2_loop8:
+	CMPQ        R11, $0x08
+	JL          affineAddReluPlanesAVX2_next
+	VMOVUPS     (R9), Y4
+	VSUBPS      Y0, Y4, Y4
+	VFMADD213PS Y2, Y1, Y4
+	VADDPS      (R10), Y4, Y4
+	VMAXPS      Y3, Y4, Y4
+	VMOVUPS     Y4, (R8)
+	ADDQ        $0x20, R8
+	ADDQ        $0x20, R9
+	ADDQ        $0x20, R10
+	SUBQ        $0x08, R11
+	JMP         affineAddReluPlanesAVX2_loop8
+
+affineAddReluPlanesAVX2_next:
+	ADDQ DI, AX
+	ADDQ DI, CX
+	ADDQ DI, DX
+	DECQ SI
+	JNZ  affineAddReluPlanesAVX2_plane
+
+affineAddReluPlanesAVX2_done:
+	VZEROUPPER
+	RET
+
+// func dyStatsReluPlanesAVX2(dy *float32, y *float32, x *float32, n int, plane int, stride int, mu float32) (sdy float32, sdyc float32)
+// Requires: AVX, FMA3
+TEXT ·dyStatsReluPlanesAVX2(SB), NOSPLIT, $0-64
+	MOVQ         dy+0(FP), AX
+	MOVQ         y+8(FP), CX
+	MOVQ         x+16(FP), DX
+	VBROADCASTSS mu+48(FP), Y0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+	VXORPS       Y4, Y4, Y4
+	VXORPS       Y5, Y5, Y5
+	VXORPS       Y6, Y6, Y6
+	VXORPS       Y7, Y7, Y7
+	VXORPS       Y8, Y8, Y8
+	VXORPS       Y9, Y9, Y9
+	MOVQ         plane+32(FP), BX
+	MOVQ         n+24(FP), SI
+	MOVQ         stride+40(FP), DI
+	SHLQ         $0x02, DI
+	TESTQ        SI, SI
+	JE           dyStatsReluPlanesAVX2_done
+
+dyStatsReluPlanesAVX2_plane:
+	MOVQ AX, R8
+	MOVQ CX, R9
+	MOVQ DX, R10
+	MOVQ BX, R11
+
+dyStatsReluPlanesAVX2_loop32:
+	CMPQ        R11, $0x20
+	JL          dyStatsReluPlanesAVX2_loop8
+	VMOVUPS     (R9), Y10
+	VCMPPS      $0x1e, Y1, Y10, Y10
+	VANDPS      (R8), Y10, Y10
+	VMOVUPS     (R10), Y11
+	VSUBPS      Y0, Y11, Y11
+	VADDPS      Y10, Y2, Y2
+	VFMADD231PS Y11, Y10, Y6
+	VMOVUPS     32(R9), Y10
+	VCMPPS      $0x1e, Y1, Y10, Y10
+	VANDPS      32(R8), Y10, Y10
+	VMOVUPS     32(R10), Y11
+	VSUBPS      Y0, Y11, Y11
+	VADDPS      Y10, Y3, Y3
+	VFMADD231PS Y11, Y10, Y7
+	VMOVUPS     64(R9), Y10
+	VCMPPS      $0x1e, Y1, Y10, Y10
+	VANDPS      64(R8), Y10, Y10
+	VMOVUPS     64(R10), Y11
+	VSUBPS      Y0, Y11, Y11
+	VADDPS      Y10, Y4, Y4
+	VFMADD231PS Y11, Y10, Y8
+	VMOVUPS     96(R9), Y10
+	VCMPPS      $0x1e, Y1, Y10, Y10
+	VANDPS      96(R8), Y10, Y10
+	VMOVUPS     96(R10), Y11
+	VSUBPS      Y0, Y11, Y11
+	VADDPS      Y10, Y5, Y5
+	VFMADD231PS Y11, Y10, Y9
+	ADDQ        $0x80, R8
+	ADDQ        $0x80, R9
+	ADDQ        $0x80, R10
+	SUBQ        $0x20, R11
+	JMP         dyStatsReluPlanesAVX2_loop32
+
+dyStatsReluPlanesAVX2_loop8:
+	CMPQ        R11, $0x08
+	JL          dyStatsReluPlanesAVX2_next
+	VMOVUPS     (R9), Y10
+	VCMPPS      $0x1e, Y1, Y10, Y10
+	VANDPS      (R8), Y10, Y10
+	VMOVUPS     (R10), Y11
+	VSUBPS      Y0, Y11, Y11
+	VADDPS      Y10, Y2, Y2
+	VFMADD231PS Y11, Y10, Y6
+	ADDQ        $0x20, R8
+	ADDQ        $0x20, R9
+	ADDQ        $0x20, R10
+	SUBQ        $0x08, R11
+	JMP         dyStatsReluPlanesAVX2_loop8
+
+dyStatsReluPlanesAVX2_next:
+	ADDQ DI, AX
+	ADDQ DI, CX
+	ADDQ DI, DX
+	DECQ SI
+	JNZ  dyStatsReluPlanesAVX2_plane
+
+dyStatsReluPlanesAVX2_done:
+	VADDPS       Y3, Y2, Y2
+	VADDPS       Y5, Y4, Y4
+	VADDPS       Y4, Y2, Y2
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X0
+	VMOVHLPS     X0, X0, X1
+	VADDPS       X1, X0, X0
+	VMOVSHDUP    X0, X1
+	VADDSS       X1, X0, X0
+	VMOVSS       X0, sdy+56(FP)
+	VADDPS       Y7, Y6, Y6
+	VADDPS       Y9, Y8, Y8
+	VADDPS       Y8, Y6, Y6
+	VEXTRACTF128 $0x01, Y6, X0
+	VADDPS       X0, X6, X0
+	VMOVHLPS     X0, X0, X1
+	VADDPS       X1, X0, X0
+	VMOVSHDUP    X0, X1
+	VADDSS       X1, X0, X0
+	VMOVSS       X0, sdyc+60(FP)
+	VZEROUPPER
+	RET
+
+// func bnBwdReluSetPlanesAVX2(dst *float32, dy *float32, y *float32, x *float32, n int, plane int, stride int, mu float32, a float32, b float32, c float32)
+// Requires: AVX, FMA3
+TEXT ·bnBwdReluSetPlanesAVX2(SB), NOSPLIT, $0-72
+	MOVQ         dst+0(FP), AX
+	MOVQ         dy+8(FP), CX
+	MOVQ         y+16(FP), DX
+	MOVQ         x+24(FP), BX
+	VBROADCASTSS mu+56(FP), Y0
+	VBROADCASTSS a+60(FP), Y1
+	VBROADCASTSS b+64(FP), Y2
+	VBROADCASTSS c+68(FP), Y3
+	VXORPS       Y4, Y4, Y4
+	MOVQ         plane+40(FP), SI
+	MOVQ         n+32(FP), DI
+	MOVQ         stride+48(FP), R8
+	SHLQ         $0x02, R8
+	TESTQ        DI, DI
+	JE           bnBwdReluSetPlanesAVX2_done
+
+bnBwdReluSetPlanesAVX2_plane:
+	MOVQ AX, R9
+	MOVQ CX, R10
+	MOVQ DX, R11
+	MOVQ BX, R12
+	MOVQ SI, R13
+
+bnBwdReluSetPlanesAVX2_loop32:
+	CMPQ        R13, $0x20
+	JL          bnBwdReluSetPlanesAVX2_loop8
+	VMOVUPS     (R12), Y5
+	VMOVUPS     (R11), Y6
+	VCMPPS      $0x1e, Y4, Y6, Y6
+	VANDPS      (R10), Y6, Y6
+	VSUBPS      Y0, Y5, Y5
+	VFMADD213PS Y3, Y2, Y5
+	VFMADD231PS Y6, Y1, Y5
+	VMOVUPS     Y5, (R9)
+	VMOVUPS     32(R12), Y5
+	VMOVUPS     32(R11), Y6
+	VCMPPS      $0x1e, Y4, Y6, Y6
+	VANDPS      32(R10), Y6, Y6
+	VSUBPS      Y0, Y5, Y5
+	VFMADD213PS Y3, Y2, Y5
+	VFMADD231PS Y6, Y1, Y5
+	VMOVUPS     Y5, 32(R9)
+	VMOVUPS     64(R12), Y5
+	VMOVUPS     64(R11), Y6
+	VCMPPS      $0x1e, Y4, Y6, Y6
+	VANDPS      64(R10), Y6, Y6
+	VSUBPS      Y0, Y5, Y5
+	VFMADD213PS Y3, Y2, Y5
+	VFMADD231PS Y6, Y1, Y5
+	VMOVUPS     Y5, 64(R9)
+	VMOVUPS     96(R12), Y5
+	VMOVUPS     96(R11), Y6
+	VCMPPS      $0x1e, Y4, Y6, Y6
+	VANDPS      96(R10), Y6, Y6
+	VSUBPS      Y0, Y5, Y5
+	VFMADD213PS Y3, Y2, Y5
+	VFMADD231PS Y6, Y1, Y5
+	VMOVUPS     Y5, 96(R9)
+	ADDQ        $0x80, R9
+	ADDQ        $0x80, R10
+	ADDQ        $0x80, R11
+	ADDQ        $0x80, R12
+	SUBQ        $0x20, R13
+	JMP         bnBwdReluSetPlanesAVX2_loop32
+
+bnBwdReluSetPlanesAVX2_loop8:
+	CMPQ        R13, $0x08
+	JL          bnBwdReluSetPlanesAVX2_next
+	VMOVUPS     (R12), Y5
+	VMOVUPS     (R11), Y6
+	VCMPPS      $0x1e, Y4, Y6, Y6
+	VANDPS      (R10), Y6, Y6
+	VSUBPS      Y0, Y5, Y5
+	VFMADD213PS Y3, Y2, Y5
+	VFMADD231PS Y6, Y1, Y5
+	VMOVUPS     Y5, (R9)
+	ADDQ        $0x20, R9
+	ADDQ        $0x20, R10
+	ADDQ        $0x20, R11
+	ADDQ        $0x20, R12
+	SUBQ        $0x08, R13
+	JMP         bnBwdReluSetPlanesAVX2_loop8
+
+bnBwdReluSetPlanesAVX2_next:
+	ADDQ R8, AX
+	ADDQ R8, CX
+	ADDQ R8, DX
+	ADDQ R8, BX
+	DECQ DI
+	JNZ  bnBwdReluSetPlanesAVX2_plane
+
+bnBwdReluSetPlanesAVX2_done:
+	VZEROUPPER
+	RET
+
+// func bnBwdReluAccPlanesAVX2(dst *float32, dy *float32, y *float32, x *float32, n int, plane int, stride int, mu float32, a float32, b float32, c float32)
+// Requires: AVX, FMA3
+TEXT ·bnBwdReluAccPlanesAVX2(SB), NOSPLIT, $0-72
+	MOVQ         dst+0(FP), AX
+	MOVQ         dy+8(FP), CX
+	MOVQ         y+16(FP), DX
+	MOVQ         x+24(FP), BX
+	VBROADCASTSS mu+56(FP), Y0
+	VBROADCASTSS a+60(FP), Y1
+	VBROADCASTSS b+64(FP), Y2
+	VBROADCASTSS c+68(FP), Y3
+	VXORPS       Y4, Y4, Y4
+	MOVQ         plane+40(FP), SI
+	MOVQ         n+32(FP), DI
+	MOVQ         stride+48(FP), R8
+	SHLQ         $0x02, R8
+	TESTQ        DI, DI
+	JE           bnBwdReluAccPlanesAVX2_done
+
+bnBwdReluAccPlanesAVX2_plane:
+	MOVQ AX, R9
+	MOVQ CX, R10
+	MOVQ DX, R11
+	MOVQ BX, R12
+	MOVQ SI, R13
+
+bnBwdReluAccPlanesAVX2_loop32:
+	CMPQ        R13, $0x20
+	JL          bnBwdReluAccPlanesAVX2_loop8
+	VMOVUPS     (R12), Y5
+	VMOVUPS     (R11), Y6
+	VCMPPS      $0x1e, Y4, Y6, Y6
+	VANDPS      (R10), Y6, Y6
+	VSUBPS      Y0, Y5, Y5
+	VFMADD213PS Y3, Y2, Y5
+	VFMADD231PS Y6, Y1, Y5
+	VADDPS      (R9), Y5, Y5
+	VMOVUPS     Y5, (R9)
+	VMOVUPS     32(R12), Y5
+	VMOVUPS     32(R11), Y6
+	VCMPPS      $0x1e, Y4, Y6, Y6
+	VANDPS      32(R10), Y6, Y6
+	VSUBPS      Y0, Y5, Y5
+	VFMADD213PS Y3, Y2, Y5
+	VFMADD231PS Y6, Y1, Y5
+	VADDPS      32(R9), Y5, Y5
+	VMOVUPS     Y5, 32(R9)
+	VMOVUPS     64(R12), Y5
+	VMOVUPS     64(R11), Y6
+	VCMPPS      $0x1e, Y4, Y6, Y6
+	VANDPS      64(R10), Y6, Y6
+	VSUBPS      Y0, Y5, Y5
+	VFMADD213PS Y3, Y2, Y5
+	VFMADD231PS Y6, Y1, Y5
+	VADDPS      64(R9), Y5, Y5
+	VMOVUPS     Y5, 64(R9)
+	VMOVUPS     96(R12), Y5
+	VMOVUPS     96(R11), Y6
+	VCMPPS      $0x1e, Y4, Y6, Y6
+	VANDPS      96(R10), Y6, Y6
+	VSUBPS      Y0, Y5, Y5
+	VFMADD213PS Y3, Y2, Y5
+	VFMADD231PS Y6, Y1, Y5
+	VADDPS      96(R9), Y5, Y5
+	VMOVUPS     Y5, 96(R9)
+	ADDQ        $0x80, R9
+	ADDQ        $0x80, R10
+	ADDQ        $0x80, R11
+	ADDQ        $0x80, R12
+	SUBQ        $0x20, R13
+	JMP         bnBwdReluAccPlanesAVX2_loop32
+
+bnBwdReluAccPlanesAVX2_loop8:
+	CMPQ        R13, $0x08
+	JL          bnBwdReluAccPlanesAVX2_next
+	VMOVUPS     (R12), Y5
+	VMOVUPS     (R11), Y6
+	VCMPPS      $0x1e, Y4, Y6, Y6
+	VANDPS      (R10), Y6, Y6
+	VSUBPS      Y0, Y5, Y5
+	VFMADD213PS Y3, Y2, Y5
+	VFMADD231PS Y6, Y1, Y5
+	VADDPS      (R9), Y5, Y5
+	VMOVUPS     Y5, (R9)
+	ADDQ        $0x20, R9
+	ADDQ        $0x20, R10
+	ADDQ        $0x20, R11
+	ADDQ        $0x20, R12
+	SUBQ        $0x08, R13
+	JMP         bnBwdReluAccPlanesAVX2_loop8
+
+bnBwdReluAccPlanesAVX2_next:
+	ADDQ R8, AX
+	ADDQ R8, CX
+	ADDQ R8, DX
+	ADDQ R8, BX
+	DECQ DI
+	JNZ  bnBwdReluAccPlanesAVX2_plane
+
+bnBwdReluAccPlanesAVX2_done:
+	VZEROUPPER
+	RET

@@ -100,3 +100,18 @@ func reluFwdAVX512(dst *float32, x *float32, n int)
 
 // reluBwdAVX512 computes dx[i] += dy[i] where y[i] > 0, for i < n (AVX-512F).
 func reluBwdAVX512(dx *float32, y *float32, dy *float32, n int)
+
+// affineReluPlanesAVX2 computes dst = max((x-mu)*a + b, 0) at the elements i·stride+j, i < n, j < plane (a multiple of 8), NaN giving 0 (AVX2, fused multiply-add for the affine part).
+func affineReluPlanesAVX2(dst *float32, x *float32, n int, plane int, stride int, mu float32, a float32, b float32)
+
+// affineAddReluPlanesAVX2 computes dst = max(((x-mu)*a + b) + r, 0) at the elements i·stride+j, i < n, j < plane (a multiple of 8), NaN giving 0 (AVX2, fused multiply-add for the affine part).
+func affineAddReluPlanesAVX2(dst *float32, x *float32, r *float32, n int, plane int, stride int, mu float32, a float32, b float32)
+
+// dyStatsReluPlanesAVX2 returns the sums of g and g·(x-mu), g = dy where y > 0 and 0 elsewhere, over the elements i·stride+j, i < n, j < plane (a multiple of 8) (AVX2, FMA); dyStatsPlanesAVX2's summation order.
+func dyStatsReluPlanesAVX2(dy *float32, y *float32, x *float32, n int, plane int, stride int, mu float32) (sdy float32, sdyc float32)
+
+// bnBwdReluSetPlanesAVX2 computes dst = a*g + (b*(x-mu) + c), g = dy where y > 0 and 0 elsewhere, at the elements i·stride+j, i < n, j < plane (a multiple of 8) (AVX2, FMA).
+func bnBwdReluSetPlanesAVX2(dst *float32, dy *float32, y *float32, x *float32, n int, plane int, stride int, mu float32, a float32, b float32, c float32)
+
+// bnBwdReluAccPlanesAVX2 computes dst += a*g + (b*(x-mu) + c), g = dy where y > 0 and 0 elsewhere, at the elements i·stride+j, i < n, j < plane (a multiple of 8) (AVX2, FMA).
+func bnBwdReluAccPlanesAVX2(dst *float32, dy *float32, y *float32, x *float32, n int, plane int, stride int, mu float32, a float32, b float32, c float32)

@@ -8,7 +8,8 @@ package kernels
 // 11% of a ResNet-20 training step, the BatchNorm passes 16%. The assembly
 // handles a multiple of 8 elements; the rest goes through the portable loop (a
 // reduction adds the rest's sum last, so its order still depends only on the
-// length). BatchNorm's per-plane passes are its plane kernels with one plane.
+// length). BatchNorm's per-plane passes (the fused ReLU ones too) are its plane
+// kernels with one plane.
 // The exponential, GELU, LSTM-cell and LayerNorm kernels and the SGD steps
 // (avx2Elem, layers_amd64.s) take any length: their tails are masked, so every
 // element goes through the same formula; on AVX2 the scalar exp32 and erfc32 were
@@ -115,6 +116,47 @@ var avx2Vec = func() *vecOps {
 		}
 		bnBwdGeneric(dst[n:], dy[n:len(dst)], x[n:len(dst)], mu, a, b, c, acc)
 	}
+	v.affineRelu = func(dst, x, r []float32, mu, a, b float32) {
+		n := len(dst) &^ 7
+		if n > 0 {
+			_ = x[n-1]
+			if r == nil {
+				affineReluPlanesAVX2(&dst[0], &x[0], 1, n, n, mu, a, b)
+			} else {
+				_ = r[n-1]
+				affineAddReluPlanesAVX2(&dst[0], &x[0], &r[0], 1, n, n, mu, a, b)
+			}
+		}
+		if r != nil {
+			r = r[n:len(dst)]
+		}
+		affineReluGeneric(dst[n:], x[n:len(dst)], r, mu, a, b)
+	}
+	v.dyStatsRelu = func(dy, y, x []float32, mu float32) (float32, float32) {
+		n := len(dy) &^ 7
+		var s, t float32
+		if n > 0 {
+			_, _ = y[n-1], x[n-1]
+			s, t = dyStatsReluPlanesAVX2(&dy[0], &y[0], &x[0], 1, n, n, mu)
+		}
+		if n < len(dy) {
+			s2, t2 := dyStatsReluGeneric(dy[n:], y[n:len(dy)], x[n:len(dy)], mu)
+			s, t = s+s2, t+t2
+		}
+		return s, t
+	}
+	v.bnBwdRelu = func(dst, dy, y, x []float32, mu, a, b, c float32, acc bool) {
+		n := len(dst) &^ 7
+		if n > 0 {
+			_, _, _ = dy[n-1], y[n-1], x[n-1]
+			if acc {
+				bnBwdReluAccPlanesAVX2(&dst[0], &dy[0], &y[0], &x[0], 1, n, n, mu, a, b, c)
+			} else {
+				bnBwdReluSetPlanesAVX2(&dst[0], &dy[0], &y[0], &x[0], 1, n, n, mu, a, b, c)
+			}
+		}
+		bnBwdReluGeneric(dst[n:], dy[n:len(dst)], y[n:len(dst)], x[n:len(dst)], mu, a, b, c, acc)
+	}
 	v.bnPlanes = &bnPlanesOps{
 		sumDev: func(x []float32, n, plane, stride int, k float32) float32 {
 			_ = x[planesLen(n, plane, stride)-1]
@@ -141,6 +183,30 @@ var avx2Vec = func() *vecOps {
 				bnBwdAccPlanesAVX2(&dst[0], &dy[0], &x[0], n, plane, stride, mu, a, b, c)
 			} else {
 				bnBwdSetPlanesAVX2(&dst[0], &dy[0], &x[0], n, plane, stride, mu, a, b, c)
+			}
+		},
+		affineRelu: func(dst, x, r []float32, n, plane, stride int, mu, a, b float32) {
+			l := planesLen(n, plane, stride)
+			_, _ = dst[l-1], x[l-1]
+			if r == nil {
+				affineReluPlanesAVX2(&dst[0], &x[0], n, plane, stride, mu, a, b)
+				return
+			}
+			_ = r[l-1]
+			affineAddReluPlanesAVX2(&dst[0], &x[0], &r[0], n, plane, stride, mu, a, b)
+		},
+		dyStatsRelu: func(dy, y, x []float32, n, plane, stride int, mu float32) (float32, float32) {
+			l := planesLen(n, plane, stride)
+			_, _, _ = dy[l-1], y[l-1], x[l-1]
+			return dyStatsReluPlanesAVX2(&dy[0], &y[0], &x[0], n, plane, stride, mu)
+		},
+		bnBwdRelu: func(dst, dy, y, x []float32, n, plane, stride int, mu, a, b, c float32, acc bool) {
+			l := planesLen(n, plane, stride)
+			_, _, _, _ = dst[l-1], dy[l-1], y[l-1], x[l-1]
+			if acc {
+				bnBwdReluAccPlanesAVX2(&dst[0], &dy[0], &y[0], &x[0], n, plane, stride, mu, a, b, c)
+			} else {
+				bnBwdReluSetPlanesAVX2(&dst[0], &dy[0], &y[0], &x[0], n, plane, stride, mu, a, b, c)
 			}
 		},
 	}

@@ -57,6 +57,7 @@ func main() {
 	genPack6AVX2()
 	genBatchNormPlanesAVX2()
 	genVec()
+	genBatchNormReluPlanesAVX2()
 	Generate()
 }
 

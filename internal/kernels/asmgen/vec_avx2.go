@@ -446,3 +446,93 @@ func genBatchNormPlanesAVX2() {
 		RET()
 	}
 }
+
+// The BatchNorm+ReLU planes kernels (batchnorm.go's fused ops): the passes above
+// with the rectifier applied in the same pass. Each does exactly the arithmetic of
+// the unfused kernels it replaces, in the same order (affinePlanesAVX2, addAVX2 and
+// reluFwdAVX2 forward; reluBwdSetAVX2's masking, then dyStatsPlanesAVX2 or
+// bnBwd*PlanesAVX2 backward), so the results are bit-identical to theirs.
+func genBatchNormReluPlanesAVX2() {
+	for _, add := range []bool{false, true} {
+		name, sig, what := "affineReluPlanesAVX2", "func(dst, x *float32, n, plane, stride int, mu, a, b float32)", "max((x-mu)*a + b, 0)"
+		if add {
+			name, sig, what = "affineAddReluPlanesAVX2", "func(dst, x, r *float32, n, plane, stride int, mu, a, b float32)", "max(((x-mu)*a + b) + r, 0)"
+		}
+		TEXT(name, NOSPLIT, sig)
+		Doc(name + " computes dst = " + what + " at the elements i·stride+j, i < n, j < plane (a multiple of 8), NaN giving 0 (AVX2, fused multiply-add for the affine part).")
+		ptrs := []reg.GPVirtual{gp("dst"), gp("x")}
+		if add {
+			ptrs = append(ptrs, gp("r"))
+		}
+		ymu, ya, yb := bcastY("mu"), bcastY("a"), bcastY("b")
+		zero := YMM()
+		VXORPS(zero, zero, zero)
+		planesAVX2(name, ptrs, func(cur []reg.GPVirtual, off, _ int) {
+			v := YMM()
+			VMOVUPS(Mem{Base: cur[1], Disp: off}, v)
+			VSUBPS(ymu, v, v)
+			VFMADD213PS(yb, ya, v)
+			if add {
+				VADDPS(Mem{Base: cur[2], Disp: off}, v, v)
+			}
+			// Intel order: max(src1=v, src2=0) returns src2 when v is NaN.
+			VMAXPS(zero, v, v)
+			VMOVUPS(v, Mem{Base: cur[0], Disp: off})
+		})
+		VZEROUPPER()
+		RET()
+	}
+
+	TEXT("dyStatsReluPlanesAVX2", NOSPLIT, "func(dy, y, x *float32, n, plane, stride int, mu float32) (sdy, sdyc float32)")
+	Doc("dyStatsReluPlanesAVX2 returns the sums of g and g·(x-mu), g = dy where y > 0 and 0 elsewhere, over the elements i·stride+j, i < n, j < plane (a multiple of 8) (AVX2, FMA); dyStatsPlanesAVX2's summation order.")
+	{
+		dy, y, x := gp("dy"), gp("y"), gp("x")
+		ymu := bcastY("mu")
+		zero := YMM()
+		VXORPS(zero, zero, zero)
+		s, t := zeroedY(4), zeroedY(4)
+		planesAVX2("dyStatsReluPlanesAVX2", []reg.GPVirtual{dy, y, x}, func(cur []reg.GPVirtual, off, u int) {
+			g, d := YMM(), YMM()
+			VMOVUPS(Mem{Base: cur[1], Disp: off}, g)
+			VCMPPS(U8(0x1e), zero, g, g) // y > 0 (GT_OQ)
+			VANDPS(Mem{Base: cur[0], Disp: off}, g, g)
+			VMOVUPS(Mem{Base: cur[2], Disp: off}, d)
+			VSUBPS(ymu, d, d)
+			VADDPS(g, s[u], s[u])
+			VFMADD231PS(d, g, t[u])
+		})
+		VMOVSS(reduceY(s), retAddr(0))
+		VMOVSS(reduceY(t), retAddr(1))
+		VZEROUPPER()
+		RET()
+	}
+
+	for _, acc := range []bool{false, true} {
+		name, op := "bnBwdReluSetPlanesAVX2", "="
+		if acc {
+			name, op = "bnBwdReluAccPlanesAVX2", "+="
+		}
+		TEXT(name, NOSPLIT, "func(dst, dy, y, x *float32, n, plane, stride int, mu, a, b, c float32)")
+		Doc(name + " computes dst " + op + " a*g + (b*(x-mu) + c), g = dy where y > 0 and 0 elsewhere, at the elements i·stride+j, i < n, j < plane (a multiple of 8) (AVX2, FMA).")
+		d, dy, y, x := gp("dst"), gp("dy"), gp("y"), gp("x")
+		ymu, ya, yb, yc := bcastY("mu"), bcastY("a"), bcastY("b"), bcastY("c")
+		zero := YMM()
+		VXORPS(zero, zero, zero)
+		planesAVX2(name, []reg.GPVirtual{d, dy, y, x}, func(cur []reg.GPVirtual, off, _ int) {
+			v, g := YMM(), YMM()
+			VMOVUPS(Mem{Base: cur[3], Disp: off}, v)
+			VMOVUPS(Mem{Base: cur[2], Disp: off}, g)
+			VCMPPS(U8(0x1e), zero, g, g) // y > 0 (GT_OQ)
+			VANDPS(Mem{Base: cur[1], Disp: off}, g, g)
+			VSUBPS(ymu, v, v)
+			VFMADD213PS(yc, yb, v)
+			VFMADD231PS(g, ya, v)
+			if acc {
+				VADDPS(Mem{Base: cur[0], Disp: off}, v, v)
+			}
+			VMOVUPS(v, Mem{Base: cur[0], Disp: off})
+		})
+		VZEROUPPER()
+		RET()
+	}
+}
