@@ -10,7 +10,7 @@ import (
 // place. On a shared-memory group (NewShm, NewShmLocal, or a view of one such as a job's group
 // whose ranks all run on one host) the memory is mapped by every rank, and the shared all-reduce
 // of a slice of it reads the peers' slices where they lie instead of copying every vector
-// through the segment: about half the memory traffic of a vector in ordinary memory
+// through the segment: about 40 % less memory traffic than a vector in ordinary memory
 // (BENCHMARKS.md, "Dense all-reduce between processes on one host"). This needs every rank to
 // pass a slice at the same offset of its allocation; otherwise the all-reduce copies, as for
 // any other vector, with the same result bits either way. DDP allocates its buckets here.

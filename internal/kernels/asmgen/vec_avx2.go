@@ -385,65 +385,12 @@ func genBatchNormPlanesAVX2() {
 		RET()
 	}
 
-	TEXT("dyStatsPlanesAVX2", NOSPLIT, "func(dy, x *float32, n, plane, stride int, mu float32) (sdy, sdyc float32)")
-	Doc("dyStatsPlanesAVX2 returns the sums of dy and dy·(x-mu) over the elements i·stride+j, i < n, j < plane (a multiple of 8) (AVX2, FMA); fixed summation order.")
-	{
-		dy, x := gp("dy"), gp("x")
-		ymu := bcastY("mu")
-		s, t := zeroedY(4), zeroedY(4)
-		planesAVX2("dyStatsPlanesAVX2", []reg.GPVirtual{dy, x}, func(cur []reg.GPVirtual, off, u int) {
-			g, d := YMM(), YMM()
-			VMOVUPS(Mem{Base: cur[0], Disp: off}, g)
-			VMOVUPS(Mem{Base: cur[1], Disp: off}, d)
-			VSUBPS(ymu, d, d)
-			VADDPS(g, s[u], s[u])
-			VFMADD231PS(d, g, t[u])
-		})
-		VMOVSS(reduceY(s), retAddr(0))
-		VMOVSS(reduceY(t), retAddr(1))
-		VZEROUPPER()
-		RET()
-	}
+	genDyStatsPlanesAVX2(false)
 
-	TEXT("affinePlanesAVX2", NOSPLIT, "func(dst, x *float32, n, plane, stride int, mu, a, b float32)")
-	Doc("affinePlanesAVX2 computes dst = (x-mu)*a + b at the elements i·stride+j, i < n, j < plane (a multiple of 8) (AVX2, fused multiply-add).")
-	{
-		d, x := gp("dst"), gp("x")
-		ymu, ya, yb := bcastY("mu"), bcastY("a"), bcastY("b")
-		planesAVX2("affinePlanesAVX2", []reg.GPVirtual{d, x}, func(cur []reg.GPVirtual, off, _ int) {
-			v := YMM()
-			VMOVUPS(Mem{Base: cur[1], Disp: off}, v)
-			VSUBPS(ymu, v, v)
-			VFMADD213PS(yb, ya, v)
-			VMOVUPS(v, Mem{Base: cur[0], Disp: off})
-		})
-		VZEROUPPER()
-		RET()
-	}
+	genAffinePlanesAVX2(false, false)
 
 	for _, acc := range []bool{false, true} {
-		name, op := "bnBwdSetPlanesAVX2", "="
-		if acc {
-			name, op = "bnBwdAccPlanesAVX2", "+="
-		}
-		TEXT(name, NOSPLIT, "func(dst, dy, x *float32, n, plane, stride int, mu, a, b, c float32)")
-		Doc(name + " computes dst " + op + " a*dy + (b*(x-mu) + c) at the elements i·stride+j, i < n, j < plane (a multiple of 8) (AVX2, FMA).")
-		d, dy, x := gp("dst"), gp("dy"), gp("x")
-		ymu, ya, yb, yc := bcastY("mu"), bcastY("a"), bcastY("b"), bcastY("c")
-		planesAVX2(name, []reg.GPVirtual{d, dy, x}, func(cur []reg.GPVirtual, off, _ int) {
-			v, g := YMM(), YMM()
-			VMOVUPS(Mem{Base: cur[2], Disp: off}, v)
-			VMOVUPS(Mem{Base: cur[1], Disp: off}, g)
-			VSUBPS(ymu, v, v)
-			VFMADD213PS(yc, yb, v)
-			VFMADD231PS(g, ya, v)
-			if acc {
-				VADDPS(Mem{Base: cur[0], Disp: off}, v, v)
-			}
-			VMOVUPS(v, Mem{Base: cur[0], Disp: off})
-		})
-		VZEROUPPER()
-		RET()
+		genBnBwdPlanesAVX2(acc, false)
 	}
 }
 
@@ -453,86 +400,158 @@ func genBatchNormPlanesAVX2() {
 // reluFwdAVX2 forward; reluBwdSetAVX2's masking, then dyStatsPlanesAVX2 or
 // bnBwd*PlanesAVX2 backward), so the results are bit-identical to theirs.
 func genBatchNormReluPlanesAVX2() {
-	for _, add := range []bool{false, true} {
-		name, sig, what := "affineReluPlanesAVX2", "func(dst, x *float32, n, plane, stride int, mu, a, b float32)", "max((x-mu)*a + b, 0)"
+	genAffinePlanesAVX2(true, false)
+	genAffinePlanesAVX2(true, true)
+	genDyStatsPlanesAVX2(true)
+	for _, acc := range []bool{false, true} {
+		genBnBwdPlanesAVX2(acc, true)
+	}
+}
+
+// zeroY returns a register holding 0 (the rectifier's and the mask's).
+func zeroY() reg.VecVirtual {
+	zero := YMM()
+	VXORPS(zero, zero, zero)
+	return zero
+}
+
+// maskedY loads dy where y > 0 and 0 elsewhere into g (reluBwdSetAVX2's masking).
+func maskedY(g reg.VecVirtual, zero reg.VecVirtual, dy, y Mem) {
+	VMOVUPS(y, g)
+	VCMPPS(U8(0x1e), zero, g, g) // y > 0 (GT_OQ)
+	VANDPS(dy, g, g)
+}
+
+// genAffinePlanesAVX2 is affinePlanesAVX2, dst = (x-mu)*a + b, or with relu its fused
+// forms affineReluPlanesAVX2 (max(…, 0)) and, with add, affineAddReluPlanesAVX2
+// (max(… + r, 0)).
+func genAffinePlanesAVX2(relu, add bool) {
+	name, sig := "affinePlanesAVX2", "func(dst, x *float32, n, plane, stride int, mu, a, b float32)"
+	doc := "affinePlanesAVX2 computes dst = (x-mu)*a + b at the elements i·stride+j, i < n, j < plane (a multiple of 8) (AVX2, fused multiply-add)."
+	switch {
+	case add:
+		name, sig = "affineAddReluPlanesAVX2", "func(dst, x, r *float32, n, plane, stride int, mu, a, b float32)"
+		doc = name + " computes dst = max(((x-mu)*a + b) + r, 0) at the elements i·stride+j, i < n, j < plane (a multiple of 8), NaN giving 0 (AVX2, fused multiply-add for the affine part)."
+	case relu:
+		name = "affineReluPlanesAVX2"
+		doc = name + " computes dst = max((x-mu)*a + b, 0) at the elements i·stride+j, i < n, j < plane (a multiple of 8), NaN giving 0 (AVX2, fused multiply-add for the affine part)."
+	}
+	TEXT(name, NOSPLIT, sig)
+	Doc(doc)
+	ptrs := []reg.GPVirtual{gp("dst"), gp("x")}
+	if add {
+		ptrs = append(ptrs, gp("r"))
+	}
+	ymu, ya, yb := bcastY("mu"), bcastY("a"), bcastY("b")
+	var zero reg.VecVirtual
+	if relu {
+		zero = zeroY()
+	}
+	planesAVX2(name, ptrs, func(cur []reg.GPVirtual, off, _ int) {
+		v := YMM()
+		VMOVUPS(Mem{Base: cur[1], Disp: off}, v)
+		VSUBPS(ymu, v, v)
+		VFMADD213PS(yb, ya, v)
 		if add {
-			name, sig, what = "affineAddReluPlanesAVX2", "func(dst, x, r *float32, n, plane, stride int, mu, a, b float32)", "max(((x-mu)*a + b) + r, 0)"
+			VADDPS(Mem{Base: cur[2], Disp: off}, v, v)
 		}
-		TEXT(name, NOSPLIT, sig)
-		Doc(name + " computes dst = " + what + " at the elements i·stride+j, i < n, j < plane (a multiple of 8), NaN giving 0 (AVX2, fused multiply-add for the affine part).")
-		ptrs := []reg.GPVirtual{gp("dst"), gp("x")}
-		if add {
-			ptrs = append(ptrs, gp("r"))
-		}
-		ymu, ya, yb := bcastY("mu"), bcastY("a"), bcastY("b")
-		zero := YMM()
-		VXORPS(zero, zero, zero)
-		planesAVX2(name, ptrs, func(cur []reg.GPVirtual, off, _ int) {
-			v := YMM()
-			VMOVUPS(Mem{Base: cur[1], Disp: off}, v)
-			VSUBPS(ymu, v, v)
-			VFMADD213PS(yb, ya, v)
-			if add {
-				VADDPS(Mem{Base: cur[2], Disp: off}, v, v)
-			}
+		if relu {
 			// Intel order: max(src1=v, src2=0) returns src2 when v is NaN.
 			VMAXPS(zero, v, v)
-			VMOVUPS(v, Mem{Base: cur[0], Disp: off})
-		})
-		VZEROUPPER()
-		RET()
-	}
-
-	TEXT("dyStatsReluPlanesAVX2", NOSPLIT, "func(dy, y, x *float32, n, plane, stride int, mu float32) (sdy, sdyc float32)")
-	Doc("dyStatsReluPlanesAVX2 returns the sums of g and g·(x-mu), g = dy where y > 0 and 0 elsewhere, over the elements i·stride+j, i < n, j < plane (a multiple of 8) (AVX2, FMA); dyStatsPlanesAVX2's summation order.")
-	{
-		dy, y, x := gp("dy"), gp("y"), gp("x")
-		ymu := bcastY("mu")
-		zero := YMM()
-		VXORPS(zero, zero, zero)
-		s, t := zeroedY(4), zeroedY(4)
-		planesAVX2("dyStatsReluPlanesAVX2", []reg.GPVirtual{dy, y, x}, func(cur []reg.GPVirtual, off, u int) {
-			g, d := YMM(), YMM()
-			VMOVUPS(Mem{Base: cur[1], Disp: off}, g)
-			VCMPPS(U8(0x1e), zero, g, g) // y > 0 (GT_OQ)
-			VANDPS(Mem{Base: cur[0], Disp: off}, g, g)
-			VMOVUPS(Mem{Base: cur[2], Disp: off}, d)
-			VSUBPS(ymu, d, d)
-			VADDPS(g, s[u], s[u])
-			VFMADD231PS(d, g, t[u])
-		})
-		VMOVSS(reduceY(s), retAddr(0))
-		VMOVSS(reduceY(t), retAddr(1))
-		VZEROUPPER()
-		RET()
-	}
-
-	for _, acc := range []bool{false, true} {
-		name, op := "bnBwdReluSetPlanesAVX2", "="
-		if acc {
-			name, op = "bnBwdReluAccPlanesAVX2", "+="
 		}
-		TEXT(name, NOSPLIT, "func(dst, dy, y, x *float32, n, plane, stride int, mu, a, b, c float32)")
-		Doc(name + " computes dst " + op + " a*g + (b*(x-mu) + c), g = dy where y > 0 and 0 elsewhere, at the elements i·stride+j, i < n, j < plane (a multiple of 8) (AVX2, FMA).")
-		d, dy, y, x := gp("dst"), gp("dy"), gp("y"), gp("x")
-		ymu, ya, yb, yc := bcastY("mu"), bcastY("a"), bcastY("b"), bcastY("c")
-		zero := YMM()
-		VXORPS(zero, zero, zero)
-		planesAVX2(name, []reg.GPVirtual{d, dy, y, x}, func(cur []reg.GPVirtual, off, _ int) {
-			v, g := YMM(), YMM()
-			VMOVUPS(Mem{Base: cur[3], Disp: off}, v)
-			VMOVUPS(Mem{Base: cur[2], Disp: off}, g)
-			VCMPPS(U8(0x1e), zero, g, g) // y > 0 (GT_OQ)
-			VANDPS(Mem{Base: cur[1], Disp: off}, g, g)
-			VSUBPS(ymu, v, v)
-			VFMADD213PS(yc, yb, v)
-			VFMADD231PS(g, ya, v)
-			if acc {
-				VADDPS(Mem{Base: cur[0], Disp: off}, v, v)
-			}
-			VMOVUPS(v, Mem{Base: cur[0], Disp: off})
-		})
-		VZEROUPPER()
-		RET()
+		VMOVUPS(v, Mem{Base: cur[0], Disp: off})
+	})
+	VZEROUPPER()
+	RET()
+}
+
+// genDyStatsPlanesAVX2 is dyStatsPlanesAVX2, the sums of dy and dy·(x-mu), or with relu
+// dyStatsReluPlanesAVX2, those of the masked dy.
+func genDyStatsPlanesAVX2(relu bool) {
+	name := "dyStatsPlanesAVX2"
+	sig := "func(dy, x *float32, n, plane, stride int, mu float32) (sdy, sdyc float32)"
+	doc := "dyStatsPlanesAVX2 returns the sums of dy and dy·(x-mu) over the elements i·stride+j, i < n, j < plane (a multiple of 8) (AVX2, FMA); fixed summation order."
+	if relu {
+		name = "dyStatsReluPlanesAVX2"
+		sig = "func(dy, y, x *float32, n, plane, stride int, mu float32) (sdy, sdyc float32)"
+		doc = "dyStatsReluPlanesAVX2 returns the sums of g and g·(x-mu), g = dy where y > 0 and 0 elsewhere, over the elements i·stride+j, i < n, j < plane (a multiple of 8) (AVX2, FMA); dyStatsPlanesAVX2's summation order."
 	}
+	TEXT(name, NOSPLIT, sig)
+	Doc(doc)
+	ptrs := []reg.GPVirtual{gp("dy")}
+	if relu {
+		ptrs = append(ptrs, gp("y"))
+	}
+	ptrs = append(ptrs, gp("x"))
+	ymu := bcastY("mu")
+	var zero reg.VecVirtual
+	if relu {
+		zero = zeroY()
+	}
+	s, t := zeroedY(4), zeroedY(4)
+	xi := len(ptrs) - 1
+	planesAVX2(name, ptrs, func(cur []reg.GPVirtual, off, u int) {
+		g, d := YMM(), YMM()
+		if relu {
+			maskedY(g, zero, Mem{Base: cur[0], Disp: off}, Mem{Base: cur[1], Disp: off})
+		} else {
+			VMOVUPS(Mem{Base: cur[0], Disp: off}, g)
+		}
+		VMOVUPS(Mem{Base: cur[xi], Disp: off}, d)
+		VSUBPS(ymu, d, d)
+		VADDPS(g, s[u], s[u])
+		VFMADD231PS(d, g, t[u])
+	})
+	VMOVSS(reduceY(s), retAddr(0))
+	VMOVSS(reduceY(t), retAddr(1))
+	VZEROUPPER()
+	RET()
+}
+
+// genBnBwdPlanesAVX2 is bnBwdSetPlanesAVX2 (bnBwdAccPlanesAVX2 with acc), dst = (or +=)
+// a*dy + (b*(x-mu) + c), or with relu bnBwdRelu{Set,Acc}PlanesAVX2 of the masked dy.
+func genBnBwdPlanesAVX2(acc, relu bool) {
+	kind, op := "Set", "="
+	if acc {
+		kind, op = "Acc", "+="
+	}
+	name := "bnBwd" + kind + "PlanesAVX2"
+	sig := "func(dst, dy, x *float32, n, plane, stride int, mu, a, b, c float32)"
+	doc := name + " computes dst " + op + " a*dy + (b*(x-mu) + c) at the elements i·stride+j, i < n, j < plane (a multiple of 8) (AVX2, FMA)."
+	if relu {
+		name = "bnBwdRelu" + kind + "PlanesAVX2"
+		sig = "func(dst, dy, y, x *float32, n, plane, stride int, mu, a, b, c float32)"
+		doc = name + " computes dst " + op + " a*g + (b*(x-mu) + c), g = dy where y > 0 and 0 elsewhere, at the elements i·stride+j, i < n, j < plane (a multiple of 8) (AVX2, FMA)."
+	}
+	TEXT(name, NOSPLIT, sig)
+	Doc(doc)
+	ptrs := []reg.GPVirtual{gp("dst"), gp("dy")}
+	if relu {
+		ptrs = append(ptrs, gp("y"))
+	}
+	ptrs = append(ptrs, gp("x"))
+	ymu, ya, yb, yc := bcastY("mu"), bcastY("a"), bcastY("b"), bcastY("c")
+	var zero reg.VecVirtual
+	if relu {
+		zero = zeroY()
+	}
+	xi := len(ptrs) - 1
+	planesAVX2(name, ptrs, func(cur []reg.GPVirtual, off, _ int) {
+		v, g := YMM(), YMM()
+		VMOVUPS(Mem{Base: cur[xi], Disp: off}, v)
+		if relu {
+			maskedY(g, zero, Mem{Base: cur[1], Disp: off}, Mem{Base: cur[2], Disp: off})
+		} else {
+			VMOVUPS(Mem{Base: cur[1], Disp: off}, g)
+		}
+		VSUBPS(ymu, v, v)
+		VFMADD213PS(yc, yb, v)
+		VFMADD231PS(g, ya, v)
+		if acc {
+			VADDPS(Mem{Base: cur[0], Disp: off}, v, v)
+		}
+		VMOVUPS(v, Mem{Base: cur[0], Disp: off})
+	})
+	VZEROUPPER()
+	RET()
 }
