@@ -175,11 +175,12 @@
 // rank's vector of at least 64 KiB (shorter ones cost less to copy than the extra barrier) lies in
 // such a buffer at the same offset (each rank writes where its vector lies
 // into its slot before the first barrier, so all ranks choose alike), the shared all-reduce
-// reads the peers' vectors where they are: in steps of 1 MiB per rank, rank r sums block r of
+// reads the peers' vectors where they are: in steps of 1 MiB of the vector, rank r sums block r of
 // every rank's vector (the same tree, so the same bits) into its own vector; after a barrier it
 // copies the other blocks' sums from their owners' vectors, while summing the next step's block.
 // No copy through the reduce slots: per rank about 2.75 n elements of memory traffic instead of
-// about 4.75 n. The counters are the copying way's. Anything else (one rank's vector in ordinary
+// about 4.75 n. The counters count the words as the copying way does (what a rank reads from its
+// peers and they from it), and 2 rounds per step. Anything else (one rank's vector in ordinary
 // memory, different offsets) takes the copying way, with the same result. DDP allocates its
 // buckets with AllocShared, so its dense all-reduce runs this way on one host. The buffers stay
 // valid after Close (they become private memory) and live as long as the process.

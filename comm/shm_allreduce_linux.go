@@ -215,7 +215,7 @@ func (g *shmGroup) countReduce(offs []int, esz int) {
 	g.counters.AddRound(2)
 }
 
-// zeroCopyChunk is the vector bytes per rank one step of the in-place all-reduce covers: the
+// zeroCopyChunk is the bytes of the vector one step of the in-place all-reduce covers: the
 // blocks a rank sums in one step are still in the caches when the others copy them out in the
 // next.
 const zeroCopyChunk = 1 << 20

@@ -303,6 +303,7 @@ func benchComm(args []string, stdout io.Writer, lookup func(string) (string, boo
 		fmt.Fprintf(stdout, "%-36s %8s %7s %10s %7s %15s %15s %8s %8s\n", "hook", "density", "buckets", "time_ms", "rounds", "bytes_received", "words_received", "union/k", "overlap")
 	}
 	var results []commResult
+	var sharedFlat []float32 // the launched ranks' buckets (rankHook)
 	for i, row := range rows {
 		var res commResult
 		h, err := row.config.New() // for its description; the runs build their own
@@ -320,7 +321,7 @@ func benchComm(args []string, stdout io.Writer, lookup func(string) (string, boo
 			res = commResult{Hook: row.label, Workers: *workers, N: nn.NumParams(src.params), Refused: refusal.Error()}
 		case rank >= 0:
 			runtime.GC() // the previous hook's residuals are garbage: do not bill their collection here
-			if res, err = rankHook(ctx, g, row, src, *warmup, *iters); err != nil {
+			if res, err = rankHook(ctx, g, row, src, &sharedFlat, *warmup, *iters); err != nil {
 				return fmt.Errorf("bench comm: %s: %w", row.label, err)
 			}
 		default:

@@ -107,7 +107,12 @@ func (b *benchBucket) Params() []*nn.Param { return b.params }
 func (b *benchBucket) Offsets() []int      { return b.offsets }
 func (b *benchBucket) Tag() uint32         { return 1<<16 + uint32(b.index)*ddp.TagsPerBucket }
 
-func newBenchBuckets(params []*nn.Param, plan [][]int) []*benchBucket {
+// newBenchBuckets builds plan's buckets over consecutive slices of flat (nil: ordinary
+// memory), which holds at least the plan's elements.
+func newBenchBuckets(params []*nn.Param, plan [][]int, flat []float32) []*benchBucket {
+	if flat == nil {
+		flat = make([]float32, planElements(params, plan))
+	}
 	bs := make([]*benchBucket, len(plan))
 	for i, group := range plan {
 		b := &benchBucket{index: i, last: i == len(plan)-1, members: group}
@@ -117,10 +122,21 @@ func newBenchBuckets(params []*nn.Param, plan [][]int) []*benchBucket {
 			b.offsets = append(b.offsets, n)
 			n += params[pi].Len()
 		}
-		b.flat = make([]float32, n)
+		b.flat, flat = flat[:n:n], flat[n:]
 		bs[i] = b
 	}
 	return bs
+}
+
+// planElements is the number of gradient elements plan's buckets hold.
+func planElements(params []*nn.Param, plan [][]int) int {
+	n := 0
+	for _, group := range plan {
+		for _, pi := range group {
+			n += params[pi].Len()
+		}
+	}
+	return n
 }
 
 // benchOptions are what benchHook needs besides the hook and the gradients.
@@ -183,7 +199,7 @@ func benchHook(row hookRow, src *gradSource, o benchOptions) (commResult, error)
 	}
 	buckets := make([][]*benchBucket, p)
 	for r := range p {
-		buckets[r] = newBenchBuckets(src.params, plan)
+		buckets[r] = newBenchBuckets(src.params, plan, nil)
 	}
 	var overlap *overlapTracker
 	if o.overlapDensity > 0 {
@@ -260,7 +276,11 @@ func commSummary(spec string, p, n, buckets int, times []float64, rounds, bytes 
 // runs the hook on every bucket in plan order, as DDP does; a call's time is the slowest
 // rank's and its counts the maxima over ranks, so every rank returns what benchHook would.
 // Overlap is not measured (no process sees the others' selections).
-func rankHook(ctx context.Context, g comm.Group, row hookRow, src *gradSource, warmup, iters int) (commResult, error) {
+//
+// The buckets lie in shared buffers, as DDP's (comm.AllocShared, made by the first call into
+// *flat, which every rank's call reaches alike, and reused by the next hooks): on one host the
+// dense all-reduce reads them in place.
+func rankHook(ctx context.Context, g comm.Group, row hookRow, src *gradSource, flat *[]float32, warmup, iters int) (commResult, error) {
 	h, err := row.config.New()
 	if err != nil {
 		return commResult{}, err
@@ -269,7 +289,12 @@ func rankHook(ctx context.Context, g comm.Group, row hookRow, src *gradSource, w
 	if err != nil {
 		return commResult{}, err
 	}
-	buckets := [][]*benchBucket{newBenchBuckets(src.params, plan)}
+	if *flat == nil {
+		if *flat, err = comm.AllocShared[float32](ctx, g, tagBenchAlloc, planElements(src.params, plan)); err != nil {
+			return commResult{}, fmt.Errorf("rank %d: %w", g.Rank(), err)
+		}
+	}
+	buckets := [][]*benchBucket{newBenchBuckets(src.params, plan, *flat)}
 	var mine []float64 // per timed call: ms, rounds, bytes received, bytes received from other nodes
 	for call := range warmup + iters {
 		if err := fill(src, call, buckets); err != nil {
