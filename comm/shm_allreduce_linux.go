@@ -282,19 +282,22 @@ func shmZeroCopyAllReduce[T Element](ctx context.Context, g *shmGroup, tag uint3
 	chunk := max(zeroCopyChunk/esz/p*p, p)
 	passes := (len(buf) + chunk - 1) / chunk
 	peers := make([][]T, p)
-	for q := range p {
+	for q, m := range g.arenaMaps(k) {
 		if q == r {
 			peers[q] = buf
 		} else {
-			m := g.peerArena(k, q)
 			peers[q] = unsafe.Slice((*T)(unsafe.Pointer(&m[off])), len(buf))
 		}
 	}
-	ops := make([][]T, p)
-	var offs []int
-	reduce := func(i int) {
+	// step is step i's first element and the bounds of its P blocks.
+	step := func(i int) (int, []int) {
 		base := i * chunk
-		_, offs = blockCounts(min(chunk, len(buf)-base), p)
+		_, offs := blockCounts(min(chunk, len(buf)-base), p)
+		return base, offs
+	}
+	ops := make([][]T, p)
+	reduce := func(i int) {
+		base, offs := step(i)
 		lo, hi := base+offs[r], base+offs[r+1]
 		if hi == lo {
 			return
@@ -310,8 +313,7 @@ func shmZeroCopyAllReduce[T Element](ctx context.Context, g *shmGroup, tag uint3
 		}
 	}
 	gather := func(i int) {
-		base := i * chunk
-		_, offs := blockCounts(min(chunk, len(buf)-base), p)
+		base, offs := step(i)
 		for j := range p {
 			if j != r {
 				lo, hi := base+offs[j], base+offs[j+1]

@@ -173,11 +173,11 @@ func (g *shmGroup) arenaOf(p unsafe.Pointer, bytes int) (k, off int, ok bool) {
 	return 0, 0, false
 }
 
-// peerArena is rank r's buffer of allocation k as mapped here.
-func (g *shmGroup) peerArena(k, r int) []byte {
+// arenaMaps is every rank's buffer of allocation k as mapped here, by rank.
+func (g *shmGroup) arenaMaps(k int) [][]byte {
 	g.arenaMu.Lock()
 	defer g.arenaMu.Unlock()
-	return g.arenas[k].maps[r]
+	return g.arenas[k].maps
 }
 
 // closeArenas unmaps the peers' buffers and turns this rank's own into private memory with the
