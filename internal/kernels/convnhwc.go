@@ -108,10 +108,11 @@ func padNHWCChannels(px, img []float32, from, c, hw, y, w int) {
 
 // NHWCToNCHW writes src, an [n, plane, c] array, into dst as [n, c, plane],
 // adding bias[ch] to channel ch when bias is non-nil and accumulating into
-// dst instead of overwriting it when accumulate is set. With at least a
-// tile of pixels and a multiple of the tile in channels it transposes 16×16
-// (AVX-512) or 8×8 (AVX2) tiles in registers, otherwise eight channels at a
-// time. Parallel.
+// dst instead of overwriting it when accumulate is set (dst + (src + bias),
+// or dst + src without a bias). With at least a tile of pixels and a
+// multiple of the tile in channels it transposes 16×16 (AVX-512) or 8×8
+// (AVX2) tiles in registers (through a scratch block when accumulating),
+// otherwise eight channels at a time. Parallel.
 func NHWCToNCHW(dst, src []float32, n, plane, c int, bias []float32, accumulate bool) {
 	layoutCheck("NHWCToNCHW", dst, src, c, n, plane)
 	if bias != nil && len(bias) != c {
@@ -122,8 +123,12 @@ func NHWCToNCHW(dst, src []float32, n, plane, c int, bias []float32, accumulate 
 	if tr == nil {
 		tr, ts = v.transpose8, 8
 	}
-	if tr == nil || accumulate || c%ts != 0 || plane < ts {
+	if tr == nil || c%ts != 0 || plane < ts {
 		nhwcToNCHW8(dst, src, n, plane, c, bias, accumulate)
+		return
+	}
+	if accumulate {
+		nhwcAddToNCHW(dst, src, n, plane, c, bias, tr, ts)
 		return
 	}
 	parallelFor(n, plane*c, func(lo, hi int) {
@@ -140,11 +145,59 @@ func NHWCToNCHW(dst, src []float32, n, plane, c int, bias []float32, accumulate 
 					b = bias[ch]
 				}
 				row := d[ch*plane : (ch+1)*plane]
-				if b != 0 {
+				if bias != nil {
 					v.affine(row[:p], row[:p], 0, 1, b)
 				}
 				for q := p; q < plane; q++ {
-					row[q] = s[q*c+ch] + b
+					row[q] = s[q*c+ch]
+					if bias != nil {
+						row[q] += b
+					}
+				}
+			}
+		}
+	})
+}
+
+// nhwcAddToNCHW is NHWCToNCHW with accumulate for c a multiple of the tile
+// ts and plane ≥ ts: each image's pixels go in blocks through a scratch
+// [c, block] array (transposed by tr, the bias added there), which one
+// vector add per channel adds to dst; the pixels after the last whole tile
+// go one at a time. The same additions as nhwcToNCHW8's, bit for bit.
+func nhwcAddToNCHW(dst, src []float32, n, plane, c int, bias []float32, tr func(dst []float32, ldd int, src []float32, lds, blocks int), ts int) {
+	v := impl.vec
+	// Blocks of at most 64 KiB of scratch, whole tiles.
+	blk := min(plane/ts*ts, max(ts, 16384/c/ts*ts))
+	parallelFor(n, plane*c, func(lo, hi int) {
+		tb := getShared(c * blk)
+		defer putShared(tb)
+		whole := plane / ts * ts
+		for img := lo; img < hi; img++ {
+			s := src[img*plane*c : (img+1)*plane*c]
+			d := dst[img*c*plane : (img+1)*c*plane]
+			for p := 0; p < whole; p += blk {
+				w := min(blk, whole-p)
+				t := (*tb)[:c*w]
+				for q := 0; q < w; q += ts {
+					tr(t[q:], w, s[(p+q)*c:], c, c/ts)
+				}
+				for ch := range c {
+					row := t[ch*w : (ch+1)*w]
+					if bias != nil {
+						v.affine(row, row, 0, 1, bias[ch])
+					}
+					dr := d[ch*plane+p : ch*plane+p+w]
+					v.add(dr, dr, row)
+				}
+			}
+			for ch := range c {
+				row := d[ch*plane : (ch+1)*plane]
+				for q := whole; q < plane; q++ {
+					x := s[q*c+ch]
+					if bias != nil {
+						x += bias[ch]
+					}
+					row[q] += x
 				}
 			}
 		}
@@ -167,7 +220,10 @@ func nhwcToNCHW8(dst, src []float32, n, plane, c int, bias []float32, accumulate
 					}
 					row := d[ch*plane : (ch+1)*plane]
 					for p := range row {
-						v := s[p*c+ch] + b
+						v := s[p*c+ch]
+						if bias != nil {
+							v += b
+						}
 						if accumulate {
 							v += row[p]
 						}
@@ -184,6 +240,20 @@ func nhwcToNCHW8(dst, src []float32, n, plane, c int, bias []float32, accumulate
 			r2, r3 := d[(ch0+2)*plane:(ch0+3)*plane], d[(ch0+3)*plane:(ch0+4)*plane]
 			r4, r5 := d[(ch0+4)*plane:(ch0+5)*plane], d[(ch0+5)*plane:(ch0+6)*plane]
 			r6, r7 := d[(ch0+6)*plane:(ch0+7)*plane], d[(ch0+7)*plane:(ch0+8)*plane]
+			if accumulate && bias == nil {
+				for p := range r0 {
+					v := (*[8]float32)(s[p*c+ch0:])
+					r0[p] += v[0]
+					r1[p] += v[1]
+					r2[p] += v[2]
+					r3[p] += v[3]
+					r4[p] += v[4]
+					r5[p] += v[5]
+					r6[p] += v[6]
+					r7[p] += v[7]
+				}
+				continue
+			}
 			if accumulate {
 				for p := range r0 {
 					v := (*[8]float32)(s[p*c+ch0:])
@@ -195,6 +265,14 @@ func nhwcToNCHW8(dst, src []float32, n, plane, c int, bias []float32, accumulate
 					r5[p] += v[5] + b[5]
 					r6[p] += v[6] + b[6]
 					r7[p] += v[7] + b[7]
+				}
+				continue
+			}
+			if bias == nil {
+				for p := range r0 {
+					v := (*[8]float32)(s[p*c+ch0:])
+					r0[p], r1[p], r2[p], r3[p] = v[0], v[1], v[2], v[3]
+					r4[p], r5[p], r6[p], r7[p] = v[4], v[5], v[6], v[7]
 				}
 				continue
 			}

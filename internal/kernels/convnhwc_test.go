@@ -309,3 +309,94 @@ func ExampleConvNHWC() {
 	fmt.Println(y)
 	// Output: [12 21 16 27 45 33 24 39 28]
 }
+
+// TestNHWCToNCHWBits checks NHWCToNCHW bit for bit against the element loop
+// dst = src (+ bias) or dst += src (+ bias) on every implementation and
+// goroutine count, for channel counts on and off the transposes' tiles, maps
+// smaller than a tile, maps of a tile plus a remainder and maps larger than
+// the accumulating path's scratch block, with signed zeros, infinities and
+// NaNs among the values.
+func TestNHWCToNCHWBits(t *testing.T) {
+	forEachImpl(t, func(t *testing.T) {
+		r := rand.New(rand.NewPCG(13, 14))
+		special := []float32{0, float32(math.Copysign(0, -1)), float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN())}
+		fill := func(n int) []float32 {
+			s := randSlice(r, n)
+			for i := range s {
+				if r.IntN(8) == 0 {
+					s[i] = special[r.IntN(len(special))]
+				}
+			}
+			return s
+		}
+		for _, c := range []int{5, 8, 16, 24, 64, 512} {
+			for _, plane := range []int{4, 8, 9, 17, 64, 100, 1024} {
+				for _, n := range []int{1, 3} {
+					src, prev, bias := fill(n*plane*c), fill(n*plane*c), fill(c)
+					for _, acc := range []bool{false, true} {
+						for _, withBias := range []bool{false, true} {
+							var bs []float32
+							if withBias {
+								bs = bias
+							}
+							want := append([]float32(nil), prev...)
+							for img := range n {
+								for ch := range c {
+									for p := range plane {
+										v := src[(img*plane+p)*c+ch]
+										if bs != nil {
+											v += bs[ch]
+										}
+										i := (img*c+ch)*plane + p
+										if acc {
+											v = want[i] + v
+										}
+										want[i] = v
+									}
+								}
+							}
+							for _, procs := range []int{1, 3} {
+								got := append([]float32(nil), prev...)
+								withProcs(procs, func() { NHWCToNCHW(got, src, n, plane, c, bs, acc) })
+								for i := range want {
+									if !sameValue(got[i], want[i]) {
+										t.Fatalf("c %d, plane %d, n %d, accumulate %v, bias %v, %d goroutines: element %d = %g, want %g",
+											c, plane, n, acc, withBias, procs, i, got[i], want[i])
+									}
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	})
+}
+
+// sameValue reports whether x and y have the same bits, or are both NaN
+// (which NaN an addition of two NaNs returns depends on the operand order
+// an instruction takes).
+func sameValue(x, y float32) bool {
+	return math.Float32bits(x) == math.Float32bits(y) || x != x && y != y
+}
+
+// BenchmarkNHWCToNCHW times the layout pass after ConvNHWC at ResNet's batch-32
+// CIFAR shapes, overwriting and accumulating (the input gradient of a layer
+// whose input also feeds the residual path):
+//
+//	go test -run '^$' -bench NHWCToNCHW ./internal/kernels/
+func BenchmarkNHWCToNCHW(b *testing.B) {
+	for _, l := range []struct{ c, hw int }{{16, 32}, {32, 16}, {64, 8}, {256, 16}, {2048, 2}} {
+		n, plane := 32, l.hw*l.hw
+		src := randSlice(rand.New(rand.NewPCG(1, 2)), n*plane*l.c)
+		dst := make([]float32, len(src))
+		for _, acc := range []bool{false, true} {
+			b.Run(fmt.Sprintf("c%d_hw%d/accumulate=%v", l.c, l.hw, acc), func(b *testing.B) {
+				b.SetBytes(int64(len(src) * 4))
+				for range b.N {
+					NHWCToNCHW(dst, src, n, plane, l.c, nil, acc)
+				}
+			})
+		}
+	}
+}

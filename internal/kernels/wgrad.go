@@ -63,18 +63,40 @@ func ConvWeightGradNHWC(g ConvGeom, xp, dy []float32, m, ldd int, dw []float32) 
 	// perm[o][(i·KW + jj)·C + c] → dw[o][(c·KH + i)·KW + jj]
 	kk := g.KH * g.KW
 	parallelFor(m, n, func(lo, hi int) {
+		tb := getShared(n)
 		for o := lo; o < hi; o++ {
-			src := perm[o*n : (o+1)*n]
-			dst := dw[o*n : (o+1)*n]
-			for ij := range kk {
-				run := src[ij*g.C : (ij+1)*g.C]
-				for c, v := range run {
-					dst[c*kk+ij] += v
-				}
-			}
+			addTapsToChannels(dw[o*n:(o+1)*n], perm[o*n:(o+1)*n], *tb, g.C, kk)
 		}
+		putShared(tb)
 	})
 	putShared(pb)
+}
+
+// addTapsToChannels adds src, one output channel's weight gradient in tap-major
+// order [kk][c], to dst in the weight's channel-major order [c][kk]:
+// dst[ch·kk+ij] += src[ij·c+ch]. src is reordered into tmp (len(dst)
+// elements of scratch), eight channels at a time (eight contiguous reads
+// per tap, 8·kk contiguous writes), and added with one vector add: the same
+// additions as the element loop, without its strided read-modify-writes.
+func addTapsToChannels(dst, src, tmp []float32, c, kk int) {
+	if kk > 1 {
+		ch := 0
+		for ; ch+8 <= c; ch += 8 {
+			t := tmp[ch*kk : (ch+8)*kk]
+			for ij := range kk {
+				s := (*[8]float32)(src[ij*c+ch:])
+				t[ij], t[kk+ij], t[2*kk+ij], t[3*kk+ij] = s[0], s[1], s[2], s[3]
+				t[4*kk+ij], t[5*kk+ij], t[6*kk+ij], t[7*kk+ij] = s[4], s[5], s[6], s[7]
+			}
+		}
+		for ij := range kk {
+			for i, x := range src[ij*c+ch : (ij+1)*c] {
+				tmp[(ch+i)*kk+ij] = x
+			}
+		}
+		src = tmp[:len(dst)]
+	}
+	impl.vec.add(dst, dst, src)
 }
 
 // minNHWCChannels is the channel count from which ConvWeightGrad's NHWC path
