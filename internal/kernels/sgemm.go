@@ -12,7 +12,8 @@ import (
 // op(B) is k×n: if transB, B is stored n×k (ldb >= k), else k×n (ldb >= n). C is m×n (ldc >= n).
 // beta == 0 means C is overwritten (NaNs in C are not propagated). Parallel over GOMAXPROCS.
 // Deterministic: the summation order for each C element never depends on scheduling or the
-// goroutine count (parallelise over M/N blocks only, never split K across goroutines).
+// goroutine count (parallelise over M/N blocks only, never split K across goroutines; only
+// ConvWeightGradNHWC splits K, into chunks of a fixed length).
 func Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	if m < 0 || n < 0 || k < 0 {
 		panic(fmt.Sprintf("kernels.Sgemm: negative dimension m=%d n=%d k=%d", m, n, k))
@@ -63,7 +64,16 @@ func (j *gemmJob) execute() {
 		j.pixOffs = *so
 		pixelOffsets(j.geom, 0, j.pixOffs)
 	}
+	var sp *[]float32
+	if j.nKChunks > 1 {
+		sp = getShared((j.nKChunks - 1) * j.m * j.n)
+		j.partial = *sp
+	}
 	dispatch(j, &j.wg, min(nw, j.units))
+	if sp != nil {
+		j.addPartials()
+		putShared(sp)
+	}
 	if so != nil {
 		sharedInts.put(so)
 	}
@@ -73,8 +83,22 @@ func (j *gemmJob) execute() {
 	if sb != nil {
 		putShared(sb)
 	}
-	j.a, j.b, j.c, j.x, j.sharedA, j.sharedB, j.pixOffs = nil, nil, nil, nil, nil, nil, nil
+	j.a, j.b, j.c, j.x, j.sharedA, j.sharedB, j.pixOffs, j.partial = nil, nil, nil, nil, nil, nil, nil, nil
 	jobPool.Put(j)
+}
+
+// addPartials adds the K chunks' partial products to C in chunk order, rows
+// in parallel.
+func (j *gemmJob) addPartials() {
+	mn := j.m * j.n
+	parallelFor(j.m, j.n*(j.nKChunks-1), func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			row := j.c[i*j.ldc : i*j.ldc+j.n]
+			for q := range j.nKChunks - 1 {
+				j.p.vec.add(row, row, j.partial[q*mn+i*j.n:q*mn+(i+1)*j.n])
+			}
+		}
+	})
 }
 
 // bufPool holds whole-operand buffers between calls. Unlike a sync.Pool it
@@ -285,6 +309,12 @@ type gemmJob struct {
 	sharedA, sharedB []float32
 	mPad, nPad       int
 	pixOffs          []int // nhwcIndirectB: the pixel offsets of all of K, shared by the units (nil: per block)
+	// kChunk > 0 (a convolution's weight gradient) lets plan split K into
+	// chunks of kChunk, a length that does not depend on the goroutine count:
+	// chunk 0 goes to C, chunk q ≥ 1 to partial[(q-1)·m·n:] (m×n, row stride
+	// n), and execute adds the partials to C in chunk order.
+	kChunk, nKChunks int
+	partial          []float32
 	next             atomic.Int64
 	wg               joiner
 }
@@ -295,10 +325,30 @@ var jobPool = sync.Pool{New: func() any { return new(gemmJob) }}
 // micro-tiles.
 const longK = 1024
 
-// plan splits C into units. Each unit covers all of K, so the per-element
-// summation order depends only on KC, never on the split.
+// maxKChunkedC is the largest C (elements) whose K a gemmJob with kChunk
+// splits: the partials then take at most 256 KiB each.
+const maxKChunkedC = 1 << 16
+
+// plan splits C into units. Each unit covers all of K, or (kChunk) one
+// chunk of K, so the per-element summation order depends only on KC and
+// kChunk, never on the split.
 func (j *gemmJob) plan(nw int) {
 	p := j.p
+	j.nKChunks = 1
+	if j.kChunk > 0 && j.k > j.kChunk && j.m*j.n <= maxKChunkedC {
+		// A small C over a long K (ResNet-20's first weight gradients: 16 × 144
+		// over 32,768 pixels): units that each walked all of K for a micro-tile
+		// of C streamed the image and dy from L3 once per tile. Chunks of K
+		// with all of C (or a few column chunks) keep both in L1/L2.
+		j.kChunk = roundUp(j.kChunk, p.kc) // chunks start on KC blocks (sharedA's)
+		j.nKChunks = ceilDiv(j.k, j.kChunk)
+		j.rowChunk, j.nRowChunks = j.m, 1
+		cols := min(ceilDiv(4*nw, j.nKChunks), ceilDiv(j.n, p.nr))
+		j.colChunk = roundUp(ceilDiv(j.n, max(cols, 1)), p.nr)
+		j.nColChunks = ceilDiv(j.n, j.colChunk)
+		j.units = j.nKChunks * j.nColChunks
+		return
+	}
 	// Prefer splitting N (keeps B packed once); columns chunks stay >= 128 wide
 	// and row chunks >= 4·MR.
 	j.split(nw, 4*nw, 128, 4*p.mr)
@@ -348,24 +398,34 @@ func (j *gemmJob) run() {
 		if ws == nil {
 			ws = getWorkspace(j.p)
 		}
+		kq, u := u/(j.nRowChunks*j.nColChunks), u%(j.nRowChunks*j.nColChunks)
 		ri, ci := u/j.nColChunks, u%j.nColChunks
 		i0, j0 := ri*j.rowChunk, ci*j.colChunk
-		j.block(ws, i0, min(i0+j.rowChunk, j.m), j0, min(j0+j.colChunk, j.n))
+		c, ldc, beta := j.c, j.ldc, j.beta
+		k0, k1 := 0, j.k
+		if j.nKChunks > 1 {
+			k0, k1 = kq*j.kChunk, min((kq+1)*j.kChunk, j.k)
+			if kq > 0 {
+				c, ldc, beta = j.partial[(kq-1)*j.m*j.n:], j.n, 0
+			}
+		}
+		j.block(ws, i0, min(i0+j.rowChunk, j.m), j0, min(j0+j.colChunk, j.n), k0, k1, c, ldc, beta)
 	}
 	if ws != nil {
 		putWorkspace(ws)
 	}
 }
 
-// block computes C[i0:i1, j0:j1] with the BLIS loop nest.
-func (j *gemmJob) block(ws *workspace, i0, i1, j0, j1 int) {
+// block computes c[i0:i1, j0:j1] = beta·c + the product over K's [k0, k1)
+// with the BLIS loop nest (k0 a multiple of KC).
+func (j *gemmJob) block(ws *workspace, i0, i1, j0, j1, k0, k1 int, c []float32, ldc int, beta0 float32) {
 	p := j.p
 	for jc := j0; jc < j1; jc += p.nc {
 		nc := min(p.nc, j1-jc)
-		for pc := 0; pc < j.k; pc += p.kc {
-			kc := min(p.kc, j.k-pc)
-			beta := j.beta
-			if pc > 0 {
+		for pc := k0; pc < k1; pc += p.kc {
+			kc := min(p.kc, k1-pc)
+			beta := beta0
+			if pc > k0 {
 				beta = 1
 			}
 			bp := ws.b
@@ -389,18 +449,18 @@ func (j *gemmJob) block(ws *workspace, i0, i1, j0, j1 int) {
 				} else {
 					j.packA(ic, mc, pc, kc, ap)
 				}
-				j.macro(ws, ap, bp, offs, ic, mc, jc, nc, kc, beta)
+				j.macro(ws, ap, bp, offs, ic, mc, jc, nc, kc, c, ldc, beta)
 			}
 		}
 	}
 }
 
 // macro runs the micro-kernel over an mc×nc block of C from packed panels.
-func (j *gemmJob) macro(ws *workspace, pa, pb []float32, offs []int, ic, mc, jc, nc, kc int, beta float32) {
+func (j *gemmJob) macro(ws *workspace, pa, pb []float32, offs []int, ic, mc, jc, nc, kc int, c []float32, ldc int, beta float32) {
 	p := j.p
 	mr, nr := p.mr, p.nr
 	kern := p.kernel
-	c, ldc, alpha := j.c, j.ldc, j.alpha
+	alpha := j.alpha
 	indirect := j.bsrc == nhwcIndirectB // alpha is 1; columns are (tap, channel)
 	for jr := 0; jr < nc; jr += nr {
 		nrr := min(nr, nc-jr)

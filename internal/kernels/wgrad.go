@@ -31,7 +31,11 @@ func ConvWeightGrad(g ConvGeom, x, dy []float32, m, ldd int, dw []float32) {
 
 // ConvWeightGradNHWC is ConvWeightGrad for an input already copied by
 // PadNHWC(g, x, xp) (the forward pass of ConvNHWC keeps that copy): it adds
-// dY · im2col(x)ᵀ to dw [M, C, KH, KW] for any channel count.
+// dY · im2col(x)ᵀ to dw [M, C, KH, KW] for any channel count. When dw is
+// small (at most 64 Ki elements) and the batch has more than wgradKChunk
+// output pixels, the reduction runs in chunks of wgradKChunk pixels whose
+// sums are added in chunk order: deterministic, and the same for every
+// goroutine count, but not the bits of one unbroken reduction.
 func ConvWeightGradNHWC(g ConvGeom, xp, dy []float32, m, ldd int, dw []float32) {
 	g.checkImage("ConvWeightGradNHWC", g.N*g.C*g.H*g.W)
 	gp := g
@@ -57,7 +61,7 @@ func ConvWeightGradNHWC(g ConvGeom, xp, dy []float32, m, ldd int, dw []float32) 
 	}
 	*j = gemmJob{
 		p: impl, m: m, n: n, k: k, alpha: 1, beta: 0,
-		a: dy, lda: ldd, c: perm, ldc: n, bsrc: src, geom: gp, x: xp,
+		a: dy, lda: ldd, c: perm, ldc: n, bsrc: src, geom: gp, x: xp, kChunk: wgradKChunk,
 	}
 	j.execute()
 	// perm[o][(i·KW + jj)·C + c] → dw[o][(c·KH + i)·KW + jj]
@@ -98,6 +102,11 @@ func addTapsToChannels(dst, src, tmp []float32, c, kk int) {
 	}
 	impl.vec.add(dst, dst, src)
 }
+
+// wgradKChunk is the reduction length (pixels) into which ConvWeightGradNHWC
+// splits K when C is small (gemmJob.kChunk): fixed, so that the summation
+// order does not depend on the goroutine count.
+const wgradKChunk = 2048
 
 // minNHWCChannels is the channel count from which ConvWeightGrad's NHWC path
 // pays: below it the contiguous channel runs are too short to beat the gather.

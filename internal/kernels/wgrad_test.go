@@ -95,3 +95,70 @@ func TestAddTapsToChannels(t *testing.T) {
 		}
 	})
 }
+
+// TestConvWeightGradChunkedK covers ConvWeightGradNHWC's split of a long
+// reduction into fixed chunks (small C, more than wgradKChunk pixels): the
+// result against the float64 reference, with a non-zero dw and a row stride
+// of dY larger than its width, and the same bits for every goroutine count.
+func TestConvWeightGradChunkedK(t *testing.T) {
+	forEachImpl(t, func(t *testing.T) {
+		r := rand.New(rand.NewPCG(15, 16))
+		for _, g := range []ConvGeom{
+			{N: 3, C: 16, H: 32, W: 32, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1}, // 3,072 pixels: 2 chunks
+			{N: 8, C: 32, H: 32, W: 32, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 2, StrideW: 2}, // 2,048: 1 chunk
+			{N: 9, C: 24, H: 31, W: 29, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1}, // 8,091: 4 chunks, a short last one
+			{N: 5, C: 16, H: 20, W: 24, KH: 1, KW: 1, PadH: 0, PadW: 0, StrideH: 1, StrideW: 1}, // 1×1
+		} {
+			for _, m := range []int{5, 16} {
+				name := fmt.Sprintf("%+v/m%d", g, m)
+				x := randSlice(r, g.N*g.C*g.H*g.W)
+				kdim, cols := g.ColRows(), g.ColCols()
+				ldd := cols + 5
+				dy := randSlice(r, m*ldd)
+				dw0 := randSlice(r, m*kdim)
+				col := make([]float32, kdim*cols)
+				Im2col(g, x, col)
+				want, tol := naiveSgemm(false, true, m, kdim, cols, 1, dy, ldd, col, cols, 1, dw0, kdim)
+				xp := make([]float32, PaddedLen(g))
+				PadNHWC(g, x, xp)
+				var first []float32
+				for _, procs := range []int{1, 2, 3, 8} {
+					dw := append([]float32(nil), dw0...)
+					withProcs(procs, func() { ConvWeightGradNHWC(g, xp, dy, m, ldd, dw) })
+					for i := range want {
+						if d := math.Abs(float64(dw[i]) - want[i]); !(d <= tol[i]) {
+							t.Fatalf("%s, %d goroutines: dw[%d] = %g, want %g (tol %g)", name, procs, i, dw[i], want[i], tol[i])
+						}
+					}
+					if first == nil {
+						first = dw
+					} else if !sameBits(dw, first) {
+						t.Fatalf("%s: %d goroutines give other bits than 1", name, procs)
+					}
+				}
+			}
+		}
+	})
+}
+
+// BenchmarkConvWeightGrad times ConvWeightGradNHWC at ResNet's batch-32 CIFAR
+// 3×3 shapes (a small dw over 2,048–32,768 pixels) and a VGG one:
+//
+//	go test -run '^$' -bench ConvWeightGrad ./internal/kernels/
+func BenchmarkConvWeightGrad(b *testing.B) {
+	for _, l := range []struct{ c, o, hw int }{{16, 16, 32}, {32, 32, 16}, {64, 64, 8}, {256, 256, 8}} {
+		g := ConvGeom{N: 32, C: l.c, H: l.hw, W: l.hw, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1}
+		r := rand.New(rand.NewPCG(1, 1))
+		xp := make([]float32, PaddedLen(g))
+		PadNHWC(g, randSlice(r, g.N*g.C*g.H*g.W), xp)
+		cols := g.ColCols()
+		dy := randSlice(r, l.o*cols)
+		dw := make([]float32, l.o*g.ColRows())
+		b.Run(fmt.Sprintf("c%d_o%d_hw%d", l.c, l.o, l.hw), func(b *testing.B) {
+			for range b.N {
+				ConvWeightGradNHWC(g, xp, dy, l.o, cols, dw)
+			}
+			b.ReportMetric(2*float64(l.o*g.ColRows()*cols)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
+	}
+}
