@@ -26,6 +26,10 @@ type gemmImpl struct {
 	// C = A·B + beta·C with A packed and row p of B the nr floats at
 	// x[base+offs[p]:] (nil: B is packed by packNHWCT).
 	bIndirect func(k int, a, x []float32, base int, offs []int, c []float32, ldc int, beta float32)
+	// bIndirectRows is bIndirect for the first rows rows of the tile only (an
+	// edge of M); it reports false for a row count it has no kernel for (nil:
+	// none), and the edge goes through a scratch tile.
+	bIndirectRows func(rows, k int, a, x []float32, base int, offs []int, c []float32, ldc int, beta float32) bool
 	// vec holds the elementwise / reduction kernels paired with this path.
 	vec *vecOps
 	// half holds the binary16 conversions (half.go): F16C on the amd64 paths when the

@@ -485,6 +485,9 @@ func (j *gemmJob) macro(ws *workspace, pa, pb []float32, offs []int, ic, mc, jc,
 				}
 				continue
 			}
+			if indirect && nrr == nr && p.bIndirectRows != nil && p.bIndirectRows(mrr, kc, ap, j.x, base, offs, c[off:], ldc, beta) {
+				continue
+			}
 			// Edge tile: compute into the scratch tile, then merge.
 			t := ws.tile
 			if indirect {

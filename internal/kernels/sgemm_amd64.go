@@ -42,6 +42,19 @@ var avx2Impl = &gemmImpl{
 		_, _ = a[6*k-1], offs[k-1]
 		sgemmBIndirectAVX2x6(k, &a[0], &x[base], &offs[0], &c[0], ldc, beta)
 	},
+	bIndirectRows: func(rows, k int, a, x []float32, base int, offs []int, c []float32, ldc int, beta float32) bool {
+		f := sgemmBIndirectAVX2x6r4
+		switch rows {
+		case 4:
+		case 2:
+			f = sgemmBIndirectAVX2x6r2
+		default:
+			return false
+		}
+		_, _, _ = a[6*k-1], offs[k-1], c[(rows-1)*ldc+15]
+		f(k, &a[0], &x[base], &offs[0], &c[0], ldc, beta)
+		return true
+	},
 	vec:  avx2Vec,
 	half: amd64Half,
 }

@@ -32,6 +32,12 @@ func sgemmIndirectAVX2x6(taps int, clen int, base *float32, offs *int, b *float3
 // sgemmBIndirectAVX2x6 computes an 6×16 tile C = A·B + beta·C where B's rows are read through an offset table (AVX2+FMA).
 func sgemmBIndirectAVX2x6(k int, a *float32, base *float32, offs *int, c *float32, ldc int, beta float32)
 
+// sgemmBIndirectAVX2x6r4 computes the first 4 rows of an 6×16 tile C = A·B + beta·C (A packed in slivers of 6 rows) where B's rows are read through an offset table (AVX2+FMA).
+func sgemmBIndirectAVX2x6r4(k int, a *float32, base *float32, offs *int, c *float32, ldc int, beta float32)
+
+// sgemmBIndirectAVX2x6r2 computes the first 2 rows of an 6×16 tile C = A·B + beta·C (A packed in slivers of 6 rows) where B's rows are read through an offset table (AVX2+FMA).
+func sgemmBIndirectAVX2x6r2(k int, a *float32, base *float32, offs *int, c *float32, ldc int, beta float32)
+
 // reluFwdAVX2 computes dst[i] = max(x[i], 0) for i < n (a multiple of 8), NaN giving 0 (AVX2).
 func reluFwdAVX2(dst *float32, x *float32, n int)
 

@@ -109,7 +109,7 @@ func TestConvWeightGradChunkedK(t *testing.T) {
 			{N: 9, C: 24, H: 31, W: 29, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1}, // 8,091: 4 chunks, a short last one
 			{N: 5, C: 16, H: 20, W: 24, KH: 1, KW: 1, PadH: 0, PadW: 0, StrideH: 1, StrideW: 1}, // 1×1
 		} {
-			for _, m := range []int{5, 16} {
+			for _, m := range []int{5, 16, 32} {
 				name := fmt.Sprintf("%+v/m%d", g, m)
 				x := randSlice(r, g.N*g.C*g.H*g.W)
 				kdim, cols := g.ColRows(), g.ColCols()
@@ -159,6 +159,42 @@ func BenchmarkConvWeightGrad(b *testing.B) {
 				ConvWeightGradNHWC(g, xp, dy, l.o, cols, dw)
 			}
 			b.ReportMetric(2*float64(l.o*g.ColRows()*cols)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
+	}
+}
+
+// TestBIndirectRows checks the edge micro-kernels of the weight gradient
+// (gemmImpl.bIndirectRows: the last rows of an M that is not a multiple of
+// the tile's) against the scratch-tile path they replace, bit for bit, for
+// every edge height.
+func TestBIndirectRows(t *testing.T) {
+	for _, name := range availableImpls() {
+		p := implTable[name]
+		if p.bIndirectRows == nil {
+			continue
+		}
+		t.Run(name, func(t *testing.T) {
+			defer setImpl(name)()
+			r := rand.New(rand.NewPCG(17, 18))
+			g := ConvGeom{N: 2, C: 2 * p.nr, H: 9, W: 11, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1}
+			xp := make([]float32, PaddedLen(g))
+			PadNHWC(g, randSlice(r, g.N*g.C*g.H*g.W), xp)
+			cols := g.ColCols()
+			for m := 1; m <= 3*p.mr; m++ {
+				dy := randSlice(r, m*cols)
+				dw0 := randSlice(r, m*g.ColRows())
+				got := append([]float32(nil), dw0...)
+				ConvWeightGradNHWC(g, xp, dy, m, cols, got)
+				scratch := *p
+				scratch.bIndirectRows = nil
+				impl = &scratch
+				want := append([]float32(nil), dw0...)
+				ConvWeightGradNHWC(g, xp, dy, m, cols, want)
+				impl = p
+				if !sameBits(got, want) {
+					t.Fatalf("m %d: the edge kernels give other bits than the scratch tile", m)
+				}
+			}
 		})
 	}
 }

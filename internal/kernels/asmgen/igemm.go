@@ -200,23 +200,35 @@ func genTranspose16AVX512() {
 // packed (k groups of mr floats) and row p of B read in place as the nr
 // floats at base + offs[p] (element offsets into a padded NHWC image: one
 // output pixel's input at one kernel tap, nr consecutive channels).
-func genBIndirect(isa vecISA) {
+//
+// With rows < isa.mr it emits sgemmBIndirect<suffix>r<rows>, the same for
+// the first rows rows of the packed sliver only (the edge of an M that is
+// not a multiple of mr: ResNet's 16 and 32 output channels on AVX2), so the
+// edge tile needs no scratch tile and wastes no FMAs.
+func genBIndirect(isa vecISA, rows int) {
 	mr, nr := isa.mr, 2*isa.bytes/4
 	name := "sgemmBIndirect" + isa.suffix
+	if rows < mr {
+		name += fmt.Sprintf("r%d", rows)
+	}
 	TEXT(name, NOSPLIT, "func(k int, a, base *float32, offs *int, c *float32, ldc int, beta float32)")
-	Doc(fmt.Sprintf("%s computes an %d×%d tile C = A·B + beta·C where B's rows are read through an offset table (%s).", name, mr, nr, isa.doc))
+	if rows < mr {
+		Doc(fmt.Sprintf("%s computes the first %d rows of an %d×%d tile C = A·B + beta·C (A packed in slivers of %d rows) where B's rows are read through an offset table (%s).", name, rows, mr, nr, mr, isa.doc))
+	} else {
+		Doc(fmt.Sprintf("%s computes an %d×%d tile C = A·B + beta·C where B's rows are read through an offset table (%s).", name, mr, nr, isa.doc))
+	}
 	k := Load(Param("k"), GP64())
 	a := Load(Param("a"), GP64())
 	base := Load(Param("base"), GP64())
 	offs := Load(Param("offs"), GP64())
-	acc := zeroAccumulators(mr, isa.alloc, isa.zero)
+	acc := zeroAccumulators(rows, isa.alloc, isa.zero)
 	b0, b1, abc := isa.alloc(), isa.alloc(), isa.alloc()
 	row := GP64()
 	step := func(u int) {
 		MOVQ(Mem{Base: offs, Disp: u * 8}, row)
 		VMOVUPS(Mem{Base: base, Index: row, Scale: 4}, b0)
 		VMOVUPS(Mem{Base: base, Index: row, Scale: 4, Disp: isa.bytes}, b1)
-		for r := range mr {
+		for r := range rows {
 			VBROADCASTSS(Mem{Base: a, Disp: (u*mr + r) * 4}, abc)
 			VFMADD231PS(abc, b0, acc[r][0])
 			VFMADD231PS(abc, b1, acc[r][1])
