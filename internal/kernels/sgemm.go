@@ -638,6 +638,23 @@ func packA(mr int, trans bool, a []float32, lda, i0, mc, p0, kc int, dst []float
 			}
 			continue
 		}
+		if mr == 6 {
+			// An AVX2 edge sliver (ResNet's 16 and 32 output channels leave 4 and
+			// 2 rows): whole zero-padded groups of six, written in order.
+			base := (i0+s)*lda + p0
+			var rs [6][]float32
+			for r := range rows {
+				rs[r] = a[base+r*lda : base+r*lda+kc]
+			}
+			for p := range kc {
+				var g [6]float32
+				for r, row := range rs[:rows] {
+					g[r] = row[p]
+				}
+				*(*[6]float32)(d[p*6 : p*6+6]) = g
+			}
+			continue
+		}
 		for r := range rows {
 			src := a[(i0+s+r)*lda+p0 : (i0+s+r)*lda+p0+kc]
 			for p, v := range src {
