@@ -100,17 +100,23 @@ func (c *Conv2d) Forward(x *Var) *Var {
 		kernels.CNToNC(y.Value.Data, out, c.Out, n, plane, bias, false)
 	}
 	t.record(y, func(dy []float32) {
-		dyT := out // reuse the forward scratch: [Out, N·plane]
-		kernels.NCToCN(dyT, dy, n, c.Out, plane)
-		if xp != nil {
-			kernels.ConvWeightGradNHWC(g, xp, dyT, c.Out, cols, w.grad())
+		var dyT []float32 // dY as [Out, N·plane], made only where something reads it
+		if xp != nil && b == nil && (!x.needsGrad || stride1InputGrad(g)) {
+			// The weight gradient reads each image's rows of dY where they lie.
+			kernels.ConvWeightGradNHWCPlanes(g, xp, dy, c.Out, w.grad())
 		} else {
-			kernels.ConvWeightGrad(g, xd, dyT, c.Out, cols, w.grad())
-		}
-		if b != nil {
-			db := b.grad()
-			for o := 0; o < c.Out; o++ {
-				db[o] += kernels.Sum(dyT[o*cols : (o+1)*cols])
+			dyT = out // reuse the forward scratch
+			kernels.NCToCN(dyT, dy, n, c.Out, plane)
+			if xp != nil {
+				kernels.ConvWeightGradNHWC(g, xp, dyT, c.Out, cols, w.grad())
+			} else {
+				kernels.ConvWeightGrad(g, xd, dyT, c.Out, cols, w.grad())
+			}
+			if b != nil {
+				db := b.grad()
+				for o := 0; o < c.Out; o++ {
+					db[o] += kernels.Sum(dyT[o*cols : (o+1)*cols])
+				}
 			}
 		}
 		if x.needsGrad {
@@ -121,14 +127,20 @@ func (c *Conv2d) Forward(x *Var) *Var {
 	return y
 }
 
+// stride1InputGrad reports whether inputGrad takes its stride-1 way for g,
+// which reads dy only (not dyT).
+func stride1InputGrad(g kernels.ConvGeom) bool {
+	return g.StrideH == 1 && g.StrideW == 1 && g.PadH <= g.KH-1 && g.PadW <= g.KW-1
+}
+
 // inputGrad writes the input gradient into dx (adds it when accumulate is set). A stride-1 convolution's
 // input gradient is itself a stride-1 convolution of dy (NCHW) with the
 // flipped, transposed kernel and padding K-1-P, so it runs through the same
 // implicit GEMM as the forward pass; other strides go through an explicit
-// column matrix and Col2im.
+// column matrix (from dyT, dy as [Out, N·OH·OW]) and Col2im.
 func (c *Conv2d) inputGrad(t *Tape, g kernels.ConvGeom, w, dy, dyT, dx []float32, accumulate bool) {
 	oh, ow := g.OutH(), g.OutW()
-	if g.StrideH == 1 && g.StrideW == 1 && g.PadH <= g.KH-1 && g.PadW <= g.KW-1 {
+	if stride1InputGrad(g) {
 		gt := kernels.ConvGeom{N: g.N, C: c.Out, H: oh, W: ow, KH: g.KH, KW: g.KW,
 			PadH: g.KH - 1 - g.PadH, PadW: g.KW - 1 - g.PadW, StrideH: 1, StrideW: 1}
 		if kernels.UseWinograd(gt) {

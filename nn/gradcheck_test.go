@@ -121,6 +121,53 @@ func TestGradientsFiniteDifferences(t *testing.T) {
 	}
 }
 
+// TestConvNoBiasNHWCGradients checks, against finite differences, the NHWC
+// convolutions without a bias whose weight gradient reads the NCHW dY in
+// place (kernels.ConvWeightGradNHWCPlanes), 3×3 and 1×1, and a stride-2 one
+// whose input is a constant (no input gradient, so no [Out, N·plane] copy).
+func TestConvNoBiasNHWCGradients(t *testing.T) {
+	rng := NewRand(5)
+	for _, c := range []struct {
+		name  string
+		m     *Conv2d
+		shape []int
+	}{
+		{"16to16-k3", NewConv2d(16, 16, 3, 1, 1, false, rng), []int{2, 16, 3, 4}},
+		{"16to8-k1", NewConv2d(16, 8, 1, 1, 0, false, rng), []int{3, 16, 2, 3}},
+	} {
+		gradCheck(t, c.name, c.m, randTensor(rng, c.shape...), 2e-3, 2e-2)
+	}
+	m := NewConv2d(16, 4, 3, 2, 1, false, rng)
+	x := randTensor(rng, 2, 16, 5, 5)
+	tape := NewTape()
+	y := m.Forward(tape.Const(x))
+	r := randTensor(rng, y.Value.Shape...)
+	ZeroGrad(Parameters(m))
+	if err := tape.BackwardFrom(y, r.Data); err != nil {
+		t.Fatal(err)
+	}
+	loss := func() float64 {
+		out := m.Forward(NewTape().Const(x))
+		var s float64
+		for i, v := range out.Value.Data {
+			s += float64(v) * float64(r.Data[i])
+		}
+		return s
+	}
+	w, g := m.Weight.Value.Data, m.Weight.Grad.Data
+	for i := 0; i < len(w); i += 7 {
+		orig := w[i]
+		w[i] = orig + 2e-3
+		lp := loss()
+		w[i] = orig - 2e-3
+		lm := loss()
+		w[i] = orig
+		if num := (lp - lm) / 4e-3; math.Abs(num-float64(g[i])) > 2e-2*(1+math.Abs(num)) {
+			t.Errorf("stride 2, constant input: d/dweight[%d] = %.6g, finite difference %.6g", i, g[i], num)
+		}
+	}
+}
+
 func TestCrossEntropyGradient(t *testing.T) {
 	rng := NewRand(3)
 	x := randTensor(rng, 4, 5)

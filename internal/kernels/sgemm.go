@@ -305,6 +305,9 @@ type gemmJob struct {
 	// SgemmFlippedKernelIm2col); kOut, kIn, kk describe the stored weight.
 	aFlip         bool
 	kOut, kIn, kk int
+	// aPlane > 0: A (not transposed) is an NCHW gradient [k/aPlane, m,
+	// aPlane]: column q of row i is a[(q/aPlane·m + i)·aPlane + q%aPlane].
+	aPlane int
 	// Whole-operand packed copies shared by every unit (nil: each unit packs).
 	sharedA, sharedB []float32
 	mPad, nPad       int
@@ -524,6 +527,22 @@ const (
 func (j *gemmJob) packA(i0, mc, p0, kc int, dst []float32) {
 	if j.aFlip {
 		packFlippedKernel(j.p.mr, j.a, j.kOut, j.kIn, j.kk, i0, mc, p0, kc, dst)
+		return
+	}
+	if j.aPlane > 0 {
+		// Sliver by sliver, one packA per image the block's columns cross,
+		// written at those columns (a single sliver's layout does not depend
+		// on its column count).
+		mr, pl := j.p.mr, j.aPlane
+		for s := 0; s < mc; s += mr {
+			d := dst[s*kc : s*kc+mr*kc]
+			for q := p0; q < p0+kc; {
+				img, p := q/pl, q%pl
+				w := min(pl-p, p0+kc-q)
+				packA(mr, false, j.a[img*j.m*pl+p:], pl, i0+s, min(mr, mc-s), 0, w, d[(q-p0)*mr:], j.p.vec)
+				q += w
+			}
+		}
 		return
 	}
 	packA(j.p.mr, j.transA, j.a, j.lda, i0, mc, p0, kc, dst, j.p.vec)

@@ -37,17 +37,37 @@ func ConvWeightGrad(g ConvGeom, x, dy []float32, m, ldd int, dw []float32) {
 // sums are added in chunk order: deterministic, and the same for every
 // goroutine count, but not the bits of one unbroken reduction.
 func ConvWeightGradNHWC(g ConvGeom, xp, dy []float32, m, ldd int, dw []float32) {
-	g.checkImage("ConvWeightGradNHWC", g.N*g.C*g.H*g.W)
+	convWeightGradNHWC("ConvWeightGradNHWC", g, xp, dy, m, ldd, 0, dw)
+}
+
+// ConvWeightGradNHWCPlanes is ConvWeightGradNHWC for dY as the layer's NCHW
+// output gradient [N, M, OH, OW] rather than [M, N·OH·OW]: the GEMM packs
+// each image's rows of dY where they lie, so dY needs no transposed copy.
+// The same bits as ConvWeightGradNHWC of that copy.
+func ConvWeightGradNHWCPlanes(g ConvGeom, xp, dy []float32, m int, dw []float32) {
+	plane := g.OutH() * g.OutW()
+	if len(dy) != g.N*m*plane {
+		panic(fmt.Sprintf("kernels.ConvWeightGradNHWCPlanes: dy has %d elements, want %d×%d×%d", len(dy), g.N, m, plane))
+	}
+	convWeightGradNHWC("ConvWeightGradNHWCPlanes", g, xp, dy, m, 0, plane, dw)
+}
+
+// convWeightGradNHWC is ConvWeightGradNHWC with dY as [M, ldd] (plane 0) or
+// as [N, M, plane] (gemmJob.aPlane).
+func convWeightGradNHWC(name string, g ConvGeom, xp, dy []float32, m, ldd, plane int, dw []float32) {
+	g.checkImage(name, g.N*g.C*g.H*g.W)
 	gp := g
 	gp.H, gp.W, gp.PadH, gp.PadW = g.H+2*g.PadH, g.W+2*g.PadW, 0, 0
 	if need := g.N * gp.H * gp.W * g.C; len(xp) != need {
-		panic(fmt.Sprintf("kernels.ConvWeightGradNHWC: padded image has %d elements, geometry %+v needs %d", len(xp), g, need))
+		panic(fmt.Sprintf("kernels.%s: padded image has %d elements, geometry %+v needs %d", name, len(xp), g, need))
 	}
 	k, n := g.ColCols(), g.ColRows()
 	if len(dw) != m*n {
-		panic(fmt.Sprintf("kernels.ConvWeightGradNHWC: dw has %d elements, want %d×%d", len(dw), m, n))
+		panic(fmt.Sprintf("kernels.%s: dw has %d elements, want %d×%d", name, len(dw), m, n))
 	}
-	checkMatrix("A", dy, m, k, ldd)
+	if plane == 0 {
+		checkMatrix("A", dy, m, k, ldd)
+	}
 	if m == 0 || n == 0 || k == 0 {
 		return
 	}
@@ -61,7 +81,7 @@ func ConvWeightGradNHWC(g ConvGeom, xp, dy []float32, m, ldd int, dw []float32) 
 	}
 	*j = gemmJob{
 		p: impl, m: m, n: n, k: k, alpha: 1, beta: 0,
-		a: dy, lda: ldd, c: perm, ldc: n, bsrc: src, geom: gp, x: xp, kChunk: wgradKChunk,
+		a: dy, lda: ldd, aPlane: plane, c: perm, ldc: n, bsrc: src, geom: gp, x: xp, kChunk: wgradKChunk,
 	}
 	j.execute()
 	// perm[o][(i·KW + jj)·C + c] → dw[o][(c·KH + i)·KW + jj]

@@ -198,3 +198,40 @@ func TestBIndirectRows(t *testing.T) {
 		})
 	}
 }
+
+// TestConvWeightGradNHWCPlanes checks that reading dY as the layer's NCHW
+// gradient gives the bits of ConvWeightGradNHWC on its [M, N·OH·OW] copy:
+// maps whose planes are smaller than a KC block, odd ones, long reductions
+// split into chunks, on every implementation and goroutine count.
+func TestConvWeightGradNHWCPlanes(t *testing.T) {
+	forEachImpl(t, func(t *testing.T) {
+		r := rand.New(rand.NewPCG(19, 20))
+		for _, g := range []ConvGeom{
+			{N: 5, C: 16, H: 8, W: 8, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1},
+			{N: 3, C: 32, H: 5, W: 7, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1},
+			{N: 7, C: 16, H: 4, W: 4, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 2, StrideW: 2},
+			{N: 3, C: 16, H: 32, W: 32, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1},
+			{N: 4, C: 20, H: 9, W: 6, KH: 1, KW: 1, PadH: 0, PadW: 0, StrideH: 1, StrideW: 1},
+		} {
+			for _, m := range []int{3, 16, 40} {
+				name := fmt.Sprintf("%+v/m%d", g, m)
+				plane, cols := g.OutH()*g.OutW(), g.ColCols()
+				xp := make([]float32, PaddedLen(g))
+				PadNHWC(g, randSlice(r, g.N*g.C*g.H*g.W), xp)
+				dy := randSlice(r, g.N*m*plane)
+				dyT := make([]float32, len(dy))
+				NCToCN(dyT, dy, g.N, m, plane)
+				dw0 := randSlice(r, m*g.ColRows())
+				want := append([]float32(nil), dw0...)
+				ConvWeightGradNHWC(g, xp, dyT, m, cols, want)
+				for _, procs := range []int{1, 3} {
+					got := append([]float32(nil), dw0...)
+					withProcs(procs, func() { ConvWeightGradNHWCPlanes(g, xp, dy, m, got) })
+					if !sameBits(got, want) {
+						t.Fatalf("%s, %d goroutines: other bits than from the [M, N·OH·OW] copy", name, procs)
+					}
+				}
+			}
+		}
+	})
+}
