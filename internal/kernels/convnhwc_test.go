@@ -319,16 +319,7 @@ func ExampleConvNHWC() {
 func TestNHWCToNCHWBits(t *testing.T) {
 	forEachImpl(t, func(t *testing.T) {
 		r := rand.New(rand.NewPCG(13, 14))
-		special := []float32{0, float32(math.Copysign(0, -1)), float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN())}
-		fill := func(n int) []float32 {
-			s := randSlice(r, n)
-			for i := range s {
-				if r.IntN(8) == 0 {
-					s[i] = special[r.IntN(len(special))]
-				}
-			}
-			return s
-		}
+		fill := func(n int) []float32 { return randSpecials(r, n) }
 		for _, c := range []int{5, 8, 16, 24, 64, 512} {
 			for _, plane := range []int{4, 8, 9, 17, 64, 100, 1024} {
 				for _, n := range []int{1, 3} {
@@ -399,4 +390,17 @@ func BenchmarkNHWCToNCHW(b *testing.B) {
 			})
 		}
 	}
+}
+
+// randSpecials returns n normal values with one in eight replaced by a signed
+// zero, an infinity or a NaN.
+func randSpecials(r *rand.Rand, n int) []float32 {
+	special := []float32{0, float32(math.Copysign(0, -1)), float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN())}
+	s := randSlice(r, n)
+	for i := range s {
+		if r.IntN(8) == 0 {
+			s[i] = special[r.IntN(len(special))]
+		}
+	}
+	return s
 }

@@ -33,14 +33,8 @@ func TestConvWeightGrad(t *testing.T) {
 		} {
 			for _, m := range []int{1, 9, 40} {
 				name := fmt.Sprintf("%+v/m%d", g, m)
-				x := randSlice(r, g.N*g.C*g.H*g.W)
-				kdim, cols := g.ColRows(), g.ColCols()
-				ldd := cols + 3
-				dy := randSlice(r, m*ldd)
-				dw := randSlice(r, m*kdim)
-				col := make([]float32, kdim*cols)
-				Im2col(g, x, col)
-				want, tol := naiveSgemm(false, true, m, kdim, cols, 1, dy, ldd, col, cols, 1, dw, kdim)
+				ldd := g.ColCols() + 3
+				x, dy, dw, want, tol := wgradCase(r, g, m, ldd)
 				// ConvWeightGradNHWC (any channel count) from a PadNHWC copy.
 				dw2 := append([]float32(nil), dw...)
 				xp := make([]float32, g.N*(g.H+2*g.PadH)*(g.W+2*g.PadW)*g.C)
@@ -66,16 +60,7 @@ func TestConvWeightGrad(t *testing.T) {
 func TestAddTapsToChannels(t *testing.T) {
 	forEachImpl(t, func(t *testing.T) {
 		r := rand.New(rand.NewPCG(11, 12))
-		special := []float32{0, float32(math.Copysign(0, -1)), float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN())}
-		fill := func(n int) []float32 {
-			s := randSlice(r, n)
-			for i := range s {
-				if r.IntN(8) == 0 {
-					s[i] = special[r.IntN(len(special))]
-				}
-			}
-			return s
-		}
+		fill := func(n int) []float32 { return randSpecials(r, n) }
 		for kk := 1; kk <= 50; kk++ {
 			for _, c := range []int{1, 7, 8, 16, 19, 64} {
 				src, dst := fill(kk*c), fill(kk*c)
@@ -96,6 +81,20 @@ func TestAddTapsToChannels(t *testing.T) {
 	})
 }
 
+// wgradCase draws an input x of geometry g, an output gradient dy of m rows
+// with row stride ldd and a starting dw, and returns them with the float64
+// reference of dw + dy·im2col(x)ᵀ and its tolerances.
+func wgradCase(r *rand.Rand, g ConvGeom, m, ldd int) (x, dy, dw []float32, want, tol []float64) {
+	x = randSlice(r, g.N*g.C*g.H*g.W)
+	kdim, cols := g.ColRows(), g.ColCols()
+	dy = randSlice(r, m*ldd)
+	dw = randSlice(r, m*kdim)
+	col := make([]float32, kdim*cols)
+	Im2col(g, x, col)
+	want, tol = naiveSgemm(false, true, m, kdim, cols, 1, dy, ldd, col, cols, 1, dw, kdim)
+	return x, dy, dw, want, tol
+}
+
 // TestConvWeightGradChunkedK covers ConvWeightGradNHWC's split of a long
 // reduction into fixed chunks (small C, more than wgradKChunk pixels): the
 // result against the float64 reference, with a non-zero dw and a row stride
@@ -111,14 +110,8 @@ func TestConvWeightGradChunkedK(t *testing.T) {
 		} {
 			for _, m := range []int{5, 16, 32} {
 				name := fmt.Sprintf("%+v/m%d", g, m)
-				x := randSlice(r, g.N*g.C*g.H*g.W)
-				kdim, cols := g.ColRows(), g.ColCols()
-				ldd := cols + 5
-				dy := randSlice(r, m*ldd)
-				dw0 := randSlice(r, m*kdim)
-				col := make([]float32, kdim*cols)
-				Im2col(g, x, col)
-				want, tol := naiveSgemm(false, true, m, kdim, cols, 1, dy, ldd, col, cols, 1, dw0, kdim)
+				ldd := g.ColCols() + 5
+				x, dy, dw0, want, tol := wgradCase(r, g, m, ldd)
 				xp := make([]float32, PaddedLen(g))
 				PadNHWC(g, x, xp)
 				var first []float32
