@@ -694,20 +694,30 @@ var packScratch = bufPool[float32]{alloc: alignedFloats}
 // compute runs pixel rows [m0, m1) × slivers [s0, s1) through every K block.
 func (j *convJob) compute(ws *convWorkspace, m0, m1, s0, s1 int) {
 	p := j.p
-	mr, nr, taps, c := p.mr, p.nr, j.taps, j.g.C
+	mr, nr, c := p.mr, p.nr, j.g.C
 	g := j.g
 	plane := j.oh * j.ow
-	// Offsets of each row's tap windows (channel 0), group by group; rows
-	// past m1 repeat the group's first row (computed, then dropped). A
-	// window is its pixel's corner offset plus a per-tap constant; the
-	// pixel's (image, row, column) advance without divisions (with 16
-	// output channels the divisions took a fifth of this function's time).
+	// With one K block of every tap and channel (16 channels of a 3×3
+	// kernel), a kernel row's KW taps are one contiguous run of KW·C floats
+	// of the padded image, and the packed weights are in that order too: the
+	// micro-kernel reads KH runs of KW·C instead of KH·KW runs of C (the
+	// same products in the same order), from a third of the offsets.
+	runs, runLen, runStep := j.taps, c, 1 // runs per pixel, their length, taps per run
+	if j.nblocks == 1 && g.KW > 1 {
+		runs, runLen, runStep = g.KH, g.KW*c, g.KW
+	}
+	// Offsets of each row's runs (channel 0), group by group; rows past m1
+	// repeat the group's first row (computed, then dropped). A run starts at
+	// its pixel's corner offset plus a per-run constant; the pixel's (image,
+	// row, column) advance without divisions (with 16 output channels the
+	// divisions took a fifth of this function's time).
 	var tapBuf [64]int
 	tapOff := tapBuf[:0]
-	if taps > len(tapBuf) {
-		tapOff = make([]int, 0, taps)
+	if runs > len(tapBuf) {
+		tapOff = make([]int, 0, runs)
 	}
-	for t := range taps {
+	for r := range runs {
+		t := r * runStep
 		tapOff = append(tapOff, ((t/g.KW)*j.wp+t%g.KW)*c)
 	}
 	offs := ws.offs
@@ -715,7 +725,7 @@ func (j *convJob) compute(ws *convWorkspace, m0, m1, s0, s1 int) {
 	oy, ox := rem/j.ow, rem%j.ow
 	var corners [8]int // mr ≤ 8
 	for r0 := m0; r0 < m1; r0 += mr {
-		grp := offs[(r0-m0)/mr*taps*mr : ((r0-m0)/mr+1)*taps*mr]
+		grp := offs[(r0-m0)/mr*runs*mr : ((r0-m0)/mr+1)*runs*mr]
 		cs := corners[:mr]
 		for r := range cs {
 			if r0+r >= m1 {
@@ -749,6 +759,9 @@ func (j *convJob) compute(ws *convWorkspace, m0, m1, s0, s1 int) {
 	for bi := range j.nblocks {
 		t0, nt, c0, cl, koff := j.block(bi)
 		kcl := nt * cl
+		if runs != j.taps { // the merged runs of the single block
+			nt, cl = runs, runLen
+		}
 		var beta float32
 		if bi > 0 {
 			beta = 1
@@ -758,7 +771,7 @@ func (j *convJob) compute(ws *convWorkspace, m0, m1, s0, s1 int) {
 			cols := min(nr, j.m-s*nr)
 			for r0 := m0; r0 < m1; r0 += mr {
 				grp := (r0 - m0) / mr
-				tab := offs[(grp*taps+t0)*mr : (grp*taps+t0+nt)*mr]
+				tab := offs[(grp*runs+t0)*mr : (grp*runs+t0+nt)*mr]
 				rows := min(mr, m1-r0)
 				off := r0*j.m + s*nr
 				if rows == mr && cols == nr {
