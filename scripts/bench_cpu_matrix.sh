@@ -50,6 +50,13 @@ ncpu=$(nproc)
 
 echo "# bench_cpu_matrix: $(date -u +%Y-%m-%dT%H:%M:%SZ), output in $OUT"
 model=$(sed -n 's/^model name[[:space:]]*:[[:space:]]*//p' /proc/cpuinfo | head -1)
+# Virtual machines often show a bare "AMD EPYC" or "Intel(R) Xeon(R) Processor": the family and
+# model numbers tell the microarchitectures apart (AMD family 23 is Zen 1/2, 25 Zen 3/4, 26 Zen 5).
+family=$(sed -n 's/^cpu family[[:space:]]*:[[:space:]]*//p' /proc/cpuinfo | head -1)
+cpunum=$(sed -n 's/^model[[:space:]]*:[[:space:]]*//p' /proc/cpuinfo | head -1)
+if [ -n "$model" ] && [ -n "$family" ] && [ -n "$cpunum" ]; then
+	model="$model (family $family model $cpunum)"
+fi
 flags=$(sed -n 's/^flags[[:space:]]*:[[:space:]]*//p' /proc/cpuinfo | head -1)
 vec=""
 for f in avx2 fma f16c avx512f avx512vl avx512bw avx512_bf16 avx512_vnni amx_tile amx_bf16; do

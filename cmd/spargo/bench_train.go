@@ -336,8 +336,9 @@ func sgemmPeak(d time.Duration) float64 {
 	return 2 * n * n * n / best.Seconds() / 1e9
 }
 
-// cpuModel returns the first "model name" of /proc/cpuinfo, or "unknown"
-// where there is none (another OS, an architecture that names it otherwise).
+// cpuModel returns the first "model name" of /proc/cpuinfo with its x86
+// "cpu family" and "model" numbers, or "unknown" where there is none
+// (another OS, an architecture that names it otherwise).
 func cpuModel() string {
 	b, err := os.ReadFile("/proc/cpuinfo")
 	if err != nil {
@@ -346,15 +347,41 @@ func cpuModel() string {
 	return cpuModelFrom(string(b))
 }
 
-// cpuModelFrom parses the text of /proc/cpuinfo.
+// cpuModelFrom parses the text of /proc/cpuinfo. Virtual machines often show
+// a bare "AMD EPYC" or "Intel(R) Xeon(R) Processor" for microarchitectures
+// as far apart as Zen 1 and Zen 4, so the first processor's family and model
+// numbers follow the name: "AMD EPYC (family 23 model 1)".
 func cpuModelFrom(cpuinfo string) string {
+	var name, family, model string
 	for line := range strings.Lines(cpuinfo) {
 		key, val, ok := strings.Cut(line, ":")
-		if ok && strings.TrimSpace(key) == "model name" {
-			if v := strings.TrimSpace(val); v != "" {
-				return v
+		if !ok {
+			if strings.TrimSpace(line) == "" && name != "" {
+				break // the end of the first processor that has a name
+			}
+			continue
+		}
+		v := strings.TrimSpace(val)
+		switch strings.TrimSpace(key) {
+		case "model name":
+			if name == "" {
+				name = v
+			}
+		case "cpu family":
+			if family == "" {
+				family = v
+			}
+		case "model":
+			if model == "" {
+				model = v
 			}
 		}
 	}
-	return "unknown"
+	switch {
+	case name == "":
+		return "unknown"
+	case family != "" && model != "":
+		return fmt.Sprintf("%s (family %s model %s)", name, family, model)
+	}
+	return name
 }

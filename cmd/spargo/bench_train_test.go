@@ -67,6 +67,7 @@ func TestCPUModelFrom(t *testing.T) {
 	for _, tc := range []struct{ in, want string }{
 		{"processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) Platinum 8480+\nflags\t: fpu\n\nprocessor\t: 1\nmodel name\t: other\n", "Intel(R) Xeon(R) Platinum 8480+"},
 		{"model name\t: AMD EPYC 9654 96-Core Processor", "AMD EPYC 9654 96-Core Processor"},
+		{"processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 23\nmodel\t\t: 1\nmodel name\t: AMD EPYC\n\nprocessor\t: 1\ncpu family\t: 25\nmodel\t\t: 17\n", "AMD EPYC (family 23 model 1)"},
 		{"processor\t: 0\nmodel name\t:\n", "unknown"},
 		{"Processor\t: AArch64 Processor rev 1\n", "unknown"},
 		{"", "unknown"},
