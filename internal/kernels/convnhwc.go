@@ -240,9 +240,14 @@ func nhwcToNCHW8(dst, src []float32, n, plane, c int, bias []float32, accumulate
 			r2, r3 := d[(ch0+2)*plane:(ch0+3)*plane], d[(ch0+3)*plane:(ch0+4)*plane]
 			r4, r5 := d[(ch0+4)*plane:(ch0+5)*plane], d[(ch0+5)*plane:(ch0+6)*plane]
 			r6, r7 := d[(ch0+6)*plane:(ch0+7)*plane], d[(ch0+7)*plane:(ch0+8)*plane]
-			if accumulate && bias == nil {
-				for p := range r0 {
-					v := (*[8]float32)(s[p*c+ch0:])
+			for p := range r0 {
+				v := *(*[8]float32)(s[p*c+ch0:])
+				if bias != nil {
+					for k := range v {
+						v[k] += b[k]
+					}
+				}
+				if accumulate {
 					r0[p] += v[0]
 					r1[p] += v[1]
 					r2[p] += v[2]
@@ -251,41 +256,10 @@ func nhwcToNCHW8(dst, src []float32, n, plane, c int, bias []float32, accumulate
 					r5[p] += v[5]
 					r6[p] += v[6]
 					r7[p] += v[7]
+					continue
 				}
-				continue
-			}
-			if accumulate {
-				for p := range r0 {
-					v := (*[8]float32)(s[p*c+ch0:])
-					r0[p] += v[0] + b[0]
-					r1[p] += v[1] + b[1]
-					r2[p] += v[2] + b[2]
-					r3[p] += v[3] + b[3]
-					r4[p] += v[4] + b[4]
-					r5[p] += v[5] + b[5]
-					r6[p] += v[6] + b[6]
-					r7[p] += v[7] + b[7]
-				}
-				continue
-			}
-			if bias == nil {
-				for p := range r0 {
-					v := (*[8]float32)(s[p*c+ch0:])
-					r0[p], r1[p], r2[p], r3[p] = v[0], v[1], v[2], v[3]
-					r4[p], r5[p], r6[p], r7[p] = v[4], v[5], v[6], v[7]
-				}
-				continue
-			}
-			for p := range r0 {
-				v := (*[8]float32)(s[p*c+ch0:])
-				r0[p] = v[0] + b[0]
-				r1[p] = v[1] + b[1]
-				r2[p] = v[2] + b[2]
-				r3[p] = v[3] + b[3]
-				r4[p] = v[4] + b[4]
-				r5[p] = v[5] + b[5]
-				r6[p] = v[6] + b[6]
-				r7[p] = v[7] + b[7]
+				r0[p], r1[p], r2[p], r3[p] = v[0], v[1], v[2], v[3]
+				r4[p], r5[p], r6[p], r7[p] = v[4], v[5], v[6], v[7]
 			}
 		}
 	})
