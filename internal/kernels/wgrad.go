@@ -37,7 +37,7 @@ func ConvWeightGrad(g ConvGeom, x, dy []float32, m, ldd int, dw []float32) {
 // sums are added in chunk order: deterministic, and the same for every
 // goroutine count, but not the bits of one unbroken reduction.
 func ConvWeightGradNHWC(g ConvGeom, xp, dy []float32, m, ldd int, dw []float32) {
-	convWeightGradNHWC("ConvWeightGradNHWC", g, xp, dy, m, ldd, 0, dw)
+	convWeightGradNHWC("ConvWeightGradNHWC", g, xp, dy, m, ldd, 0, false, dw)
 }
 
 // ConvWeightGradNHWCPlanes is ConvWeightGradNHWC for dY as the layer's NCHW
@@ -49,12 +49,13 @@ func ConvWeightGradNHWCPlanes(g ConvGeom, xp, dy []float32, m int, dw []float32)
 	if len(dy) != g.N*m*plane {
 		panic(fmt.Sprintf("kernels.ConvWeightGradNHWCPlanes: dy has %d elements, want %d×%d×%d", len(dy), g.N, m, plane))
 	}
-	convWeightGradNHWC("ConvWeightGradNHWCPlanes", g, xp, dy, m, 0, plane, dw)
+	convWeightGradNHWC("ConvWeightGradNHWCPlanes", g, xp, dy, m, 0, plane, false, dw)
 }
 
-// convWeightGradNHWC is ConvWeightGradNHWC with dY as [M, ldd] (plane 0) or
-// as [N, M, plane] (gemmJob.aPlane).
-func convWeightGradNHWC(name string, g ConvGeom, xp, dy []float32, m, ldd, plane int, dw []float32) {
+// convWeightGradNHWC is ConvWeightGradNHWC with dY as [M, ldd] (plane 0),
+// as [N, M, plane] (gemmJob.aPlane), or with transA as [N·OH·OW, ldd]
+// (channels last).
+func convWeightGradNHWC(name string, g ConvGeom, xp, dy []float32, m, ldd, plane int, transA bool, dw []float32) {
 	g.checkImage(name, g.N*g.C*g.H*g.W)
 	gp := g
 	gp.H, gp.W, gp.PadH, gp.PadW = g.H+2*g.PadH, g.W+2*g.PadW, 0, 0
@@ -65,7 +66,10 @@ func convWeightGradNHWC(name string, g ConvGeom, xp, dy []float32, m, ldd, plane
 	if len(dw) != m*n {
 		panic(fmt.Sprintf("kernels.%s: dw has %d elements, want %d×%d", name, len(dw), m, n))
 	}
-	if plane == 0 {
+	switch {
+	case transA:
+		checkMatrix("A", dy, k, m, ldd)
+	case plane == 0:
 		checkMatrix("A", dy, m, k, ldd)
 	}
 	if m == 0 || n == 0 || k == 0 {
@@ -80,7 +84,7 @@ func convWeightGradNHWC(name string, g ConvGeom, xp, dy []float32, m, ldd, plane
 		src = nhwcIndirectB
 	}
 	*j = gemmJob{
-		p: impl, m: m, n: n, k: k, alpha: 1, beta: 0,
+		p: impl, transA: transA, m: m, n: n, k: k, alpha: 1, beta: 0,
 		a: dy, lda: ldd, aPlane: plane, c: perm, ldc: n, bsrc: src, geom: gp, x: xp, kChunk: wgradKChunk,
 	}
 	j.execute()
