@@ -71,7 +71,7 @@ func TestConvWeightGradNHWCRows(t *testing.T) {
 				PadNHWC(g, x, xp)
 				plane := g.OutH() * g.OutW()
 				dyT := randSlice(r, m*g.N*plane) // [m, N·plane]
-				dy := make([]float32, len(dyT))   // [N·plane, m]
+				dy := make([]float32, len(dyT))  // [N·plane, m]
 				for o := range m {
 					for p := range g.N * plane {
 						dy[p*m+o] = dyT[o*g.N*plane+p]
