@@ -70,7 +70,8 @@ type ResNet struct {
 	Pool    nn.AdaptiveAvgPool2d
 	Head    *nn.Linear // "linear" (CIFAR) or "fc" (ImageNet)
 
-	headName string
+	headName     string
+	channelsLast bool
 }
 
 var _ nn.Container = (*ResNet)(nil)
@@ -219,6 +220,7 @@ func (m *ResNet) Children() []nn.Child {
 // ReLU runs as one op (nn.BatchNorm2d.ForwardReLU, and ForwardAddReLU for a block's
 // sum with its shortcut), bit-identical to the separate layers.
 func (m *ResNet) Forward(x *nn.Var) *nn.Var {
+	x = channelsLastIn(x, m.channelsLast)
 	h := m.BN1.ForwardReLU(m.Conv1.Forward(x))
 	if m.MaxPool != nil {
 		h = m.MaxPool.Forward(h)
@@ -226,8 +228,26 @@ func (m *ResNet) Forward(x *nn.Var) *nn.Var {
 	for _, l := range m.Layers {
 		h = l.Forward(h)
 	}
-	return m.Head.Forward(nn.Flatten{}.Forward(m.Pool.Forward(h)))
+	return m.Head.Forward(flattenMap(m.Pool.Forward(h), m.channelsLast))
 }
+
+// SetChannelsLast switches the activations between the stem and the pool to
+// channels-last ([N, H, W, C]) or back; see ChannelsLaster.
+func (m *ResNet) SetChannelsLast(on bool) {
+	m.channelsLast = on
+	withChannelsLast(m.Conv1, on)
+	withChannelsLast(m.BN1, on)
+	if m.MaxPool != nil {
+		withChannelsLast(m.MaxPool, on)
+	}
+	for _, l := range m.Layers {
+		withChannelsLast(l, on)
+	}
+	m.Pool = withChannelsLast(m.Pool, on).(nn.AdaptiveAvgPool2d)
+}
+
+// ChannelsLast reports whether the activations are channels-last.
+func (m *ResNet) ChannelsLast() bool { return m.channelsLast }
 
 // BasicBlock is the residual block of two 3×3 convolutions, each followed by BatchNorm,
 // with ReLU after the first and after the sum with the shortcut:

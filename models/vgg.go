@@ -58,6 +58,8 @@ func VGGNames() []string {
 type VGG struct {
 	Features   *nn.Sequential
 	Classifier *nn.Linear
+
+	channelsLast bool
 }
 
 var _ nn.Container = (*VGG)(nil)
@@ -98,9 +100,19 @@ func (m *VGG) Children() []nn.Child {
 // Forward maps [N, 3, 32, 32] images to [N, classes] logits. Each BatchNorm and the
 // ReLU after it run as one op (see forwardFused).
 func (m *VGG) Forward(x *nn.Var) *nn.Var {
-	h := forwardFused(m.Features, x)
-	return m.Classifier.Forward(nn.Flatten{}.Forward(h))
+	h := forwardFused(m.Features, channelsLastIn(x, m.channelsLast))
+	return m.Classifier.Forward(flattenMap(h, m.channelsLast))
 }
+
+// SetChannelsLast switches the feature layers' activations to channels-last
+// ([N, H, W, C]) or back; see ChannelsLaster.
+func (m *VGG) SetChannelsLast(on bool) {
+	m.channelsLast = on
+	withChannelsLast(m.Features, on)
+}
+
+// ChannelsLast reports whether the activations are channels-last.
+func (m *VGG) ChannelsLast() bool { return m.channelsLast }
 
 // forwardFused runs s's children in order like s.Forward, except that a BatchNorm2d
 // directly followed by a ReLU runs as one op (nn.BatchNorm2d.ForwardReLU, bit-identical

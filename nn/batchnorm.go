@@ -11,6 +11,10 @@ import (
 // statistics as running = (1-momentum)·running + momentum·batch with the unbiased
 // variance; in evaluation it uses the running statistics. Defaults: momentum 0.1,
 // eps 1e-5, weight 1, bias 0, running mean 0, running variance 1.
+//
+// With ChannelsLast set, 4-D input is channels-last, [N, H, W, C] (see
+// ToChannelsLast), and the kernels walk it as N·H·W rows of C channels. The
+// statistics are the same up to float32 rounding (the sums run in another order).
 type BatchNorm2d struct {
 	C                 int
 	Momentum, Eps     float64
@@ -18,6 +22,7 @@ type BatchNorm2d struct {
 	RunningMean       *Buffer
 	RunningVar        *Buffer
 	NumBatchesTracked *Buffer // a count, stored as float32 like every buffer
+	ChannelsLast      bool
 	training          bool
 }
 
@@ -51,7 +56,7 @@ func (bn *BatchNorm2d) OwnBuffers() []*Buffer {
 // SetTraining selects batch statistics (true) or running statistics (false).
 func (bn *BatchNorm2d) SetTraining(training bool) { bn.training = training }
 
-// Forward normalises x of shape [N, C, H, W] (or [N, C]).
+// Forward normalises x of shape [N, C, H, W] ([N, H, W, C] with ChannelsLast) or [N, C].
 func (bn *BatchNorm2d) Forward(x *Var) *Var { return bn.forward("", x, nil, false) }
 
 // ForwardReLU returns Relu(bn.Forward(x)) as one op: the BatchNorm statistics as in
@@ -80,16 +85,20 @@ func (bn *BatchNorm2d) forward(method string, x, r *Var, relu bool) *Var {
 	if x.broken || (r != nil && r.broken) {
 		return t.fail(s, nil)
 	}
-	if (len(s) != 4 && len(s) != 2) || s[1] != bn.C {
+	cl := bn.ChannelsLast && len(s) == 4
+	switch {
+	case cl && s[3] != bn.C:
+		return t.failf(s, "nn.BatchNorm2d(%d)%s: input shape %v, want [N H W %d] (channels last)", bn.C, method, s, bn.C)
+	case !cl && ((len(s) != 4 && len(s) != 2) || s[1] != bn.C):
 		return t.failf(s, "nn.BatchNorm2d(%d)%s: input shape %v, want [N %d H W]", bn.C, method, s, bn.C)
 	}
 	if r != nil && !sameShape(r.Value.Shape, s) {
 		return t.failf(s, "nn.BatchNorm2d(%d)%s: input shape %v and residual shape %v differ", bn.C, method, s, r.Value.Shape)
 	}
-	n, c := s[0], s[1]
+	n, c := s[0], bn.C
 	plane := 1
 	if len(s) == 4 {
-		plane = s[2] * s[3]
+		plane = s[1] * s[2] * s[3] / c
 	}
 	m := n * plane
 	if bn.training && m < 2 {
@@ -107,9 +116,14 @@ func (bn *BatchNorm2d) forward(method string, x, r *Var, relu bool) *Var {
 	stats := t.buf(3 * c)
 	mean, invstd, scratch := stats[:c], stats[c:2*c], stats[2*c:]
 	if bn.training {
-		if relu {
+		switch {
+		case cl && relu:
+			kernels.BatchNormForwardTrainReLUNHWC(yd, xd, rd, m, c, w.Value.Data, b.Value.Data, bn.Eps, mean, scratch, invstd)
+		case cl:
+			kernels.BatchNormForwardTrainNHWC(yd, xd, m, c, w.Value.Data, b.Value.Data, bn.Eps, mean, scratch, invstd)
+		case relu:
 			kernels.BatchNormForwardTrainReLU(yd, xd, rd, n, c, plane, w.Value.Data, b.Value.Data, bn.Eps, mean, scratch, invstd)
-		} else {
+		default:
 			kernels.BatchNormForwardTrain(yd, xd, n, c, plane, w.Value.Data, b.Value.Data, bn.Eps, mean, scratch, invstd)
 		}
 		rm, rv := bn.RunningMean.Value.Data, bn.RunningVar.Value.Data
@@ -127,9 +141,14 @@ func (bn *BatchNorm2d) forward(method string, x, r *Var, relu bool) *Var {
 			mean[ch], invstd[ch] = bn.RunningMean.Value.Data[ch], is
 			scale[ch] = is * w.Value.Data[ch]
 		}
-		if relu {
+		switch {
+		case cl && relu:
+			kernels.BatchNormApplyReLUNHWC(yd, xd, rd, m, c, mean, scale, b.Value.Data)
+		case cl:
+			kernels.BatchNormApplyNHWC(yd, xd, m, c, mean, scale, b.Value.Data)
+		case relu:
 			kernels.BatchNormApplyReLU(yd, xd, rd, n, c, plane, mean, scale, b.Value.Data)
-		} else {
+		default:
 			kernels.BatchNormApply(yd, xd, n, c, plane, mean, scale, b.Value.Data)
 		}
 	}
@@ -157,9 +176,14 @@ func (bn *BatchNorm2d) forward(method string, x, r *Var, relu bool) *Var {
 			dx, fresh = x.gradOverwrite()
 			acc = !fresh
 		}
-		if mask {
+		switch {
+		case cl && mask:
+			kernels.BatchNormBackwardReLUNHWC(dx, g, yd, xd, m, c, mean, invstd, w.Value.Data, training, acc, dw, db)
+		case cl:
+			kernels.BatchNormBackwardNHWC(dx, g, xd, m, c, mean, invstd, w.Value.Data, training, acc, dw, db)
+		case mask:
 			kernels.BatchNormBackwardReLU(dx, g, yd, xd, n, c, plane, mean, invstd, w.Value.Data, training, acc, dw, db)
-		} else {
+		default:
 			kernels.BatchNormBackward(dx, g, xd, n, c, plane, mean, invstd, w.Value.Data, training, acc, dw, db)
 		}
 	}

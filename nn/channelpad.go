@@ -5,8 +5,12 @@ package nn
 // zero channels in front and After behind: [N, C, H, W] → [N, Before+C+After, ⌈H/S⌉,
 // ⌈W/S⌉]. It is the parameter-free "option A" shortcut of He et al.'s CIFAR ResNets,
 // F.pad(x[:, :, ::2, ::2], (0, 0, 0, 0, planes//4, planes//4)) in the common PyTorch code.
-// Stride 0 means 1.
-type SubsamplePad struct{ Stride, Before, After int }
+// Stride 0 means 1. With ChannelsLast, input and output are [N, H, W, C] (the
+// channels added at the end of each pixel's run: [N, ⌈H/S⌉, ⌈W/S⌉, Before+C+After]).
+type SubsamplePad struct {
+	Stride, Before, After int
+	ChannelsLast          bool
+}
 
 // Forward subsamples and pads x.
 func (p SubsamplePad) Forward(x *Var) *Var {
@@ -22,6 +26,9 @@ func (p SubsamplePad) Forward(x *Var) *Var {
 			return t.fail(out, nil)
 		}
 		return t.failf(out, "nn.SubsamplePad(stride %d, channels +%d/+%d): input shape %v, want [N C H W] and non-negative options", p.Stride, p.Before, p.After, s)
+	}
+	if p.ChannelsLast {
+		return p.forwardNHWC(x, st)
 	}
 	n, c, h, w := s[0], s[1], s[2], s[3]
 	oh, ow := (h+st-1)/st, (w+st-1)/st
@@ -56,6 +63,38 @@ func (p SubsamplePad) Forward(x *Var) *Var {
 						row[j*st] += src[i*ow+j]
 					}
 				}
+			}
+		}
+	}, x)
+	return y
+}
+
+// forwardNHWC is Forward with ChannelsLast and stride st.
+func (p SubsamplePad) forwardNHWC(x *Var, st int) *Var {
+	t := x.tape
+	n, h, w, c := x.Value.Shape[0], x.Value.Shape[1], x.Value.Shape[2], x.Value.Shape[3]
+	oh, ow := (h+st-1)/st, (w+st-1)/st
+	oc := p.Before + c + p.After
+	y := t.newVar(t.tensor([]int{n, oh, ow, oc}), false)
+	xd, yd := x.Value.Data, y.Value.Data
+	clear(yd)
+	// src returns the input pixel output pixel q reads.
+	src := func(q int) int {
+		b, i, j := q/(oh*ow), q/ow%oh, q%ow
+		return ((b*h+i*st)*w + j*st) * c
+	}
+	for q := range n * oh * ow {
+		copy(yd[q*oc+p.Before:q*oc+p.Before+c], xd[src(q):src(q)+c])
+	}
+	t.record(y, func(dy []float32) {
+		dx, fresh := x.gradOverwrite()
+		if fresh {
+			clear(dx)
+		}
+		for q := range n * oh * ow {
+			d, s := dx[src(q):src(q)+c], dy[q*oc+p.Before:q*oc+p.Before+c]
+			for k, v := range s {
+				d[k] += v
 			}
 		}
 	}, x)

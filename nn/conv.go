@@ -23,10 +23,17 @@ import (
 // convolution of dy with the flipped kernel, run through the same GEMM.
 // SPARGO_CONV=winograd runs stride-1 3×3 forward and input-gradient passes through
 // Winograd F(2×2,3×3) instead (kernels.UseWinograd).
+//
+// With ChannelsLast set, input and output are channels-last, [N, H, W, C] (see
+// ToChannelsLast): the indirect GEMM reads the input (zero-padded by a row copy, or
+// in place without padding) and writes the output where they lie, and backward reads
+// the output gradient in place, so no layout pass runs. The weight keeps its
+// [Out, In, K, K] layout, so checkpoints are the same in both modes.
 type Conv2d struct {
 	In, Out, Kernel, Stride, Padding int
 	Weight                           *Param
 	Bias                             *Param // nil without bias
+	ChannelsLast                     bool
 }
 
 var _ ParamOwner = (*Conv2d)(nil)
@@ -52,12 +59,15 @@ func (c *Conv2d) OwnParams() []*Param {
 	return []*Param{c.Weight, c.Bias}
 }
 
-// Forward convolves x of shape [N, In, H, W].
+// Forward convolves x of shape [N, In, H, W] ([N, H, W, In] with ChannelsLast).
 func (c *Conv2d) Forward(x *Var) *Var {
 	t := x.tape
 	s := x.Value.Shape
 	if x.broken {
 		return t.fail([]int{1, c.Out, 1, 1}, nil)
+	}
+	if c.ChannelsLast {
+		return c.forwardNHWC(x)
 	}
 	if len(s) != 4 || s[1] != c.In {
 		return t.failf([]int{1, c.Out, 1, 1}, "nn.Conv2d(%d→%d, k%d): input shape %v, want [N %d H W]", c.In, c.Out, c.Kernel, s, c.In)
@@ -168,4 +178,71 @@ func (c *Conv2d) inputGrad(t *Tape, g kernels.ConvGeom, w, dy, dyT, dx []float32
 		clear(dx)
 	}
 	kernels.Col2im(g, dcol, dx)
+}
+
+// forwardNHWC is Forward with ChannelsLast: x is [N, H, W, In], the result
+// [N, OH, OW, Out].
+func (c *Conv2d) forwardNHWC(x *Var) *Var {
+	t := x.tape
+	s := x.Value.Shape
+	if len(s) != 4 || s[3] != c.In {
+		return t.failf([]int{1, 1, 1, c.Out}, "nn.Conv2d(%d→%d, k%d, channels last): input shape %v, want [N H W %d]", c.In, c.Out, c.Kernel, s, c.In)
+	}
+	g := kernels.ConvGeom{N: s[0], C: c.In, H: s[1], W: s[2], KH: c.Kernel, KW: c.Kernel,
+		PadH: c.Padding, PadW: c.Padding, StrideH: c.Stride, StrideW: c.Stride}
+	oh, ow := g.OutH(), g.OutW()
+	if oh <= 0 || ow <= 0 || c.Stride <= 0 {
+		return t.failf([]int{1, 1, 1, c.Out}, "nn.Conv2d(%d→%d, k%d, stride %d, pad %d, channels last): input %v gives an empty output", c.In, c.Out, c.Kernel, c.Stride, c.Padding, s)
+	}
+	w := t.Param(c.Weight)
+	y := t.newVar(t.tensor([]int{s[0], oh, ow, c.Out}), false)
+	inputs := []*Var{x, w}
+	var b *Var
+	if c.Bias != nil {
+		b = t.Param(c.Bias)
+		inputs = append(inputs, b)
+	}
+	xp := padNHWC(t, g, x.Value.Data)
+	kernels.ConvNHWC(g, xp, w.Value.Data, c.Out, false, y.Value.Data)
+	if b != nil {
+		kernels.AddBiasNHWC(y.Value.Data, b.Value.Data)
+	}
+	t.record(y, func(dy []float32) {
+		kernels.ConvWeightGradNHWCRows(g, xp, dy, c.Out, w.grad())
+		if b != nil {
+			kernels.BiasGradNHWC(b.grad(), dy)
+		}
+		if !x.needsGrad {
+			return
+		}
+		dx, fresh := x.gradOverwrite()
+		if !stride1InputGrad(g) {
+			kernels.ConvInputGradNHWC(g, dy, w.Value.Data, c.Out, dx, !fresh)
+			return
+		}
+		// The input gradient of a stride-1 convolution: dy, padded by K-1-P,
+		// convolved with the flipped kernel.
+		gt := kernels.ConvGeom{N: g.N, C: c.Out, H: oh, W: ow, KH: g.KH, KW: g.KW,
+			PadH: g.KH - 1 - g.PadH, PadW: g.KW - 1 - g.PadW, StrideH: 1, StrideW: 1}
+		dyp := padNHWC(t, gt, dy)
+		if fresh {
+			kernels.ConvNHWC(gt, dyp, w.Value.Data, c.In, true, dx)
+			return
+		}
+		tmp := t.buf(len(dx))
+		kernels.ConvNHWC(gt, dyp, w.Value.Data, c.In, true, tmp)
+		kernels.Add(dx, dx, tmp)
+	}, inputs...)
+	return y
+}
+
+// padNHWC returns the channels-last image x of geometry g with its zero
+// border, as ConvNHWC reads it: x itself when g has no padding.
+func padNHWC(t *Tape, g kernels.ConvGeom, x []float32) []float32 {
+	if g.PadH == 0 && g.PadW == 0 {
+		return x
+	}
+	xp := t.buf(kernels.PaddedLen(g))
+	kernels.PadNHWCFromNHWC(g, x, xp)
+	return xp
 }

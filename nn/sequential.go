@@ -33,6 +33,10 @@ func (s *Sequential) Add(name string, m Module) *Sequential {
 // Len returns the number of children.
 func (s *Sequential) Len() int { return len(s.children) }
 
+// Replace puts m in place of child i, under the same name (SetChannelsLast, for
+// instance, replaces value-type layers).
+func (s *Sequential) Replace(i int, m Module) { s.children[i].Module = m }
+
 // Children returns the named children in order.
 func (s *Sequential) Children() []Child { return s.children }
 

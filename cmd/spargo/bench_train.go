@@ -45,6 +45,7 @@ type trainResult struct {
 	Warmup        int       `json:"warmup"`
 	Threads       int       `json:"threads"`
 	Kernels       string    `json:"kernels"`
+	ChannelsLast  bool      `json:"channels_last,omitempty"`
 	Parameters    int       `json:"parameters"`
 	DatasetName   string    `json:"dataset,omitempty"`
 	// The machine and the roofline: CPUModel from /proc/cpuinfo ("unknown"
@@ -64,7 +65,7 @@ type trainResult struct {
 	Roofline         float64 `json:"roofline,omitempty"`
 }
 
-const benchTrainUsage = `usage: spargo bench train [-model NAME] [-batch N] [-seq T] [-vocab V] [-dataset cifar10|cifar100] [-size S] [-steps K] [-warmup W] [-peak D] [-cpuprofile FILE] [-json]
+const benchTrainUsage = `usage: spargo bench train [-model NAME] [-batch N] [-seq T] [-vocab V] [-dataset cifar10|cifar100] [-size S] [-channels-last] [-steps K] [-warmup W] [-peak D] [-cpuprofile FILE] [-json]
 
 Times single-process training steps (forward, loss, backward, SGD with momentum 0.9
 and weight decay 5e-4) on one random batch and prints the median throughput over the
@@ -73,7 +74,8 @@ FLOPs per image or sequence (forward + backward), its GFLOP/s and their ratio to
 peak (roofline). Threads: GOMAXPROCS (set the environment variable to change it).
 
 Image classifiers (vgg*, resnet*): -batch random images (default 32) of the data set's
-shape (-dataset, -size), cross-entropy; images/s.
+shape (-dataset, -size), cross-entropy; images/s. -channels-last keeps the activations
+as [N, H, W, C] between the input and the classifier (models.SetChannelsLast).
 
 Models that read tokens: random token ids, the step of models.NewTokenStep (that of the
 ./models benchmarks LSTMLMStep and BertTinyMLMStep); sequences/s and tokens/s:
@@ -105,6 +107,7 @@ func runBenchTrain(args []string, stdout io.Writer) error {
 	seed := fs.Uint64("seed", 0, "seed for the weights and the random batch")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of text")
 	peak := fs.Duration("peak", 500*time.Millisecond, "how long to time the 1024³ SGEMM that gives the machine's peak (0: skip it)")
+	channelsLast := fs.Bool("channels-last", false, "image classifiers: channels-last activations (models.SetChannelsLast)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the timed steps (go tool pprof) to this file")
 	fs.Usage = func() {
 		fmt.Fprint(stdout, benchTrainUsage)
@@ -145,6 +148,9 @@ func runBenchTrain(args []string, stdout io.Writer) error {
 	if tokens {
 		// -dataset "" and -size 0 say "the default" and are harmless; -seq 0 and -vocab 0
 		// were rejected above, so any -seq or -vocab is a value.
+		if *channelsLast {
+			return fmt.Errorf("bench train: -channels-last: -model %s reads tokens (family %s); only the image classifiers have a channels-last layout", entry.Name, entry.Family)
+		}
 		for _, f := range []string{"dataset", "size"} {
 			if fs.Lookup(f).Value.String() != fs.Lookup(f).DefValue {
 				return fmt.Errorf("bench train: -%s %s: -model %s reads tokens (family %s), not images; -dataset and -size are for the image classifiers",
@@ -213,6 +219,11 @@ func runBenchTrain(args []string, stdout io.Writer) error {
 		if m, err = entry.Build(nn.NewRand(*seed)); err != nil {
 			return fmt.Errorf("bench train: -model: %w", err)
 		}
+		if *channelsLast {
+			if err := models.SetChannelsLast(m, true); err != nil {
+				return fmt.Errorf("bench train: -channels-last: %w", err)
+			}
+		}
 		rng := nn.NewRand(*seed + 1)
 		x := nn.NewTensor(*batch, ds.Channels, ds.Size, ds.Size)
 		for i := range x.Data {
@@ -277,7 +288,7 @@ func runBenchTrain(args []string, stdout io.Writer) error {
 	perItem := float64(flops) / float64(*batch)
 	res := trainResult{
 		Model: entry.Name, Batch: *batch, StepMS: med, StepsMS: times,
-		Warmup: *warmup, Threads: runtime.GOMAXPROCS(0), Kernels: kernels.Impl(), Parameters: nn.NumParams(ps),
+		Warmup: *warmup, Threads: runtime.GOMAXPROCS(0), Kernels: kernels.Impl(), ChannelsLast: *channelsLast, Parameters: nn.NumParams(ps),
 		CPUModel: cpuModel(), SgemmPeakGFLOPS: peakGFLOPS, GFLOPS: perItem * perS / 1e9,
 	}
 	if tokens {
@@ -306,8 +317,12 @@ func runBenchTrain(args []string, stdout io.Writer) error {
 		fmt.Fprintf(stdout, "step %.1f ms (median of %d, min %.1f, max %.1f)  %.1f sequences/s  %.0f tokens/s\n",
 			med, len(times), slices.Min(times), slices.Max(times), res.SequencesPerS, res.TokensPerS)
 	} else {
-		fmt.Fprintf(stdout, "model %s  dataset %s  batch %d  parameters %d  threads %d  kernels %s\n",
-			res.Model, res.DatasetName, res.Batch, res.Parameters, res.Threads, res.Kernels)
+		layout := ""
+		if res.ChannelsLast {
+			layout = "  channels last"
+		}
+		fmt.Fprintf(stdout, "model %s  dataset %s  batch %d  parameters %d  threads %d  kernels %s%s\n",
+			res.Model, res.DatasetName, res.Batch, res.Parameters, res.Threads, res.Kernels, layout)
 		fmt.Fprintf(stdout, "step %.1f ms (median of %d, min %.1f, max %.1f)  %.1f images/s\n",
 			med, len(times), slices.Min(times), slices.Max(times), res.ImagesPerS)
 	}
