@@ -11086,3 +11086,45 @@ sgdPlainAVX2_tail:
 sgdPlainAVX2_done:
 	VZEROUPPER
 	RET
+
+// func maxPoolTapsAVX2(y *float32, arg *int32, img *float32, offs *int, idxs *int32, taps int, n int)
+// Requires: AVX, AVX2
+TEXT ·maxPoolTapsAVX2(SB), NOSPLIT, $0-56
+	MOVQ y+0(FP), AX
+	MOVQ arg+8(FP), CX
+	MOVQ img+16(FP), DX
+	MOVQ offs+24(FP), BX
+	MOVQ idxs+32(FP), SI
+	MOVQ taps+40(FP), DI
+	MOVQ n+48(FP), R8
+
+maxPoolTapsAVX2_block:
+	MOVQ         (BX), R10
+	VMOVUPS      (DX)(R10*4), Y0
+	VPBROADCASTD (SI), Y1
+	MOVQ         $0x00000001, R9
+
+maxPoolTapsAVX2_tap:
+	CMPQ         R9, DI
+	JGE          maxPoolTapsAVX2_store
+	MOVQ         (BX)(R9*8), R10
+	VMOVUPS      (DX)(R10*4), Y2
+	VCMPPS       $0x1e, Y0, Y2, Y3
+	VCMPPS       $0x03, Y2, Y2, Y4
+	VORPS        Y4, Y3, Y3
+	VBLENDVPS    Y3, Y2, Y0, Y0
+	VPBROADCASTD (SI)(R9*4), Y2
+	VBLENDVPS    Y3, Y2, Y1, Y1
+	INCQ         R9
+	JMP          maxPoolTapsAVX2_tap
+
+maxPoolTapsAVX2_store:
+	VMOVUPS Y0, (AX)
+	VMOVDQU Y1, (CX)
+	ADDQ    $0x20, AX
+	ADDQ    $0x20, CX
+	ADDQ    $0x20, DX
+	SUBQ    $0x08, R8
+	JNZ     maxPoolTapsAVX2_block
+	VZEROUPPER
+	RET

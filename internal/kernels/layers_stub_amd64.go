@@ -185,3 +185,8 @@ func sgdNesterovAVX2(w *float32, grad *float32, buf *float32, n int, lr float32,
 
 // sgdPlainAVX2 applies w -= lr*(grad + wd*w) for i < n (AVX2, FMA).
 func sgdPlainAVX2(w *float32, grad *float32, n int, lr float32, wd float32)
+
+// maxPoolTapsAVX2 writes y[ch] = img[offs[t]+ch] and arg[ch] = idxs[t] for the t < taps (taps >= 1)
+// whose value is the first maximum, a NaN always replacing the choice, for ch < n
+// (a positive multiple of 8) (AVX2).
+func maxPoolTapsAVX2(y *float32, arg *int32, img *float32, offs *int, idxs *int32, taps int, n int)

@@ -1,6 +1,9 @@
 package kernels
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
 // Pooling over channels-last (NHWC) images. The semantics per channel are those
 // of the NCHW kernels in pooling.go (window, padding, NaN rule and tie-breaking of
@@ -42,74 +45,111 @@ func MaxPool2dForwardNHWC(g PoolGeom, c int, y []float32, arg []int32, x []float
 func (j *poolJob) maxForwardNHWC(lo, hi int) {
 	g, c := j.g, j.c
 	h, w, oh, ow := g.H, g.W, j.oh, j.ow
-	fast := g.fast2x2()
+	var offs [maxPoolTaps]int
+	var idxs [maxPoolTaps]int32
 	for u := lo; u < hi; u++ {
 		n, i := u/oh, u%oh
 		img := j.x[n*h*w*c : (n+1)*h*w*c]
 		dst := j.y[u*ow*c : (u+1)*ow*c]
 		ai := j.arg[u*ow*c : (u+1)*ow*c]
-		if fast {
-			r0 := img[2*i*w*c : (2*i*w+2*ow)*c]
-			r1 := img[(2*i+1)*w*c : ((2*i+1)*w+2*ow)*c]
-			for q := 0; q < ow; q++ {
-				base := int32(2*i*w + 2*q)
-				maxPool2x2NHWCGeneric(dst[q*c:(q+1)*c], ai[q*c:(q+1)*c],
-					r0[2*q*c:(2*q+2)*c], r1[2*q*c:(2*q+2)*c], base, int32(w))
-			}
-			continue
-		}
 		for q := 0; q < ow; q++ {
 			d, a := dst[q*c:(q+1)*c], ai[q*c:(q+1)*c]
-			first := true
+			if g.K*g.K > maxPoolTaps {
+				maxPoolWideNHWC(g, d, a, img, i, q)
+				continue
+			}
+			nt := 0 // the window's taps inside the image, in row-major order
 			for ka := 0; ka < g.K; ka++ {
 				r := i*g.Stride - g.Pad + ka
 				if r < 0 || r >= h {
 					continue
 				}
 				for kb := 0; kb < g.K; kb++ {
-					s := q*g.Stride - g.Pad + kb
-					if s < 0 || s >= w {
-						continue
-					}
-					idx := int32(r*w + s)
-					tap := img[int(idx)*c : (int(idx)+1)*c]
-					if first {
-						copy(d, tap)
-						for ch := range a {
-							a[ch] = idx
-						}
-						first = false
-					} else {
-						maxTapNHWCGeneric(d, a, tap, idx)
+					if s := q*g.Stride - g.Pad + kb; s >= 0 && s < w {
+						idxs[nt] = int32(r*w + s)
+						offs[nt] = (r*w + s) * c
+						nt++
 					}
 				}
+			}
+			j.v.maxPoolTaps(d, a, img, offs[:nt], idxs[:nt])
+		}
+	}
+}
+
+// maxPoolTaps is the largest window (K·K taps) maxForwardNHWC pools a channel at a
+// time; wider ones fold one tap at a time into the output (maxPoolWideNHWC).
+const maxPoolTaps = 64
+
+// maxPoolTapsNHWCGeneric pools the c = len(y) channels of one window whose valid
+// taps start at img[offs[t]] (pixel index idxs[t]), in row-major window order: a
+// full 2×2 window in one pass over the channels, others one tap at a time.
+func maxPoolTapsNHWCGeneric(y []float32, arg []int32, img []float32, offs []int, idxs []int32) {
+	c := len(y)
+	arg = arg[:c]
+	if len(offs) == 4 {
+		idxs = idxs[:4]
+		a, b := img[offs[0]:][:c], img[offs[1]:][:c]
+		e, f := img[offs[2]:][:c], img[offs[3]:][:c]
+		for ch := range y {
+			best, bi := math.Float32bits(a[ch]), idxs[0]
+			best, bi = maxSel(best, bi, b[ch], idxs[1])
+			best, bi = maxSel(best, bi, e[ch], idxs[2])
+			best, bi = maxSel(best, bi, f[ch], idxs[3])
+			y[ch] = math.Float32frombits(best)
+			arg[ch] = bi
+		}
+		return
+	}
+	copy(y, img[offs[0]:offs[0]+c])
+	for ch := range arg {
+		arg[ch] = idxs[0]
+	}
+	for t := 1; t < len(offs); t++ {
+		maxTapNHWCGeneric(y, arg, img[offs[t]:offs[t]+c], idxs[t])
+	}
+}
+
+// maxPoolWideNHWC pools output pixel (i, q) of windows wider than maxPoolTaps one tap at a time.
+func maxPoolWideNHWC(g PoolGeom, d []float32, a []int32, img []float32, i, q int) {
+	c := len(d)
+	first := true
+	for ka := 0; ka < g.K; ka++ {
+		r := i*g.Stride - g.Pad + ka
+		if r < 0 || r >= g.H {
+			continue
+		}
+		for kb := 0; kb < g.K; kb++ {
+			s := q*g.Stride - g.Pad + kb
+			if s < 0 || s >= g.W {
+				continue
+			}
+			idx := int32(r*g.W + s)
+			tap := img[int(idx)*c : (int(idx)+1)*c]
+			if first {
+				copy(d, tap)
+				for ch := range a {
+					a[ch] = idx
+				}
+				first = false
+			} else {
+				maxTapNHWCGeneric(d, a, tap, idx)
 			}
 		}
 	}
 }
 
-// maxPool2x2NHWCGeneric pools one 2×2 window of c = len(y) channels: r0 holds the
-// window's top two pixels (2c floats), r1 the bottom two; base is the in-image
-// index of the top-left pixel and w the row stride.
-func maxPool2x2NHWCGeneric(y []float32, arg []int32, r0, r1 []float32, base, w int32) {
-	c := len(y)
-	arg = arg[:c]
-	a, b := r0[:c], r0[c:2*c]
-	cc, d := r1[:c], r1[c:2*c]
-	for ch := range y {
-		best, bi := a[ch], int32(0)
-		if v := b[ch]; v > best || v != v {
-			best, bi = v, 1
-		}
-		if v := cc[ch]; v > best || v != v {
-			best, bi = v, w
-		}
-		if v := d[ch]; v > best || v != v {
-			best, bi = v, w+1
-		}
-		y[ch] = best
-		arg[ch] = base + bi
+// maxSel returns (v, vi) when v > best or v is NaN, else (best, bi); best is held
+// as its bits so that the select compiles to conditional moves.
+func maxSel(best uint32, bi int32, v float32, vi int32) (uint32, int32) {
+	var m uint32
+	if v > math.Float32frombits(best) {
+		m = ^uint32(0)
 	}
+	if v != v {
+		m = ^uint32(0)
+	}
+	return best ^ (best^math.Float32bits(v))&m, bi ^ (bi^vi)&int32(m)
 }
 
 // maxTapNHWCGeneric folds one window tap (pixel index idx) into the running
@@ -118,9 +158,8 @@ func maxTapNHWCGeneric(y []float32, arg []int32, tap []float32, idx int32) {
 	tap = tap[:len(y)]
 	arg = arg[:len(y)]
 	for ch, v := range tap {
-		if v > y[ch] || v != v {
-			y[ch], arg[ch] = v, idx
-		}
+		b, i := maxSel(math.Float32bits(y[ch]), arg[ch], v, idx)
+		y[ch], arg[ch] = math.Float32frombits(b), i
 	}
 }
 

@@ -48,7 +48,7 @@ var nhwcPoolGeoms = []PoolGeom{
 	{2, 8, 8, 2, 2, 0}, {3, 7, 9, 2, 2, 0}, {1, 1, 2, 1, 1, 0}, {1, 2, 2, 2, 2, 0},
 	{2, 8, 8, 3, 2, 1}, {3, 7, 5, 3, 2, 1}, {1, 9, 9, 3, 2, 1},
 	{2, 6, 6, 3, 1, 1}, {3, 5, 7, 3, 1, 1}, {1, 4, 4, 4, 1, 2}, {2, 6, 9, 3, 3, 0},
-	{1, 11, 13, 5, 2, 2}, {1, 8, 8, 2, 1, 0}, {1, 2, 3, 2, 2, 1},
+	{1, 11, 13, 5, 2, 2}, {1, 8, 8, 2, 1, 0}, {1, 2, 3, 2, 2, 1}, {2, 10, 11, 9, 1, 4},
 }
 
 // sameFloats reports whether a and b are bit for bit equal, NaNs with any payload
@@ -65,7 +65,7 @@ func TestPoolNHWCMatchesNCHW(t *testing.T) {
 	forEachImpl(t, func(t *testing.T) {
 		r := rand.New(rand.NewPCG(31, 32))
 		for _, g := range nhwcPoolGeoms {
-			for _, c := range []int{1, 3, 16, 64, 100} {
+			for _, c := range []int{1, 3, 9, 16, 64, 100} {
 				for _, special := range []bool{false, true} {
 					testPoolNHWCCase(t, r, g, c, special)
 				}

@@ -17,6 +17,19 @@ package kernels
 // a time, the rest in Go. The other entries are genericVec's.
 var avx2Vec = func() *vecOps {
 	v := *genericVec
+	v.maxPoolTaps = func(y []float32, arg []int32, img []float32, offs []int, idxs []int32) {
+		n := len(y) &^ 7
+		if n > 0 {
+			_, _ = arg[n-1], idxs[len(offs)-1]
+			for _, o := range offs {
+				_ = img[o : o+n]
+			}
+			maxPoolTapsAVX2(&y[0], &arg[0], &img[0], &offs[0], &idxs[0], len(offs), n)
+		}
+		if n < len(y) {
+			maxPoolTapsNHWCGeneric(y[n:], arg[n:], img[n:], offs, idxs)
+		}
+	}
 	v.reluFwd = func(dst, x []float32) {
 		n := len(dst) &^ 7
 		if n > 0 {

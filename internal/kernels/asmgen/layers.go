@@ -28,6 +28,7 @@ func genLayers() {
 	genSGD(avx2, false)
 	genSGD(avx2, true)
 	genSGDPlain(avx2)
+	genMaxPoolTapsAVX2()
 }
 
 // bcast broadcasts a float32 parameter into a fresh zmm register.
@@ -361,6 +362,50 @@ func genMaxPool2x2() {
 		body(a0, b0, a1, b1, km)
 	}
 	Label(name + "_done")
+	VZEROUPPER()
+	RET()
+}
+
+// genMaxPoolTapsAVX2 emits the channels-last max-pool of one output pixel: for each
+// block of 8 channels, the maximum over the window's taps (img[offs[t]+ch], in the
+// order given; a later tap replaces the choice when it is greater or NaN, as the
+// NCHW kernels' rule) and the pixel index idxs[t] of the tap chosen.
+func genMaxPoolTapsAVX2() {
+	const name = "maxPoolTapsAVX2"
+	TEXT(name, NOSPLIT, "func(y *float32, arg *int32, img *float32, offs *int, idxs *int32, taps, n int)")
+	Doc(name+" writes y[ch] = img[offs[t]+ch] and arg[ch] = idxs[t] for the t < taps (taps >= 1)",
+		"whose value is the first maximum, a NaN always replacing the choice, for ch < n",
+		"(a positive multiple of 8) (AVX2).")
+	y, arg, img, offs, idxs, taps, n := gp("y"), gp("arg"), gp("img"), gp("offs"), gp("idxs"), gp("taps"), gp("n")
+	t, off := GP64(), GP64()
+	Label(name + "_block")
+	best, idx := YMM(), YMM()
+	MOVQ(Mem{Base: offs}, off)
+	VMOVUPS(Mem{Base: img, Index: off, Scale: 4}, best)
+	VPBROADCASTD(Mem{Base: idxs}, idx)
+	MOVQ(U32(1), t)
+	Label(name + "_tap")
+	CMPQ(t, taps)
+	JGE(LabelRef(name + "_store"))
+	v, m, u, ti := YMM(), YMM(), YMM(), YMM()
+	MOVQ(Mem{Base: offs, Index: t, Scale: 8}, off)
+	VMOVUPS(Mem{Base: img, Index: off, Scale: 4}, v)
+	VCMPPS(U8(0x1e), best, v, m) // v > best (GT_OQ)
+	VCMPPS(U8(0x03), v, v, u)    // v is NaN (UNORD_Q)
+	VORPS(u, m, m)
+	VBLENDVPS(m, v, best, best) // m ? v : best
+	VPBROADCASTD(Mem{Base: idxs, Index: t, Scale: 4}, ti)
+	VBLENDVPS(m, ti, idx, idx)
+	INCQ(t)
+	JMP(LabelRef(name + "_tap"))
+	Label(name + "_store")
+	VMOVUPS(best, Mem{Base: y})
+	VMOVDQU(idx, Mem{Base: arg})
+	ADDQ(U8(32), y)
+	ADDQ(U8(32), arg)
+	ADDQ(U8(32), img)
+	SUBQ(U8(8), n)
+	JNZ(LabelRef(name + "_block"))
 	VZEROUPPER()
 	RET()
 }
