@@ -11087,44 +11087,60 @@ sgdPlainAVX2_done:
 	VZEROUPPER
 	RET
 
-// func maxPoolTapsAVX2(y *float32, arg *int32, img *float32, offs *int, idxs *int32, taps int, n int)
+// func maxPoolWindowAVX2(y *float32, arg *int32, x *float32, rows int, cols int, rs int, cs int, base int32, w int32, n int)
 // Requires: AVX, AVX2
-TEXT ·maxPoolTapsAVX2(SB), NOSPLIT, $0-56
+TEXT ·maxPoolWindowAVX2(SB), NOSPLIT, $0-72
 	MOVQ y+0(FP), AX
 	MOVQ arg+8(FP), CX
-	MOVQ img+16(FP), DX
-	MOVQ offs+24(FP), BX
-	MOVQ idxs+32(FP), SI
-	MOVQ taps+40(FP), DI
-	MOVQ n+48(FP), R8
+	MOVQ x+16(FP), DX
+	MOVQ n+64(FP), BX
 
-maxPoolTapsAVX2_block:
-	MOVQ         (BX), R10
-	VMOVUPS      (DX)(R10*4), Y0
-	VPBROADCASTD (SI), Y1
-	MOVQ         $0x00000001, R9
+maxPoolWindowAVX2_block:
+	VMOVUPS      (DX), Y0
+	MOVL         base+56(FP), DI
+	VMOVD        DI, X1
+	VPBROADCASTD X1, Y1
+	MOVQ         DX, SI
+	MOVQ         rows+24(FP), R8
+	MOVQ         DX, R9
+	ADDQ         cs+48(FP), R9
+	LEAL         1(DI), R10
+	MOVQ         cols+32(FP), R11
+	DECQ         R11
 
-maxPoolTapsAVX2_tap:
-	CMPQ         R9, DI
-	JGE          maxPoolTapsAVX2_store
-	MOVQ         (BX)(R9*8), R10
-	VMOVUPS      (DX)(R10*4), Y2
+maxPoolWindowAVX2_col:
+	TESTQ        R11, R11
+	JZ           maxPoolWindowAVX2_rowend
+	VMOVUPS      (R9), Y2
 	VCMPPS       $0x1e, Y0, Y2, Y3
 	VCMPPS       $0x03, Y2, Y2, Y4
 	VORPS        Y4, Y3, Y3
 	VBLENDVPS    Y3, Y2, Y0, Y0
-	VPBROADCASTD (SI)(R9*4), Y2
+	VMOVD        R10, X2
+	VPBROADCASTD X2, Y2
 	VBLENDVPS    Y3, Y2, Y1, Y1
-	INCQ         R9
-	JMP          maxPoolTapsAVX2_tap
+	ADDQ         cs+48(FP), R9
+	INCL         R10
+	DECQ         R11
+	JMP          maxPoolWindowAVX2_col
 
-maxPoolTapsAVX2_store:
+maxPoolWindowAVX2_rowend:
+	DECQ R8
+	JZ   maxPoolWindowAVX2_store
+	ADDQ rs+40(FP), SI
+	ADDL w+60(FP), DI
+	MOVQ SI, R9
+	MOVL DI, R10
+	MOVQ cols+32(FP), R11
+	JMP  maxPoolWindowAVX2_col
+
+maxPoolWindowAVX2_store:
 	VMOVUPS Y0, (AX)
 	VMOVDQU Y1, (CX)
 	ADDQ    $0x20, AX
 	ADDQ    $0x20, CX
 	ADDQ    $0x20, DX
-	SUBQ    $0x08, R8
-	JNZ     maxPoolTapsAVX2_block
+	SUBQ    $0x08, BX
+	JNZ     maxPoolWindowAVX2_block
 	VZEROUPPER
 	RET

@@ -186,7 +186,7 @@ func sgdNesterovAVX2(w *float32, grad *float32, buf *float32, n int, lr float32,
 // sgdPlainAVX2 applies w -= lr*(grad + wd*w) for i < n (AVX2, FMA).
 func sgdPlainAVX2(w *float32, grad *float32, n int, lr float32, wd float32)
 
-// maxPoolTapsAVX2 writes y[ch] = img[offs[t]+ch] and arg[ch] = idxs[t] for the t < taps (taps >= 1)
-// whose value is the first maximum, a NaN always replacing the choice, for ch < n
-// (a positive multiple of 8) (AVX2).
-func maxPoolTapsAVX2(y *float32, arg *int32, img *float32, offs *int, idxs *int32, taps int, n int)
+// maxPoolWindowAVX2 writes y[ch] and arg[ch] for ch < n (a positive multiple of 8): the first maximum
+// of the rows×cols taps x[r·rs/4 + s·cs/4 + ch] (rs, cs in bytes; rows, cols >= 1), a NaN
+// always replacing the choice, and its pixel index base + r·w + s (AVX2).
+func maxPoolWindowAVX2(y *float32, arg *int32, x *float32, rows int, cols int, rs int, cs int, base int32, w int32, n int)

@@ -45,95 +45,50 @@ func MaxPool2dForwardNHWC(g PoolGeom, c int, y []float32, arg []int32, x []float
 func (j *poolJob) maxForwardNHWC(lo, hi int) {
 	g, c := j.g, j.c
 	h, w, oh, ow := g.H, g.W, j.oh, j.ow
-	var offs [maxPoolTaps]int
-	var idxs [maxPoolTaps]int32
 	for u := lo; u < hi; u++ {
 		n, i := u/oh, u%oh
 		img := j.x[n*h*w*c : (n+1)*h*w*c]
 		dst := j.y[u*ow*c : (u+1)*ow*c]
 		ai := j.arg[u*ow*c : (u+1)*ow*c]
+		// The window clipped to the image: its taps in row-major order are the
+		// NCHW kernel's valid ones (never none, as 2·Pad ≤ K).
+		r0, r1 := max(i*g.Stride-g.Pad, 0), min(i*g.Stride-g.Pad+g.K, h)
 		for q := 0; q < ow; q++ {
-			d, a := dst[q*c:(q+1)*c], ai[q*c:(q+1)*c]
-			if g.K*g.K > maxPoolTaps {
-				maxPoolWideNHWC(g, d, a, img, i, q)
-				continue
-			}
-			nt := 0 // the window's taps inside the image, in row-major order
-			for ka := 0; ka < g.K; ka++ {
-				r := i*g.Stride - g.Pad + ka
-				if r < 0 || r >= h {
-					continue
-				}
-				for kb := 0; kb < g.K; kb++ {
-					if s := q*g.Stride - g.Pad + kb; s >= 0 && s < w {
-						idxs[nt] = int32(r*w + s)
-						offs[nt] = (r*w + s) * c
-						nt++
-					}
-				}
-			}
-			j.v.maxPoolTaps(d, a, img, offs[:nt], idxs[:nt])
+			s0, s1 := max(q*g.Stride-g.Pad, 0), min(q*g.Stride-g.Pad+g.K, w)
+			o := r0*w + s0
+			j.v.maxPoolWindow(dst[q*c:(q+1)*c], ai[q*c:(q+1)*c], img[o*c:], r1-r0, s1-s0, w*c, c, int32(o), int32(w))
 		}
 	}
 }
 
-// maxPoolTaps is the largest window (K·K taps) maxForwardNHWC pools a channel at a
-// time; wider ones fold one tap at a time into the output (maxPoolWideNHWC).
-const maxPoolTaps = 64
-
-// maxPoolTapsNHWCGeneric pools the c = len(y) channels of one window whose valid
-// taps start at img[offs[t]] (pixel index idxs[t]), in row-major window order: a
-// full 2×2 window in one pass over the channels, others one tap at a time.
-func maxPoolTapsNHWCGeneric(y []float32, arg []int32, img []float32, offs []int, idxs []int32) {
+// maxPoolWindowGeneric pools the c = len(y) channels of a rows×cols window: tap
+// (r, s) is x[r·rs + s·cc:][:c] with pixel index base + r·w + s, visited in
+// row-major order. A full 2×2 window goes in one pass over the channels, others
+// one tap at a time.
+func maxPoolWindowGeneric(y []float32, arg []int32, x []float32, rows, cols, rs, cc int, base, w int32) {
 	c := len(y)
 	arg = arg[:c]
-	if len(offs) == 4 {
-		idxs = idxs[:4]
-		a, b := img[offs[0]:][:c], img[offs[1]:][:c]
-		e, f := img[offs[2]:][:c], img[offs[3]:][:c]
+	if rows == 2 && cols == 2 {
+		a, b := x[:c], x[cc:][:c]
+		e, f := x[rs:][:c], x[rs+cc:][:c]
 		for ch := range y {
-			best, bi := math.Float32bits(a[ch]), idxs[0]
-			best, bi = maxSel(best, bi, b[ch], idxs[1])
-			best, bi = maxSel(best, bi, e[ch], idxs[2])
-			best, bi = maxSel(best, bi, f[ch], idxs[3])
+			best, bi := math.Float32bits(a[ch]), base
+			best, bi = maxSel(best, bi, b[ch], base+1)
+			best, bi = maxSel(best, bi, e[ch], base+w)
+			best, bi = maxSel(best, bi, f[ch], base+w+1)
 			y[ch] = math.Float32frombits(best)
 			arg[ch] = bi
 		}
 		return
 	}
-	copy(y, img[offs[0]:offs[0]+c])
+	copy(y, x[:c])
 	for ch := range arg {
-		arg[ch] = idxs[0]
+		arg[ch] = base
 	}
-	for t := 1; t < len(offs); t++ {
-		maxTapNHWCGeneric(y, arg, img[offs[t]:offs[t]+c], idxs[t])
-	}
-}
-
-// maxPoolWideNHWC pools output pixel (i, q) of windows wider than maxPoolTaps one tap at a time.
-func maxPoolWideNHWC(g PoolGeom, d []float32, a []int32, img []float32, i, q int) {
-	c := len(d)
-	first := true
-	for ka := 0; ka < g.K; ka++ {
-		r := i*g.Stride - g.Pad + ka
-		if r < 0 || r >= g.H {
-			continue
-		}
-		for kb := 0; kb < g.K; kb++ {
-			s := q*g.Stride - g.Pad + kb
-			if s < 0 || s >= g.W {
-				continue
-			}
-			idx := int32(r*g.W + s)
-			tap := img[int(idx)*c : (int(idx)+1)*c]
-			if first {
-				copy(d, tap)
-				for ch := range a {
-					a[ch] = idx
-				}
-				first = false
-			} else {
-				maxTapNHWCGeneric(d, a, tap, idx)
+	for r := range rows {
+		for s := range cols {
+			if r > 0 || s > 0 {
+				maxTapNHWCGeneric(y, arg, x[r*rs+s*cc:][:c], base+int32(r)*w+int32(s))
 			}
 		}
 	}
