@@ -68,6 +68,10 @@ type vecOps struct {
 	// maxPool2x2Row pools rows r0, r1 (2·len(y) elements each) into y with argmax
 	// indices base + 2j + {0, 1, w, w+1} (pooling.go).
 	maxPool2x2Row func(y []float32, arg []int32, r0, r1 []float32, base, w int32)
+	// maxPoolWindow pools one channels-last window of rows×cols taps, tap (r, s)
+	// being the len(y) floats at x[r·rs + s·c:] with pixel index base + r·w + s
+	// (pooling_nhwc.go).
+	maxPoolWindow func(y []float32, arg []int32, x []float32, rows, cols, rs, c int, base, w int32)
 	// gather32 writes dst[32·i+q] = src[i·srcStep+idx[q]] for i < rows
 	// (convnhwc.go's weight packing; nil: a Go loop; idx increasing).
 	gather32 func(dst, src []float32, rows, srcStep int, idx *[32]int32)
@@ -110,8 +114,8 @@ var genericVec = &vecOps{
 	reluBwdSet: reluBwdSetGeneric, sumSqDev: sumSqDevGeneric, dyStats: dyStatsGeneric,
 	affine: affineGeneric, bnBwd: bnBwdGeneric, sgdMom: sgdMomGeneric, sgdPlain: sgdPlainGeneric,
 	affineRelu: affineReluGeneric, dyStatsRelu: dyStatsReluGeneric, bnBwdRelu: bnBwdReluGeneric,
-	maxPool2x2Row: maxPool2x2RowGeneric,
-	expSum:        expSumGeneric, maxOf: maxGeneric, gelu: geluGeneric, geluBwd: geluBwdGeneric,
+	maxPool2x2Row: maxPool2x2RowGeneric, maxPoolWindow: maxPoolWindowGeneric,
+	expSum: expSumGeneric, maxOf: maxGeneric, gelu: geluGeneric, geluBwd: geluBwdGeneric,
 	lstmFwd: lstmFwdGeneric, lstmBwd: lstmBwdGeneric,
 	lnStats: lnStatsGeneric, lnApply: lnApplyGeneric, lnBwdStats: lnBwdStatsGeneric,
 	lnBwdDx: lnBwdDxGeneric, lnParamGrad: lnParamGradGeneric,

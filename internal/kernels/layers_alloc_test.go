@@ -18,6 +18,8 @@ func TestLayerKernelAllocations(t *testing.T) {
 	bigN := 4 * elemChunk
 	bx, by, bdy := small(bigN), small(bigN), small(bigN)
 	bws, bgs, bbs := [][]float32{bx}, [][]float32{by}, [][]float32{bdy}
+	ng := PoolGeom{4, 16, 16, 3, 2, 1} // NHWC, 64 channels: split over the pool
+	nx, ny, narg := small(4*16*16*64), small(4*8*8*64), make([]int32, 4*8*8*64)
 	var c4 [5][]float32
 	for i := range c4 {
 		c4[i] = small(4)
@@ -34,6 +36,12 @@ func TestLayerKernelAllocations(t *testing.T) {
 		{"MaxPool2dBackward", 0, func() { MaxPool2dBackward(pg, px, py, parg, false) }},
 		{"AvgPool2dForward", 0, func() { AvgPool2dForward(pg, py, px) }},
 		{"AvgPool2dBackward", 0, func() { AvgPool2dBackward(pg, px, py, true) }},
+		{"MaxPool2dForwardNHWC", 0, func() { MaxPool2dForwardNHWC(pg, 1, py, parg, px) }},
+		{"AvgPool2dBackwardNHWC", 0, func() { AvgPool2dBackwardNHWC(pg, 1, px, py, true) }},
+		{"big/MaxPool2dForwardNHWC", 0, func() { MaxPool2dForwardNHWC(ng, 64, ny, narg, nx) }},
+		{"big/MaxPool2dBackwardNHWC", 0, func() { MaxPool2dBackwardNHWC(ng, 64, nx, ny, narg, false) }},
+		{"big/AvgPool2dForwardNHWC", 0, func() { AvgPool2dForwardNHWC(ng, 64, ny, nx) }},
+		{"big/AvgPool2dBackwardNHWC", 0, func() { AvgPool2dBackwardNHWC(ng, 64, nx, ny, true) }},
 		{"SoftmaxCrossEntropy", 0, func() { SoftmaxCrossEntropy(prob, rl, prob, labels, 3, 4) }},
 		{"SoftmaxCrossEntropyBackward", 0, func() { SoftmaxCrossEntropyBackward(prob, prob, labels, 3, 4, 1, true) }},
 		{"SGDUpdateAll", 0, func() { SGDUpdateAll(ws, gs, bs, first, 0.1, 0, 0.9, 0, false) }},

@@ -11086,3 +11086,61 @@ sgdPlainAVX2_tail:
 sgdPlainAVX2_done:
 	VZEROUPPER
 	RET
+
+// func maxPoolWindowAVX2(y *float32, arg *int32, x *float32, rows int, cols int, rs int, cs int, base int32, w int32, n int)
+// Requires: AVX, AVX2
+TEXT ·maxPoolWindowAVX2(SB), NOSPLIT, $0-72
+	MOVQ y+0(FP), AX
+	MOVQ arg+8(FP), CX
+	MOVQ x+16(FP), DX
+	MOVQ n+64(FP), BX
+
+maxPoolWindowAVX2_block:
+	VMOVUPS      (DX), Y0
+	MOVL         base+56(FP), DI
+	VMOVD        DI, X1
+	VPBROADCASTD X1, Y1
+	MOVQ         DX, SI
+	MOVQ         rows+24(FP), R8
+	MOVQ         DX, R9
+	ADDQ         cs+48(FP), R9
+	LEAL         1(DI), R10
+	MOVQ         cols+32(FP), R11
+	DECQ         R11
+
+maxPoolWindowAVX2_col:
+	TESTQ        R11, R11
+	JZ           maxPoolWindowAVX2_rowend
+	VMOVUPS      (R9), Y2
+	VCMPPS       $0x1e, Y0, Y2, Y3
+	VCMPPS       $0x03, Y2, Y2, Y4
+	VORPS        Y4, Y3, Y3
+	VBLENDVPS    Y3, Y2, Y0, Y0
+	VMOVD        R10, X2
+	VPBROADCASTD X2, Y2
+	VBLENDVPS    Y3, Y2, Y1, Y1
+	ADDQ         cs+48(FP), R9
+	INCL         R10
+	DECQ         R11
+	JMP          maxPoolWindowAVX2_col
+
+maxPoolWindowAVX2_rowend:
+	DECQ R8
+	JZ   maxPoolWindowAVX2_store
+	ADDQ rs+40(FP), SI
+	ADDL w+60(FP), DI
+	MOVQ SI, R9
+	MOVL DI, R10
+	MOVQ cols+32(FP), R11
+	JMP  maxPoolWindowAVX2_col
+
+maxPoolWindowAVX2_store:
+	VMOVUPS Y0, (AX)
+	VMOVDQU Y1, (CX)
+	ADDQ    $0x20, AX
+	ADDQ    $0x20, CX
+	ADDQ    $0x20, DX
+	SUBQ    $0x08, BX
+	JNZ     maxPoolWindowAVX2_block
+	VZEROUPPER
+	RET

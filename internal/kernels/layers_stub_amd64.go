@@ -185,3 +185,8 @@ func sgdNesterovAVX2(w *float32, grad *float32, buf *float32, n int, lr float32,
 
 // sgdPlainAVX2 applies w -= lr*(grad + wd*w) for i < n (AVX2, FMA).
 func sgdPlainAVX2(w *float32, grad *float32, n int, lr float32, wd float32)
+
+// maxPoolWindowAVX2 writes y[ch] and arg[ch] for ch < n (a positive multiple of 8): the first maximum
+// of the rows×cols taps x[r·rs/4 + s·cs/4 + ch] (rs, cs in bytes; rows, cols >= 1), a NaN
+// always replacing the choice, and its pixel index base + r·w + s (AVX2).
+func maxPoolWindowAVX2(y *float32, arg *int32, x *float32, rows int, cols int, rs int, cs int, base int32, w int32, n int)

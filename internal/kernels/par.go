@@ -37,6 +37,10 @@ const (
 	jobMaxBackward
 	jobAvgForward
 	jobAvgBackward
+	jobMaxForwardNHWC
+	jobMaxBackwardNHWC
+	jobAvgForwardNHWC
+	jobAvgBackwardNHWC
 	jobCEForward
 	jobCEBackward
 	jobSGD
@@ -77,6 +81,14 @@ func (t *layerTask) body(lo, hi int) {
 		t.pool.avgForward(lo, hi)
 	case jobAvgBackward:
 		t.pool.avgBackward(lo, hi)
+	case jobMaxForwardNHWC:
+		t.pool.maxForwardNHWC(lo, hi)
+	case jobMaxBackwardNHWC:
+		t.pool.maxBackwardNHWC(lo, hi)
+	case jobAvgForwardNHWC:
+		t.pool.avgForwardNHWC(lo, hi)
+	case jobAvgBackwardNHWC:
+		t.pool.avgBackwardNHWC(lo, hi)
 	case jobCEForward:
 		t.ce.forward(lo, hi)
 	case jobCEBackward:

@@ -17,12 +17,16 @@ func (g PoolGeom) OutH() int { return (g.H+2*g.Pad-g.K)/g.Stride + 1 }
 func (g PoolGeom) OutW() int { return (g.W+2*g.Pad-g.K)/g.Stride + 1 }
 
 func (g PoolGeom) check(fn string, xLen, yLen int) {
+	g.checkGeom(fn)
+	mustLen(fn, "input", xLen, g.Planes*g.H*g.W)
+	mustLen(fn, "output", yLen, g.Planes*g.OutH()*g.OutW())
+}
+
+func (g PoolGeom) checkGeom(fn string) {
 	if g.Planes < 0 || g.H <= 0 || g.W <= 0 || g.K <= 0 || g.Stride <= 0 || g.Pad < 0 ||
 		2*g.Pad > g.K || g.OutH() <= 0 || g.OutW() <= 0 {
 		panic(fmt.Sprintf("kernels.%s: invalid geometry %+v", fn, g))
 	}
-	mustLen(fn, "input", xLen, g.Planes*g.H*g.W)
-	mustLen(fn, "output", yLen, g.Planes*g.OutH()*g.OutW())
 }
 
 // fast2x2 reports whether g is the 2×2, stride 2, unpadded window.
@@ -50,6 +54,7 @@ func MaxPool2dForward(g PoolGeom, y []float32, arg []int32, x []float32) {
 // plane range [lo, hi).
 type poolJob struct {
 	g          PoolGeom
+	c          int // channels of the NHWC kernels (pooling_nhwc.go)
 	oh, ow     int
 	v          *vecOps
 	x, y       []float32 // input and output (gradients in backward)

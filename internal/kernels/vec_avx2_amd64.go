@@ -17,6 +17,16 @@ package kernels
 // a time, the rest in Go. The other entries are genericVec's.
 var avx2Vec = func() *vecOps {
 	v := *genericVec
+	v.maxPoolWindow = func(y []float32, arg []int32, x []float32, rows, cols, rs, c int, base, w int32) {
+		n := len(y) &^ 7
+		if n > 0 {
+			_, _ = arg[n-1], x[(rows-1)*rs+(cols-1)*c+n-1]
+			maxPoolWindowAVX2(&y[0], &arg[0], &x[0], rows, cols, 4*rs, 4*c, base, w, n)
+		}
+		if n < len(y) {
+			maxPoolWindowGeneric(y[n:], arg[n:], x[n:], rows, cols, rs, c, base, w)
+		}
+	}
 	v.reluFwd = func(dst, x []float32) {
 		n := len(dst) &^ 7
 		if n > 0 {

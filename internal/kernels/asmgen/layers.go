@@ -28,6 +28,7 @@ func genLayers() {
 	genSGD(avx2, false)
 	genSGD(avx2, true)
 	genSGDPlain(avx2)
+	genMaxPoolWindowAVX2()
 }
 
 // bcast broadcasts a float32 parameter into a fresh zmm register.
@@ -361,6 +362,69 @@ func genMaxPool2x2() {
 		body(a0, b0, a1, b1, km)
 	}
 	Label(name + "_done")
+	VZEROUPPER()
+	RET()
+}
+
+// genMaxPoolWindowAVX2 emits the channels-last max-pool of one output pixel: for
+// each block of 8 channels, the maximum over a rows×cols window of taps (tap
+// (r, s) at x + r·rs + s·cs bytes, pixel index base + r·w + s) visited in
+// row-major order, a later tap replacing the choice when it is greater or NaN
+// (the NCHW kernels' rule), and the pixel index of the tap chosen.
+func genMaxPoolWindowAVX2() {
+	const name = "maxPoolWindowAVX2"
+	TEXT(name, NOSPLIT, "func(y *float32, arg *int32, x *float32, rows, cols, rs, cs int, base, w int32, n int)")
+	Doc(name+" writes y[ch] and arg[ch] for ch < n (a positive multiple of 8): the first maximum",
+		"of the rows×cols taps x[r·rs/4 + s·cs/4 + ch] (rs, cs in bytes; rows, cols >= 1), a NaN",
+		"always replacing the choice, and its pixel index base + r·w + s (AVX2).")
+	y, arg, x, n := gp("y"), gp("arg"), gp("x"), gp("n")
+	rowp, ridx, rcnt, p, ti, cnt := GP64(), GP64(), GP64(), GP64(), GP64(), GP64()
+	best, idx := YMM(), YMM()
+	Label(name + "_block")
+	VMOVUPS(Mem{Base: x}, best)
+	MOVL(paramAddr("base"), ridx.As32())
+	VMOVD(ridx.As32(), idx.AsX())
+	VPBROADCASTD(idx.AsX(), idx)
+	MOVQ(x, rowp)
+	Load(Param("rows"), rcnt)
+	MOVQ(x, p)
+	ADDQ(paramAddr("cs"), p)
+	LEAL(Mem{Base: ridx, Disp: 1}, ti.As32())
+	Load(Param("cols"), cnt)
+	DECQ(cnt)
+	Label(name + "_col")
+	TESTQ(cnt, cnt)
+	JZ(LabelRef(name + "_rowend"))
+	v, m, u, tv := YMM(), YMM(), YMM(), YMM()
+	VMOVUPS(Mem{Base: p}, v)
+	VCMPPS(U8(0x1e), best, v, m) // v > best (GT_OQ)
+	VCMPPS(U8(0x03), v, v, u)    // v is NaN (UNORD_Q)
+	VORPS(u, m, m)
+	VBLENDVPS(m, v, best, best) // m ? v : best
+	VMOVD(ti.As32(), tv.AsX())
+	VPBROADCASTD(tv.AsX(), tv)
+	VBLENDVPS(m, tv, idx, idx)
+	ADDQ(paramAddr("cs"), p)
+	INCL(ti.As32())
+	DECQ(cnt)
+	JMP(LabelRef(name + "_col"))
+	Label(name + "_rowend")
+	DECQ(rcnt)
+	JZ(LabelRef(name + "_store"))
+	ADDQ(paramAddr("rs"), rowp)
+	ADDL(paramAddr("w"), ridx.As32())
+	MOVQ(rowp, p)
+	MOVL(ridx.As32(), ti.As32())
+	Load(Param("cols"), cnt)
+	JMP(LabelRef(name + "_col"))
+	Label(name + "_store")
+	VMOVUPS(best, Mem{Base: y})
+	VMOVDQU(idx, Mem{Base: arg})
+	ADDQ(U8(32), y)
+	ADDQ(U8(32), arg)
+	ADDQ(U8(32), x)
+	SUBQ(U8(8), n)
+	JNZ(LabelRef(name + "_block"))
 	VZEROUPPER()
 	RET()
 }
