@@ -25,6 +25,9 @@
 #   SPARGO_BIN   a prebuilt spargo binary (default: go build ./cmd/spargo into a temp dir)
 #   BEFORE_BIN   a second spargo binary (e.g. built at an earlier commit) run alternately in
 #                every round: its column shows the before figure
+#   LAYOUT       "channels-last": SPARGO_BIN's image classifiers run with -channels-last
+#                (BEFORE_LAYOUT the same for BEFORE_BIN; BEFORE_BIN=SPARGO_BIN with one of
+#                them set compares the two layouts)
 #   TEST_BIN_DIR instead of `go test` (where Go is missing): a directory of test binaries built with
 #                `go test -c -o DIR/kernels.test ./internal/kernels/` (and nn.test for ./nn/)
 #   OUT          directory for the raw JSON and logs (default: a temp dir, printed)
@@ -128,9 +131,12 @@ is_tokens() { case "${1%@*}" in lstm-* | bert-*) return 0 ;; esac; return 1; }
 # prints the batch flag $1 BATCH for an image classifier $2, nothing for a token model
 batch_flag() { is_tokens "$2" || echo "$1 $BATCH"; }
 
-run_spargo() { # bin threads model tag round
+# prints -channels-last for an image classifier $2 when the layout $1 is channels-last
+layout_flag() { [ "$1" = channels-last ] && ! is_tokens "$2" && echo -channels-last; true; }
+
+run_spargo() { # bin threads model tag round layout
 	local f="$OUT/$4-$3-t$2-r$5.json"
-	GOMAXPROCS=$2 "$1" bench train -model "${3%@*}" $(size_flag "$3" -size) $(batch_flag -batch "$3") -steps "$STEPS" -json >"$f" 2>"$f.err" || echo "spargo $4 $3 t$2 failed: $(tail -1 "$f.err")" >&2
+	GOMAXPROCS=$2 "$1" bench train -model "${3%@*}" $(size_flag "$3" -size) $(batch_flag -batch "$3") $(layout_flag "${6:-}" "$3") -steps "$STEPS" -json >"$f" 2>"$f.err" || echo "spargo $4 $3 t$2 failed: $(tail -1 "$f.err")" >&2
 	echo "$f"
 }
 
@@ -140,9 +146,9 @@ for t in $THREADS; do
 	[ "$t" = ALL ] && t=$ncpu
 	for m in $MODELS; do
 		for r in $(seq 1 "$ROUNDS"); do
-			run_spargo "$SPARGO_BIN" "$t" "$m" spargo "$r" >/dev/null
+			run_spargo "$SPARGO_BIN" "$t" "$m" spargo "$r" "${LAYOUT:-}" >/dev/null
 			if [ -n "${BEFORE_BIN:-}" ]; then
-				run_spargo "$BEFORE_BIN" "$t" "$m" before "$r" >/dev/null
+				run_spargo "$BEFORE_BIN" "$t" "$m" before "$r" "${BEFORE_LAYOUT:-}" >/dev/null
 			fi
 			if [ $torch_ok = 1 ]; then
 				env -u OMP_WAIT_POLICY ${omp_policy:+OMP_WAIT_POLICY=$omp_policy} OPENBLAS_NUM_THREADS=1 "$TORCH" scripts/torch_throughput.py \
