@@ -383,7 +383,13 @@ func (j *bnhJob) runBlocks(lo, hi int) {
 			bb.sum = make([]float64, c)
 		}
 	}
-	for b := lo; b < hi; b++ {
+	for i := lo; i < hi; i++ {
+		// The output passes walk the blocks from the last: those the statistics pass
+		// read last are still in cache.
+		b := i
+		if j.pass == bnhAffine || j.pass == bnhBwdDx {
+			b = j.blocks - 1 - i
+		}
 		r0 := b * j.br
 		nr := j.blockRows(b)
 		lo, hi := r0*c, (r0+nr)*c
