@@ -23,13 +23,15 @@ import (
 // of k, about bnhBlockElems elements; it depends on c only), the unit of parallel
 // work. A block's sums are reduced in a fixed order and stored in float64 per block;
 // the blocks' sums are combined in float64 in block order by the calling goroutine.
-// So results do not depend on the goroutine count. The portable loops and the
-// assembly round every operation on its own (multiply, then add; no fused
-// multiply-add) in the same order, so every implementation gives the same bits.
+// So results do not depend on the goroutine count. The passes fuse each product with
+// the addition after it (one rounding, as the NCHW kernels' AVX2 passes do); the
+// portable loops compute those fused operations exactly (fma32), in the assembly's
+// order, so every implementation gives the same bits.
 //
 // The results are not bit-identical to the NCHW kernels' on transposed data (the
-// summation orders differ, and the NCHW affine passes fuse multiply-adds on AVX2);
-// they agree to rounding.
+// summation orders differ);
+// they agree to rounding. (Given the same statistics, the AVX2 backward dx is the
+// NCHW AVX2 kernel's, bit for bit.)
 
 const (
 	// bnhLanes is the smallest chunk length E (unless c is larger).
@@ -41,8 +43,8 @@ const (
 
 // bnNHWCOps are the flat passes of the channels-last BatchNorm. e = len of the lane
 // arrays (acc, k, mu, s, t, a, b, c); the stream arrays (x, y, r, dy, dst) hold whole
-// rows of e elements, their element q·e+j paired with lane j. Each operation rounds
-// on its own, in the order written (no fused multiply-add).
+// rows of e elements, their element q·e+j paired with lane j. Every product is fused
+// with the addition after it (one rounding); otherwise the order is as written.
 type bnNHWCOps struct {
 	sumDev      func(acc, k, x []float32)                            // acc += x − k
 	sumSqDev    func(acc, mu, x []float32)                           // acc += (x − mu)²
@@ -498,9 +500,33 @@ func (j *bnhJob) bwdDx(lo, hi int) {
 	})
 }
 
-// The portable passes (bnNHWCOps). Products are converted to float32 explicitly so
-// that the compiler does not fuse them with the following addition (as it may on
-// targets with FMA): every operation rounds on its own, as in the assembly.
+// The portable passes (bnNHWCOps): the assembly's arithmetic, each product and the
+// addition after it rounded once (fma32), in the same order.
+
+// fma32 returns a·b + c rounded once to float32, as a fused multiply-add
+// instruction computes it. The product is exact in float64; the sum is rounded to
+// float64 to odd (its rounding error from TwoSum decides whether the last bit is
+// moved), which makes the rounding to float32 that follows correct (Boldo and
+// Melquiond, "When double rounding is odd").
+func fma32(a, b, c float32) float32 {
+	p := float64(float64(a) * float64(b)) // exact; the conversion keeps it unfused
+	z := float64(c)
+	s := p + z
+	bv := s - p
+	e := (p - (s - bv)) + (z - bv) // p + z − s, exactly
+	if e != 0 && !math.IsInf(s, 0) && !math.IsNaN(e) {
+		if bits := math.Float64bits(s); bits&1 == 0 {
+			// The exact sum lies between s and its neighbour on e's side: take the odd one.
+			if (e > 0) == (s > 0) {
+				bits++
+			} else {
+				bits--
+			}
+			s = math.Float64frombits(bits)
+		}
+	}
+	return float32(s)
+}
 
 func bnhSumDevGeneric(acc, k, x []float32) {
 	k = k[:len(acc)]
@@ -518,7 +544,7 @@ func bnhSumSqDevGeneric(acc, mu, x []float32) {
 		row := x[:len(acc)]
 		for i, v := range row {
 			d := v - mu[i]
-			acc[i] += float32(d * d)
+			acc[i] = fma32(d, d, acc[i])
 		}
 	}
 }
@@ -530,7 +556,7 @@ func bnhDyStatsGeneric(s, t, mu, dy, x []float32) {
 		g, xr := dy[off:off+e], x[off:off+e]
 		for i, v := range g {
 			s[i] += v
-			t[i] += float32(v * (xr[i] - mu[i]))
+			t[i] = fma32(v, xr[i]-mu[i], t[i])
 		}
 	}
 }
@@ -543,7 +569,7 @@ func bnhDyStatsReluGeneric(s, t, mu, dy, y, x []float32) {
 		for i, v := range g {
 			v = reluMask(v, yr[i])
 			s[i] += v
-			t[i] += float32(v * (xr[i] - mu[i]))
+			t[i] = fma32(v, xr[i]-mu[i], t[i])
 		}
 	}
 }
@@ -554,7 +580,7 @@ func bnhAffineGeneric(dst, x, mu, a, b []float32) {
 	for off := 0; off+e <= len(dst) && e > 0; off += e {
 		d, xr := dst[off:off+e], x[off:off+e]
 		for i, v := range xr {
-			d[i] = float32((v-mu[i])*a[i]) + b[i]
+			d[i] = fma32(v-mu[i], a[i], b[i])
 		}
 	}
 }
@@ -566,13 +592,13 @@ func bnhAffineReluGeneric(dst, x, r, mu, a, b []float32) {
 		d, xr := dst[off:off+e], x[off:off+e]
 		if r == nil {
 			for i, v := range xr {
-				d[i] = relu32(float32((v-mu[i])*a[i]) + b[i])
+				d[i] = relu32(fma32(v-mu[i], a[i], b[i]))
 			}
 			continue
 		}
 		rr := r[off : off+e]
 		for i, v := range xr {
-			t := float32((v-mu[i])*a[i]) + b[i]
+			t := fma32(v-mu[i], a[i], b[i])
 			d[i] = relu32(t + rr[i])
 		}
 	}
@@ -585,11 +611,11 @@ func bnhBwdGeneric(dst, dy, x, mu, a, b, c []float32, acc bool) {
 		d, g, xr := dst[off:off+e], dy[off:off+e], x[off:off+e]
 		if acc {
 			for i, v := range g {
-				d[i] += float32(a[i]*v) + (float32(b[i]*(xr[i]-mu[i])) + c[i])
+				d[i] += fma32(a[i], v, fma32(b[i], xr[i]-mu[i], c[i]))
 			}
 		} else {
 			for i, v := range g {
-				d[i] = float32(a[i]*v) + (float32(b[i]*(xr[i]-mu[i])) + c[i])
+				d[i] = fma32(a[i], v, fma32(b[i], xr[i]-mu[i], c[i]))
 			}
 		}
 	}
@@ -603,12 +629,12 @@ func bnhBwdReluGeneric(dst, dy, y, x, mu, a, b, c []float32, acc bool) {
 		if acc {
 			for i, v := range g {
 				v = reluMask(v, yr[i])
-				d[i] += float32(a[i]*v) + (float32(b[i]*(xr[i]-mu[i])) + c[i])
+				d[i] += fma32(a[i], v, fma32(b[i], xr[i]-mu[i], c[i]))
 			}
 		} else {
 			for i, v := range g {
 				v = reluMask(v, yr[i])
-				d[i] = float32(a[i]*v) + (float32(b[i]*(xr[i]-mu[i])) + c[i])
+				d[i] = fma32(a[i], v, fma32(b[i], xr[i]-mu[i], c[i]))
 			}
 		}
 	}

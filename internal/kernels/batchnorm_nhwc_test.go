@@ -3,6 +3,7 @@ package kernels
 import (
 	"fmt"
 	"math"
+	"math/big"
 	"math/rand/v2"
 	"testing"
 )
@@ -236,12 +237,12 @@ func TestBatchNormNHWCApply(t *testing.T) {
 			BatchNormApplyNHWC(y, x, rows, c, mean, scale, shift)
 			for k, v := range y {
 				ch := k % c
-				want := float32(float32(x[k]-mean[ch])*scale[ch]) + shift[ch]
+				want := fma32(x[k]-mean[ch], scale[ch], shift[ch])
 				if math.Float32bits(v) != math.Float32bits(want) {
 					t.Fatalf("rows=%d c=%d: y[%d] = %v, want %v", rows, c, k, v, want)
 				}
 			}
-			// Against the NCHW kernel (which may fuse the multiply-add): to rounding.
+			// Against the NCHW kernel (whose portable loops do not fuse): to rounding.
 			yp := make([]float32, len(x))
 			BatchNormApply(yp, nhwcToPlanes(x, rows, c), 1, c, rows, mean, scale, shift)
 			for k, v := range nhwcToPlanes(y, rows, c) {
@@ -527,4 +528,49 @@ func BenchmarkBatchNormNHWC(b *testing.B) {
 			}
 		})
 	}
+}
+
+// fma32 rounds a·b + c once: it matches the exact sum rounded to float32 (to nearest,
+// ties to even), on random operands of every magnitude and on cancelling ones.
+func TestFMA32(t *testing.T) {
+	r := rand.New(rand.NewPCG(55, 56))
+	rnd := func() float32 {
+		switch r.IntN(4) {
+		case 0:
+			return math.Float32frombits(r.Uint32()) // any bit pattern
+		case 1:
+			return float32(r.NormFloat64())
+		default:
+			return float32(math.Ldexp(r.Float64()*2-1, r.IntN(60)-30))
+		}
+	}
+	check := func(a, b, c float32) {
+		got := fma32(a, b, c)
+		if a != a || b != b || c != c || math.IsInf(float64(a), 0) || math.IsInf(float64(b), 0) || math.IsInf(float64(c), 0) {
+			return // NaN and infinities: not compared
+		}
+		exact := new(big.Float).SetPrec(400).SetFloat64(float64(a))
+		exact.Mul(exact, new(big.Float).SetPrec(400).SetFloat64(float64(b)))
+		exact.Add(exact, new(big.Float).SetPrec(400).SetFloat64(float64(c)))
+		want, _ := exact.Float32()
+		if exact.Sign() == 0 {
+			want = float32(float64(a)*float64(b) + float64(c)) // the sign of an exact zero
+		}
+		if math.Float32bits(got) != math.Float32bits(want) && !(got == 0 && want == 0) {
+			t.Fatalf("fma32(%g, %g, %g) = %g (%#x), want %g (%#x)", a, b, c, got, math.Float32bits(got), want, math.Float32bits(want))
+		}
+	}
+	for range 200000 {
+		a, b := rnd(), rnd()
+		check(a, b, rnd())
+		// c cancelling most of the product, and c a neighbour of it.
+		p := a * b
+		check(a, b, -p)
+		check(a, b, -math.Nextafter32(p, 0))
+		check(a, b, math.Float32frombits(math.Float32bits(p)^1)*float32(math.Ldexp(1, r.IntN(40)-20)))
+	}
+	// Halfway cases of the float32 rounding after an inexact float64 sum.
+	check(1+0x1p-23, 1+0x1p-23, 0x1p-80)
+	check(1+0x1p-23, 1-0x1p-24, -0x1p-70)
+	check(0x1p-126, 0x1p-20, 0x1p-149)
 }

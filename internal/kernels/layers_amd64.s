@@ -11176,7 +11176,7 @@ bnhSumDevAVX2_done:
 	RET
 
 // func bnhSumSqDevAVX2(acc *float32, mu *float32, x *float32, e int, rows int)
-// Requires: AVX, CMOV
+// Requires: AVX, CMOV, FMA3
 TEXT ·bnhSumSqDevAVX2(SB), NOSPLIT, $0-40
 	MOVQ acc+0(FP), AX
 	MOVQ mu+8(FP), CX
@@ -11210,31 +11210,27 @@ bnhSumSqDevAVX2_strip4:
 	MOVQ    R10, R9
 
 bnhSumSqDevAVX2_strip4_row:
-	VMOVUPS (DX)(R8*1), Y8
-	VSUBPS  Y0, Y8, Y8
-	VMULPS  Y8, Y8, Y8
-	VADDPS  Y8, Y4, Y4
-	VMOVUPS 32(DX)(R8*1), Y8
-	VSUBPS  Y1, Y8, Y8
-	VMULPS  Y8, Y8, Y8
-	VADDPS  Y8, Y5, Y5
-	VMOVUPS 64(DX)(R8*1), Y8
-	VSUBPS  Y2, Y8, Y8
-	VMULPS  Y8, Y8, Y8
-	VADDPS  Y8, Y6, Y6
-	VMOVUPS 96(DX)(R8*1), Y8
-	VSUBPS  Y3, Y8, Y8
-	VMULPS  Y8, Y8, Y8
-	VADDPS  Y8, Y7, Y7
-	ADDQ    BX, R8
-	DECQ    R9
-	JNZ     bnhSumSqDevAVX2_strip4_row
-	VMOVUPS Y4, (AX)(DI*1)
-	VMOVUPS Y5, 32(AX)(DI*1)
-	VMOVUPS Y6, 64(AX)(DI*1)
-	VMOVUPS Y7, 96(AX)(DI*1)
-	ADDQ    $0x00000080, DI
-	JMP     bnhSumSqDevAVX2_strip4
+	VMOVUPS     (DX)(R8*1), Y8
+	VSUBPS      Y0, Y8, Y8
+	VFMADD231PS Y8, Y8, Y4
+	VMOVUPS     32(DX)(R8*1), Y8
+	VSUBPS      Y1, Y8, Y8
+	VFMADD231PS Y8, Y8, Y5
+	VMOVUPS     64(DX)(R8*1), Y8
+	VSUBPS      Y2, Y8, Y8
+	VFMADD231PS Y8, Y8, Y6
+	VMOVUPS     96(DX)(R8*1), Y8
+	VSUBPS      Y3, Y8, Y8
+	VFMADD231PS Y8, Y8, Y7
+	ADDQ        BX, R8
+	DECQ        R9
+	JNZ         bnhSumSqDevAVX2_strip4_row
+	VMOVUPS     Y4, (AX)(DI*1)
+	VMOVUPS     Y5, 32(AX)(DI*1)
+	VMOVUPS     Y6, 64(AX)(DI*1)
+	VMOVUPS     Y7, 96(AX)(DI*1)
+	ADDQ        $0x00000080, DI
+	JMP         bnhSumSqDevAVX2_strip4
 
 bnhSumSqDevAVX2_strip1:
 	MOVQ    BX, R9
@@ -11247,16 +11243,15 @@ bnhSumSqDevAVX2_strip1:
 	MOVQ    R10, R9
 
 bnhSumSqDevAVX2_strip1_row:
-	VMOVUPS (DX)(R8*1), Y1
-	VSUBPS  Y0, Y1, Y1
-	VMULPS  Y1, Y1, Y1
-	VADDPS  Y1, Y4, Y4
-	ADDQ    BX, R8
-	DECQ    R9
-	JNZ     bnhSumSqDevAVX2_strip1_row
-	VMOVUPS Y4, (AX)(DI*1)
-	ADDQ    $0x00000020, DI
-	JMP     bnhSumSqDevAVX2_strip1
+	VMOVUPS     (DX)(R8*1), Y1
+	VSUBPS      Y0, Y1, Y1
+	VFMADD231PS Y1, Y1, Y4
+	ADDQ        BX, R8
+	DECQ        R9
+	JNZ         bnhSumSqDevAVX2_strip1_row
+	VMOVUPS     Y4, (AX)(DI*1)
+	ADDQ        $0x00000020, DI
+	JMP         bnhSumSqDevAVX2_strip1
 
 bnhSumSqDevAVX2_nextgroup:
 	SUBQ  R10, SI
@@ -11269,7 +11264,7 @@ bnhSumSqDevAVX2_done:
 	RET
 
 // func bnhDyStatsAVX2(s *float32, t *float32, mu *float32, dy *float32, x *float32, e int, rows int)
-// Requires: AVX, CMOV
+// Requires: AVX, CMOV, FMA3
 TEXT ·bnhDyStatsAVX2(SB), NOSPLIT, $0-56
 	MOVQ s+0(FP), AX
 	MOVQ t+8(FP), CX
@@ -11309,43 +11304,39 @@ bnhDyStatsAVX2_strip4:
 	MOVQ    R12, R11
 
 bnhDyStatsAVX2_strip4_row:
-	VMOVUPS (BX)(R10*1), Y12
-	VADDPS  Y12, Y4, Y4
-	VMOVUPS (SI)(R10*1), Y13
-	VSUBPS  Y0, Y13, Y13
-	VMULPS  Y12, Y13, Y13
-	VADDPS  Y13, Y8, Y8
-	VMOVUPS 32(BX)(R10*1), Y12
-	VADDPS  Y12, Y5, Y5
-	VMOVUPS 32(SI)(R10*1), Y13
-	VSUBPS  Y1, Y13, Y13
-	VMULPS  Y12, Y13, Y13
-	VADDPS  Y13, Y9, Y9
-	VMOVUPS 64(BX)(R10*1), Y12
-	VADDPS  Y12, Y6, Y6
-	VMOVUPS 64(SI)(R10*1), Y13
-	VSUBPS  Y2, Y13, Y13
-	VMULPS  Y12, Y13, Y13
-	VADDPS  Y13, Y10, Y10
-	VMOVUPS 96(BX)(R10*1), Y12
-	VADDPS  Y12, Y7, Y7
-	VMOVUPS 96(SI)(R10*1), Y13
-	VSUBPS  Y3, Y13, Y13
-	VMULPS  Y12, Y13, Y13
-	VADDPS  Y13, Y11, Y11
-	ADDQ    DI, R10
-	DECQ    R11
-	JNZ     bnhDyStatsAVX2_strip4_row
-	VMOVUPS Y4, (AX)(R9*1)
-	VMOVUPS Y5, 32(AX)(R9*1)
-	VMOVUPS Y6, 64(AX)(R9*1)
-	VMOVUPS Y7, 96(AX)(R9*1)
-	VMOVUPS Y8, (CX)(R9*1)
-	VMOVUPS Y9, 32(CX)(R9*1)
-	VMOVUPS Y10, 64(CX)(R9*1)
-	VMOVUPS Y11, 96(CX)(R9*1)
-	ADDQ    $0x00000080, R9
-	JMP     bnhDyStatsAVX2_strip4
+	VMOVUPS     (BX)(R10*1), Y12
+	VADDPS      Y12, Y4, Y4
+	VMOVUPS     (SI)(R10*1), Y13
+	VSUBPS      Y0, Y13, Y13
+	VFMADD231PS Y13, Y12, Y8
+	VMOVUPS     32(BX)(R10*1), Y12
+	VADDPS      Y12, Y5, Y5
+	VMOVUPS     32(SI)(R10*1), Y13
+	VSUBPS      Y1, Y13, Y13
+	VFMADD231PS Y13, Y12, Y9
+	VMOVUPS     64(BX)(R10*1), Y12
+	VADDPS      Y12, Y6, Y6
+	VMOVUPS     64(SI)(R10*1), Y13
+	VSUBPS      Y2, Y13, Y13
+	VFMADD231PS Y13, Y12, Y10
+	VMOVUPS     96(BX)(R10*1), Y12
+	VADDPS      Y12, Y7, Y7
+	VMOVUPS     96(SI)(R10*1), Y13
+	VSUBPS      Y3, Y13, Y13
+	VFMADD231PS Y13, Y12, Y11
+	ADDQ        DI, R10
+	DECQ        R11
+	JNZ         bnhDyStatsAVX2_strip4_row
+	VMOVUPS     Y4, (AX)(R9*1)
+	VMOVUPS     Y5, 32(AX)(R9*1)
+	VMOVUPS     Y6, 64(AX)(R9*1)
+	VMOVUPS     Y7, 96(AX)(R9*1)
+	VMOVUPS     Y8, (CX)(R9*1)
+	VMOVUPS     Y9, 32(CX)(R9*1)
+	VMOVUPS     Y10, 64(CX)(R9*1)
+	VMOVUPS     Y11, 96(CX)(R9*1)
+	ADDQ        $0x00000080, R9
+	JMP         bnhDyStatsAVX2_strip4
 
 bnhDyStatsAVX2_strip1:
 	MOVQ    DI, R11
@@ -11359,19 +11350,18 @@ bnhDyStatsAVX2_strip1:
 	MOVQ    R12, R11
 
 bnhDyStatsAVX2_strip1_row:
-	VMOVUPS (BX)(R10*1), Y1
-	VADDPS  Y1, Y4, Y4
-	VMOVUPS (SI)(R10*1), Y2
-	VSUBPS  Y0, Y2, Y2
-	VMULPS  Y1, Y2, Y2
-	VADDPS  Y2, Y8, Y8
-	ADDQ    DI, R10
-	DECQ    R11
-	JNZ     bnhDyStatsAVX2_strip1_row
-	VMOVUPS Y4, (AX)(R9*1)
-	VMOVUPS Y8, (CX)(R9*1)
-	ADDQ    $0x00000020, R9
-	JMP     bnhDyStatsAVX2_strip1
+	VMOVUPS     (BX)(R10*1), Y1
+	VADDPS      Y1, Y4, Y4
+	VMOVUPS     (SI)(R10*1), Y2
+	VSUBPS      Y0, Y2, Y2
+	VFMADD231PS Y2, Y1, Y8
+	ADDQ        DI, R10
+	DECQ        R11
+	JNZ         bnhDyStatsAVX2_strip1_row
+	VMOVUPS     Y4, (AX)(R9*1)
+	VMOVUPS     Y8, (CX)(R9*1)
+	ADDQ        $0x00000020, R9
+	JMP         bnhDyStatsAVX2_strip1
 
 bnhDyStatsAVX2_nextgroup:
 	SUBQ  R12, R8
@@ -11385,7 +11375,7 @@ bnhDyStatsAVX2_done:
 	RET
 
 // func bnhDyStatsReluAVX2(s *float32, t *float32, mu *float32, dy *float32, y *float32, x *float32, e int, rows int)
-// Requires: AVX, CMOV
+// Requires: AVX, CMOV, FMA3
 TEXT ·bnhDyStatsReluAVX2(SB), NOSPLIT, $0-64
 	MOVQ   s+0(FP), AX
 	MOVQ   t+8(FP), CX
@@ -11427,51 +11417,47 @@ bnhDyStatsReluAVX2_strip4:
 	MOVQ    R13, R12
 
 bnhDyStatsReluAVX2_strip4_row:
-	VMOVUPS (SI)(R11*1), Y13
-	VCMPPS  $0x1e, Y0, Y13, Y13
-	VANDPS  (BX)(R11*1), Y13, Y13
-	VADDPS  Y13, Y5, Y5
-	VMOVUPS (DI)(R11*1), Y14
-	VSUBPS  Y1, Y14, Y14
-	VMULPS  Y13, Y14, Y14
-	VADDPS  Y14, Y9, Y9
-	VMOVUPS 32(SI)(R11*1), Y13
-	VCMPPS  $0x1e, Y0, Y13, Y13
-	VANDPS  32(BX)(R11*1), Y13, Y13
-	VADDPS  Y13, Y6, Y6
-	VMOVUPS 32(DI)(R11*1), Y14
-	VSUBPS  Y2, Y14, Y14
-	VMULPS  Y13, Y14, Y14
-	VADDPS  Y14, Y10, Y10
-	VMOVUPS 64(SI)(R11*1), Y13
-	VCMPPS  $0x1e, Y0, Y13, Y13
-	VANDPS  64(BX)(R11*1), Y13, Y13
-	VADDPS  Y13, Y7, Y7
-	VMOVUPS 64(DI)(R11*1), Y14
-	VSUBPS  Y3, Y14, Y14
-	VMULPS  Y13, Y14, Y14
-	VADDPS  Y14, Y11, Y11
-	VMOVUPS 96(SI)(R11*1), Y13
-	VCMPPS  $0x1e, Y0, Y13, Y13
-	VANDPS  96(BX)(R11*1), Y13, Y13
-	VADDPS  Y13, Y8, Y8
-	VMOVUPS 96(DI)(R11*1), Y14
-	VSUBPS  Y4, Y14, Y14
-	VMULPS  Y13, Y14, Y14
-	VADDPS  Y14, Y12, Y12
-	ADDQ    R8, R11
-	DECQ    R12
-	JNZ     bnhDyStatsReluAVX2_strip4_row
-	VMOVUPS Y5, (AX)(R10*1)
-	VMOVUPS Y6, 32(AX)(R10*1)
-	VMOVUPS Y7, 64(AX)(R10*1)
-	VMOVUPS Y8, 96(AX)(R10*1)
-	VMOVUPS Y9, (CX)(R10*1)
-	VMOVUPS Y10, 32(CX)(R10*1)
-	VMOVUPS Y11, 64(CX)(R10*1)
-	VMOVUPS Y12, 96(CX)(R10*1)
-	ADDQ    $0x00000080, R10
-	JMP     bnhDyStatsReluAVX2_strip4
+	VMOVUPS     (SI)(R11*1), Y13
+	VCMPPS      $0x1e, Y0, Y13, Y13
+	VANDPS      (BX)(R11*1), Y13, Y13
+	VADDPS      Y13, Y5, Y5
+	VMOVUPS     (DI)(R11*1), Y14
+	VSUBPS      Y1, Y14, Y14
+	VFMADD231PS Y14, Y13, Y9
+	VMOVUPS     32(SI)(R11*1), Y13
+	VCMPPS      $0x1e, Y0, Y13, Y13
+	VANDPS      32(BX)(R11*1), Y13, Y13
+	VADDPS      Y13, Y6, Y6
+	VMOVUPS     32(DI)(R11*1), Y14
+	VSUBPS      Y2, Y14, Y14
+	VFMADD231PS Y14, Y13, Y10
+	VMOVUPS     64(SI)(R11*1), Y13
+	VCMPPS      $0x1e, Y0, Y13, Y13
+	VANDPS      64(BX)(R11*1), Y13, Y13
+	VADDPS      Y13, Y7, Y7
+	VMOVUPS     64(DI)(R11*1), Y14
+	VSUBPS      Y3, Y14, Y14
+	VFMADD231PS Y14, Y13, Y11
+	VMOVUPS     96(SI)(R11*1), Y13
+	VCMPPS      $0x1e, Y0, Y13, Y13
+	VANDPS      96(BX)(R11*1), Y13, Y13
+	VADDPS      Y13, Y8, Y8
+	VMOVUPS     96(DI)(R11*1), Y14
+	VSUBPS      Y4, Y14, Y14
+	VFMADD231PS Y14, Y13, Y12
+	ADDQ        R8, R11
+	DECQ        R12
+	JNZ         bnhDyStatsReluAVX2_strip4_row
+	VMOVUPS     Y5, (AX)(R10*1)
+	VMOVUPS     Y6, 32(AX)(R10*1)
+	VMOVUPS     Y7, 64(AX)(R10*1)
+	VMOVUPS     Y8, 96(AX)(R10*1)
+	VMOVUPS     Y9, (CX)(R10*1)
+	VMOVUPS     Y10, 32(CX)(R10*1)
+	VMOVUPS     Y11, 64(CX)(R10*1)
+	VMOVUPS     Y12, 96(CX)(R10*1)
+	ADDQ        $0x00000080, R10
+	JMP         bnhDyStatsReluAVX2_strip4
 
 bnhDyStatsReluAVX2_strip1:
 	MOVQ    R8, R12
@@ -11485,21 +11471,20 @@ bnhDyStatsReluAVX2_strip1:
 	MOVQ    R13, R12
 
 bnhDyStatsReluAVX2_strip1_row:
-	VMOVUPS (SI)(R11*1), Y2
-	VCMPPS  $0x1e, Y0, Y2, Y2
-	VANDPS  (BX)(R11*1), Y2, Y2
-	VADDPS  Y2, Y5, Y5
-	VMOVUPS (DI)(R11*1), Y3
-	VSUBPS  Y1, Y3, Y3
-	VMULPS  Y2, Y3, Y3
-	VADDPS  Y3, Y9, Y9
-	ADDQ    R8, R11
-	DECQ    R12
-	JNZ     bnhDyStatsReluAVX2_strip1_row
-	VMOVUPS Y5, (AX)(R10*1)
-	VMOVUPS Y9, (CX)(R10*1)
-	ADDQ    $0x00000020, R10
-	JMP     bnhDyStatsReluAVX2_strip1
+	VMOVUPS     (SI)(R11*1), Y2
+	VCMPPS      $0x1e, Y0, Y2, Y2
+	VANDPS      (BX)(R11*1), Y2, Y2
+	VADDPS      Y2, Y5, Y5
+	VMOVUPS     (DI)(R11*1), Y3
+	VSUBPS      Y1, Y3, Y3
+	VFMADD231PS Y3, Y2, Y9
+	ADDQ        R8, R11
+	DECQ        R12
+	JNZ         bnhDyStatsReluAVX2_strip1_row
+	VMOVUPS     Y5, (AX)(R10*1)
+	VMOVUPS     Y9, (CX)(R10*1)
+	ADDQ        $0x00000020, R10
+	JMP         bnhDyStatsReluAVX2_strip1
 
 bnhDyStatsReluAVX2_nextgroup:
 	SUBQ  R13, R9
@@ -11514,7 +11499,7 @@ bnhDyStatsReluAVX2_done:
 	RET
 
 // func bnhAffineAVX2(dst *float32, x *float32, mu *float32, a *float32, b *float32, e int, rows int)
-// Requires: AVX, CMOV
+// Requires: AVX, CMOV, FMA3
 TEXT ·bnhAffineAVX2(SB), NOSPLIT, $0-56
 	MOVQ dst+0(FP), AX
 	MOVQ x+8(FP), CX
@@ -11554,31 +11539,27 @@ bnhAffineAVX2_strip4:
 	MOVQ    R12, R11
 
 bnhAffineAVX2_strip4_row:
-	VMOVUPS (CX)(R10*1), Y12
-	VSUBPS  Y0, Y12, Y12
-	VMULPS  Y4, Y12, Y12
-	VADDPS  Y8, Y12, Y12
-	VMOVUPS Y12, (AX)(R10*1)
-	VMOVUPS 32(CX)(R10*1), Y12
-	VSUBPS  Y1, Y12, Y12
-	VMULPS  Y5, Y12, Y12
-	VADDPS  Y9, Y12, Y12
-	VMOVUPS Y12, 32(AX)(R10*1)
-	VMOVUPS 64(CX)(R10*1), Y12
-	VSUBPS  Y2, Y12, Y12
-	VMULPS  Y6, Y12, Y12
-	VADDPS  Y10, Y12, Y12
-	VMOVUPS Y12, 64(AX)(R10*1)
-	VMOVUPS 96(CX)(R10*1), Y12
-	VSUBPS  Y3, Y12, Y12
-	VMULPS  Y7, Y12, Y12
-	VADDPS  Y11, Y12, Y12
-	VMOVUPS Y12, 96(AX)(R10*1)
-	ADDQ    DI, R10
-	DECQ    R11
-	JNZ     bnhAffineAVX2_strip4_row
-	ADDQ    $0x00000080, R9
-	JMP     bnhAffineAVX2_strip4
+	VMOVUPS     (CX)(R10*1), Y12
+	VSUBPS      Y0, Y12, Y12
+	VFMADD213PS Y8, Y4, Y12
+	VMOVUPS     Y12, (AX)(R10*1)
+	VMOVUPS     32(CX)(R10*1), Y12
+	VSUBPS      Y1, Y12, Y12
+	VFMADD213PS Y9, Y5, Y12
+	VMOVUPS     Y12, 32(AX)(R10*1)
+	VMOVUPS     64(CX)(R10*1), Y12
+	VSUBPS      Y2, Y12, Y12
+	VFMADD213PS Y10, Y6, Y12
+	VMOVUPS     Y12, 64(AX)(R10*1)
+	VMOVUPS     96(CX)(R10*1), Y12
+	VSUBPS      Y3, Y12, Y12
+	VFMADD213PS Y11, Y7, Y12
+	VMOVUPS     Y12, 96(AX)(R10*1)
+	ADDQ        DI, R10
+	DECQ        R11
+	JNZ         bnhAffineAVX2_strip4_row
+	ADDQ        $0x00000080, R9
+	JMP         bnhAffineAVX2_strip4
 
 bnhAffineAVX2_strip1:
 	MOVQ    DI, R11
@@ -11592,16 +11573,15 @@ bnhAffineAVX2_strip1:
 	MOVQ    R12, R11
 
 bnhAffineAVX2_strip1_row:
-	VMOVUPS (CX)(R10*1), Y1
-	VSUBPS  Y0, Y1, Y1
-	VMULPS  Y4, Y1, Y1
-	VADDPS  Y8, Y1, Y1
-	VMOVUPS Y1, (AX)(R10*1)
-	ADDQ    DI, R10
-	DECQ    R11
-	JNZ     bnhAffineAVX2_strip1_row
-	ADDQ    $0x00000020, R9
-	JMP     bnhAffineAVX2_strip1
+	VMOVUPS     (CX)(R10*1), Y1
+	VSUBPS      Y0, Y1, Y1
+	VFMADD213PS Y8, Y4, Y1
+	VMOVUPS     Y1, (AX)(R10*1)
+	ADDQ        DI, R10
+	DECQ        R11
+	JNZ         bnhAffineAVX2_strip1_row
+	ADDQ        $0x00000020, R9
+	JMP         bnhAffineAVX2_strip1
 
 bnhAffineAVX2_nextgroup:
 	SUBQ  R12, R8
@@ -11615,7 +11595,7 @@ bnhAffineAVX2_done:
 	RET
 
 // func bnhAffineReluAVX2(dst *float32, x *float32, mu *float32, a *float32, b *float32, e int, rows int)
-// Requires: AVX, CMOV
+// Requires: AVX, CMOV, FMA3
 TEXT ·bnhAffineReluAVX2(SB), NOSPLIT, $0-56
 	MOVQ   dst+0(FP), AX
 	MOVQ   x+8(FP), CX
@@ -11656,35 +11636,31 @@ bnhAffineReluAVX2_strip4:
 	MOVQ    R12, R11
 
 bnhAffineReluAVX2_strip4_row:
-	VMOVUPS (CX)(R10*1), Y13
-	VSUBPS  Y1, Y13, Y13
-	VMULPS  Y5, Y13, Y13
-	VADDPS  Y9, Y13, Y13
-	VMAXPS  Y0, Y13, Y13
-	VMOVUPS Y13, (AX)(R10*1)
-	VMOVUPS 32(CX)(R10*1), Y13
-	VSUBPS  Y2, Y13, Y13
-	VMULPS  Y6, Y13, Y13
-	VADDPS  Y10, Y13, Y13
-	VMAXPS  Y0, Y13, Y13
-	VMOVUPS Y13, 32(AX)(R10*1)
-	VMOVUPS 64(CX)(R10*1), Y13
-	VSUBPS  Y3, Y13, Y13
-	VMULPS  Y7, Y13, Y13
-	VADDPS  Y11, Y13, Y13
-	VMAXPS  Y0, Y13, Y13
-	VMOVUPS Y13, 64(AX)(R10*1)
-	VMOVUPS 96(CX)(R10*1), Y13
-	VSUBPS  Y4, Y13, Y13
-	VMULPS  Y8, Y13, Y13
-	VADDPS  Y12, Y13, Y13
-	VMAXPS  Y0, Y13, Y13
-	VMOVUPS Y13, 96(AX)(R10*1)
-	ADDQ    DI, R10
-	DECQ    R11
-	JNZ     bnhAffineReluAVX2_strip4_row
-	ADDQ    $0x00000080, R9
-	JMP     bnhAffineReluAVX2_strip4
+	VMOVUPS     (CX)(R10*1), Y13
+	VSUBPS      Y1, Y13, Y13
+	VFMADD213PS Y9, Y5, Y13
+	VMAXPS      Y0, Y13, Y13
+	VMOVUPS     Y13, (AX)(R10*1)
+	VMOVUPS     32(CX)(R10*1), Y13
+	VSUBPS      Y2, Y13, Y13
+	VFMADD213PS Y10, Y6, Y13
+	VMAXPS      Y0, Y13, Y13
+	VMOVUPS     Y13, 32(AX)(R10*1)
+	VMOVUPS     64(CX)(R10*1), Y13
+	VSUBPS      Y3, Y13, Y13
+	VFMADD213PS Y11, Y7, Y13
+	VMAXPS      Y0, Y13, Y13
+	VMOVUPS     Y13, 64(AX)(R10*1)
+	VMOVUPS     96(CX)(R10*1), Y13
+	VSUBPS      Y4, Y13, Y13
+	VFMADD213PS Y12, Y8, Y13
+	VMAXPS      Y0, Y13, Y13
+	VMOVUPS     Y13, 96(AX)(R10*1)
+	ADDQ        DI, R10
+	DECQ        R11
+	JNZ         bnhAffineReluAVX2_strip4_row
+	ADDQ        $0x00000080, R9
+	JMP         bnhAffineReluAVX2_strip4
 
 bnhAffineReluAVX2_strip1:
 	MOVQ    DI, R11
@@ -11698,17 +11674,16 @@ bnhAffineReluAVX2_strip1:
 	MOVQ    R12, R11
 
 bnhAffineReluAVX2_strip1_row:
-	VMOVUPS (CX)(R10*1), Y2
-	VSUBPS  Y1, Y2, Y2
-	VMULPS  Y5, Y2, Y2
-	VADDPS  Y9, Y2, Y2
-	VMAXPS  Y0, Y2, Y2
-	VMOVUPS Y2, (AX)(R10*1)
-	ADDQ    DI, R10
-	DECQ    R11
-	JNZ     bnhAffineReluAVX2_strip1_row
-	ADDQ    $0x00000020, R9
-	JMP     bnhAffineReluAVX2_strip1
+	VMOVUPS     (CX)(R10*1), Y2
+	VSUBPS      Y1, Y2, Y2
+	VFMADD213PS Y9, Y5, Y2
+	VMAXPS      Y0, Y2, Y2
+	VMOVUPS     Y2, (AX)(R10*1)
+	ADDQ        DI, R10
+	DECQ        R11
+	JNZ         bnhAffineReluAVX2_strip1_row
+	ADDQ        $0x00000020, R9
+	JMP         bnhAffineReluAVX2_strip1
 
 bnhAffineReluAVX2_nextgroup:
 	SUBQ  R12, R8
@@ -11722,7 +11697,7 @@ bnhAffineReluAVX2_done:
 	RET
 
 // func bnhAffineAddReluAVX2(dst *float32, x *float32, r *float32, mu *float32, a *float32, b *float32, e int, rows int)
-// Requires: AVX, CMOV
+// Requires: AVX, CMOV, FMA3
 TEXT ·bnhAffineAddReluAVX2(SB), NOSPLIT, $0-64
 	MOVQ   dst+0(FP), AX
 	MOVQ   x+8(FP), CX
@@ -11764,39 +11739,35 @@ bnhAffineAddReluAVX2_strip4:
 	MOVQ    R13, R12
 
 bnhAffineAddReluAVX2_strip4_row:
-	VMOVUPS (CX)(R11*1), Y13
-	VSUBPS  Y1, Y13, Y13
-	VMULPS  Y5, Y13, Y13
-	VADDPS  Y9, Y13, Y13
-	VADDPS  (DX)(R11*1), Y13, Y13
-	VMAXPS  Y0, Y13, Y13
-	VMOVUPS Y13, (AX)(R11*1)
-	VMOVUPS 32(CX)(R11*1), Y13
-	VSUBPS  Y2, Y13, Y13
-	VMULPS  Y6, Y13, Y13
-	VADDPS  Y10, Y13, Y13
-	VADDPS  32(DX)(R11*1), Y13, Y13
-	VMAXPS  Y0, Y13, Y13
-	VMOVUPS Y13, 32(AX)(R11*1)
-	VMOVUPS 64(CX)(R11*1), Y13
-	VSUBPS  Y3, Y13, Y13
-	VMULPS  Y7, Y13, Y13
-	VADDPS  Y11, Y13, Y13
-	VADDPS  64(DX)(R11*1), Y13, Y13
-	VMAXPS  Y0, Y13, Y13
-	VMOVUPS Y13, 64(AX)(R11*1)
-	VMOVUPS 96(CX)(R11*1), Y13
-	VSUBPS  Y4, Y13, Y13
-	VMULPS  Y8, Y13, Y13
-	VADDPS  Y12, Y13, Y13
-	VADDPS  96(DX)(R11*1), Y13, Y13
-	VMAXPS  Y0, Y13, Y13
-	VMOVUPS Y13, 96(AX)(R11*1)
-	ADDQ    R8, R11
-	DECQ    R12
-	JNZ     bnhAffineAddReluAVX2_strip4_row
-	ADDQ    $0x00000080, R10
-	JMP     bnhAffineAddReluAVX2_strip4
+	VMOVUPS     (CX)(R11*1), Y13
+	VSUBPS      Y1, Y13, Y13
+	VFMADD213PS Y9, Y5, Y13
+	VADDPS      (DX)(R11*1), Y13, Y13
+	VMAXPS      Y0, Y13, Y13
+	VMOVUPS     Y13, (AX)(R11*1)
+	VMOVUPS     32(CX)(R11*1), Y13
+	VSUBPS      Y2, Y13, Y13
+	VFMADD213PS Y10, Y6, Y13
+	VADDPS      32(DX)(R11*1), Y13, Y13
+	VMAXPS      Y0, Y13, Y13
+	VMOVUPS     Y13, 32(AX)(R11*1)
+	VMOVUPS     64(CX)(R11*1), Y13
+	VSUBPS      Y3, Y13, Y13
+	VFMADD213PS Y11, Y7, Y13
+	VADDPS      64(DX)(R11*1), Y13, Y13
+	VMAXPS      Y0, Y13, Y13
+	VMOVUPS     Y13, 64(AX)(R11*1)
+	VMOVUPS     96(CX)(R11*1), Y13
+	VSUBPS      Y4, Y13, Y13
+	VFMADD213PS Y12, Y8, Y13
+	VADDPS      96(DX)(R11*1), Y13, Y13
+	VMAXPS      Y0, Y13, Y13
+	VMOVUPS     Y13, 96(AX)(R11*1)
+	ADDQ        R8, R11
+	DECQ        R12
+	JNZ         bnhAffineAddReluAVX2_strip4_row
+	ADDQ        $0x00000080, R10
+	JMP         bnhAffineAddReluAVX2_strip4
 
 bnhAffineAddReluAVX2_strip1:
 	MOVQ    R8, R12
@@ -11810,18 +11781,17 @@ bnhAffineAddReluAVX2_strip1:
 	MOVQ    R13, R12
 
 bnhAffineAddReluAVX2_strip1_row:
-	VMOVUPS (CX)(R11*1), Y2
-	VSUBPS  Y1, Y2, Y2
-	VMULPS  Y5, Y2, Y2
-	VADDPS  Y9, Y2, Y2
-	VADDPS  (DX)(R11*1), Y2, Y2
-	VMAXPS  Y0, Y2, Y2
-	VMOVUPS Y2, (AX)(R11*1)
-	ADDQ    R8, R11
-	DECQ    R12
-	JNZ     bnhAffineAddReluAVX2_strip1_row
-	ADDQ    $0x00000020, R10
-	JMP     bnhAffineAddReluAVX2_strip1
+	VMOVUPS     (CX)(R11*1), Y2
+	VSUBPS      Y1, Y2, Y2
+	VFMADD213PS Y9, Y5, Y2
+	VADDPS      (DX)(R11*1), Y2, Y2
+	VMAXPS      Y0, Y2, Y2
+	VMOVUPS     Y2, (AX)(R11*1)
+	ADDQ        R8, R11
+	DECQ        R12
+	JNZ         bnhAffineAddReluAVX2_strip1_row
+	ADDQ        $0x00000020, R10
+	JMP         bnhAffineAddReluAVX2_strip1
 
 bnhAffineAddReluAVX2_nextgroup:
 	SUBQ  R13, R9
@@ -11836,7 +11806,7 @@ bnhAffineAddReluAVX2_done:
 	RET
 
 // func bnhBwdSetAVX2(dst *float32, dy *float32, x *float32, mu *float32, a *float32, b *float32, c *float32, e int, rows int)
-// Requires: AVX, CMOV
+// Requires: AVX, CMOV, FMA3
 TEXT ·bnhBwdSetAVX2(SB), NOSPLIT, $0-72
 	MOVQ dst+0(FP), AX
 	MOVQ dy+8(FP), CX
@@ -11874,27 +11844,23 @@ bnhBwdSetAVX2_strip2:
 	MOVQ    R14, R13
 
 bnhBwdSetAVX2_strip2_row:
-	VMOVUPS (DX)(R12*1), Y8
-	VSUBPS  Y0, Y8, Y8
-	VMULPS  Y4, Y8, Y8
-	VADDPS  Y6, Y8, Y8
-	VMOVUPS (CX)(R12*1), Y9
-	VMULPS  Y2, Y9, Y9
-	VADDPS  Y8, Y9, Y9
-	VMOVUPS Y9, (AX)(R12*1)
-	VMOVUPS 32(DX)(R12*1), Y8
-	VSUBPS  Y1, Y8, Y8
-	VMULPS  Y5, Y8, Y8
-	VADDPS  Y7, Y8, Y8
-	VMOVUPS 32(CX)(R12*1), Y9
-	VMULPS  Y3, Y9, Y9
-	VADDPS  Y8, Y9, Y9
-	VMOVUPS Y9, 32(AX)(R12*1)
-	ADDQ    R9, R12
-	DECQ    R13
-	JNZ     bnhBwdSetAVX2_strip2_row
-	ADDQ    $0x00000040, R11
-	JMP     bnhBwdSetAVX2_strip2
+	VMOVUPS     (DX)(R12*1), Y8
+	VSUBPS      Y0, Y8, Y8
+	VFMADD213PS Y6, Y4, Y8
+	VMOVUPS     (CX)(R12*1), Y9
+	VFMADD231PS Y9, Y2, Y8
+	VMOVUPS     Y8, (AX)(R12*1)
+	VMOVUPS     32(DX)(R12*1), Y8
+	VSUBPS      Y1, Y8, Y8
+	VFMADD213PS Y7, Y5, Y8
+	VMOVUPS     32(CX)(R12*1), Y9
+	VFMADD231PS Y9, Y3, Y8
+	VMOVUPS     Y8, 32(AX)(R12*1)
+	ADDQ        R9, R12
+	DECQ        R13
+	JNZ         bnhBwdSetAVX2_strip2_row
+	ADDQ        $0x00000040, R11
+	JMP         bnhBwdSetAVX2_strip2
 
 bnhBwdSetAVX2_strip1:
 	MOVQ    R9, R13
@@ -11909,19 +11875,17 @@ bnhBwdSetAVX2_strip1:
 	MOVQ    R14, R13
 
 bnhBwdSetAVX2_strip1_row:
-	VMOVUPS (DX)(R12*1), Y1
-	VSUBPS  Y0, Y1, Y1
-	VMULPS  Y4, Y1, Y1
-	VADDPS  Y6, Y1, Y1
-	VMOVUPS (CX)(R12*1), Y3
-	VMULPS  Y2, Y3, Y3
-	VADDPS  Y1, Y3, Y3
-	VMOVUPS Y3, (AX)(R12*1)
-	ADDQ    R9, R12
-	DECQ    R13
-	JNZ     bnhBwdSetAVX2_strip1_row
-	ADDQ    $0x00000020, R11
-	JMP     bnhBwdSetAVX2_strip1
+	VMOVUPS     (DX)(R12*1), Y1
+	VSUBPS      Y0, Y1, Y1
+	VFMADD213PS Y6, Y4, Y1
+	VMOVUPS     (CX)(R12*1), Y3
+	VFMADD231PS Y3, Y2, Y1
+	VMOVUPS     Y1, (AX)(R12*1)
+	ADDQ        R9, R12
+	DECQ        R13
+	JNZ         bnhBwdSetAVX2_strip1_row
+	ADDQ        $0x00000020, R11
+	JMP         bnhBwdSetAVX2_strip1
 
 bnhBwdSetAVX2_nextgroup:
 	SUBQ  R14, R10
@@ -11936,7 +11900,7 @@ bnhBwdSetAVX2_done:
 	RET
 
 // func bnhBwdAccAVX2(dst *float32, dy *float32, x *float32, mu *float32, a *float32, b *float32, c *float32, e int, rows int)
-// Requires: AVX, CMOV
+// Requires: AVX, CMOV, FMA3
 TEXT ·bnhBwdAccAVX2(SB), NOSPLIT, $0-72
 	MOVQ dst+0(FP), AX
 	MOVQ dy+8(FP), CX
@@ -11974,29 +11938,25 @@ bnhBwdAccAVX2_strip2:
 	MOVQ    R14, R13
 
 bnhBwdAccAVX2_strip2_row:
-	VMOVUPS (DX)(R12*1), Y8
-	VSUBPS  Y0, Y8, Y8
-	VMULPS  Y4, Y8, Y8
-	VADDPS  Y6, Y8, Y8
-	VMOVUPS (CX)(R12*1), Y9
-	VMULPS  Y2, Y9, Y9
-	VADDPS  Y8, Y9, Y9
-	VADDPS  (AX)(R12*1), Y9, Y9
-	VMOVUPS Y9, (AX)(R12*1)
-	VMOVUPS 32(DX)(R12*1), Y8
-	VSUBPS  Y1, Y8, Y8
-	VMULPS  Y5, Y8, Y8
-	VADDPS  Y7, Y8, Y8
-	VMOVUPS 32(CX)(R12*1), Y9
-	VMULPS  Y3, Y9, Y9
-	VADDPS  Y8, Y9, Y9
-	VADDPS  32(AX)(R12*1), Y9, Y9
-	VMOVUPS Y9, 32(AX)(R12*1)
-	ADDQ    R9, R12
-	DECQ    R13
-	JNZ     bnhBwdAccAVX2_strip2_row
-	ADDQ    $0x00000040, R11
-	JMP     bnhBwdAccAVX2_strip2
+	VMOVUPS     (DX)(R12*1), Y8
+	VSUBPS      Y0, Y8, Y8
+	VFMADD213PS Y6, Y4, Y8
+	VMOVUPS     (CX)(R12*1), Y9
+	VFMADD231PS Y9, Y2, Y8
+	VADDPS      (AX)(R12*1), Y8, Y8
+	VMOVUPS     Y8, (AX)(R12*1)
+	VMOVUPS     32(DX)(R12*1), Y8
+	VSUBPS      Y1, Y8, Y8
+	VFMADD213PS Y7, Y5, Y8
+	VMOVUPS     32(CX)(R12*1), Y9
+	VFMADD231PS Y9, Y3, Y8
+	VADDPS      32(AX)(R12*1), Y8, Y8
+	VMOVUPS     Y8, 32(AX)(R12*1)
+	ADDQ        R9, R12
+	DECQ        R13
+	JNZ         bnhBwdAccAVX2_strip2_row
+	ADDQ        $0x00000040, R11
+	JMP         bnhBwdAccAVX2_strip2
 
 bnhBwdAccAVX2_strip1:
 	MOVQ    R9, R13
@@ -12011,20 +11971,18 @@ bnhBwdAccAVX2_strip1:
 	MOVQ    R14, R13
 
 bnhBwdAccAVX2_strip1_row:
-	VMOVUPS (DX)(R12*1), Y1
-	VSUBPS  Y0, Y1, Y1
-	VMULPS  Y4, Y1, Y1
-	VADDPS  Y6, Y1, Y1
-	VMOVUPS (CX)(R12*1), Y3
-	VMULPS  Y2, Y3, Y3
-	VADDPS  Y1, Y3, Y3
-	VADDPS  (AX)(R12*1), Y3, Y3
-	VMOVUPS Y3, (AX)(R12*1)
-	ADDQ    R9, R12
-	DECQ    R13
-	JNZ     bnhBwdAccAVX2_strip1_row
-	ADDQ    $0x00000020, R11
-	JMP     bnhBwdAccAVX2_strip1
+	VMOVUPS     (DX)(R12*1), Y1
+	VSUBPS      Y0, Y1, Y1
+	VFMADD213PS Y6, Y4, Y1
+	VMOVUPS     (CX)(R12*1), Y3
+	VFMADD231PS Y3, Y2, Y1
+	VADDPS      (AX)(R12*1), Y1, Y1
+	VMOVUPS     Y1, (AX)(R12*1)
+	ADDQ        R9, R12
+	DECQ        R13
+	JNZ         bnhBwdAccAVX2_strip1_row
+	ADDQ        $0x00000020, R11
+	JMP         bnhBwdAccAVX2_strip1
 
 bnhBwdAccAVX2_nextgroup:
 	SUBQ  R14, R10
@@ -12039,7 +11997,7 @@ bnhBwdAccAVX2_done:
 	RET
 
 // func bnhBwdReluSetAVX2(dst *float32, dy *float32, y *float32, x *float32, mu *float32, a *float32, b *float32, c *float32, e int, rows int)
-// Requires: AVX, CMOV
+// Requires: AVX, CMOV, FMA3
 TEXT ·bnhBwdReluSetAVX2(SB), NOSPLIT, $0-80
 	MOVQ   dst+0(FP), AX
 	MOVQ   dy+8(FP), CX
@@ -12079,31 +12037,27 @@ bnhBwdReluSetAVX2_strip2:
 	MOVQ    R15, R14
 
 bnhBwdReluSetAVX2_strip2_row:
-	VMOVUPS (BX)(R13*1), Y9
-	VSUBPS  Y1, Y9, Y9
-	VMULPS  Y5, Y9, Y9
-	VADDPS  Y7, Y9, Y9
-	VMOVUPS (DX)(R13*1), Y10
-	VCMPPS  $0x1e, Y0, Y10, Y10
-	VANDPS  (CX)(R13*1), Y10, Y10
-	VMULPS  Y3, Y10, Y10
-	VADDPS  Y9, Y10, Y10
-	VMOVUPS Y10, (AX)(R13*1)
-	VMOVUPS 32(BX)(R13*1), Y9
-	VSUBPS  Y2, Y9, Y9
-	VMULPS  Y6, Y9, Y9
-	VADDPS  Y8, Y9, Y9
-	VMOVUPS 32(DX)(R13*1), Y10
-	VCMPPS  $0x1e, Y0, Y10, Y10
-	VANDPS  32(CX)(R13*1), Y10, Y10
-	VMULPS  Y4, Y10, Y10
-	VADDPS  Y9, Y10, Y10
-	VMOVUPS Y10, 32(AX)(R13*1)
-	ADDQ    R10, R13
-	DECQ    R14
-	JNZ     bnhBwdReluSetAVX2_strip2_row
-	ADDQ    $0x00000040, R12
-	JMP     bnhBwdReluSetAVX2_strip2
+	VMOVUPS     (BX)(R13*1), Y9
+	VSUBPS      Y1, Y9, Y9
+	VFMADD213PS Y7, Y5, Y9
+	VMOVUPS     (DX)(R13*1), Y10
+	VCMPPS      $0x1e, Y0, Y10, Y10
+	VANDPS      (CX)(R13*1), Y10, Y10
+	VFMADD231PS Y10, Y3, Y9
+	VMOVUPS     Y9, (AX)(R13*1)
+	VMOVUPS     32(BX)(R13*1), Y9
+	VSUBPS      Y2, Y9, Y9
+	VFMADD213PS Y8, Y6, Y9
+	VMOVUPS     32(DX)(R13*1), Y10
+	VCMPPS      $0x1e, Y0, Y10, Y10
+	VANDPS      32(CX)(R13*1), Y10, Y10
+	VFMADD231PS Y10, Y4, Y9
+	VMOVUPS     Y9, 32(AX)(R13*1)
+	ADDQ        R10, R13
+	DECQ        R14
+	JNZ         bnhBwdReluSetAVX2_strip2_row
+	ADDQ        $0x00000040, R12
+	JMP         bnhBwdReluSetAVX2_strip2
 
 bnhBwdReluSetAVX2_strip1:
 	MOVQ    R10, R14
@@ -12118,21 +12072,19 @@ bnhBwdReluSetAVX2_strip1:
 	MOVQ    R15, R14
 
 bnhBwdReluSetAVX2_strip1_row:
-	VMOVUPS (BX)(R13*1), Y2
-	VSUBPS  Y1, Y2, Y2
-	VMULPS  Y5, Y2, Y2
-	VADDPS  Y7, Y2, Y2
-	VMOVUPS (DX)(R13*1), Y4
-	VCMPPS  $0x1e, Y0, Y4, Y4
-	VANDPS  (CX)(R13*1), Y4, Y4
-	VMULPS  Y3, Y4, Y4
-	VADDPS  Y2, Y4, Y4
-	VMOVUPS Y4, (AX)(R13*1)
-	ADDQ    R10, R13
-	DECQ    R14
-	JNZ     bnhBwdReluSetAVX2_strip1_row
-	ADDQ    $0x00000020, R12
-	JMP     bnhBwdReluSetAVX2_strip1
+	VMOVUPS     (BX)(R13*1), Y2
+	VSUBPS      Y1, Y2, Y2
+	VFMADD213PS Y7, Y5, Y2
+	VMOVUPS     (DX)(R13*1), Y4
+	VCMPPS      $0x1e, Y0, Y4, Y4
+	VANDPS      (CX)(R13*1), Y4, Y4
+	VFMADD231PS Y4, Y3, Y2
+	VMOVUPS     Y2, (AX)(R13*1)
+	ADDQ        R10, R13
+	DECQ        R14
+	JNZ         bnhBwdReluSetAVX2_strip1_row
+	ADDQ        $0x00000020, R12
+	JMP         bnhBwdReluSetAVX2_strip1
 
 bnhBwdReluSetAVX2_nextgroup:
 	SUBQ  R15, R11
@@ -12148,7 +12100,7 @@ bnhBwdReluSetAVX2_done:
 	RET
 
 // func bnhBwdReluAccAVX2(dst *float32, dy *float32, y *float32, x *float32, mu *float32, a *float32, b *float32, c *float32, e int, rows int)
-// Requires: AVX, CMOV
+// Requires: AVX, CMOV, FMA3
 TEXT ·bnhBwdReluAccAVX2(SB), NOSPLIT, $0-80
 	MOVQ   dst+0(FP), AX
 	MOVQ   dy+8(FP), CX
@@ -12188,33 +12140,29 @@ bnhBwdReluAccAVX2_strip2:
 	MOVQ    R15, R14
 
 bnhBwdReluAccAVX2_strip2_row:
-	VMOVUPS (BX)(R13*1), Y9
-	VSUBPS  Y1, Y9, Y9
-	VMULPS  Y5, Y9, Y9
-	VADDPS  Y7, Y9, Y9
-	VMOVUPS (DX)(R13*1), Y10
-	VCMPPS  $0x1e, Y0, Y10, Y10
-	VANDPS  (CX)(R13*1), Y10, Y10
-	VMULPS  Y3, Y10, Y10
-	VADDPS  Y9, Y10, Y10
-	VADDPS  (AX)(R13*1), Y10, Y10
-	VMOVUPS Y10, (AX)(R13*1)
-	VMOVUPS 32(BX)(R13*1), Y9
-	VSUBPS  Y2, Y9, Y9
-	VMULPS  Y6, Y9, Y9
-	VADDPS  Y8, Y9, Y9
-	VMOVUPS 32(DX)(R13*1), Y10
-	VCMPPS  $0x1e, Y0, Y10, Y10
-	VANDPS  32(CX)(R13*1), Y10, Y10
-	VMULPS  Y4, Y10, Y10
-	VADDPS  Y9, Y10, Y10
-	VADDPS  32(AX)(R13*1), Y10, Y10
-	VMOVUPS Y10, 32(AX)(R13*1)
-	ADDQ    R10, R13
-	DECQ    R14
-	JNZ     bnhBwdReluAccAVX2_strip2_row
-	ADDQ    $0x00000040, R12
-	JMP     bnhBwdReluAccAVX2_strip2
+	VMOVUPS     (BX)(R13*1), Y9
+	VSUBPS      Y1, Y9, Y9
+	VFMADD213PS Y7, Y5, Y9
+	VMOVUPS     (DX)(R13*1), Y10
+	VCMPPS      $0x1e, Y0, Y10, Y10
+	VANDPS      (CX)(R13*1), Y10, Y10
+	VFMADD231PS Y10, Y3, Y9
+	VADDPS      (AX)(R13*1), Y9, Y9
+	VMOVUPS     Y9, (AX)(R13*1)
+	VMOVUPS     32(BX)(R13*1), Y9
+	VSUBPS      Y2, Y9, Y9
+	VFMADD213PS Y8, Y6, Y9
+	VMOVUPS     32(DX)(R13*1), Y10
+	VCMPPS      $0x1e, Y0, Y10, Y10
+	VANDPS      32(CX)(R13*1), Y10, Y10
+	VFMADD231PS Y10, Y4, Y9
+	VADDPS      32(AX)(R13*1), Y9, Y9
+	VMOVUPS     Y9, 32(AX)(R13*1)
+	ADDQ        R10, R13
+	DECQ        R14
+	JNZ         bnhBwdReluAccAVX2_strip2_row
+	ADDQ        $0x00000040, R12
+	JMP         bnhBwdReluAccAVX2_strip2
 
 bnhBwdReluAccAVX2_strip1:
 	MOVQ    R10, R14
@@ -12229,22 +12177,20 @@ bnhBwdReluAccAVX2_strip1:
 	MOVQ    R15, R14
 
 bnhBwdReluAccAVX2_strip1_row:
-	VMOVUPS (BX)(R13*1), Y2
-	VSUBPS  Y1, Y2, Y2
-	VMULPS  Y5, Y2, Y2
-	VADDPS  Y7, Y2, Y2
-	VMOVUPS (DX)(R13*1), Y4
-	VCMPPS  $0x1e, Y0, Y4, Y4
-	VANDPS  (CX)(R13*1), Y4, Y4
-	VMULPS  Y3, Y4, Y4
-	VADDPS  Y2, Y4, Y4
-	VADDPS  (AX)(R13*1), Y4, Y4
-	VMOVUPS Y4, (AX)(R13*1)
-	ADDQ    R10, R13
-	DECQ    R14
-	JNZ     bnhBwdReluAccAVX2_strip1_row
-	ADDQ    $0x00000020, R12
-	JMP     bnhBwdReluAccAVX2_strip1
+	VMOVUPS     (BX)(R13*1), Y2
+	VSUBPS      Y1, Y2, Y2
+	VFMADD213PS Y7, Y5, Y2
+	VMOVUPS     (DX)(R13*1), Y4
+	VCMPPS      $0x1e, Y0, Y4, Y4
+	VANDPS      (CX)(R13*1), Y4, Y4
+	VFMADD231PS Y4, Y3, Y2
+	VADDPS      (AX)(R13*1), Y2, Y2
+	VMOVUPS     Y2, (AX)(R13*1)
+	ADDQ        R10, R13
+	DECQ        R14
+	JNZ         bnhBwdReluAccAVX2_strip1_row
+	ADDQ        $0x00000020, R12
+	JMP         bnhBwdReluAccAVX2_strip1
 
 bnhBwdReluAccAVX2_nextgroup:
 	SUBQ  R15, R11

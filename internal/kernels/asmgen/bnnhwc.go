@@ -12,12 +12,13 @@ import (
 // of e floats (e a multiple of 8): the stream arrays (x, y, dy, dx, r) hold the
 // rows one after another, the lane arrays (per-element parameters and float32
 // accumulators, e floats each) are reused by every row, so element j of a row is
-// paired with lane j. Every operation rounds on its own (multiply, then add: no
-// fused multiply-add), as the portable loops do, so the assembly and the Go loops
-// give the same bits for every element.
+// paired with lane j. Each product is fused with the addition that follows it (one
+// rounding, the NCHW kernels' AVX2 arithmetic); the portable loops compute the same
+// fused results exactly (fma32), so the assembly and the Go loops give the same bits
+// for every element.
 
 // nhwcRowsAVX2 emits the loops of a pass and the return. The rows are taken in
-// groups of up to bnhGroupRows; each group is walked in strips of w ymm (then of
+// groups of up to eight; each group is walked in strips of w ymm (then of
 // one ymm) of lanes: the strip's lane values (params) and accumulators (accs, stored
 // back after the group) are held in registers while the strip walks down the group's
 // rows, so the loop loads only the stream arrays. body(p, a, stream, u) emits the
@@ -111,7 +112,7 @@ func gps(names ...string) []reg.GPVirtual {
 }
 
 func genBatchNormNHWCAVX2() {
-	const rowsDoc = " for every row of e floats (e a multiple of 8) of rows rows, lane j of a row pairing with element j of the lane arrays (AVX2; multiply, then add: not fused)."
+	const rowsDoc = " for every row of e floats (e a multiple of 8) of rows rows, lane j of a row pairing with element j of the lane arrays (AVX2, FMA: a product and the addition that follows it round once)."
 	{
 		const name = "bnhSumDevAVX2"
 		TEXT(name, NOSPLIT, "func(acc, k, x *float32, e, rows int)")
@@ -133,8 +134,7 @@ func genBatchNormNHWCAVX2() {
 			v := YMM()
 			VMOVUPS(stream(0, 32*u), v)
 			VSUBPS(p[0][u], v, v)
-			VMULPS(v, v, v)
-			VADDPS(v, a[0][u], a[0][u])
+			VFMADD231PS(v, v, a[0][u])
 		})
 	}
 	for _, relu := range []bool{false, true} {
@@ -165,8 +165,7 @@ func genBatchNormNHWCAVX2() {
 			VADDPS(gv, a[0][u], a[0][u])
 			VMOVUPS(stream(xi, 32*u), d)
 			VSUBPS(p[0][u], d, d)
-			VMULPS(gv, d, d)
-			VADDPS(d, a[1][u], a[1][u])
+			VFMADD231PS(d, gv, a[1][u])
 		})
 	}
 	for _, kind := range []int{0, 1, 2} { // affine, +relu, +residual+relu
@@ -195,8 +194,7 @@ func genBatchNormNHWCAVX2() {
 			v := YMM()
 			VMOVUPS(stream(1, 32*u), v)
 			VSUBPS(p[0][u], v, v)
-			VMULPS(p[1][u], v, v)
-			VADDPS(p[2][u], v, v)
+			VFMADD213PS(p[2][u], p[1][u], v) // a·(x-mu) + b
 			if kind == 2 {
 				VADDPS(stream(2, 32*u), v, v)
 			}
@@ -238,19 +236,17 @@ func genBatchNormNHWCAVX2() {
 				v, gv := YMM(), YMM()
 				VMOVUPS(stream(xi, 32*u), v)
 				VSUBPS(p[0][u], v, v)
-				VMULPS(p[2][u], v, v)
-				VADDPS(p[3][u], v, v) // b·(x-mu) + c
+				VFMADD213PS(p[3][u], p[2][u], v) // b·(x-mu) + c
 				if relu {
 					maskedY(gv, zero, stream(1, 32*u), stream(2, 32*u))
 				} else {
 					VMOVUPS(stream(1, 32*u), gv)
 				}
-				VMULPS(p[1][u], gv, gv) // a·g
-				VADDPS(v, gv, gv)
+				VFMADD231PS(gv, p[1][u], v) // a·g + (b·(x-mu) + c)
 				if acc {
-					VADDPS(stream(0, 32*u), gv, gv)
+					VADDPS(stream(0, 32*u), v, v)
 				}
-				VMOVUPS(gv, stream(0, 32*u))
+				VMOVUPS(v, stream(0, 32*u))
 			})
 		}
 	}
