@@ -11088,294 +11088,212 @@ sgdPlainAVX2_done:
 	RET
 
 // func bnhSumDevAVX2(acc *float32, k *float32, x *float32, e int, rows int)
-// Requires: AVX, CMOV
+// Requires: AVX
 TEXT ·bnhSumDevAVX2(SB), NOSPLIT, $0-40
-	MOVQ acc+0(FP), AX
-	MOVQ k+8(FP), CX
-	MOVQ x+16(FP), DX
-	MOVQ e+24(FP), BX
-	MOVQ rows+32(FP), SI
-	SHLQ $0x02, BX
+	MOVQ  acc+0(FP), AX
+	MOVQ  k+8(FP), CX
+	MOVQ  x+16(FP), DX
+	MOVQ  e+24(FP), BX
+	MOVQ  rows+32(FP), SI
+	SHLQ  $0x02, BX
+	TESTQ SI, SI
+	JE    bnhSumDevAVX2_done
 
-bnhSumDevAVX2_group:
-	TESTQ   SI, SI
-	JE      bnhSumDevAVX2_done
-	MOVQ    $0x00000008, R10
-	CMPQ    SI, R10
-	CMOVQLT SI, R10
-	XORQ    DI, DI
+bnhSumDevAVX2_row:
+	XORQ DI, DI
+	MOVQ BX, R8
 
-bnhSumDevAVX2_strip4:
-	MOVQ    BX, R9
-	SUBQ    DI, R9
-	CMPQ    R9, $0x00000080
-	JL      bnhSumDevAVX2_strip1
-	VMOVUPS (CX)(DI*1), Y0
-	VMOVUPS 32(CX)(DI*1), Y1
-	VMOVUPS 64(CX)(DI*1), Y2
-	VMOVUPS 96(CX)(DI*1), Y3
-	VMOVUPS (AX)(DI*1), Y4
-	VMOVUPS 32(AX)(DI*1), Y5
-	VMOVUPS 64(AX)(DI*1), Y6
-	VMOVUPS 96(AX)(DI*1), Y7
-	MOVQ    DI, R8
-	MOVQ    R10, R9
-
-bnhSumDevAVX2_strip4_row:
-	VMOVUPS (DX)(R8*1), Y8
-	VSUBPS  Y0, Y8, Y8
-	VADDPS  Y8, Y4, Y4
-	VMOVUPS 32(DX)(R8*1), Y8
-	VSUBPS  Y1, Y8, Y8
-	VADDPS  Y8, Y5, Y5
-	VMOVUPS 64(DX)(R8*1), Y8
-	VSUBPS  Y2, Y8, Y8
-	VADDPS  Y8, Y6, Y6
-	VMOVUPS 96(DX)(R8*1), Y8
-	VSUBPS  Y3, Y8, Y8
-	VADDPS  Y8, Y7, Y7
-	ADDQ    BX, R8
-	DECQ    R9
-	JNZ     bnhSumDevAVX2_strip4_row
-	VMOVUPS Y4, (AX)(DI*1)
-	VMOVUPS Y5, 32(AX)(DI*1)
-	VMOVUPS Y6, 64(AX)(DI*1)
-	VMOVUPS Y7, 96(AX)(DI*1)
+bnhSumDevAVX2_loop32:
+	CMPQ    R8, $0x00000080
+	JL      bnhSumDevAVX2_loop8
+	VMOVUPS (DX)(DI*1), Y0
+	VSUBPS  (CX)(DI*1), Y0, Y0
+	VADDPS  (AX)(DI*1), Y0, Y0
+	VMOVUPS Y0, (AX)(DI*1)
+	VMOVUPS 32(DX)(DI*1), Y0
+	VSUBPS  32(CX)(DI*1), Y0, Y0
+	VADDPS  32(AX)(DI*1), Y0, Y0
+	VMOVUPS Y0, 32(AX)(DI*1)
+	VMOVUPS 64(DX)(DI*1), Y0
+	VSUBPS  64(CX)(DI*1), Y0, Y0
+	VADDPS  64(AX)(DI*1), Y0, Y0
+	VMOVUPS Y0, 64(AX)(DI*1)
+	VMOVUPS 96(DX)(DI*1), Y0
+	VSUBPS  96(CX)(DI*1), Y0, Y0
+	VADDPS  96(AX)(DI*1), Y0, Y0
+	VMOVUPS Y0, 96(AX)(DI*1)
 	ADDQ    $0x00000080, DI
-	JMP     bnhSumDevAVX2_strip4
+	SUBQ    $0x00000080, R8
+	JMP     bnhSumDevAVX2_loop32
 
-bnhSumDevAVX2_strip1:
-	MOVQ    BX, R9
-	SUBQ    DI, R9
-	CMPQ    R9, $0x00000020
-	JL      bnhSumDevAVX2_nextgroup
-	VMOVUPS (CX)(DI*1), Y0
-	VMOVUPS (AX)(DI*1), Y4
-	MOVQ    DI, R8
-	MOVQ    R10, R9
+bnhSumDevAVX2_loop8:
+	TESTQ   R8, R8
+	JE      bnhSumDevAVX2_next
+	VMOVUPS (DX)(DI*1), Y0
+	VSUBPS  (CX)(DI*1), Y0, Y0
+	VADDPS  (AX)(DI*1), Y0, Y0
+	VMOVUPS Y0, (AX)(DI*1)
+	ADDQ    $0x20, DI
+	SUBQ    $0x20, R8
+	JMP     bnhSumDevAVX2_loop8
 
-bnhSumDevAVX2_strip1_row:
-	VMOVUPS (DX)(R8*1), Y1
-	VSUBPS  Y0, Y1, Y1
-	VADDPS  Y1, Y4, Y4
-	ADDQ    BX, R8
-	DECQ    R9
-	JNZ     bnhSumDevAVX2_strip1_row
-	VMOVUPS Y4, (AX)(DI*1)
-	ADDQ    $0x00000020, DI
-	JMP     bnhSumDevAVX2_strip1
-
-bnhSumDevAVX2_nextgroup:
-	SUBQ  R10, SI
-	IMULQ BX, R10
-	ADDQ  R10, DX
-	JMP   bnhSumDevAVX2_group
+bnhSumDevAVX2_next:
+	ADDQ BX, DX
+	DECQ SI
+	JNZ  bnhSumDevAVX2_row
 
 bnhSumDevAVX2_done:
 	VZEROUPPER
 	RET
 
 // func bnhSumSqDevAVX2(acc *float32, mu *float32, x *float32, e int, rows int)
-// Requires: AVX, CMOV, FMA3
+// Requires: AVX, FMA3
 TEXT ·bnhSumSqDevAVX2(SB), NOSPLIT, $0-40
-	MOVQ acc+0(FP), AX
-	MOVQ mu+8(FP), CX
-	MOVQ x+16(FP), DX
-	MOVQ e+24(FP), BX
-	MOVQ rows+32(FP), SI
-	SHLQ $0x02, BX
+	MOVQ  acc+0(FP), AX
+	MOVQ  mu+8(FP), CX
+	MOVQ  x+16(FP), DX
+	MOVQ  e+24(FP), BX
+	MOVQ  rows+32(FP), SI
+	SHLQ  $0x02, BX
+	TESTQ SI, SI
+	JE    bnhSumSqDevAVX2_done
 
-bnhSumSqDevAVX2_group:
-	TESTQ   SI, SI
-	JE      bnhSumSqDevAVX2_done
-	MOVQ    $0x00000008, R10
-	CMPQ    SI, R10
-	CMOVQLT SI, R10
-	XORQ    DI, DI
+bnhSumSqDevAVX2_row:
+	XORQ DI, DI
+	MOVQ BX, R8
 
-bnhSumSqDevAVX2_strip4:
-	MOVQ    BX, R9
-	SUBQ    DI, R9
-	CMPQ    R9, $0x00000080
-	JL      bnhSumSqDevAVX2_strip1
-	VMOVUPS (CX)(DI*1), Y0
-	VMOVUPS 32(CX)(DI*1), Y1
-	VMOVUPS 64(CX)(DI*1), Y2
-	VMOVUPS 96(CX)(DI*1), Y3
-	VMOVUPS (AX)(DI*1), Y4
-	VMOVUPS 32(AX)(DI*1), Y5
-	VMOVUPS 64(AX)(DI*1), Y6
-	VMOVUPS 96(AX)(DI*1), Y7
-	MOVQ    DI, R8
-	MOVQ    R10, R9
-
-bnhSumSqDevAVX2_strip4_row:
-	VMOVUPS     (DX)(R8*1), Y8
-	VSUBPS      Y0, Y8, Y8
-	VFMADD231PS Y8, Y8, Y4
-	VMOVUPS     32(DX)(R8*1), Y8
-	VSUBPS      Y1, Y8, Y8
-	VFMADD231PS Y8, Y8, Y5
-	VMOVUPS     64(DX)(R8*1), Y8
-	VSUBPS      Y2, Y8, Y8
-	VFMADD231PS Y8, Y8, Y6
-	VMOVUPS     96(DX)(R8*1), Y8
-	VSUBPS      Y3, Y8, Y8
-	VFMADD231PS Y8, Y8, Y7
-	ADDQ        BX, R8
-	DECQ        R9
-	JNZ         bnhSumSqDevAVX2_strip4_row
-	VMOVUPS     Y4, (AX)(DI*1)
-	VMOVUPS     Y5, 32(AX)(DI*1)
-	VMOVUPS     Y6, 64(AX)(DI*1)
-	VMOVUPS     Y7, 96(AX)(DI*1)
+bnhSumSqDevAVX2_loop32:
+	CMPQ        R8, $0x00000080
+	JL          bnhSumSqDevAVX2_loop8
+	VMOVUPS     (DX)(DI*1), Y0
+	VSUBPS      (CX)(DI*1), Y0, Y0
+	VMOVUPS     (AX)(DI*1), Y1
+	VFMADD231PS Y0, Y0, Y1
+	VMOVUPS     Y1, (AX)(DI*1)
+	VMOVUPS     32(DX)(DI*1), Y0
+	VSUBPS      32(CX)(DI*1), Y0, Y0
+	VMOVUPS     32(AX)(DI*1), Y1
+	VFMADD231PS Y0, Y0, Y1
+	VMOVUPS     Y1, 32(AX)(DI*1)
+	VMOVUPS     64(DX)(DI*1), Y0
+	VSUBPS      64(CX)(DI*1), Y0, Y0
+	VMOVUPS     64(AX)(DI*1), Y1
+	VFMADD231PS Y0, Y0, Y1
+	VMOVUPS     Y1, 64(AX)(DI*1)
+	VMOVUPS     96(DX)(DI*1), Y0
+	VSUBPS      96(CX)(DI*1), Y0, Y0
+	VMOVUPS     96(AX)(DI*1), Y1
+	VFMADD231PS Y0, Y0, Y1
+	VMOVUPS     Y1, 96(AX)(DI*1)
 	ADDQ        $0x00000080, DI
-	JMP         bnhSumSqDevAVX2_strip4
+	SUBQ        $0x00000080, R8
+	JMP         bnhSumSqDevAVX2_loop32
 
-bnhSumSqDevAVX2_strip1:
-	MOVQ    BX, R9
-	SUBQ    DI, R9
-	CMPQ    R9, $0x00000020
-	JL      bnhSumSqDevAVX2_nextgroup
-	VMOVUPS (CX)(DI*1), Y0
-	VMOVUPS (AX)(DI*1), Y4
-	MOVQ    DI, R8
-	MOVQ    R10, R9
+bnhSumSqDevAVX2_loop8:
+	TESTQ       R8, R8
+	JE          bnhSumSqDevAVX2_next
+	VMOVUPS     (DX)(DI*1), Y0
+	VSUBPS      (CX)(DI*1), Y0, Y0
+	VMOVUPS     (AX)(DI*1), Y1
+	VFMADD231PS Y0, Y0, Y1
+	VMOVUPS     Y1, (AX)(DI*1)
+	ADDQ        $0x20, DI
+	SUBQ        $0x20, R8
+	JMP         bnhSumSqDevAVX2_loop8
 
-bnhSumSqDevAVX2_strip1_row:
-	VMOVUPS     (DX)(R8*1), Y1
-	VSUBPS      Y0, Y1, Y1
-	VFMADD231PS Y1, Y1, Y4
-	ADDQ        BX, R8
-	DECQ        R9
-	JNZ         bnhSumSqDevAVX2_strip1_row
-	VMOVUPS     Y4, (AX)(DI*1)
-	ADDQ        $0x00000020, DI
-	JMP         bnhSumSqDevAVX2_strip1
-
-bnhSumSqDevAVX2_nextgroup:
-	SUBQ  R10, SI
-	IMULQ BX, R10
-	ADDQ  R10, DX
-	JMP   bnhSumSqDevAVX2_group
+bnhSumSqDevAVX2_next:
+	ADDQ BX, DX
+	DECQ SI
+	JNZ  bnhSumSqDevAVX2_row
 
 bnhSumSqDevAVX2_done:
 	VZEROUPPER
 	RET
 
 // func bnhDyStatsAVX2(s *float32, t *float32, mu *float32, dy *float32, x *float32, e int, rows int)
-// Requires: AVX, CMOV, FMA3
+// Requires: AVX, FMA3
 TEXT ·bnhDyStatsAVX2(SB), NOSPLIT, $0-56
-	MOVQ s+0(FP), AX
-	MOVQ t+8(FP), CX
-	MOVQ mu+16(FP), DX
-	MOVQ dy+24(FP), BX
-	MOVQ x+32(FP), SI
-	MOVQ e+40(FP), DI
-	MOVQ rows+48(FP), R8
-	SHLQ $0x02, DI
+	MOVQ  s+0(FP), AX
+	MOVQ  t+8(FP), CX
+	MOVQ  mu+16(FP), DX
+	MOVQ  dy+24(FP), BX
+	MOVQ  x+32(FP), SI
+	MOVQ  e+40(FP), DI
+	MOVQ  rows+48(FP), R8
+	SHLQ  $0x02, DI
+	TESTQ R8, R8
+	JE    bnhDyStatsAVX2_done
 
-bnhDyStatsAVX2_group:
-	TESTQ   R8, R8
-	JE      bnhDyStatsAVX2_done
-	MOVQ    $0x00000008, R12
-	CMPQ    R8, R12
-	CMOVQLT R8, R12
-	XORQ    R9, R9
+bnhDyStatsAVX2_row:
+	XORQ R9, R9
+	MOVQ DI, R10
 
-bnhDyStatsAVX2_strip4:
-	MOVQ    DI, R11
-	SUBQ    R9, R11
-	CMPQ    R11, $0x00000080
-	JL      bnhDyStatsAVX2_strip1
-	VMOVUPS (DX)(R9*1), Y0
-	VMOVUPS 32(DX)(R9*1), Y1
-	VMOVUPS 64(DX)(R9*1), Y2
-	VMOVUPS 96(DX)(R9*1), Y3
-	VMOVUPS (AX)(R9*1), Y4
-	VMOVUPS 32(AX)(R9*1), Y5
-	VMOVUPS 64(AX)(R9*1), Y6
-	VMOVUPS 96(AX)(R9*1), Y7
-	VMOVUPS (CX)(R9*1), Y8
-	VMOVUPS 32(CX)(R9*1), Y9
-	VMOVUPS 64(CX)(R9*1), Y10
-	VMOVUPS 96(CX)(R9*1), Y11
-	MOVQ    R9, R10
-	MOVQ    R12, R11
-
-bnhDyStatsAVX2_strip4_row:
-	VMOVUPS     (BX)(R10*1), Y12
-	VADDPS      Y12, Y4, Y4
-	VMOVUPS     (SI)(R10*1), Y13
-	VSUBPS      Y0, Y13, Y13
-	VFMADD231PS Y13, Y12, Y8
-	VMOVUPS     32(BX)(R10*1), Y12
-	VADDPS      Y12, Y5, Y5
-	VMOVUPS     32(SI)(R10*1), Y13
-	VSUBPS      Y1, Y13, Y13
-	VFMADD231PS Y13, Y12, Y9
-	VMOVUPS     64(BX)(R10*1), Y12
-	VADDPS      Y12, Y6, Y6
-	VMOVUPS     64(SI)(R10*1), Y13
-	VSUBPS      Y2, Y13, Y13
-	VFMADD231PS Y13, Y12, Y10
-	VMOVUPS     96(BX)(R10*1), Y12
-	VADDPS      Y12, Y7, Y7
-	VMOVUPS     96(SI)(R10*1), Y13
-	VSUBPS      Y3, Y13, Y13
-	VFMADD231PS Y13, Y12, Y11
-	ADDQ        DI, R10
-	DECQ        R11
-	JNZ         bnhDyStatsAVX2_strip4_row
-	VMOVUPS     Y4, (AX)(R9*1)
-	VMOVUPS     Y5, 32(AX)(R9*1)
-	VMOVUPS     Y6, 64(AX)(R9*1)
-	VMOVUPS     Y7, 96(AX)(R9*1)
-	VMOVUPS     Y8, (CX)(R9*1)
-	VMOVUPS     Y9, 32(CX)(R9*1)
-	VMOVUPS     Y10, 64(CX)(R9*1)
-	VMOVUPS     Y11, 96(CX)(R9*1)
+bnhDyStatsAVX2_loop32:
+	CMPQ        R10, $0x00000080
+	JL          bnhDyStatsAVX2_loop8
+	VMOVUPS     (BX)(R9*1), Y0
+	VADDPS      (AX)(R9*1), Y0, Y1
+	VMOVUPS     Y1, (AX)(R9*1)
+	VMOVUPS     (SI)(R9*1), Y1
+	VSUBPS      (DX)(R9*1), Y1, Y1
+	VMOVUPS     (CX)(R9*1), Y2
+	VFMADD231PS Y1, Y0, Y2
+	VMOVUPS     Y2, (CX)(R9*1)
+	VMOVUPS     32(BX)(R9*1), Y0
+	VADDPS      32(AX)(R9*1), Y0, Y1
+	VMOVUPS     Y1, 32(AX)(R9*1)
+	VMOVUPS     32(SI)(R9*1), Y1
+	VSUBPS      32(DX)(R9*1), Y1, Y1
+	VMOVUPS     32(CX)(R9*1), Y2
+	VFMADD231PS Y1, Y0, Y2
+	VMOVUPS     Y2, 32(CX)(R9*1)
+	VMOVUPS     64(BX)(R9*1), Y0
+	VADDPS      64(AX)(R9*1), Y0, Y1
+	VMOVUPS     Y1, 64(AX)(R9*1)
+	VMOVUPS     64(SI)(R9*1), Y1
+	VSUBPS      64(DX)(R9*1), Y1, Y1
+	VMOVUPS     64(CX)(R9*1), Y2
+	VFMADD231PS Y1, Y0, Y2
+	VMOVUPS     Y2, 64(CX)(R9*1)
+	VMOVUPS     96(BX)(R9*1), Y0
+	VADDPS      96(AX)(R9*1), Y0, Y1
+	VMOVUPS     Y1, 96(AX)(R9*1)
+	VMOVUPS     96(SI)(R9*1), Y1
+	VSUBPS      96(DX)(R9*1), Y1, Y1
+	VMOVUPS     96(CX)(R9*1), Y2
+	VFMADD231PS Y1, Y0, Y2
+	VMOVUPS     Y2, 96(CX)(R9*1)
 	ADDQ        $0x00000080, R9
-	JMP         bnhDyStatsAVX2_strip4
+	SUBQ        $0x00000080, R10
+	JMP         bnhDyStatsAVX2_loop32
 
-bnhDyStatsAVX2_strip1:
-	MOVQ    DI, R11
-	SUBQ    R9, R11
-	CMPQ    R11, $0x00000020
-	JL      bnhDyStatsAVX2_nextgroup
-	VMOVUPS (DX)(R9*1), Y0
-	VMOVUPS (AX)(R9*1), Y4
-	VMOVUPS (CX)(R9*1), Y8
-	MOVQ    R9, R10
-	MOVQ    R12, R11
+bnhDyStatsAVX2_loop8:
+	TESTQ       R10, R10
+	JE          bnhDyStatsAVX2_next
+	VMOVUPS     (BX)(R9*1), Y0
+	VADDPS      (AX)(R9*1), Y0, Y1
+	VMOVUPS     Y1, (AX)(R9*1)
+	VMOVUPS     (SI)(R9*1), Y1
+	VSUBPS      (DX)(R9*1), Y1, Y1
+	VMOVUPS     (CX)(R9*1), Y2
+	VFMADD231PS Y1, Y0, Y2
+	VMOVUPS     Y2, (CX)(R9*1)
+	ADDQ        $0x20, R9
+	SUBQ        $0x20, R10
+	JMP         bnhDyStatsAVX2_loop8
 
-bnhDyStatsAVX2_strip1_row:
-	VMOVUPS     (BX)(R10*1), Y1
-	VADDPS      Y1, Y4, Y4
-	VMOVUPS     (SI)(R10*1), Y2
-	VSUBPS      Y0, Y2, Y2
-	VFMADD231PS Y2, Y1, Y8
-	ADDQ        DI, R10
-	DECQ        R11
-	JNZ         bnhDyStatsAVX2_strip1_row
-	VMOVUPS     Y4, (AX)(R9*1)
-	VMOVUPS     Y8, (CX)(R9*1)
-	ADDQ        $0x00000020, R9
-	JMP         bnhDyStatsAVX2_strip1
-
-bnhDyStatsAVX2_nextgroup:
-	SUBQ  R12, R8
-	IMULQ DI, R12
-	ADDQ  R12, BX
-	ADDQ  R12, SI
-	JMP   bnhDyStatsAVX2_group
+bnhDyStatsAVX2_next:
+	ADDQ DI, BX
+	ADDQ DI, SI
+	DECQ R8
+	JNZ  bnhDyStatsAVX2_row
 
 bnhDyStatsAVX2_done:
 	VZEROUPPER
 	RET
 
 // func bnhDyStatsReluAVX2(s *float32, t *float32, mu *float32, dy *float32, y *float32, x *float32, e int, rows int)
-// Requires: AVX, CMOV, FMA3
+// Requires: AVX, FMA3
 TEXT ·bnhDyStatsReluAVX2(SB), NOSPLIT, $0-64
 	MOVQ   s+0(FP), AX
 	MOVQ   t+8(FP), CX
@@ -11387,215 +11305,157 @@ TEXT ·bnhDyStatsReluAVX2(SB), NOSPLIT, $0-64
 	MOVQ   e+48(FP), R8
 	MOVQ   rows+56(FP), R9
 	SHLQ   $0x02, R8
+	TESTQ  R9, R9
+	JE     bnhDyStatsReluAVX2_done
 
-bnhDyStatsReluAVX2_group:
-	TESTQ   R9, R9
-	JE      bnhDyStatsReluAVX2_done
-	MOVQ    $0x00000008, R13
-	CMPQ    R9, R13
-	CMOVQLT R9, R13
-	XORQ    R10, R10
+bnhDyStatsReluAVX2_row:
+	XORQ R10, R10
+	MOVQ R8, R11
 
-bnhDyStatsReluAVX2_strip4:
-	MOVQ    R8, R12
-	SUBQ    R10, R12
-	CMPQ    R12, $0x00000080
-	JL      bnhDyStatsReluAVX2_strip1
-	VMOVUPS (DX)(R10*1), Y1
-	VMOVUPS 32(DX)(R10*1), Y2
-	VMOVUPS 64(DX)(R10*1), Y3
-	VMOVUPS 96(DX)(R10*1), Y4
-	VMOVUPS (AX)(R10*1), Y5
-	VMOVUPS 32(AX)(R10*1), Y6
-	VMOVUPS 64(AX)(R10*1), Y7
-	VMOVUPS 96(AX)(R10*1), Y8
-	VMOVUPS (CX)(R10*1), Y9
-	VMOVUPS 32(CX)(R10*1), Y10
-	VMOVUPS 64(CX)(R10*1), Y11
-	VMOVUPS 96(CX)(R10*1), Y12
-	MOVQ    R10, R11
-	MOVQ    R13, R12
-
-bnhDyStatsReluAVX2_strip4_row:
-	VMOVUPS     (SI)(R11*1), Y13
-	VCMPPS      $0x1e, Y0, Y13, Y13
-	VANDPS      (BX)(R11*1), Y13, Y13
-	VADDPS      Y13, Y5, Y5
-	VMOVUPS     (DI)(R11*1), Y14
-	VSUBPS      Y1, Y14, Y14
-	VFMADD231PS Y14, Y13, Y9
-	VMOVUPS     32(SI)(R11*1), Y13
-	VCMPPS      $0x1e, Y0, Y13, Y13
-	VANDPS      32(BX)(R11*1), Y13, Y13
-	VADDPS      Y13, Y6, Y6
-	VMOVUPS     32(DI)(R11*1), Y14
-	VSUBPS      Y2, Y14, Y14
-	VFMADD231PS Y14, Y13, Y10
-	VMOVUPS     64(SI)(R11*1), Y13
-	VCMPPS      $0x1e, Y0, Y13, Y13
-	VANDPS      64(BX)(R11*1), Y13, Y13
-	VADDPS      Y13, Y7, Y7
-	VMOVUPS     64(DI)(R11*1), Y14
-	VSUBPS      Y3, Y14, Y14
-	VFMADD231PS Y14, Y13, Y11
-	VMOVUPS     96(SI)(R11*1), Y13
-	VCMPPS      $0x1e, Y0, Y13, Y13
-	VANDPS      96(BX)(R11*1), Y13, Y13
-	VADDPS      Y13, Y8, Y8
-	VMOVUPS     96(DI)(R11*1), Y14
-	VSUBPS      Y4, Y14, Y14
-	VFMADD231PS Y14, Y13, Y12
-	ADDQ        R8, R11
-	DECQ        R12
-	JNZ         bnhDyStatsReluAVX2_strip4_row
-	VMOVUPS     Y5, (AX)(R10*1)
-	VMOVUPS     Y6, 32(AX)(R10*1)
-	VMOVUPS     Y7, 64(AX)(R10*1)
-	VMOVUPS     Y8, 96(AX)(R10*1)
-	VMOVUPS     Y9, (CX)(R10*1)
-	VMOVUPS     Y10, 32(CX)(R10*1)
-	VMOVUPS     Y11, 64(CX)(R10*1)
-	VMOVUPS     Y12, 96(CX)(R10*1)
+bnhDyStatsReluAVX2_loop32:
+	CMPQ        R11, $0x00000080
+	JL          bnhDyStatsReluAVX2_loop8
+	VMOVUPS     (SI)(R10*1), Y1
+	VCMPPS      $0x1e, Y0, Y1, Y1
+	VANDPS      (BX)(R10*1), Y1, Y1
+	VADDPS      (AX)(R10*1), Y1, Y2
+	VMOVUPS     Y2, (AX)(R10*1)
+	VMOVUPS     (DI)(R10*1), Y2
+	VSUBPS      (DX)(R10*1), Y2, Y2
+	VMOVUPS     (CX)(R10*1), Y3
+	VFMADD231PS Y2, Y1, Y3
+	VMOVUPS     Y3, (CX)(R10*1)
+	VMOVUPS     32(SI)(R10*1), Y1
+	VCMPPS      $0x1e, Y0, Y1, Y1
+	VANDPS      32(BX)(R10*1), Y1, Y1
+	VADDPS      32(AX)(R10*1), Y1, Y2
+	VMOVUPS     Y2, 32(AX)(R10*1)
+	VMOVUPS     32(DI)(R10*1), Y2
+	VSUBPS      32(DX)(R10*1), Y2, Y2
+	VMOVUPS     32(CX)(R10*1), Y3
+	VFMADD231PS Y2, Y1, Y3
+	VMOVUPS     Y3, 32(CX)(R10*1)
+	VMOVUPS     64(SI)(R10*1), Y1
+	VCMPPS      $0x1e, Y0, Y1, Y1
+	VANDPS      64(BX)(R10*1), Y1, Y1
+	VADDPS      64(AX)(R10*1), Y1, Y2
+	VMOVUPS     Y2, 64(AX)(R10*1)
+	VMOVUPS     64(DI)(R10*1), Y2
+	VSUBPS      64(DX)(R10*1), Y2, Y2
+	VMOVUPS     64(CX)(R10*1), Y3
+	VFMADD231PS Y2, Y1, Y3
+	VMOVUPS     Y3, 64(CX)(R10*1)
+	VMOVUPS     96(SI)(R10*1), Y1
+	VCMPPS      $0x1e, Y0, Y1, Y1
+	VANDPS      96(BX)(R10*1), Y1, Y1
+	VADDPS      96(AX)(R10*1), Y1, Y2
+	VMOVUPS     Y2, 96(AX)(R10*1)
+	VMOVUPS     96(DI)(R10*1), Y2
+	VSUBPS      96(DX)(R10*1), Y2, Y2
+	VMOVUPS     96(CX)(R10*1), Y3
+	VFMADD231PS Y2, Y1, Y3
+	VMOVUPS     Y3, 96(CX)(R10*1)
 	ADDQ        $0x00000080, R10
-	JMP         bnhDyStatsReluAVX2_strip4
+	SUBQ        $0x00000080, R11
+	JMP         bnhDyStatsReluAVX2_loop32
 
-bnhDyStatsReluAVX2_strip1:
-	MOVQ    R8, R12
-	SUBQ    R10, R12
-	CMPQ    R12, $0x00000020
-	JL      bnhDyStatsReluAVX2_nextgroup
-	VMOVUPS (DX)(R10*1), Y1
-	VMOVUPS (AX)(R10*1), Y5
-	VMOVUPS (CX)(R10*1), Y9
-	MOVQ    R10, R11
-	MOVQ    R13, R12
+bnhDyStatsReluAVX2_loop8:
+	TESTQ       R11, R11
+	JE          bnhDyStatsReluAVX2_next
+	VMOVUPS     (SI)(R10*1), Y1
+	VCMPPS      $0x1e, Y0, Y1, Y1
+	VANDPS      (BX)(R10*1), Y1, Y1
+	VADDPS      (AX)(R10*1), Y1, Y2
+	VMOVUPS     Y2, (AX)(R10*1)
+	VMOVUPS     (DI)(R10*1), Y2
+	VSUBPS      (DX)(R10*1), Y2, Y2
+	VMOVUPS     (CX)(R10*1), Y3
+	VFMADD231PS Y2, Y1, Y3
+	VMOVUPS     Y3, (CX)(R10*1)
+	ADDQ        $0x20, R10
+	SUBQ        $0x20, R11
+	JMP         bnhDyStatsReluAVX2_loop8
 
-bnhDyStatsReluAVX2_strip1_row:
-	VMOVUPS     (SI)(R11*1), Y2
-	VCMPPS      $0x1e, Y0, Y2, Y2
-	VANDPS      (BX)(R11*1), Y2, Y2
-	VADDPS      Y2, Y5, Y5
-	VMOVUPS     (DI)(R11*1), Y3
-	VSUBPS      Y1, Y3, Y3
-	VFMADD231PS Y3, Y2, Y9
-	ADDQ        R8, R11
-	DECQ        R12
-	JNZ         bnhDyStatsReluAVX2_strip1_row
-	VMOVUPS     Y5, (AX)(R10*1)
-	VMOVUPS     Y9, (CX)(R10*1)
-	ADDQ        $0x00000020, R10
-	JMP         bnhDyStatsReluAVX2_strip1
-
-bnhDyStatsReluAVX2_nextgroup:
-	SUBQ  R13, R9
-	IMULQ R8, R13
-	ADDQ  R13, BX
-	ADDQ  R13, SI
-	ADDQ  R13, DI
-	JMP   bnhDyStatsReluAVX2_group
+bnhDyStatsReluAVX2_next:
+	ADDQ R8, BX
+	ADDQ R8, SI
+	ADDQ R8, DI
+	DECQ R9
+	JNZ  bnhDyStatsReluAVX2_row
 
 bnhDyStatsReluAVX2_done:
 	VZEROUPPER
 	RET
 
 // func bnhAffineAVX2(dst *float32, x *float32, mu *float32, a *float32, b *float32, e int, rows int)
-// Requires: AVX, CMOV, FMA3
+// Requires: AVX, FMA3
 TEXT ·bnhAffineAVX2(SB), NOSPLIT, $0-56
-	MOVQ dst+0(FP), AX
-	MOVQ x+8(FP), CX
-	MOVQ mu+16(FP), DX
-	MOVQ a+24(FP), BX
-	MOVQ b+32(FP), SI
-	MOVQ e+40(FP), DI
-	MOVQ rows+48(FP), R8
-	SHLQ $0x02, DI
+	MOVQ  dst+0(FP), AX
+	MOVQ  x+8(FP), CX
+	MOVQ  mu+16(FP), DX
+	MOVQ  a+24(FP), BX
+	MOVQ  b+32(FP), SI
+	MOVQ  e+40(FP), DI
+	MOVQ  rows+48(FP), R8
+	SHLQ  $0x02, DI
+	TESTQ R8, R8
+	JE    bnhAffineAVX2_done
 
-bnhAffineAVX2_group:
-	TESTQ   R8, R8
-	JE      bnhAffineAVX2_done
-	MOVQ    $0x00000008, R12
-	CMPQ    R8, R12
-	CMOVQLT R8, R12
-	XORQ    R9, R9
+bnhAffineAVX2_row:
+	XORQ R9, R9
+	MOVQ DI, R10
 
-bnhAffineAVX2_strip4:
-	MOVQ    DI, R11
-	SUBQ    R9, R11
-	CMPQ    R11, $0x00000080
-	JL      bnhAffineAVX2_strip1
-	VMOVUPS (DX)(R9*1), Y0
-	VMOVUPS 32(DX)(R9*1), Y1
-	VMOVUPS 64(DX)(R9*1), Y2
-	VMOVUPS 96(DX)(R9*1), Y3
-	VMOVUPS (BX)(R9*1), Y4
-	VMOVUPS 32(BX)(R9*1), Y5
-	VMOVUPS 64(BX)(R9*1), Y6
-	VMOVUPS 96(BX)(R9*1), Y7
-	VMOVUPS (SI)(R9*1), Y8
-	VMOVUPS 32(SI)(R9*1), Y9
-	VMOVUPS 64(SI)(R9*1), Y10
-	VMOVUPS 96(SI)(R9*1), Y11
-	MOVQ    R9, R10
-	MOVQ    R12, R11
-
-bnhAffineAVX2_strip4_row:
-	VMOVUPS     (CX)(R10*1), Y12
-	VSUBPS      Y0, Y12, Y12
-	VFMADD213PS Y8, Y4, Y12
-	VMOVUPS     Y12, (AX)(R10*1)
-	VMOVUPS     32(CX)(R10*1), Y12
-	VSUBPS      Y1, Y12, Y12
-	VFMADD213PS Y9, Y5, Y12
-	VMOVUPS     Y12, 32(AX)(R10*1)
-	VMOVUPS     64(CX)(R10*1), Y12
-	VSUBPS      Y2, Y12, Y12
-	VFMADD213PS Y10, Y6, Y12
-	VMOVUPS     Y12, 64(AX)(R10*1)
-	VMOVUPS     96(CX)(R10*1), Y12
-	VSUBPS      Y3, Y12, Y12
-	VFMADD213PS Y11, Y7, Y12
-	VMOVUPS     Y12, 96(AX)(R10*1)
-	ADDQ        DI, R10
-	DECQ        R11
-	JNZ         bnhAffineAVX2_strip4_row
+bnhAffineAVX2_loop32:
+	CMPQ        R10, $0x00000080
+	JL          bnhAffineAVX2_loop8
+	VMOVUPS     (CX)(R9*1), Y0
+	VSUBPS      (DX)(R9*1), Y0, Y0
+	VMOVUPS     (BX)(R9*1), Y1
+	VFMADD213PS (SI)(R9*1), Y1, Y0
+	VMOVUPS     Y0, (AX)(R9*1)
+	VMOVUPS     32(CX)(R9*1), Y0
+	VSUBPS      32(DX)(R9*1), Y0, Y0
+	VMOVUPS     32(BX)(R9*1), Y1
+	VFMADD213PS 32(SI)(R9*1), Y1, Y0
+	VMOVUPS     Y0, 32(AX)(R9*1)
+	VMOVUPS     64(CX)(R9*1), Y0
+	VSUBPS      64(DX)(R9*1), Y0, Y0
+	VMOVUPS     64(BX)(R9*1), Y1
+	VFMADD213PS 64(SI)(R9*1), Y1, Y0
+	VMOVUPS     Y0, 64(AX)(R9*1)
+	VMOVUPS     96(CX)(R9*1), Y0
+	VSUBPS      96(DX)(R9*1), Y0, Y0
+	VMOVUPS     96(BX)(R9*1), Y1
+	VFMADD213PS 96(SI)(R9*1), Y1, Y0
+	VMOVUPS     Y0, 96(AX)(R9*1)
 	ADDQ        $0x00000080, R9
-	JMP         bnhAffineAVX2_strip4
+	SUBQ        $0x00000080, R10
+	JMP         bnhAffineAVX2_loop32
 
-bnhAffineAVX2_strip1:
-	MOVQ    DI, R11
-	SUBQ    R9, R11
-	CMPQ    R11, $0x00000020
-	JL      bnhAffineAVX2_nextgroup
-	VMOVUPS (DX)(R9*1), Y0
-	VMOVUPS (BX)(R9*1), Y4
-	VMOVUPS (SI)(R9*1), Y8
-	MOVQ    R9, R10
-	MOVQ    R12, R11
+bnhAffineAVX2_loop8:
+	TESTQ       R10, R10
+	JE          bnhAffineAVX2_next
+	VMOVUPS     (CX)(R9*1), Y0
+	VSUBPS      (DX)(R9*1), Y0, Y0
+	VMOVUPS     (BX)(R9*1), Y1
+	VFMADD213PS (SI)(R9*1), Y1, Y0
+	VMOVUPS     Y0, (AX)(R9*1)
+	ADDQ        $0x20, R9
+	SUBQ        $0x20, R10
+	JMP         bnhAffineAVX2_loop8
 
-bnhAffineAVX2_strip1_row:
-	VMOVUPS     (CX)(R10*1), Y1
-	VSUBPS      Y0, Y1, Y1
-	VFMADD213PS Y8, Y4, Y1
-	VMOVUPS     Y1, (AX)(R10*1)
-	ADDQ        DI, R10
-	DECQ        R11
-	JNZ         bnhAffineAVX2_strip1_row
-	ADDQ        $0x00000020, R9
-	JMP         bnhAffineAVX2_strip1
-
-bnhAffineAVX2_nextgroup:
-	SUBQ  R12, R8
-	IMULQ DI, R12
-	ADDQ  R12, AX
-	ADDQ  R12, CX
-	JMP   bnhAffineAVX2_group
+bnhAffineAVX2_next:
+	ADDQ DI, AX
+	ADDQ DI, CX
+	DECQ R8
+	JNZ  bnhAffineAVX2_row
 
 bnhAffineAVX2_done:
 	VZEROUPPER
 	RET
 
 // func bnhAffineReluAVX2(dst *float32, x *float32, mu *float32, a *float32, b *float32, e int, rows int)
-// Requires: AVX, CMOV, FMA3
+// Requires: AVX, FMA3
 TEXT ·bnhAffineReluAVX2(SB), NOSPLIT, $0-56
 	MOVQ   dst+0(FP), AX
 	MOVQ   x+8(FP), CX
@@ -11606,98 +11466,69 @@ TEXT ·bnhAffineReluAVX2(SB), NOSPLIT, $0-56
 	MOVQ   e+40(FP), DI
 	MOVQ   rows+48(FP), R8
 	SHLQ   $0x02, DI
+	TESTQ  R8, R8
+	JE     bnhAffineReluAVX2_done
 
-bnhAffineReluAVX2_group:
-	TESTQ   R8, R8
-	JE      bnhAffineReluAVX2_done
-	MOVQ    $0x00000008, R12
-	CMPQ    R8, R12
-	CMOVQLT R8, R12
-	XORQ    R9, R9
+bnhAffineReluAVX2_row:
+	XORQ R9, R9
+	MOVQ DI, R10
 
-bnhAffineReluAVX2_strip4:
-	MOVQ    DI, R11
-	SUBQ    R9, R11
-	CMPQ    R11, $0x00000080
-	JL      bnhAffineReluAVX2_strip1
-	VMOVUPS (DX)(R9*1), Y1
-	VMOVUPS 32(DX)(R9*1), Y2
-	VMOVUPS 64(DX)(R9*1), Y3
-	VMOVUPS 96(DX)(R9*1), Y4
-	VMOVUPS (BX)(R9*1), Y5
-	VMOVUPS 32(BX)(R9*1), Y6
-	VMOVUPS 64(BX)(R9*1), Y7
-	VMOVUPS 96(BX)(R9*1), Y8
-	VMOVUPS (SI)(R9*1), Y9
-	VMOVUPS 32(SI)(R9*1), Y10
-	VMOVUPS 64(SI)(R9*1), Y11
-	VMOVUPS 96(SI)(R9*1), Y12
-	MOVQ    R9, R10
-	MOVQ    R12, R11
-
-bnhAffineReluAVX2_strip4_row:
-	VMOVUPS     (CX)(R10*1), Y13
-	VSUBPS      Y1, Y13, Y13
-	VFMADD213PS Y9, Y5, Y13
-	VMAXPS      Y0, Y13, Y13
-	VMOVUPS     Y13, (AX)(R10*1)
-	VMOVUPS     32(CX)(R10*1), Y13
-	VSUBPS      Y2, Y13, Y13
-	VFMADD213PS Y10, Y6, Y13
-	VMAXPS      Y0, Y13, Y13
-	VMOVUPS     Y13, 32(AX)(R10*1)
-	VMOVUPS     64(CX)(R10*1), Y13
-	VSUBPS      Y3, Y13, Y13
-	VFMADD213PS Y11, Y7, Y13
-	VMAXPS      Y0, Y13, Y13
-	VMOVUPS     Y13, 64(AX)(R10*1)
-	VMOVUPS     96(CX)(R10*1), Y13
-	VSUBPS      Y4, Y13, Y13
-	VFMADD213PS Y12, Y8, Y13
-	VMAXPS      Y0, Y13, Y13
-	VMOVUPS     Y13, 96(AX)(R10*1)
-	ADDQ        DI, R10
-	DECQ        R11
-	JNZ         bnhAffineReluAVX2_strip4_row
+bnhAffineReluAVX2_loop32:
+	CMPQ        R10, $0x00000080
+	JL          bnhAffineReluAVX2_loop8
+	VMOVUPS     (CX)(R9*1), Y1
+	VSUBPS      (DX)(R9*1), Y1, Y1
+	VMOVUPS     (BX)(R9*1), Y2
+	VFMADD213PS (SI)(R9*1), Y2, Y1
+	VMAXPS      Y0, Y1, Y1
+	VMOVUPS     Y1, (AX)(R9*1)
+	VMOVUPS     32(CX)(R9*1), Y1
+	VSUBPS      32(DX)(R9*1), Y1, Y1
+	VMOVUPS     32(BX)(R9*1), Y2
+	VFMADD213PS 32(SI)(R9*1), Y2, Y1
+	VMAXPS      Y0, Y1, Y1
+	VMOVUPS     Y1, 32(AX)(R9*1)
+	VMOVUPS     64(CX)(R9*1), Y1
+	VSUBPS      64(DX)(R9*1), Y1, Y1
+	VMOVUPS     64(BX)(R9*1), Y2
+	VFMADD213PS 64(SI)(R9*1), Y2, Y1
+	VMAXPS      Y0, Y1, Y1
+	VMOVUPS     Y1, 64(AX)(R9*1)
+	VMOVUPS     96(CX)(R9*1), Y1
+	VSUBPS      96(DX)(R9*1), Y1, Y1
+	VMOVUPS     96(BX)(R9*1), Y2
+	VFMADD213PS 96(SI)(R9*1), Y2, Y1
+	VMAXPS      Y0, Y1, Y1
+	VMOVUPS     Y1, 96(AX)(R9*1)
 	ADDQ        $0x00000080, R9
-	JMP         bnhAffineReluAVX2_strip4
+	SUBQ        $0x00000080, R10
+	JMP         bnhAffineReluAVX2_loop32
 
-bnhAffineReluAVX2_strip1:
-	MOVQ    DI, R11
-	SUBQ    R9, R11
-	CMPQ    R11, $0x00000020
-	JL      bnhAffineReluAVX2_nextgroup
-	VMOVUPS (DX)(R9*1), Y1
-	VMOVUPS (BX)(R9*1), Y5
-	VMOVUPS (SI)(R9*1), Y9
-	MOVQ    R9, R10
-	MOVQ    R12, R11
+bnhAffineReluAVX2_loop8:
+	TESTQ       R10, R10
+	JE          bnhAffineReluAVX2_next
+	VMOVUPS     (CX)(R9*1), Y1
+	VSUBPS      (DX)(R9*1), Y1, Y1
+	VMOVUPS     (BX)(R9*1), Y2
+	VFMADD213PS (SI)(R9*1), Y2, Y1
+	VMAXPS      Y0, Y1, Y1
+	VMOVUPS     Y1, (AX)(R9*1)
+	ADDQ        $0x20, R9
+	SUBQ        $0x20, R10
+	JMP         bnhAffineReluAVX2_loop8
 
-bnhAffineReluAVX2_strip1_row:
-	VMOVUPS     (CX)(R10*1), Y2
-	VSUBPS      Y1, Y2, Y2
-	VFMADD213PS Y9, Y5, Y2
-	VMAXPS      Y0, Y2, Y2
-	VMOVUPS     Y2, (AX)(R10*1)
-	ADDQ        DI, R10
-	DECQ        R11
-	JNZ         bnhAffineReluAVX2_strip1_row
-	ADDQ        $0x00000020, R9
-	JMP         bnhAffineReluAVX2_strip1
-
-bnhAffineReluAVX2_nextgroup:
-	SUBQ  R12, R8
-	IMULQ DI, R12
-	ADDQ  R12, AX
-	ADDQ  R12, CX
-	JMP   bnhAffineReluAVX2_group
+bnhAffineReluAVX2_next:
+	ADDQ DI, AX
+	ADDQ DI, CX
+	DECQ R8
+	JNZ  bnhAffineReluAVX2_row
 
 bnhAffineReluAVX2_done:
 	VZEROUPPER
 	RET
 
 // func bnhAffineAddReluAVX2(dst *float32, x *float32, r *float32, mu *float32, a *float32, b *float32, e int, rows int)
-// Requires: AVX, CMOV, FMA3
+// Requires: AVX, FMA3
 TEXT ·bnhAffineAddReluAVX2(SB), NOSPLIT, $0-64
 	MOVQ   dst+0(FP), AX
 	MOVQ   x+8(FP), CX
@@ -11709,295 +11540,240 @@ TEXT ·bnhAffineAddReluAVX2(SB), NOSPLIT, $0-64
 	MOVQ   e+48(FP), R8
 	MOVQ   rows+56(FP), R9
 	SHLQ   $0x02, R8
+	TESTQ  R9, R9
+	JE     bnhAffineAddReluAVX2_done
 
-bnhAffineAddReluAVX2_group:
-	TESTQ   R9, R9
-	JE      bnhAffineAddReluAVX2_done
-	MOVQ    $0x00000008, R13
-	CMPQ    R9, R13
-	CMOVQLT R9, R13
-	XORQ    R10, R10
+bnhAffineAddReluAVX2_row:
+	XORQ R10, R10
+	MOVQ R8, R11
 
-bnhAffineAddReluAVX2_strip4:
-	MOVQ    R8, R12
-	SUBQ    R10, R12
-	CMPQ    R12, $0x00000080
-	JL      bnhAffineAddReluAVX2_strip1
-	VMOVUPS (BX)(R10*1), Y1
-	VMOVUPS 32(BX)(R10*1), Y2
-	VMOVUPS 64(BX)(R10*1), Y3
-	VMOVUPS 96(BX)(R10*1), Y4
-	VMOVUPS (SI)(R10*1), Y5
-	VMOVUPS 32(SI)(R10*1), Y6
-	VMOVUPS 64(SI)(R10*1), Y7
-	VMOVUPS 96(SI)(R10*1), Y8
-	VMOVUPS (DI)(R10*1), Y9
-	VMOVUPS 32(DI)(R10*1), Y10
-	VMOVUPS 64(DI)(R10*1), Y11
-	VMOVUPS 96(DI)(R10*1), Y12
-	MOVQ    R10, R11
-	MOVQ    R13, R12
-
-bnhAffineAddReluAVX2_strip4_row:
-	VMOVUPS     (CX)(R11*1), Y13
-	VSUBPS      Y1, Y13, Y13
-	VFMADD213PS Y9, Y5, Y13
-	VADDPS      (DX)(R11*1), Y13, Y13
-	VMAXPS      Y0, Y13, Y13
-	VMOVUPS     Y13, (AX)(R11*1)
-	VMOVUPS     32(CX)(R11*1), Y13
-	VSUBPS      Y2, Y13, Y13
-	VFMADD213PS Y10, Y6, Y13
-	VADDPS      32(DX)(R11*1), Y13, Y13
-	VMAXPS      Y0, Y13, Y13
-	VMOVUPS     Y13, 32(AX)(R11*1)
-	VMOVUPS     64(CX)(R11*1), Y13
-	VSUBPS      Y3, Y13, Y13
-	VFMADD213PS Y11, Y7, Y13
-	VADDPS      64(DX)(R11*1), Y13, Y13
-	VMAXPS      Y0, Y13, Y13
-	VMOVUPS     Y13, 64(AX)(R11*1)
-	VMOVUPS     96(CX)(R11*1), Y13
-	VSUBPS      Y4, Y13, Y13
-	VFMADD213PS Y12, Y8, Y13
-	VADDPS      96(DX)(R11*1), Y13, Y13
-	VMAXPS      Y0, Y13, Y13
-	VMOVUPS     Y13, 96(AX)(R11*1)
-	ADDQ        R8, R11
-	DECQ        R12
-	JNZ         bnhAffineAddReluAVX2_strip4_row
+bnhAffineAddReluAVX2_loop32:
+	CMPQ        R11, $0x00000080
+	JL          bnhAffineAddReluAVX2_loop8
+	VMOVUPS     (CX)(R10*1), Y1
+	VSUBPS      (BX)(R10*1), Y1, Y1
+	VMOVUPS     (SI)(R10*1), Y2
+	VFMADD213PS (DI)(R10*1), Y2, Y1
+	VADDPS      (DX)(R10*1), Y1, Y1
+	VMAXPS      Y0, Y1, Y1
+	VMOVUPS     Y1, (AX)(R10*1)
+	VMOVUPS     32(CX)(R10*1), Y1
+	VSUBPS      32(BX)(R10*1), Y1, Y1
+	VMOVUPS     32(SI)(R10*1), Y2
+	VFMADD213PS 32(DI)(R10*1), Y2, Y1
+	VADDPS      32(DX)(R10*1), Y1, Y1
+	VMAXPS      Y0, Y1, Y1
+	VMOVUPS     Y1, 32(AX)(R10*1)
+	VMOVUPS     64(CX)(R10*1), Y1
+	VSUBPS      64(BX)(R10*1), Y1, Y1
+	VMOVUPS     64(SI)(R10*1), Y2
+	VFMADD213PS 64(DI)(R10*1), Y2, Y1
+	VADDPS      64(DX)(R10*1), Y1, Y1
+	VMAXPS      Y0, Y1, Y1
+	VMOVUPS     Y1, 64(AX)(R10*1)
+	VMOVUPS     96(CX)(R10*1), Y1
+	VSUBPS      96(BX)(R10*1), Y1, Y1
+	VMOVUPS     96(SI)(R10*1), Y2
+	VFMADD213PS 96(DI)(R10*1), Y2, Y1
+	VADDPS      96(DX)(R10*1), Y1, Y1
+	VMAXPS      Y0, Y1, Y1
+	VMOVUPS     Y1, 96(AX)(R10*1)
 	ADDQ        $0x00000080, R10
-	JMP         bnhAffineAddReluAVX2_strip4
+	SUBQ        $0x00000080, R11
+	JMP         bnhAffineAddReluAVX2_loop32
 
-bnhAffineAddReluAVX2_strip1:
-	MOVQ    R8, R12
-	SUBQ    R10, R12
-	CMPQ    R12, $0x00000020
-	JL      bnhAffineAddReluAVX2_nextgroup
-	VMOVUPS (BX)(R10*1), Y1
-	VMOVUPS (SI)(R10*1), Y5
-	VMOVUPS (DI)(R10*1), Y9
-	MOVQ    R10, R11
-	MOVQ    R13, R12
+bnhAffineAddReluAVX2_loop8:
+	TESTQ       R11, R11
+	JE          bnhAffineAddReluAVX2_next
+	VMOVUPS     (CX)(R10*1), Y1
+	VSUBPS      (BX)(R10*1), Y1, Y1
+	VMOVUPS     (SI)(R10*1), Y2
+	VFMADD213PS (DI)(R10*1), Y2, Y1
+	VADDPS      (DX)(R10*1), Y1, Y1
+	VMAXPS      Y0, Y1, Y1
+	VMOVUPS     Y1, (AX)(R10*1)
+	ADDQ        $0x20, R10
+	SUBQ        $0x20, R11
+	JMP         bnhAffineAddReluAVX2_loop8
 
-bnhAffineAddReluAVX2_strip1_row:
-	VMOVUPS     (CX)(R11*1), Y2
-	VSUBPS      Y1, Y2, Y2
-	VFMADD213PS Y9, Y5, Y2
-	VADDPS      (DX)(R11*1), Y2, Y2
-	VMAXPS      Y0, Y2, Y2
-	VMOVUPS     Y2, (AX)(R11*1)
-	ADDQ        R8, R11
-	DECQ        R12
-	JNZ         bnhAffineAddReluAVX2_strip1_row
-	ADDQ        $0x00000020, R10
-	JMP         bnhAffineAddReluAVX2_strip1
-
-bnhAffineAddReluAVX2_nextgroup:
-	SUBQ  R13, R9
-	IMULQ R8, R13
-	ADDQ  R13, AX
-	ADDQ  R13, CX
-	ADDQ  R13, DX
-	JMP   bnhAffineAddReluAVX2_group
+bnhAffineAddReluAVX2_next:
+	ADDQ R8, AX
+	ADDQ R8, CX
+	ADDQ R8, DX
+	DECQ R9
+	JNZ  bnhAffineAddReluAVX2_row
 
 bnhAffineAddReluAVX2_done:
 	VZEROUPPER
 	RET
 
 // func bnhBwdSetAVX2(dst *float32, dy *float32, x *float32, mu *float32, a *float32, b *float32, c *float32, e int, rows int)
-// Requires: AVX, CMOV, FMA3
+// Requires: AVX, FMA3
 TEXT ·bnhBwdSetAVX2(SB), NOSPLIT, $0-72
-	MOVQ dst+0(FP), AX
-	MOVQ dy+8(FP), CX
-	MOVQ x+16(FP), DX
-	MOVQ mu+24(FP), BX
-	MOVQ a+32(FP), SI
-	MOVQ b+40(FP), DI
-	MOVQ c+48(FP), R8
-	MOVQ e+56(FP), R9
-	MOVQ rows+64(FP), R10
-	SHLQ $0x02, R9
+	MOVQ  dst+0(FP), AX
+	MOVQ  dy+8(FP), CX
+	MOVQ  x+16(FP), DX
+	MOVQ  mu+24(FP), BX
+	MOVQ  a+32(FP), SI
+	MOVQ  b+40(FP), DI
+	MOVQ  c+48(FP), R8
+	MOVQ  e+56(FP), R9
+	MOVQ  rows+64(FP), R10
+	SHLQ  $0x02, R9
+	TESTQ R10, R10
+	JE    bnhBwdSetAVX2_done
 
-bnhBwdSetAVX2_group:
-	TESTQ   R10, R10
-	JE      bnhBwdSetAVX2_done
-	MOVQ    $0x00000008, R14
-	CMPQ    R10, R14
-	CMOVQLT R10, R14
-	XORQ    R11, R11
+bnhBwdSetAVX2_row:
+	XORQ R11, R11
+	MOVQ R9, R12
 
-bnhBwdSetAVX2_strip2:
-	MOVQ    R9, R13
-	SUBQ    R11, R13
-	CMPQ    R13, $0x00000040
-	JL      bnhBwdSetAVX2_strip1
-	VMOVUPS (BX)(R11*1), Y0
-	VMOVUPS 32(BX)(R11*1), Y1
-	VMOVUPS (SI)(R11*1), Y2
-	VMOVUPS 32(SI)(R11*1), Y3
-	VMOVUPS (DI)(R11*1), Y4
-	VMOVUPS 32(DI)(R11*1), Y5
-	VMOVUPS (R8)(R11*1), Y6
-	VMOVUPS 32(R8)(R11*1), Y7
-	MOVQ    R11, R12
-	MOVQ    R14, R13
+bnhBwdSetAVX2_loop32:
+	CMPQ        R12, $0x00000080
+	JL          bnhBwdSetAVX2_loop8
+	VMOVUPS     (DX)(R11*1), Y0
+	VSUBPS      (BX)(R11*1), Y0, Y0
+	VMOVUPS     (DI)(R11*1), Y1
+	VFMADD213PS (R8)(R11*1), Y1, Y0
+	VMOVUPS     (CX)(R11*1), Y1
+	VFMADD231PS (SI)(R11*1), Y1, Y0
+	VMOVUPS     Y0, (AX)(R11*1)
+	VMOVUPS     32(DX)(R11*1), Y0
+	VSUBPS      32(BX)(R11*1), Y0, Y0
+	VMOVUPS     32(DI)(R11*1), Y1
+	VFMADD213PS 32(R8)(R11*1), Y1, Y0
+	VMOVUPS     32(CX)(R11*1), Y1
+	VFMADD231PS 32(SI)(R11*1), Y1, Y0
+	VMOVUPS     Y0, 32(AX)(R11*1)
+	VMOVUPS     64(DX)(R11*1), Y0
+	VSUBPS      64(BX)(R11*1), Y0, Y0
+	VMOVUPS     64(DI)(R11*1), Y1
+	VFMADD213PS 64(R8)(R11*1), Y1, Y0
+	VMOVUPS     64(CX)(R11*1), Y1
+	VFMADD231PS 64(SI)(R11*1), Y1, Y0
+	VMOVUPS     Y0, 64(AX)(R11*1)
+	VMOVUPS     96(DX)(R11*1), Y0
+	VSUBPS      96(BX)(R11*1), Y0, Y0
+	VMOVUPS     96(DI)(R11*1), Y1
+	VFMADD213PS 96(R8)(R11*1), Y1, Y0
+	VMOVUPS     96(CX)(R11*1), Y1
+	VFMADD231PS 96(SI)(R11*1), Y1, Y0
+	VMOVUPS     Y0, 96(AX)(R11*1)
+	ADDQ        $0x00000080, R11
+	SUBQ        $0x00000080, R12
+	JMP         bnhBwdSetAVX2_loop32
 
-bnhBwdSetAVX2_strip2_row:
-	VMOVUPS     (DX)(R12*1), Y8
-	VSUBPS      Y0, Y8, Y8
-	VFMADD213PS Y6, Y4, Y8
-	VMOVUPS     (CX)(R12*1), Y9
-	VFMADD231PS Y9, Y2, Y8
-	VMOVUPS     Y8, (AX)(R12*1)
-	VMOVUPS     32(DX)(R12*1), Y8
-	VSUBPS      Y1, Y8, Y8
-	VFMADD213PS Y7, Y5, Y8
-	VMOVUPS     32(CX)(R12*1), Y9
-	VFMADD231PS Y9, Y3, Y8
-	VMOVUPS     Y8, 32(AX)(R12*1)
-	ADDQ        R9, R12
-	DECQ        R13
-	JNZ         bnhBwdSetAVX2_strip2_row
-	ADDQ        $0x00000040, R11
-	JMP         bnhBwdSetAVX2_strip2
+bnhBwdSetAVX2_loop8:
+	TESTQ       R12, R12
+	JE          bnhBwdSetAVX2_next
+	VMOVUPS     (DX)(R11*1), Y0
+	VSUBPS      (BX)(R11*1), Y0, Y0
+	VMOVUPS     (DI)(R11*1), Y1
+	VFMADD213PS (R8)(R11*1), Y1, Y0
+	VMOVUPS     (CX)(R11*1), Y1
+	VFMADD231PS (SI)(R11*1), Y1, Y0
+	VMOVUPS     Y0, (AX)(R11*1)
+	ADDQ        $0x20, R11
+	SUBQ        $0x20, R12
+	JMP         bnhBwdSetAVX2_loop8
 
-bnhBwdSetAVX2_strip1:
-	MOVQ    R9, R13
-	SUBQ    R11, R13
-	CMPQ    R13, $0x00000020
-	JL      bnhBwdSetAVX2_nextgroup
-	VMOVUPS (BX)(R11*1), Y0
-	VMOVUPS (SI)(R11*1), Y2
-	VMOVUPS (DI)(R11*1), Y4
-	VMOVUPS (R8)(R11*1), Y6
-	MOVQ    R11, R12
-	MOVQ    R14, R13
-
-bnhBwdSetAVX2_strip1_row:
-	VMOVUPS     (DX)(R12*1), Y1
-	VSUBPS      Y0, Y1, Y1
-	VFMADD213PS Y6, Y4, Y1
-	VMOVUPS     (CX)(R12*1), Y3
-	VFMADD231PS Y3, Y2, Y1
-	VMOVUPS     Y1, (AX)(R12*1)
-	ADDQ        R9, R12
-	DECQ        R13
-	JNZ         bnhBwdSetAVX2_strip1_row
-	ADDQ        $0x00000020, R11
-	JMP         bnhBwdSetAVX2_strip1
-
-bnhBwdSetAVX2_nextgroup:
-	SUBQ  R14, R10
-	IMULQ R9, R14
-	ADDQ  R14, AX
-	ADDQ  R14, CX
-	ADDQ  R14, DX
-	JMP   bnhBwdSetAVX2_group
+bnhBwdSetAVX2_next:
+	ADDQ R9, AX
+	ADDQ R9, CX
+	ADDQ R9, DX
+	DECQ R10
+	JNZ  bnhBwdSetAVX2_row
 
 bnhBwdSetAVX2_done:
 	VZEROUPPER
 	RET
 
 // func bnhBwdAccAVX2(dst *float32, dy *float32, x *float32, mu *float32, a *float32, b *float32, c *float32, e int, rows int)
-// Requires: AVX, CMOV, FMA3
+// Requires: AVX, FMA3
 TEXT ·bnhBwdAccAVX2(SB), NOSPLIT, $0-72
-	MOVQ dst+0(FP), AX
-	MOVQ dy+8(FP), CX
-	MOVQ x+16(FP), DX
-	MOVQ mu+24(FP), BX
-	MOVQ a+32(FP), SI
-	MOVQ b+40(FP), DI
-	MOVQ c+48(FP), R8
-	MOVQ e+56(FP), R9
-	MOVQ rows+64(FP), R10
-	SHLQ $0x02, R9
+	MOVQ  dst+0(FP), AX
+	MOVQ  dy+8(FP), CX
+	MOVQ  x+16(FP), DX
+	MOVQ  mu+24(FP), BX
+	MOVQ  a+32(FP), SI
+	MOVQ  b+40(FP), DI
+	MOVQ  c+48(FP), R8
+	MOVQ  e+56(FP), R9
+	MOVQ  rows+64(FP), R10
+	SHLQ  $0x02, R9
+	TESTQ R10, R10
+	JE    bnhBwdAccAVX2_done
 
-bnhBwdAccAVX2_group:
-	TESTQ   R10, R10
-	JE      bnhBwdAccAVX2_done
-	MOVQ    $0x00000008, R14
-	CMPQ    R10, R14
-	CMOVQLT R10, R14
-	XORQ    R11, R11
+bnhBwdAccAVX2_row:
+	XORQ R11, R11
+	MOVQ R9, R12
 
-bnhBwdAccAVX2_strip2:
-	MOVQ    R9, R13
-	SUBQ    R11, R13
-	CMPQ    R13, $0x00000040
-	JL      bnhBwdAccAVX2_strip1
-	VMOVUPS (BX)(R11*1), Y0
-	VMOVUPS 32(BX)(R11*1), Y1
-	VMOVUPS (SI)(R11*1), Y2
-	VMOVUPS 32(SI)(R11*1), Y3
-	VMOVUPS (DI)(R11*1), Y4
-	VMOVUPS 32(DI)(R11*1), Y5
-	VMOVUPS (R8)(R11*1), Y6
-	VMOVUPS 32(R8)(R11*1), Y7
-	MOVQ    R11, R12
-	MOVQ    R14, R13
+bnhBwdAccAVX2_loop32:
+	CMPQ        R12, $0x00000080
+	JL          bnhBwdAccAVX2_loop8
+	VMOVUPS     (DX)(R11*1), Y0
+	VSUBPS      (BX)(R11*1), Y0, Y0
+	VMOVUPS     (DI)(R11*1), Y1
+	VFMADD213PS (R8)(R11*1), Y1, Y0
+	VMOVUPS     (CX)(R11*1), Y1
+	VFMADD231PS (SI)(R11*1), Y1, Y0
+	VADDPS      (AX)(R11*1), Y0, Y0
+	VMOVUPS     Y0, (AX)(R11*1)
+	VMOVUPS     32(DX)(R11*1), Y0
+	VSUBPS      32(BX)(R11*1), Y0, Y0
+	VMOVUPS     32(DI)(R11*1), Y1
+	VFMADD213PS 32(R8)(R11*1), Y1, Y0
+	VMOVUPS     32(CX)(R11*1), Y1
+	VFMADD231PS 32(SI)(R11*1), Y1, Y0
+	VADDPS      32(AX)(R11*1), Y0, Y0
+	VMOVUPS     Y0, 32(AX)(R11*1)
+	VMOVUPS     64(DX)(R11*1), Y0
+	VSUBPS      64(BX)(R11*1), Y0, Y0
+	VMOVUPS     64(DI)(R11*1), Y1
+	VFMADD213PS 64(R8)(R11*1), Y1, Y0
+	VMOVUPS     64(CX)(R11*1), Y1
+	VFMADD231PS 64(SI)(R11*1), Y1, Y0
+	VADDPS      64(AX)(R11*1), Y0, Y0
+	VMOVUPS     Y0, 64(AX)(R11*1)
+	VMOVUPS     96(DX)(R11*1), Y0
+	VSUBPS      96(BX)(R11*1), Y0, Y0
+	VMOVUPS     96(DI)(R11*1), Y1
+	VFMADD213PS 96(R8)(R11*1), Y1, Y0
+	VMOVUPS     96(CX)(R11*1), Y1
+	VFMADD231PS 96(SI)(R11*1), Y1, Y0
+	VADDPS      96(AX)(R11*1), Y0, Y0
+	VMOVUPS     Y0, 96(AX)(R11*1)
+	ADDQ        $0x00000080, R11
+	SUBQ        $0x00000080, R12
+	JMP         bnhBwdAccAVX2_loop32
 
-bnhBwdAccAVX2_strip2_row:
-	VMOVUPS     (DX)(R12*1), Y8
-	VSUBPS      Y0, Y8, Y8
-	VFMADD213PS Y6, Y4, Y8
-	VMOVUPS     (CX)(R12*1), Y9
-	VFMADD231PS Y9, Y2, Y8
-	VADDPS      (AX)(R12*1), Y8, Y8
-	VMOVUPS     Y8, (AX)(R12*1)
-	VMOVUPS     32(DX)(R12*1), Y8
-	VSUBPS      Y1, Y8, Y8
-	VFMADD213PS Y7, Y5, Y8
-	VMOVUPS     32(CX)(R12*1), Y9
-	VFMADD231PS Y9, Y3, Y8
-	VADDPS      32(AX)(R12*1), Y8, Y8
-	VMOVUPS     Y8, 32(AX)(R12*1)
-	ADDQ        R9, R12
-	DECQ        R13
-	JNZ         bnhBwdAccAVX2_strip2_row
-	ADDQ        $0x00000040, R11
-	JMP         bnhBwdAccAVX2_strip2
+bnhBwdAccAVX2_loop8:
+	TESTQ       R12, R12
+	JE          bnhBwdAccAVX2_next
+	VMOVUPS     (DX)(R11*1), Y0
+	VSUBPS      (BX)(R11*1), Y0, Y0
+	VMOVUPS     (DI)(R11*1), Y1
+	VFMADD213PS (R8)(R11*1), Y1, Y0
+	VMOVUPS     (CX)(R11*1), Y1
+	VFMADD231PS (SI)(R11*1), Y1, Y0
+	VADDPS      (AX)(R11*1), Y0, Y0
+	VMOVUPS     Y0, (AX)(R11*1)
+	ADDQ        $0x20, R11
+	SUBQ        $0x20, R12
+	JMP         bnhBwdAccAVX2_loop8
 
-bnhBwdAccAVX2_strip1:
-	MOVQ    R9, R13
-	SUBQ    R11, R13
-	CMPQ    R13, $0x00000020
-	JL      bnhBwdAccAVX2_nextgroup
-	VMOVUPS (BX)(R11*1), Y0
-	VMOVUPS (SI)(R11*1), Y2
-	VMOVUPS (DI)(R11*1), Y4
-	VMOVUPS (R8)(R11*1), Y6
-	MOVQ    R11, R12
-	MOVQ    R14, R13
-
-bnhBwdAccAVX2_strip1_row:
-	VMOVUPS     (DX)(R12*1), Y1
-	VSUBPS      Y0, Y1, Y1
-	VFMADD213PS Y6, Y4, Y1
-	VMOVUPS     (CX)(R12*1), Y3
-	VFMADD231PS Y3, Y2, Y1
-	VADDPS      (AX)(R12*1), Y1, Y1
-	VMOVUPS     Y1, (AX)(R12*1)
-	ADDQ        R9, R12
-	DECQ        R13
-	JNZ         bnhBwdAccAVX2_strip1_row
-	ADDQ        $0x00000020, R11
-	JMP         bnhBwdAccAVX2_strip1
-
-bnhBwdAccAVX2_nextgroup:
-	SUBQ  R14, R10
-	IMULQ R9, R14
-	ADDQ  R14, AX
-	ADDQ  R14, CX
-	ADDQ  R14, DX
-	JMP   bnhBwdAccAVX2_group
+bnhBwdAccAVX2_next:
+	ADDQ R9, AX
+	ADDQ R9, CX
+	ADDQ R9, DX
+	DECQ R10
+	JNZ  bnhBwdAccAVX2_row
 
 bnhBwdAccAVX2_done:
 	VZEROUPPER
 	RET
 
 // func bnhBwdReluSetAVX2(dst *float32, dy *float32, y *float32, x *float32, mu *float32, a *float32, b *float32, c *float32, e int, rows int)
-// Requires: AVX, CMOV, FMA3
+// Requires: AVX, FMA3
 TEXT ·bnhBwdReluSetAVX2(SB), NOSPLIT, $0-80
 	MOVQ   dst+0(FP), AX
 	MOVQ   dy+8(FP), CX
@@ -12011,96 +11787,86 @@ TEXT ·bnhBwdReluSetAVX2(SB), NOSPLIT, $0-80
 	MOVQ   e+64(FP), R10
 	MOVQ   rows+72(FP), R11
 	SHLQ   $0x02, R10
+	TESTQ  R11, R11
+	JE     bnhBwdReluSetAVX2_done
 
-bnhBwdReluSetAVX2_group:
-	TESTQ   R11, R11
-	JE      bnhBwdReluSetAVX2_done
-	MOVQ    $0x00000008, R15
-	CMPQ    R11, R15
-	CMOVQLT R11, R15
-	XORQ    R12, R12
+bnhBwdReluSetAVX2_row:
+	XORQ R12, R12
+	MOVQ R10, R13
 
-bnhBwdReluSetAVX2_strip2:
-	MOVQ    R10, R14
-	SUBQ    R12, R14
-	CMPQ    R14, $0x00000040
-	JL      bnhBwdReluSetAVX2_strip1
-	VMOVUPS (SI)(R12*1), Y1
-	VMOVUPS 32(SI)(R12*1), Y2
-	VMOVUPS (DI)(R12*1), Y3
-	VMOVUPS 32(DI)(R12*1), Y4
-	VMOVUPS (R8)(R12*1), Y5
-	VMOVUPS 32(R8)(R12*1), Y6
-	VMOVUPS (R9)(R12*1), Y7
-	VMOVUPS 32(R9)(R12*1), Y8
-	MOVQ    R12, R13
-	MOVQ    R15, R14
+bnhBwdReluSetAVX2_loop32:
+	CMPQ        R13, $0x00000080
+	JL          bnhBwdReluSetAVX2_loop8
+	VMOVUPS     (BX)(R12*1), Y1
+	VSUBPS      (SI)(R12*1), Y1, Y1
+	VMOVUPS     (R8)(R12*1), Y2
+	VFMADD213PS (R9)(R12*1), Y2, Y1
+	VMOVUPS     (DX)(R12*1), Y2
+	VCMPPS      $0x1e, Y0, Y2, Y2
+	VANDPS      (CX)(R12*1), Y2, Y2
+	VFMADD231PS (DI)(R12*1), Y2, Y1
+	VMOVUPS     Y1, (AX)(R12*1)
+	VMOVUPS     32(BX)(R12*1), Y1
+	VSUBPS      32(SI)(R12*1), Y1, Y1
+	VMOVUPS     32(R8)(R12*1), Y2
+	VFMADD213PS 32(R9)(R12*1), Y2, Y1
+	VMOVUPS     32(DX)(R12*1), Y2
+	VCMPPS      $0x1e, Y0, Y2, Y2
+	VANDPS      32(CX)(R12*1), Y2, Y2
+	VFMADD231PS 32(DI)(R12*1), Y2, Y1
+	VMOVUPS     Y1, 32(AX)(R12*1)
+	VMOVUPS     64(BX)(R12*1), Y1
+	VSUBPS      64(SI)(R12*1), Y1, Y1
+	VMOVUPS     64(R8)(R12*1), Y2
+	VFMADD213PS 64(R9)(R12*1), Y2, Y1
+	VMOVUPS     64(DX)(R12*1), Y2
+	VCMPPS      $0x1e, Y0, Y2, Y2
+	VANDPS      64(CX)(R12*1), Y2, Y2
+	VFMADD231PS 64(DI)(R12*1), Y2, Y1
+	VMOVUPS     Y1, 64(AX)(R12*1)
+	VMOVUPS     96(BX)(R12*1), Y1
+	VSUBPS      96(SI)(R12*1), Y1, Y1
+	VMOVUPS     96(R8)(R12*1), Y2
+	VFMADD213PS 96(R9)(R12*1), Y2, Y1
+	VMOVUPS     96(DX)(R12*1), Y2
+	VCMPPS      $0x1e, Y0, Y2, Y2
+	VANDPS      96(CX)(R12*1), Y2, Y2
+	VFMADD231PS 96(DI)(R12*1), Y2, Y1
+	VMOVUPS     Y1, 96(AX)(R12*1)
+	ADDQ        $0x00000080, R12
+	SUBQ        $0x00000080, R13
+	JMP         bnhBwdReluSetAVX2_loop32
 
-bnhBwdReluSetAVX2_strip2_row:
-	VMOVUPS     (BX)(R13*1), Y9
-	VSUBPS      Y1, Y9, Y9
-	VFMADD213PS Y7, Y5, Y9
-	VMOVUPS     (DX)(R13*1), Y10
-	VCMPPS      $0x1e, Y0, Y10, Y10
-	VANDPS      (CX)(R13*1), Y10, Y10
-	VFMADD231PS Y10, Y3, Y9
-	VMOVUPS     Y9, (AX)(R13*1)
-	VMOVUPS     32(BX)(R13*1), Y9
-	VSUBPS      Y2, Y9, Y9
-	VFMADD213PS Y8, Y6, Y9
-	VMOVUPS     32(DX)(R13*1), Y10
-	VCMPPS      $0x1e, Y0, Y10, Y10
-	VANDPS      32(CX)(R13*1), Y10, Y10
-	VFMADD231PS Y10, Y4, Y9
-	VMOVUPS     Y9, 32(AX)(R13*1)
-	ADDQ        R10, R13
-	DECQ        R14
-	JNZ         bnhBwdReluSetAVX2_strip2_row
-	ADDQ        $0x00000040, R12
-	JMP         bnhBwdReluSetAVX2_strip2
+bnhBwdReluSetAVX2_loop8:
+	TESTQ       R13, R13
+	JE          bnhBwdReluSetAVX2_next
+	VMOVUPS     (BX)(R12*1), Y1
+	VSUBPS      (SI)(R12*1), Y1, Y1
+	VMOVUPS     (R8)(R12*1), Y2
+	VFMADD213PS (R9)(R12*1), Y2, Y1
+	VMOVUPS     (DX)(R12*1), Y2
+	VCMPPS      $0x1e, Y0, Y2, Y2
+	VANDPS      (CX)(R12*1), Y2, Y2
+	VFMADD231PS (DI)(R12*1), Y2, Y1
+	VMOVUPS     Y1, (AX)(R12*1)
+	ADDQ        $0x20, R12
+	SUBQ        $0x20, R13
+	JMP         bnhBwdReluSetAVX2_loop8
 
-bnhBwdReluSetAVX2_strip1:
-	MOVQ    R10, R14
-	SUBQ    R12, R14
-	CMPQ    R14, $0x00000020
-	JL      bnhBwdReluSetAVX2_nextgroup
-	VMOVUPS (SI)(R12*1), Y1
-	VMOVUPS (DI)(R12*1), Y3
-	VMOVUPS (R8)(R12*1), Y5
-	VMOVUPS (R9)(R12*1), Y7
-	MOVQ    R12, R13
-	MOVQ    R15, R14
-
-bnhBwdReluSetAVX2_strip1_row:
-	VMOVUPS     (BX)(R13*1), Y2
-	VSUBPS      Y1, Y2, Y2
-	VFMADD213PS Y7, Y5, Y2
-	VMOVUPS     (DX)(R13*1), Y4
-	VCMPPS      $0x1e, Y0, Y4, Y4
-	VANDPS      (CX)(R13*1), Y4, Y4
-	VFMADD231PS Y4, Y3, Y2
-	VMOVUPS     Y2, (AX)(R13*1)
-	ADDQ        R10, R13
-	DECQ        R14
-	JNZ         bnhBwdReluSetAVX2_strip1_row
-	ADDQ        $0x00000020, R12
-	JMP         bnhBwdReluSetAVX2_strip1
-
-bnhBwdReluSetAVX2_nextgroup:
-	SUBQ  R15, R11
-	IMULQ R10, R15
-	ADDQ  R15, AX
-	ADDQ  R15, CX
-	ADDQ  R15, DX
-	ADDQ  R15, BX
-	JMP   bnhBwdReluSetAVX2_group
+bnhBwdReluSetAVX2_next:
+	ADDQ R10, AX
+	ADDQ R10, CX
+	ADDQ R10, DX
+	ADDQ R10, BX
+	DECQ R11
+	JNZ  bnhBwdReluSetAVX2_row
 
 bnhBwdReluSetAVX2_done:
 	VZEROUPPER
 	RET
 
 // func bnhBwdReluAccAVX2(dst *float32, dy *float32, y *float32, x *float32, mu *float32, a *float32, b *float32, c *float32, e int, rows int)
-// Requires: AVX, CMOV, FMA3
+// Requires: AVX, FMA3
 TEXT ·bnhBwdReluAccAVX2(SB), NOSPLIT, $0-80
 	MOVQ   dst+0(FP), AX
 	MOVQ   dy+8(FP), CX
@@ -12114,92 +11880,84 @@ TEXT ·bnhBwdReluAccAVX2(SB), NOSPLIT, $0-80
 	MOVQ   e+64(FP), R10
 	MOVQ   rows+72(FP), R11
 	SHLQ   $0x02, R10
+	TESTQ  R11, R11
+	JE     bnhBwdReluAccAVX2_done
 
-bnhBwdReluAccAVX2_group:
-	TESTQ   R11, R11
-	JE      bnhBwdReluAccAVX2_done
-	MOVQ    $0x00000008, R15
-	CMPQ    R11, R15
-	CMOVQLT R11, R15
-	XORQ    R12, R12
+bnhBwdReluAccAVX2_row:
+	XORQ R12, R12
+	MOVQ R10, R13
 
-bnhBwdReluAccAVX2_strip2:
-	MOVQ    R10, R14
-	SUBQ    R12, R14
-	CMPQ    R14, $0x00000040
-	JL      bnhBwdReluAccAVX2_strip1
-	VMOVUPS (SI)(R12*1), Y1
-	VMOVUPS 32(SI)(R12*1), Y2
-	VMOVUPS (DI)(R12*1), Y3
-	VMOVUPS 32(DI)(R12*1), Y4
-	VMOVUPS (R8)(R12*1), Y5
-	VMOVUPS 32(R8)(R12*1), Y6
-	VMOVUPS (R9)(R12*1), Y7
-	VMOVUPS 32(R9)(R12*1), Y8
-	MOVQ    R12, R13
-	MOVQ    R15, R14
+bnhBwdReluAccAVX2_loop32:
+	CMPQ        R13, $0x00000080
+	JL          bnhBwdReluAccAVX2_loop8
+	VMOVUPS     (BX)(R12*1), Y1
+	VSUBPS      (SI)(R12*1), Y1, Y1
+	VMOVUPS     (R8)(R12*1), Y2
+	VFMADD213PS (R9)(R12*1), Y2, Y1
+	VMOVUPS     (DX)(R12*1), Y2
+	VCMPPS      $0x1e, Y0, Y2, Y2
+	VANDPS      (CX)(R12*1), Y2, Y2
+	VFMADD231PS (DI)(R12*1), Y2, Y1
+	VADDPS      (AX)(R12*1), Y1, Y1
+	VMOVUPS     Y1, (AX)(R12*1)
+	VMOVUPS     32(BX)(R12*1), Y1
+	VSUBPS      32(SI)(R12*1), Y1, Y1
+	VMOVUPS     32(R8)(R12*1), Y2
+	VFMADD213PS 32(R9)(R12*1), Y2, Y1
+	VMOVUPS     32(DX)(R12*1), Y2
+	VCMPPS      $0x1e, Y0, Y2, Y2
+	VANDPS      32(CX)(R12*1), Y2, Y2
+	VFMADD231PS 32(DI)(R12*1), Y2, Y1
+	VADDPS      32(AX)(R12*1), Y1, Y1
+	VMOVUPS     Y1, 32(AX)(R12*1)
+	VMOVUPS     64(BX)(R12*1), Y1
+	VSUBPS      64(SI)(R12*1), Y1, Y1
+	VMOVUPS     64(R8)(R12*1), Y2
+	VFMADD213PS 64(R9)(R12*1), Y2, Y1
+	VMOVUPS     64(DX)(R12*1), Y2
+	VCMPPS      $0x1e, Y0, Y2, Y2
+	VANDPS      64(CX)(R12*1), Y2, Y2
+	VFMADD231PS 64(DI)(R12*1), Y2, Y1
+	VADDPS      64(AX)(R12*1), Y1, Y1
+	VMOVUPS     Y1, 64(AX)(R12*1)
+	VMOVUPS     96(BX)(R12*1), Y1
+	VSUBPS      96(SI)(R12*1), Y1, Y1
+	VMOVUPS     96(R8)(R12*1), Y2
+	VFMADD213PS 96(R9)(R12*1), Y2, Y1
+	VMOVUPS     96(DX)(R12*1), Y2
+	VCMPPS      $0x1e, Y0, Y2, Y2
+	VANDPS      96(CX)(R12*1), Y2, Y2
+	VFMADD231PS 96(DI)(R12*1), Y2, Y1
+	VADDPS      96(AX)(R12*1), Y1, Y1
+	VMOVUPS     Y1, 96(AX)(R12*1)
+	ADDQ        $0x00000080, R12
+	SUBQ        $0x00000080, R13
+	JMP         bnhBwdReluAccAVX2_loop32
 
-bnhBwdReluAccAVX2_strip2_row:
-	VMOVUPS     (BX)(R13*1), Y9
-	VSUBPS      Y1, Y9, Y9
-	VFMADD213PS Y7, Y5, Y9
-	VMOVUPS     (DX)(R13*1), Y10
-	VCMPPS      $0x1e, Y0, Y10, Y10
-	VANDPS      (CX)(R13*1), Y10, Y10
-	VFMADD231PS Y10, Y3, Y9
-	VADDPS      (AX)(R13*1), Y9, Y9
-	VMOVUPS     Y9, (AX)(R13*1)
-	VMOVUPS     32(BX)(R13*1), Y9
-	VSUBPS      Y2, Y9, Y9
-	VFMADD213PS Y8, Y6, Y9
-	VMOVUPS     32(DX)(R13*1), Y10
-	VCMPPS      $0x1e, Y0, Y10, Y10
-	VANDPS      32(CX)(R13*1), Y10, Y10
-	VFMADD231PS Y10, Y4, Y9
-	VADDPS      32(AX)(R13*1), Y9, Y9
-	VMOVUPS     Y9, 32(AX)(R13*1)
-	ADDQ        R10, R13
-	DECQ        R14
-	JNZ         bnhBwdReluAccAVX2_strip2_row
-	ADDQ        $0x00000040, R12
-	JMP         bnhBwdReluAccAVX2_strip2
+bnhBwdReluAccAVX2_loop8:
+	TESTQ       R13, R13
+	JE          bnhBwdReluAccAVX2_next
+	VMOVUPS     (BX)(R12*1), Y1
+	VSUBPS      (SI)(R12*1), Y1, Y1
+	VMOVUPS     (R8)(R12*1), Y2
+	VFMADD213PS (R9)(R12*1), Y2, Y1
+	VMOVUPS     (DX)(R12*1), Y2
+	VCMPPS      $0x1e, Y0, Y2, Y2
+	VANDPS      (CX)(R12*1), Y2, Y2
+	VFMADD231PS (DI)(R12*1), Y2, Y1
+	VADDPS      (AX)(R12*1), Y1, Y1
+	VMOVUPS     Y1, (AX)(R12*1)
+	ADDQ        $0x20, R12
+	SUBQ        $0x20, R13
+	JMP         bnhBwdReluAccAVX2_loop8
 
-bnhBwdReluAccAVX2_strip1:
-	MOVQ    R10, R14
-	SUBQ    R12, R14
-	CMPQ    R14, $0x00000020
-	JL      bnhBwdReluAccAVX2_nextgroup
-	VMOVUPS (SI)(R12*1), Y1
-	VMOVUPS (DI)(R12*1), Y3
-	VMOVUPS (R8)(R12*1), Y5
-	VMOVUPS (R9)(R12*1), Y7
-	MOVQ    R12, R13
-	MOVQ    R15, R14
-
-bnhBwdReluAccAVX2_strip1_row:
-	VMOVUPS     (BX)(R13*1), Y2
-	VSUBPS      Y1, Y2, Y2
-	VFMADD213PS Y7, Y5, Y2
-	VMOVUPS     (DX)(R13*1), Y4
-	VCMPPS      $0x1e, Y0, Y4, Y4
-	VANDPS      (CX)(R13*1), Y4, Y4
-	VFMADD231PS Y4, Y3, Y2
-	VADDPS      (AX)(R13*1), Y2, Y2
-	VMOVUPS     Y2, (AX)(R13*1)
-	ADDQ        R10, R13
-	DECQ        R14
-	JNZ         bnhBwdReluAccAVX2_strip1_row
-	ADDQ        $0x00000020, R12
-	JMP         bnhBwdReluAccAVX2_strip1
-
-bnhBwdReluAccAVX2_nextgroup:
-	SUBQ  R15, R11
-	IMULQ R10, R15
-	ADDQ  R15, AX
-	ADDQ  R15, CX
-	ADDQ  R15, DX
-	ADDQ  R15, BX
-	JMP   bnhBwdReluAccAVX2_group
+bnhBwdReluAccAVX2_next:
+	ADDQ R10, AX
+	ADDQ R10, CX
+	ADDQ R10, DX
+	ADDQ R10, BX
+	DECQ R11
+	JNZ  bnhBwdReluAccAVX2_row
 
 bnhBwdReluAccAVX2_done:
 	VZEROUPPER

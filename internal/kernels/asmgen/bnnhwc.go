@@ -1,8 +1,6 @@
 package main
 
 import (
-	"fmt"
-
 	. "github.com/mmcloughlin/avo/build"
 	. "github.com/mmcloughlin/avo/operand"
 	"github.com/mmcloughlin/avo/reg"
@@ -16,88 +14,51 @@ import (
 // rounding, the NCHW kernels' AVX2 arithmetic); the portable loops compute the same
 // fused results exactly (fma32), so the assembly and the Go loops give the same bits
 // for every element.
+//
+// The passes walk the rows in memory order, loading the lane values with the
+// stream values (the loads, not the arithmetic, bound them in cache): walking a
+// strip of lanes down the rows with the lane values in registers was faster on data
+// in cache, but the strided walk defeated the hardware prefetchers, and the passes
+// over activations larger than the caches were up to twice as slow.
 
-// nhwcRowsAVX2 emits the loops of a pass and the return. The rows are taken in
-// groups of up to eight; each group is walked in strips of w ymm (then of
-// one ymm) of lanes: the strip's lane values (params) and accumulators (accs, stored
-// back after the group) are held in registers while the strip walks down the group's
-// rows, so the loop loads only the stream arrays. body(p, a, stream, u) emits the
-// work on unit u (8 floats) of a strip at the current row, with p[i][u], a[i][u] the
-// registers of lane array i and accumulator i, and stream(i, off) the address of
-// stream array i at byte offset off from the strip in the current row.
-func nhwcRowsAVX2(name string, w int, params, accs, streams []reg.GPVirtual,
-	body func(p, a [][]reg.VecVirtual, stream func(i, off int) Mem, u int)) {
-	const groupRows = 8
+// nhwcRowsAVX2 emits the row and lane loops of a pass, 32 floats per iteration
+// (four ymm), then 8, and the return. lanes and streams are the pointer arguments;
+// body(lane, stream) emits the work on 8 floats, with lane(i, off) and stream(i,
+// off) the addresses of lane array i and stream array i at byte offset off from
+// the current position.
+func nhwcRowsAVX2(name string, lanes, streams []reg.GPVirtual, body func(lane, stream func(i, off int) Mem, off int)) {
 	e, rows := gp("e"), gp("rows")
 	SHLQ(U8(2), e) // bytes per row
-	idx, ro, cnt, rg := GP64(), GP64(), GP64(), GP64()
-	stream := func(i, off int) Mem { return Mem{Base: streams[i], Index: ro, Scale: 1, Disp: off} }
-	alloc := func(n, width int) [][]reg.VecVirtual {
-		r := make([][]reg.VecVirtual, n)
-		for i := range r {
-			r[i] = make([]reg.VecVirtual, width)
-			for u := range r[i] {
-				r[i][u] = YMM()
-			}
-		}
-		return r
-	}
-	p, a := alloc(len(params), w), alloc(len(accs), w)
-	Label(name + "_group")
+	idx, cnt := GP64(), GP64()
+	lane := func(i, off int) Mem { return Mem{Base: lanes[i], Index: idx, Scale: 1, Disp: off} }
+	stream := func(i, off int) Mem { return Mem{Base: streams[i], Index: idx, Scale: 1, Disp: off} }
 	TESTQ(rows, rows)
 	JE(LabelRef(name + "_done"))
-	MOVQ(U32(groupRows), rg)
-	CMPQ(rows, rg)
-	CMOVQLT(rows, rg)
+	Label(name + "_row")
 	XORQ(idx, idx)
-	for _, width := range []int{w, 1} {
-		if width == 1 && w == 1 {
-			break
-		}
-		lbl := fmt.Sprintf("%s_strip%d", name, width)
-		Label(lbl)
-		MOVQ(e, cnt)
-		SUBQ(idx, cnt)
-		CMPQ(cnt, U32(32*width))
-		next := fmt.Sprintf("%s_strip%d", name, 1)
-		if width == 1 || w == 1 {
-			next = name + "_nextgroup"
-		}
-		JL(LabelRef(next))
-		for i, l := range params {
-			for u := range width {
-				VMOVUPS(Mem{Base: l, Index: idx, Scale: 1, Disp: 32 * u}, p[i][u])
-			}
-		}
-		for i, l := range accs {
-			for u := range width {
-				VMOVUPS(Mem{Base: l, Index: idx, Scale: 1, Disp: 32 * u}, a[i][u])
-			}
-		}
-		MOVQ(idx, ro)
-		MOVQ(rg, cnt)
-		Label(lbl + "_row")
-		for u := range width {
-			body(p, a, stream, u)
-		}
-		ADDQ(e, ro)
-		DECQ(cnt)
-		JNZ(LabelRef(lbl + "_row"))
-		for i, l := range accs {
-			for u := range width {
-				VMOVUPS(a[i][u], Mem{Base: l, Index: idx, Scale: 1, Disp: 32 * u})
-			}
-		}
-		ADDQ(U32(32*width), idx)
-		JMP(LabelRef(lbl))
+	MOVQ(e, cnt)
+	Label(name + "_loop32")
+	CMPQ(cnt, U32(128))
+	JL(LabelRef(name + "_loop8"))
+	for u := range 4 {
+		body(lane, stream, 32*u)
 	}
-	Label(name + "_nextgroup")
-	SUBQ(rg, rows)
-	IMULQ(e, rg)
+	ADDQ(U32(128), idx)
+	SUBQ(U32(128), cnt)
+	JMP(LabelRef(name + "_loop32"))
+	Label(name + "_loop8")
+	TESTQ(cnt, cnt)
+	JE(LabelRef(name + "_next"))
+	body(lane, stream, 0)
+	ADDQ(U8(32), idx)
+	SUBQ(U8(32), cnt)
+	JMP(LabelRef(name + "_loop8"))
+	Label(name + "_next")
 	for _, s := range streams {
-		ADDQ(rg, s)
+		ADDQ(e, s)
 	}
-	JMP(LabelRef(name + "_group"))
+	DECQ(rows)
+	JNZ(LabelRef(name + "_row"))
 	Label(name + "_done")
 	VZEROUPPER()
 	RET()
@@ -117,24 +78,28 @@ func genBatchNormNHWCAVX2() {
 		const name = "bnhSumDevAVX2"
 		TEXT(name, NOSPLIT, "func(acc, k, x *float32, e, rows int)")
 		Doc(name + " computes acc[j] += x[j] - k[j]" + rowsDoc)
-		accs, params, streams := gps("acc"), gps("k"), gps("x")
-		nhwcRowsAVX2(name, 4, params, accs, streams, func(p, a [][]reg.VecVirtual, stream func(i, off int) Mem, u int) {
+		lanes, streams := gps("acc", "k"), gps("x")
+		nhwcRowsAVX2(name, lanes, streams, func(lane, stream func(i, off int) Mem, off int) {
 			v := YMM()
-			VMOVUPS(stream(0, 32*u), v)
-			VSUBPS(p[0][u], v, v)
-			VADDPS(v, a[0][u], a[0][u])
+			VMOVUPS(stream(0, off), v)
+			VSUBPS(lane(1, off), v, v)
+			VADDPS(lane(0, off), v, v)
+			VMOVUPS(v, lane(0, off))
 		})
 	}
 	{
 		const name = "bnhSumSqDevAVX2"
 		TEXT(name, NOSPLIT, "func(acc, mu, x *float32, e, rows int)")
 		Doc(name + " computes acc[j] += (x[j] - mu[j])²" + rowsDoc)
-		accs, params, streams := gps("acc"), gps("mu"), gps("x")
-		nhwcRowsAVX2(name, 4, params, accs, streams, func(p, a [][]reg.VecVirtual, stream func(i, off int) Mem, u int) {
+		lanes, streams := gps("acc", "mu"), gps("x")
+		nhwcRowsAVX2(name, lanes, streams, func(lane, stream func(i, off int) Mem, off int) {
 			v := YMM()
-			VMOVUPS(stream(0, 32*u), v)
-			VSUBPS(p[0][u], v, v)
-			VFMADD231PS(v, v, a[0][u])
+			VMOVUPS(stream(0, off), v)
+			VSUBPS(lane(1, off), v, v)
+			a := YMM()
+			VMOVUPS(lane(0, off), a)
+			VFMADD231PS(v, v, a)
+			VMOVUPS(a, lane(0, off))
 		})
 	}
 	for _, relu := range []bool{false, true} {
@@ -144,7 +109,7 @@ func genBatchNormNHWCAVX2() {
 		}
 		TEXT(name, NOSPLIT, sig)
 		Doc(name + " computes s[j] += g and t[j] += g·(x[j] - mu[j]), g = " + g + "," + rowsDoc)
-		accs, params := gps("s", "t"), gps("mu")
+		lanes := gps("s", "t", "mu")
 		streams := gps("dy")
 		if relu {
 			streams = append(streams, gp("y"))
@@ -155,17 +120,21 @@ func genBatchNormNHWCAVX2() {
 		if relu {
 			zero = zeroY()
 		}
-		nhwcRowsAVX2(name, 4, params, accs, streams, func(p, a [][]reg.VecVirtual, stream func(i, off int) Mem, u int) {
-			gv, d := YMM(), YMM()
+		nhwcRowsAVX2(name, lanes, streams, func(lane, stream func(i, off int) Mem, off int) {
+			gv, d, a := YMM(), YMM(), YMM()
 			if relu {
-				maskedY(gv, zero, stream(0, 32*u), stream(1, 32*u))
+				maskedY(gv, zero, stream(0, off), stream(1, off))
 			} else {
-				VMOVUPS(stream(0, 32*u), gv)
+				VMOVUPS(stream(0, off), gv)
 			}
-			VADDPS(gv, a[0][u], a[0][u])
-			VMOVUPS(stream(xi, 32*u), d)
-			VSUBPS(p[0][u], d, d)
-			VFMADD231PS(d, gv, a[1][u])
+			VADDPS(lane(0, off), gv, a)
+			VMOVUPS(a, lane(0, off))
+			VMOVUPS(stream(xi, off), d)
+			VSUBPS(lane(2, off), d, d)
+			t := YMM()
+			VMOVUPS(lane(1, off), t)
+			VFMADD231PS(d, gv, t)
+			VMOVUPS(t, lane(1, off))
 		})
 	}
 	for _, kind := range []int{0, 1, 2} { // affine, +relu, +residual+relu
@@ -185,24 +154,26 @@ func genBatchNormNHWCAVX2() {
 		if kind == 2 {
 			streams = append(streams, gp("r"))
 		}
-		params := gps("mu", "a", "b")
+		lanes := gps("mu", "a", "b")
 		var zero reg.VecVirtual
 		if kind > 0 {
 			zero = zeroY()
 		}
-		nhwcRowsAVX2(name, 4, params, nil, streams, func(p, _ [][]reg.VecVirtual, stream func(i, off int) Mem, u int) {
+		nhwcRowsAVX2(name, lanes, streams, func(lane, stream func(i, off int) Mem, off int) {
 			v := YMM()
-			VMOVUPS(stream(1, 32*u), v)
-			VSUBPS(p[0][u], v, v)
-			VFMADD213PS(p[2][u], p[1][u], v) // a·(x-mu) + b
+			VMOVUPS(stream(1, off), v)
+			VSUBPS(lane(0, off), v, v)
+			a := YMM()
+			VMOVUPS(lane(1, off), a)
+			VFMADD213PS(lane(2, off), a, v) // a·(x-mu) + b
 			if kind == 2 {
-				VADDPS(stream(2, 32*u), v, v)
+				VADDPS(stream(2, off), v, v)
 			}
 			if kind > 0 {
 				// Intel order: max(src1=v, src2=0) returns src2 when v is NaN.
 				VMAXPS(zero, v, v)
 			}
-			VMOVUPS(v, stream(0, 32*u))
+			VMOVUPS(v, stream(0, off))
 		})
 	}
 	for _, relu := range []bool{false, true} {
@@ -227,26 +198,28 @@ func genBatchNormNHWCAVX2() {
 			}
 			streams = append(streams, gp("x"))
 			xi := len(streams) - 1
-			params := gps("mu", "a", "b", "c")
+			lanes := gps("mu", "a", "b", "c")
 			var zero reg.VecVirtual
 			if relu {
 				zero = zeroY()
 			}
-			nhwcRowsAVX2(name, 2, params, nil, streams, func(p, _ [][]reg.VecVirtual, stream func(i, off int) Mem, u int) {
+			nhwcRowsAVX2(name, lanes, streams, func(lane, stream func(i, off int) Mem, off int) {
 				v, gv := YMM(), YMM()
-				VMOVUPS(stream(xi, 32*u), v)
-				VSUBPS(p[0][u], v, v)
-				VFMADD213PS(p[3][u], p[2][u], v) // b·(x-mu) + c
+				VMOVUPS(stream(xi, off), v)
+				VSUBPS(lane(0, off), v, v)
+				b := YMM()
+				VMOVUPS(lane(2, off), b)
+				VFMADD213PS(lane(3, off), b, v) // b·(x-mu) + c
 				if relu {
-					maskedY(gv, zero, stream(1, 32*u), stream(2, 32*u))
+					maskedY(gv, zero, stream(1, off), stream(2, off))
 				} else {
-					VMOVUPS(stream(1, 32*u), gv)
+					VMOVUPS(stream(1, off), gv)
 				}
-				VFMADD231PS(gv, p[1][u], v) // a·g + (b·(x-mu) + c)
+				VFMADD231PS(lane(1, off), gv, v) // a·g + (b·(x-mu) + c)
 				if acc {
-					VADDPS(stream(0, 32*u), v, v)
+					VADDPS(stream(0, off), v, v)
 				}
-				VMOVUPS(v, stream(0, 32*u))
+				VMOVUPS(v, stream(0, off))
 			})
 		}
 	}
