@@ -7,19 +7,6 @@ import (
 	"testing"
 )
 
-// toNHWC returns the NCHW array x [n, c, plane] as [n, plane, c] (a plain loop).
-func toNHWC(x []float32, n, c, plane int) []float32 {
-	out := make([]float32, len(x))
-	for i := range n {
-		for ch := range c {
-			for p := range plane {
-				out[(i*plane+p)*c+ch] = x[(i*c+ch)*plane+p]
-			}
-		}
-	}
-	return out
-}
-
 // bitDiff returns the first index where a and b differ in their bits, or -1.
 func bitDiff(a, b []float32) int {
 	for i := range a {

@@ -63,6 +63,8 @@ type vecOps struct {
 	// bnPlanes runs those BatchNorm passes over several planes of a channel in one
 	// call (nil: batchnorm.go calls the per-plane kernels above).
 	bnPlanes *bnPlanesOps
+	// bnNHWC are the channels-last BatchNorm passes (batchnorm_nhwc.go).
+	bnNHWC   *bnNHWCOps
 	sgdMom   func(w, g, buf []float32, lr, wd, mom, damp float32, nesterov bool)
 	sgdPlain func(w, g []float32, lr, wd float32)
 	// maxPool2x2Row pools rows r0, r1 (2·len(y) elements each) into y with argmax
@@ -114,6 +116,7 @@ var genericVec = &vecOps{
 	reluBwdSet: reluBwdSetGeneric, sumSqDev: sumSqDevGeneric, dyStats: dyStatsGeneric,
 	affine: affineGeneric, bnBwd: bnBwdGeneric, sgdMom: sgdMomGeneric, sgdPlain: sgdPlainGeneric,
 	affineRelu: affineReluGeneric, dyStatsRelu: dyStatsReluGeneric, bnBwdRelu: bnBwdReluGeneric,
+	bnNHWC:        bnNHWCGeneric,
 	maxPool2x2Row: maxPool2x2RowGeneric, maxPoolWindow: maxPoolWindowGeneric,
 	expSum: expSumGeneric, maxOf: maxGeneric, gelu: geluGeneric, geluBwd: geluBwdGeneric,
 	lstmFwd: lstmFwdGeneric, lstmBwd: lstmBwdGeneric,

@@ -11144,3 +11144,879 @@ maxPoolWindowAVX2_store:
 	JNZ     maxPoolWindowAVX2_block
 	VZEROUPPER
 	RET
+
+// func bnhSumDevAVX2(acc *float32, k *float32, x *float32, e int, rows int)
+// Requires: AVX
+TEXT ·bnhSumDevAVX2(SB), NOSPLIT, $0-40
+	MOVQ  acc+0(FP), AX
+	MOVQ  k+8(FP), CX
+	MOVQ  x+16(FP), DX
+	MOVQ  e+24(FP), BX
+	MOVQ  rows+32(FP), SI
+	SHLQ  $0x02, BX
+	TESTQ SI, SI
+	JE    bnhSumDevAVX2_done
+
+bnhSumDevAVX2_row:
+	XORQ DI, DI
+	MOVQ BX, R8
+
+bnhSumDevAVX2_loop32:
+	CMPQ    R8, $0x00000080
+	JL      bnhSumDevAVX2_loop8
+	VMOVUPS (DX)(DI*1), Y0
+	VSUBPS  (CX)(DI*1), Y0, Y0
+	VADDPS  (AX)(DI*1), Y0, Y0
+	VMOVUPS Y0, (AX)(DI*1)
+	VMOVUPS 32(DX)(DI*1), Y0
+	VSUBPS  32(CX)(DI*1), Y0, Y0
+	VADDPS  32(AX)(DI*1), Y0, Y0
+	VMOVUPS Y0, 32(AX)(DI*1)
+	VMOVUPS 64(DX)(DI*1), Y0
+	VSUBPS  64(CX)(DI*1), Y0, Y0
+	VADDPS  64(AX)(DI*1), Y0, Y0
+	VMOVUPS Y0, 64(AX)(DI*1)
+	VMOVUPS 96(DX)(DI*1), Y0
+	VSUBPS  96(CX)(DI*1), Y0, Y0
+	VADDPS  96(AX)(DI*1), Y0, Y0
+	VMOVUPS Y0, 96(AX)(DI*1)
+	ADDQ    $0x00000080, DI
+	SUBQ    $0x00000080, R8
+	JMP     bnhSumDevAVX2_loop32
+
+bnhSumDevAVX2_loop8:
+	TESTQ   R8, R8
+	JE      bnhSumDevAVX2_next
+	VMOVUPS (DX)(DI*1), Y0
+	VSUBPS  (CX)(DI*1), Y0, Y0
+	VADDPS  (AX)(DI*1), Y0, Y0
+	VMOVUPS Y0, (AX)(DI*1)
+	ADDQ    $0x20, DI
+	SUBQ    $0x20, R8
+	JMP     bnhSumDevAVX2_loop8
+
+bnhSumDevAVX2_next:
+	ADDQ BX, DX
+	DECQ SI
+	JNZ  bnhSumDevAVX2_row
+
+bnhSumDevAVX2_done:
+	VZEROUPPER
+	RET
+
+// func bnhSumSqDevAVX2(acc *float32, mu *float32, x *float32, e int, rows int)
+// Requires: AVX, FMA3
+TEXT ·bnhSumSqDevAVX2(SB), NOSPLIT, $0-40
+	MOVQ  acc+0(FP), AX
+	MOVQ  mu+8(FP), CX
+	MOVQ  x+16(FP), DX
+	MOVQ  e+24(FP), BX
+	MOVQ  rows+32(FP), SI
+	SHLQ  $0x02, BX
+	TESTQ SI, SI
+	JE    bnhSumSqDevAVX2_done
+
+bnhSumSqDevAVX2_row:
+	XORQ DI, DI
+	MOVQ BX, R8
+
+bnhSumSqDevAVX2_loop32:
+	CMPQ        R8, $0x00000080
+	JL          bnhSumSqDevAVX2_loop8
+	VMOVUPS     (DX)(DI*1), Y0
+	VSUBPS      (CX)(DI*1), Y0, Y0
+	VMOVUPS     (AX)(DI*1), Y1
+	VFMADD231PS Y0, Y0, Y1
+	VMOVUPS     Y1, (AX)(DI*1)
+	VMOVUPS     32(DX)(DI*1), Y0
+	VSUBPS      32(CX)(DI*1), Y0, Y0
+	VMOVUPS     32(AX)(DI*1), Y1
+	VFMADD231PS Y0, Y0, Y1
+	VMOVUPS     Y1, 32(AX)(DI*1)
+	VMOVUPS     64(DX)(DI*1), Y0
+	VSUBPS      64(CX)(DI*1), Y0, Y0
+	VMOVUPS     64(AX)(DI*1), Y1
+	VFMADD231PS Y0, Y0, Y1
+	VMOVUPS     Y1, 64(AX)(DI*1)
+	VMOVUPS     96(DX)(DI*1), Y0
+	VSUBPS      96(CX)(DI*1), Y0, Y0
+	VMOVUPS     96(AX)(DI*1), Y1
+	VFMADD231PS Y0, Y0, Y1
+	VMOVUPS     Y1, 96(AX)(DI*1)
+	ADDQ        $0x00000080, DI
+	SUBQ        $0x00000080, R8
+	JMP         bnhSumSqDevAVX2_loop32
+
+bnhSumSqDevAVX2_loop8:
+	TESTQ       R8, R8
+	JE          bnhSumSqDevAVX2_next
+	VMOVUPS     (DX)(DI*1), Y0
+	VSUBPS      (CX)(DI*1), Y0, Y0
+	VMOVUPS     (AX)(DI*1), Y1
+	VFMADD231PS Y0, Y0, Y1
+	VMOVUPS     Y1, (AX)(DI*1)
+	ADDQ        $0x20, DI
+	SUBQ        $0x20, R8
+	JMP         bnhSumSqDevAVX2_loop8
+
+bnhSumSqDevAVX2_next:
+	ADDQ BX, DX
+	DECQ SI
+	JNZ  bnhSumSqDevAVX2_row
+
+bnhSumSqDevAVX2_done:
+	VZEROUPPER
+	RET
+
+// func bnhDyStatsAVX2(s *float32, t *float32, mu *float32, dy *float32, x *float32, e int, rows int)
+// Requires: AVX, FMA3
+TEXT ·bnhDyStatsAVX2(SB), NOSPLIT, $0-56
+	MOVQ  s+0(FP), AX
+	MOVQ  t+8(FP), CX
+	MOVQ  mu+16(FP), DX
+	MOVQ  dy+24(FP), BX
+	MOVQ  x+32(FP), SI
+	MOVQ  e+40(FP), DI
+	MOVQ  rows+48(FP), R8
+	SHLQ  $0x02, DI
+	TESTQ R8, R8
+	JE    bnhDyStatsAVX2_done
+
+bnhDyStatsAVX2_row:
+	XORQ R9, R9
+	MOVQ DI, R10
+
+bnhDyStatsAVX2_loop32:
+	CMPQ        R10, $0x00000080
+	JL          bnhDyStatsAVX2_loop8
+	VMOVUPS     (BX)(R9*1), Y0
+	VADDPS      (AX)(R9*1), Y0, Y1
+	VMOVUPS     Y1, (AX)(R9*1)
+	VMOVUPS     (SI)(R9*1), Y1
+	VSUBPS      (DX)(R9*1), Y1, Y1
+	VMOVUPS     (CX)(R9*1), Y2
+	VFMADD231PS Y1, Y0, Y2
+	VMOVUPS     Y2, (CX)(R9*1)
+	VMOVUPS     32(BX)(R9*1), Y0
+	VADDPS      32(AX)(R9*1), Y0, Y1
+	VMOVUPS     Y1, 32(AX)(R9*1)
+	VMOVUPS     32(SI)(R9*1), Y1
+	VSUBPS      32(DX)(R9*1), Y1, Y1
+	VMOVUPS     32(CX)(R9*1), Y2
+	VFMADD231PS Y1, Y0, Y2
+	VMOVUPS     Y2, 32(CX)(R9*1)
+	VMOVUPS     64(BX)(R9*1), Y0
+	VADDPS      64(AX)(R9*1), Y0, Y1
+	VMOVUPS     Y1, 64(AX)(R9*1)
+	VMOVUPS     64(SI)(R9*1), Y1
+	VSUBPS      64(DX)(R9*1), Y1, Y1
+	VMOVUPS     64(CX)(R9*1), Y2
+	VFMADD231PS Y1, Y0, Y2
+	VMOVUPS     Y2, 64(CX)(R9*1)
+	VMOVUPS     96(BX)(R9*1), Y0
+	VADDPS      96(AX)(R9*1), Y0, Y1
+	VMOVUPS     Y1, 96(AX)(R9*1)
+	VMOVUPS     96(SI)(R9*1), Y1
+	VSUBPS      96(DX)(R9*1), Y1, Y1
+	VMOVUPS     96(CX)(R9*1), Y2
+	VFMADD231PS Y1, Y0, Y2
+	VMOVUPS     Y2, 96(CX)(R9*1)
+	ADDQ        $0x00000080, R9
+	SUBQ        $0x00000080, R10
+	JMP         bnhDyStatsAVX2_loop32
+
+bnhDyStatsAVX2_loop8:
+	TESTQ       R10, R10
+	JE          bnhDyStatsAVX2_next
+	VMOVUPS     (BX)(R9*1), Y0
+	VADDPS      (AX)(R9*1), Y0, Y1
+	VMOVUPS     Y1, (AX)(R9*1)
+	VMOVUPS     (SI)(R9*1), Y1
+	VSUBPS      (DX)(R9*1), Y1, Y1
+	VMOVUPS     (CX)(R9*1), Y2
+	VFMADD231PS Y1, Y0, Y2
+	VMOVUPS     Y2, (CX)(R9*1)
+	ADDQ        $0x20, R9
+	SUBQ        $0x20, R10
+	JMP         bnhDyStatsAVX2_loop8
+
+bnhDyStatsAVX2_next:
+	ADDQ DI, BX
+	ADDQ DI, SI
+	DECQ R8
+	JNZ  bnhDyStatsAVX2_row
+
+bnhDyStatsAVX2_done:
+	VZEROUPPER
+	RET
+
+// func bnhDyStatsReluAVX2(s *float32, t *float32, mu *float32, dy *float32, y *float32, x *float32, e int, rows int)
+// Requires: AVX, FMA3
+TEXT ·bnhDyStatsReluAVX2(SB), NOSPLIT, $0-64
+	MOVQ   s+0(FP), AX
+	MOVQ   t+8(FP), CX
+	MOVQ   mu+16(FP), DX
+	MOVQ   dy+24(FP), BX
+	MOVQ   y+32(FP), SI
+	MOVQ   x+40(FP), DI
+	VXORPS Y0, Y0, Y0
+	MOVQ   e+48(FP), R8
+	MOVQ   rows+56(FP), R9
+	SHLQ   $0x02, R8
+	TESTQ  R9, R9
+	JE     bnhDyStatsReluAVX2_done
+
+bnhDyStatsReluAVX2_row:
+	XORQ R10, R10
+	MOVQ R8, R11
+
+bnhDyStatsReluAVX2_loop32:
+	CMPQ        R11, $0x00000080
+	JL          bnhDyStatsReluAVX2_loop8
+	VMOVUPS     (SI)(R10*1), Y1
+	VCMPPS      $0x1e, Y0, Y1, Y1
+	VANDPS      (BX)(R10*1), Y1, Y1
+	VADDPS      (AX)(R10*1), Y1, Y2
+	VMOVUPS     Y2, (AX)(R10*1)
+	VMOVUPS     (DI)(R10*1), Y2
+	VSUBPS      (DX)(R10*1), Y2, Y2
+	VMOVUPS     (CX)(R10*1), Y3
+	VFMADD231PS Y2, Y1, Y3
+	VMOVUPS     Y3, (CX)(R10*1)
+	VMOVUPS     32(SI)(R10*1), Y1
+	VCMPPS      $0x1e, Y0, Y1, Y1
+	VANDPS      32(BX)(R10*1), Y1, Y1
+	VADDPS      32(AX)(R10*1), Y1, Y2
+	VMOVUPS     Y2, 32(AX)(R10*1)
+	VMOVUPS     32(DI)(R10*1), Y2
+	VSUBPS      32(DX)(R10*1), Y2, Y2
+	VMOVUPS     32(CX)(R10*1), Y3
+	VFMADD231PS Y2, Y1, Y3
+	VMOVUPS     Y3, 32(CX)(R10*1)
+	VMOVUPS     64(SI)(R10*1), Y1
+	VCMPPS      $0x1e, Y0, Y1, Y1
+	VANDPS      64(BX)(R10*1), Y1, Y1
+	VADDPS      64(AX)(R10*1), Y1, Y2
+	VMOVUPS     Y2, 64(AX)(R10*1)
+	VMOVUPS     64(DI)(R10*1), Y2
+	VSUBPS      64(DX)(R10*1), Y2, Y2
+	VMOVUPS     64(CX)(R10*1), Y3
+	VFMADD231PS Y2, Y1, Y3
+	VMOVUPS     Y3, 64(CX)(R10*1)
+	VMOVUPS     96(SI)(R10*1), Y1
+	VCMPPS      $0x1e, Y0, Y1, Y1
+	VANDPS      96(BX)(R10*1), Y1, Y1
+	VADDPS      96(AX)(R10*1), Y1, Y2
+	VMOVUPS     Y2, 96(AX)(R10*1)
+	VMOVUPS     96(DI)(R10*1), Y2
+	VSUBPS      96(DX)(R10*1), Y2, Y2
+	VMOVUPS     96(CX)(R10*1), Y3
+	VFMADD231PS Y2, Y1, Y3
+	VMOVUPS     Y3, 96(CX)(R10*1)
+	ADDQ        $0x00000080, R10
+	SUBQ        $0x00000080, R11
+	JMP         bnhDyStatsReluAVX2_loop32
+
+bnhDyStatsReluAVX2_loop8:
+	TESTQ       R11, R11
+	JE          bnhDyStatsReluAVX2_next
+	VMOVUPS     (SI)(R10*1), Y1
+	VCMPPS      $0x1e, Y0, Y1, Y1
+	VANDPS      (BX)(R10*1), Y1, Y1
+	VADDPS      (AX)(R10*1), Y1, Y2
+	VMOVUPS     Y2, (AX)(R10*1)
+	VMOVUPS     (DI)(R10*1), Y2
+	VSUBPS      (DX)(R10*1), Y2, Y2
+	VMOVUPS     (CX)(R10*1), Y3
+	VFMADD231PS Y2, Y1, Y3
+	VMOVUPS     Y3, (CX)(R10*1)
+	ADDQ        $0x20, R10
+	SUBQ        $0x20, R11
+	JMP         bnhDyStatsReluAVX2_loop8
+
+bnhDyStatsReluAVX2_next:
+	ADDQ R8, BX
+	ADDQ R8, SI
+	ADDQ R8, DI
+	DECQ R9
+	JNZ  bnhDyStatsReluAVX2_row
+
+bnhDyStatsReluAVX2_done:
+	VZEROUPPER
+	RET
+
+// func bnhAffineAVX2(dst *float32, x *float32, mu *float32, a *float32, b *float32, e int, rows int)
+// Requires: AVX, FMA3
+TEXT ·bnhAffineAVX2(SB), NOSPLIT, $0-56
+	MOVQ  dst+0(FP), AX
+	MOVQ  x+8(FP), CX
+	MOVQ  mu+16(FP), DX
+	MOVQ  a+24(FP), BX
+	MOVQ  b+32(FP), SI
+	MOVQ  e+40(FP), DI
+	MOVQ  rows+48(FP), R8
+	SHLQ  $0x02, DI
+	TESTQ R8, R8
+	JE    bnhAffineAVX2_done
+
+bnhAffineAVX2_row:
+	XORQ R9, R9
+	MOVQ DI, R10
+
+bnhAffineAVX2_loop32:
+	CMPQ        R10, $0x00000080
+	JL          bnhAffineAVX2_loop8
+	VMOVUPS     (CX)(R9*1), Y0
+	VSUBPS      (DX)(R9*1), Y0, Y0
+	VMOVUPS     (BX)(R9*1), Y1
+	VFMADD213PS (SI)(R9*1), Y1, Y0
+	VMOVUPS     Y0, (AX)(R9*1)
+	VMOVUPS     32(CX)(R9*1), Y0
+	VSUBPS      32(DX)(R9*1), Y0, Y0
+	VMOVUPS     32(BX)(R9*1), Y1
+	VFMADD213PS 32(SI)(R9*1), Y1, Y0
+	VMOVUPS     Y0, 32(AX)(R9*1)
+	VMOVUPS     64(CX)(R9*1), Y0
+	VSUBPS      64(DX)(R9*1), Y0, Y0
+	VMOVUPS     64(BX)(R9*1), Y1
+	VFMADD213PS 64(SI)(R9*1), Y1, Y0
+	VMOVUPS     Y0, 64(AX)(R9*1)
+	VMOVUPS     96(CX)(R9*1), Y0
+	VSUBPS      96(DX)(R9*1), Y0, Y0
+	VMOVUPS     96(BX)(R9*1), Y1
+	VFMADD213PS 96(SI)(R9*1), Y1, Y0
+	VMOVUPS     Y0, 96(AX)(R9*1)
+	ADDQ        $0x00000080, R9
+	SUBQ        $0x00000080, R10
+	JMP         bnhAffineAVX2_loop32
+
+bnhAffineAVX2_loop8:
+	TESTQ       R10, R10
+	JE          bnhAffineAVX2_next
+	VMOVUPS     (CX)(R9*1), Y0
+	VSUBPS      (DX)(R9*1), Y0, Y0
+	VMOVUPS     (BX)(R9*1), Y1
+	VFMADD213PS (SI)(R9*1), Y1, Y0
+	VMOVUPS     Y0, (AX)(R9*1)
+	ADDQ        $0x20, R9
+	SUBQ        $0x20, R10
+	JMP         bnhAffineAVX2_loop8
+
+bnhAffineAVX2_next:
+	ADDQ DI, AX
+	ADDQ DI, CX
+	DECQ R8
+	JNZ  bnhAffineAVX2_row
+
+bnhAffineAVX2_done:
+	VZEROUPPER
+	RET
+
+// func bnhAffineReluAVX2(dst *float32, x *float32, mu *float32, a *float32, b *float32, e int, rows int)
+// Requires: AVX, FMA3
+TEXT ·bnhAffineReluAVX2(SB), NOSPLIT, $0-56
+	MOVQ   dst+0(FP), AX
+	MOVQ   x+8(FP), CX
+	MOVQ   mu+16(FP), DX
+	MOVQ   a+24(FP), BX
+	MOVQ   b+32(FP), SI
+	VXORPS Y0, Y0, Y0
+	MOVQ   e+40(FP), DI
+	MOVQ   rows+48(FP), R8
+	SHLQ   $0x02, DI
+	TESTQ  R8, R8
+	JE     bnhAffineReluAVX2_done
+
+bnhAffineReluAVX2_row:
+	XORQ R9, R9
+	MOVQ DI, R10
+
+bnhAffineReluAVX2_loop32:
+	CMPQ        R10, $0x00000080
+	JL          bnhAffineReluAVX2_loop8
+	VMOVUPS     (CX)(R9*1), Y1
+	VSUBPS      (DX)(R9*1), Y1, Y1
+	VMOVUPS     (BX)(R9*1), Y2
+	VFMADD213PS (SI)(R9*1), Y2, Y1
+	VMAXPS      Y0, Y1, Y1
+	VMOVUPS     Y1, (AX)(R9*1)
+	VMOVUPS     32(CX)(R9*1), Y1
+	VSUBPS      32(DX)(R9*1), Y1, Y1
+	VMOVUPS     32(BX)(R9*1), Y2
+	VFMADD213PS 32(SI)(R9*1), Y2, Y1
+	VMAXPS      Y0, Y1, Y1
+	VMOVUPS     Y1, 32(AX)(R9*1)
+	VMOVUPS     64(CX)(R9*1), Y1
+	VSUBPS      64(DX)(R9*1), Y1, Y1
+	VMOVUPS     64(BX)(R9*1), Y2
+	VFMADD213PS 64(SI)(R9*1), Y2, Y1
+	VMAXPS      Y0, Y1, Y1
+	VMOVUPS     Y1, 64(AX)(R9*1)
+	VMOVUPS     96(CX)(R9*1), Y1
+	VSUBPS      96(DX)(R9*1), Y1, Y1
+	VMOVUPS     96(BX)(R9*1), Y2
+	VFMADD213PS 96(SI)(R9*1), Y2, Y1
+	VMAXPS      Y0, Y1, Y1
+	VMOVUPS     Y1, 96(AX)(R9*1)
+	ADDQ        $0x00000080, R9
+	SUBQ        $0x00000080, R10
+	JMP         bnhAffineReluAVX2_loop32
+
+bnhAffineReluAVX2_loop8:
+	TESTQ       R10, R10
+	JE          bnhAffineReluAVX2_next
+	VMOVUPS     (CX)(R9*1), Y1
+	VSUBPS      (DX)(R9*1), Y1, Y1
+	VMOVUPS     (BX)(R9*1), Y2
+	VFMADD213PS (SI)(R9*1), Y2, Y1
+	VMAXPS      Y0, Y1, Y1
+	VMOVUPS     Y1, (AX)(R9*1)
+	ADDQ        $0x20, R9
+	SUBQ        $0x20, R10
+	JMP         bnhAffineReluAVX2_loop8
+
+bnhAffineReluAVX2_next:
+	ADDQ DI, AX
+	ADDQ DI, CX
+	DECQ R8
+	JNZ  bnhAffineReluAVX2_row
+
+bnhAffineReluAVX2_done:
+	VZEROUPPER
+	RET
+
+// func bnhAffineAddReluAVX2(dst *float32, x *float32, r *float32, mu *float32, a *float32, b *float32, e int, rows int)
+// Requires: AVX, FMA3
+TEXT ·bnhAffineAddReluAVX2(SB), NOSPLIT, $0-64
+	MOVQ   dst+0(FP), AX
+	MOVQ   x+8(FP), CX
+	MOVQ   r+16(FP), DX
+	MOVQ   mu+24(FP), BX
+	MOVQ   a+32(FP), SI
+	MOVQ   b+40(FP), DI
+	VXORPS Y0, Y0, Y0
+	MOVQ   e+48(FP), R8
+	MOVQ   rows+56(FP), R9
+	SHLQ   $0x02, R8
+	TESTQ  R9, R9
+	JE     bnhAffineAddReluAVX2_done
+
+bnhAffineAddReluAVX2_row:
+	XORQ R10, R10
+	MOVQ R8, R11
+
+bnhAffineAddReluAVX2_loop32:
+	CMPQ        R11, $0x00000080
+	JL          bnhAffineAddReluAVX2_loop8
+	VMOVUPS     (CX)(R10*1), Y1
+	VSUBPS      (BX)(R10*1), Y1, Y1
+	VMOVUPS     (SI)(R10*1), Y2
+	VFMADD213PS (DI)(R10*1), Y2, Y1
+	VADDPS      (DX)(R10*1), Y1, Y1
+	VMAXPS      Y0, Y1, Y1
+	VMOVUPS     Y1, (AX)(R10*1)
+	VMOVUPS     32(CX)(R10*1), Y1
+	VSUBPS      32(BX)(R10*1), Y1, Y1
+	VMOVUPS     32(SI)(R10*1), Y2
+	VFMADD213PS 32(DI)(R10*1), Y2, Y1
+	VADDPS      32(DX)(R10*1), Y1, Y1
+	VMAXPS      Y0, Y1, Y1
+	VMOVUPS     Y1, 32(AX)(R10*1)
+	VMOVUPS     64(CX)(R10*1), Y1
+	VSUBPS      64(BX)(R10*1), Y1, Y1
+	VMOVUPS     64(SI)(R10*1), Y2
+	VFMADD213PS 64(DI)(R10*1), Y2, Y1
+	VADDPS      64(DX)(R10*1), Y1, Y1
+	VMAXPS      Y0, Y1, Y1
+	VMOVUPS     Y1, 64(AX)(R10*1)
+	VMOVUPS     96(CX)(R10*1), Y1
+	VSUBPS      96(BX)(R10*1), Y1, Y1
+	VMOVUPS     96(SI)(R10*1), Y2
+	VFMADD213PS 96(DI)(R10*1), Y2, Y1
+	VADDPS      96(DX)(R10*1), Y1, Y1
+	VMAXPS      Y0, Y1, Y1
+	VMOVUPS     Y1, 96(AX)(R10*1)
+	ADDQ        $0x00000080, R10
+	SUBQ        $0x00000080, R11
+	JMP         bnhAffineAddReluAVX2_loop32
+
+bnhAffineAddReluAVX2_loop8:
+	TESTQ       R11, R11
+	JE          bnhAffineAddReluAVX2_next
+	VMOVUPS     (CX)(R10*1), Y1
+	VSUBPS      (BX)(R10*1), Y1, Y1
+	VMOVUPS     (SI)(R10*1), Y2
+	VFMADD213PS (DI)(R10*1), Y2, Y1
+	VADDPS      (DX)(R10*1), Y1, Y1
+	VMAXPS      Y0, Y1, Y1
+	VMOVUPS     Y1, (AX)(R10*1)
+	ADDQ        $0x20, R10
+	SUBQ        $0x20, R11
+	JMP         bnhAffineAddReluAVX2_loop8
+
+bnhAffineAddReluAVX2_next:
+	ADDQ R8, AX
+	ADDQ R8, CX
+	ADDQ R8, DX
+	DECQ R9
+	JNZ  bnhAffineAddReluAVX2_row
+
+bnhAffineAddReluAVX2_done:
+	VZEROUPPER
+	RET
+
+// func bnhBwdSetAVX2(dst *float32, dy *float32, x *float32, mu *float32, a *float32, b *float32, c *float32, e int, rows int)
+// Requires: AVX, FMA3
+TEXT ·bnhBwdSetAVX2(SB), NOSPLIT, $0-72
+	MOVQ  dst+0(FP), AX
+	MOVQ  dy+8(FP), CX
+	MOVQ  x+16(FP), DX
+	MOVQ  mu+24(FP), BX
+	MOVQ  a+32(FP), SI
+	MOVQ  b+40(FP), DI
+	MOVQ  c+48(FP), R8
+	MOVQ  e+56(FP), R9
+	MOVQ  rows+64(FP), R10
+	SHLQ  $0x02, R9
+	TESTQ R10, R10
+	JE    bnhBwdSetAVX2_done
+
+bnhBwdSetAVX2_row:
+	XORQ R11, R11
+	MOVQ R9, R12
+
+bnhBwdSetAVX2_loop32:
+	CMPQ        R12, $0x00000080
+	JL          bnhBwdSetAVX2_loop8
+	VMOVUPS     (DX)(R11*1), Y0
+	VSUBPS      (BX)(R11*1), Y0, Y0
+	VMOVUPS     (DI)(R11*1), Y1
+	VFMADD213PS (R8)(R11*1), Y1, Y0
+	VMOVUPS     (CX)(R11*1), Y1
+	VFMADD231PS (SI)(R11*1), Y1, Y0
+	VMOVUPS     Y0, (AX)(R11*1)
+	VMOVUPS     32(DX)(R11*1), Y0
+	VSUBPS      32(BX)(R11*1), Y0, Y0
+	VMOVUPS     32(DI)(R11*1), Y1
+	VFMADD213PS 32(R8)(R11*1), Y1, Y0
+	VMOVUPS     32(CX)(R11*1), Y1
+	VFMADD231PS 32(SI)(R11*1), Y1, Y0
+	VMOVUPS     Y0, 32(AX)(R11*1)
+	VMOVUPS     64(DX)(R11*1), Y0
+	VSUBPS      64(BX)(R11*1), Y0, Y0
+	VMOVUPS     64(DI)(R11*1), Y1
+	VFMADD213PS 64(R8)(R11*1), Y1, Y0
+	VMOVUPS     64(CX)(R11*1), Y1
+	VFMADD231PS 64(SI)(R11*1), Y1, Y0
+	VMOVUPS     Y0, 64(AX)(R11*1)
+	VMOVUPS     96(DX)(R11*1), Y0
+	VSUBPS      96(BX)(R11*1), Y0, Y0
+	VMOVUPS     96(DI)(R11*1), Y1
+	VFMADD213PS 96(R8)(R11*1), Y1, Y0
+	VMOVUPS     96(CX)(R11*1), Y1
+	VFMADD231PS 96(SI)(R11*1), Y1, Y0
+	VMOVUPS     Y0, 96(AX)(R11*1)
+	ADDQ        $0x00000080, R11
+	SUBQ        $0x00000080, R12
+	JMP         bnhBwdSetAVX2_loop32
+
+bnhBwdSetAVX2_loop8:
+	TESTQ       R12, R12
+	JE          bnhBwdSetAVX2_next
+	VMOVUPS     (DX)(R11*1), Y0
+	VSUBPS      (BX)(R11*1), Y0, Y0
+	VMOVUPS     (DI)(R11*1), Y1
+	VFMADD213PS (R8)(R11*1), Y1, Y0
+	VMOVUPS     (CX)(R11*1), Y1
+	VFMADD231PS (SI)(R11*1), Y1, Y0
+	VMOVUPS     Y0, (AX)(R11*1)
+	ADDQ        $0x20, R11
+	SUBQ        $0x20, R12
+	JMP         bnhBwdSetAVX2_loop8
+
+bnhBwdSetAVX2_next:
+	ADDQ R9, AX
+	ADDQ R9, CX
+	ADDQ R9, DX
+	DECQ R10
+	JNZ  bnhBwdSetAVX2_row
+
+bnhBwdSetAVX2_done:
+	VZEROUPPER
+	RET
+
+// func bnhBwdAccAVX2(dst *float32, dy *float32, x *float32, mu *float32, a *float32, b *float32, c *float32, e int, rows int)
+// Requires: AVX, FMA3
+TEXT ·bnhBwdAccAVX2(SB), NOSPLIT, $0-72
+	MOVQ  dst+0(FP), AX
+	MOVQ  dy+8(FP), CX
+	MOVQ  x+16(FP), DX
+	MOVQ  mu+24(FP), BX
+	MOVQ  a+32(FP), SI
+	MOVQ  b+40(FP), DI
+	MOVQ  c+48(FP), R8
+	MOVQ  e+56(FP), R9
+	MOVQ  rows+64(FP), R10
+	SHLQ  $0x02, R9
+	TESTQ R10, R10
+	JE    bnhBwdAccAVX2_done
+
+bnhBwdAccAVX2_row:
+	XORQ R11, R11
+	MOVQ R9, R12
+
+bnhBwdAccAVX2_loop32:
+	CMPQ        R12, $0x00000080
+	JL          bnhBwdAccAVX2_loop8
+	VMOVUPS     (DX)(R11*1), Y0
+	VSUBPS      (BX)(R11*1), Y0, Y0
+	VMOVUPS     (DI)(R11*1), Y1
+	VFMADD213PS (R8)(R11*1), Y1, Y0
+	VMOVUPS     (CX)(R11*1), Y1
+	VFMADD231PS (SI)(R11*1), Y1, Y0
+	VADDPS      (AX)(R11*1), Y0, Y0
+	VMOVUPS     Y0, (AX)(R11*1)
+	VMOVUPS     32(DX)(R11*1), Y0
+	VSUBPS      32(BX)(R11*1), Y0, Y0
+	VMOVUPS     32(DI)(R11*1), Y1
+	VFMADD213PS 32(R8)(R11*1), Y1, Y0
+	VMOVUPS     32(CX)(R11*1), Y1
+	VFMADD231PS 32(SI)(R11*1), Y1, Y0
+	VADDPS      32(AX)(R11*1), Y0, Y0
+	VMOVUPS     Y0, 32(AX)(R11*1)
+	VMOVUPS     64(DX)(R11*1), Y0
+	VSUBPS      64(BX)(R11*1), Y0, Y0
+	VMOVUPS     64(DI)(R11*1), Y1
+	VFMADD213PS 64(R8)(R11*1), Y1, Y0
+	VMOVUPS     64(CX)(R11*1), Y1
+	VFMADD231PS 64(SI)(R11*1), Y1, Y0
+	VADDPS      64(AX)(R11*1), Y0, Y0
+	VMOVUPS     Y0, 64(AX)(R11*1)
+	VMOVUPS     96(DX)(R11*1), Y0
+	VSUBPS      96(BX)(R11*1), Y0, Y0
+	VMOVUPS     96(DI)(R11*1), Y1
+	VFMADD213PS 96(R8)(R11*1), Y1, Y0
+	VMOVUPS     96(CX)(R11*1), Y1
+	VFMADD231PS 96(SI)(R11*1), Y1, Y0
+	VADDPS      96(AX)(R11*1), Y0, Y0
+	VMOVUPS     Y0, 96(AX)(R11*1)
+	ADDQ        $0x00000080, R11
+	SUBQ        $0x00000080, R12
+	JMP         bnhBwdAccAVX2_loop32
+
+bnhBwdAccAVX2_loop8:
+	TESTQ       R12, R12
+	JE          bnhBwdAccAVX2_next
+	VMOVUPS     (DX)(R11*1), Y0
+	VSUBPS      (BX)(R11*1), Y0, Y0
+	VMOVUPS     (DI)(R11*1), Y1
+	VFMADD213PS (R8)(R11*1), Y1, Y0
+	VMOVUPS     (CX)(R11*1), Y1
+	VFMADD231PS (SI)(R11*1), Y1, Y0
+	VADDPS      (AX)(R11*1), Y0, Y0
+	VMOVUPS     Y0, (AX)(R11*1)
+	ADDQ        $0x20, R11
+	SUBQ        $0x20, R12
+	JMP         bnhBwdAccAVX2_loop8
+
+bnhBwdAccAVX2_next:
+	ADDQ R9, AX
+	ADDQ R9, CX
+	ADDQ R9, DX
+	DECQ R10
+	JNZ  bnhBwdAccAVX2_row
+
+bnhBwdAccAVX2_done:
+	VZEROUPPER
+	RET
+
+// func bnhBwdReluSetAVX2(dst *float32, dy *float32, y *float32, x *float32, mu *float32, a *float32, b *float32, c *float32, e int, rows int)
+// Requires: AVX, FMA3
+TEXT ·bnhBwdReluSetAVX2(SB), NOSPLIT, $0-80
+	MOVQ   dst+0(FP), AX
+	MOVQ   dy+8(FP), CX
+	MOVQ   y+16(FP), DX
+	MOVQ   x+24(FP), BX
+	MOVQ   mu+32(FP), SI
+	MOVQ   a+40(FP), DI
+	MOVQ   b+48(FP), R8
+	MOVQ   c+56(FP), R9
+	VXORPS Y0, Y0, Y0
+	MOVQ   e+64(FP), R10
+	MOVQ   rows+72(FP), R11
+	SHLQ   $0x02, R10
+	TESTQ  R11, R11
+	JE     bnhBwdReluSetAVX2_done
+
+bnhBwdReluSetAVX2_row:
+	XORQ R12, R12
+	MOVQ R10, R13
+
+bnhBwdReluSetAVX2_loop32:
+	CMPQ        R13, $0x00000080
+	JL          bnhBwdReluSetAVX2_loop8
+	VMOVUPS     (BX)(R12*1), Y1
+	VSUBPS      (SI)(R12*1), Y1, Y1
+	VMOVUPS     (R8)(R12*1), Y2
+	VFMADD213PS (R9)(R12*1), Y2, Y1
+	VMOVUPS     (DX)(R12*1), Y2
+	VCMPPS      $0x1e, Y0, Y2, Y2
+	VANDPS      (CX)(R12*1), Y2, Y2
+	VFMADD231PS (DI)(R12*1), Y2, Y1
+	VMOVUPS     Y1, (AX)(R12*1)
+	VMOVUPS     32(BX)(R12*1), Y1
+	VSUBPS      32(SI)(R12*1), Y1, Y1
+	VMOVUPS     32(R8)(R12*1), Y2
+	VFMADD213PS 32(R9)(R12*1), Y2, Y1
+	VMOVUPS     32(DX)(R12*1), Y2
+	VCMPPS      $0x1e, Y0, Y2, Y2
+	VANDPS      32(CX)(R12*1), Y2, Y2
+	VFMADD231PS 32(DI)(R12*1), Y2, Y1
+	VMOVUPS     Y1, 32(AX)(R12*1)
+	VMOVUPS     64(BX)(R12*1), Y1
+	VSUBPS      64(SI)(R12*1), Y1, Y1
+	VMOVUPS     64(R8)(R12*1), Y2
+	VFMADD213PS 64(R9)(R12*1), Y2, Y1
+	VMOVUPS     64(DX)(R12*1), Y2
+	VCMPPS      $0x1e, Y0, Y2, Y2
+	VANDPS      64(CX)(R12*1), Y2, Y2
+	VFMADD231PS 64(DI)(R12*1), Y2, Y1
+	VMOVUPS     Y1, 64(AX)(R12*1)
+	VMOVUPS     96(BX)(R12*1), Y1
+	VSUBPS      96(SI)(R12*1), Y1, Y1
+	VMOVUPS     96(R8)(R12*1), Y2
+	VFMADD213PS 96(R9)(R12*1), Y2, Y1
+	VMOVUPS     96(DX)(R12*1), Y2
+	VCMPPS      $0x1e, Y0, Y2, Y2
+	VANDPS      96(CX)(R12*1), Y2, Y2
+	VFMADD231PS 96(DI)(R12*1), Y2, Y1
+	VMOVUPS     Y1, 96(AX)(R12*1)
+	ADDQ        $0x00000080, R12
+	SUBQ        $0x00000080, R13
+	JMP         bnhBwdReluSetAVX2_loop32
+
+bnhBwdReluSetAVX2_loop8:
+	TESTQ       R13, R13
+	JE          bnhBwdReluSetAVX2_next
+	VMOVUPS     (BX)(R12*1), Y1
+	VSUBPS      (SI)(R12*1), Y1, Y1
+	VMOVUPS     (R8)(R12*1), Y2
+	VFMADD213PS (R9)(R12*1), Y2, Y1
+	VMOVUPS     (DX)(R12*1), Y2
+	VCMPPS      $0x1e, Y0, Y2, Y2
+	VANDPS      (CX)(R12*1), Y2, Y2
+	VFMADD231PS (DI)(R12*1), Y2, Y1
+	VMOVUPS     Y1, (AX)(R12*1)
+	ADDQ        $0x20, R12
+	SUBQ        $0x20, R13
+	JMP         bnhBwdReluSetAVX2_loop8
+
+bnhBwdReluSetAVX2_next:
+	ADDQ R10, AX
+	ADDQ R10, CX
+	ADDQ R10, DX
+	ADDQ R10, BX
+	DECQ R11
+	JNZ  bnhBwdReluSetAVX2_row
+
+bnhBwdReluSetAVX2_done:
+	VZEROUPPER
+	RET
+
+// func bnhBwdReluAccAVX2(dst *float32, dy *float32, y *float32, x *float32, mu *float32, a *float32, b *float32, c *float32, e int, rows int)
+// Requires: AVX, FMA3
+TEXT ·bnhBwdReluAccAVX2(SB), NOSPLIT, $0-80
+	MOVQ   dst+0(FP), AX
+	MOVQ   dy+8(FP), CX
+	MOVQ   y+16(FP), DX
+	MOVQ   x+24(FP), BX
+	MOVQ   mu+32(FP), SI
+	MOVQ   a+40(FP), DI
+	MOVQ   b+48(FP), R8
+	MOVQ   c+56(FP), R9
+	VXORPS Y0, Y0, Y0
+	MOVQ   e+64(FP), R10
+	MOVQ   rows+72(FP), R11
+	SHLQ   $0x02, R10
+	TESTQ  R11, R11
+	JE     bnhBwdReluAccAVX2_done
+
+bnhBwdReluAccAVX2_row:
+	XORQ R12, R12
+	MOVQ R10, R13
+
+bnhBwdReluAccAVX2_loop32:
+	CMPQ        R13, $0x00000080
+	JL          bnhBwdReluAccAVX2_loop8
+	VMOVUPS     (BX)(R12*1), Y1
+	VSUBPS      (SI)(R12*1), Y1, Y1
+	VMOVUPS     (R8)(R12*1), Y2
+	VFMADD213PS (R9)(R12*1), Y2, Y1
+	VMOVUPS     (DX)(R12*1), Y2
+	VCMPPS      $0x1e, Y0, Y2, Y2
+	VANDPS      (CX)(R12*1), Y2, Y2
+	VFMADD231PS (DI)(R12*1), Y2, Y1
+	VADDPS      (AX)(R12*1), Y1, Y1
+	VMOVUPS     Y1, (AX)(R12*1)
+	VMOVUPS     32(BX)(R12*1), Y1
+	VSUBPS      32(SI)(R12*1), Y1, Y1
+	VMOVUPS     32(R8)(R12*1), Y2
+	VFMADD213PS 32(R9)(R12*1), Y2, Y1
+	VMOVUPS     32(DX)(R12*1), Y2
+	VCMPPS      $0x1e, Y0, Y2, Y2
+	VANDPS      32(CX)(R12*1), Y2, Y2
+	VFMADD231PS 32(DI)(R12*1), Y2, Y1
+	VADDPS      32(AX)(R12*1), Y1, Y1
+	VMOVUPS     Y1, 32(AX)(R12*1)
+	VMOVUPS     64(BX)(R12*1), Y1
+	VSUBPS      64(SI)(R12*1), Y1, Y1
+	VMOVUPS     64(R8)(R12*1), Y2
+	VFMADD213PS 64(R9)(R12*1), Y2, Y1
+	VMOVUPS     64(DX)(R12*1), Y2
+	VCMPPS      $0x1e, Y0, Y2, Y2
+	VANDPS      64(CX)(R12*1), Y2, Y2
+	VFMADD231PS 64(DI)(R12*1), Y2, Y1
+	VADDPS      64(AX)(R12*1), Y1, Y1
+	VMOVUPS     Y1, 64(AX)(R12*1)
+	VMOVUPS     96(BX)(R12*1), Y1
+	VSUBPS      96(SI)(R12*1), Y1, Y1
+	VMOVUPS     96(R8)(R12*1), Y2
+	VFMADD213PS 96(R9)(R12*1), Y2, Y1
+	VMOVUPS     96(DX)(R12*1), Y2
+	VCMPPS      $0x1e, Y0, Y2, Y2
+	VANDPS      96(CX)(R12*1), Y2, Y2
+	VFMADD231PS 96(DI)(R12*1), Y2, Y1
+	VADDPS      96(AX)(R12*1), Y1, Y1
+	VMOVUPS     Y1, 96(AX)(R12*1)
+	ADDQ        $0x00000080, R12
+	SUBQ        $0x00000080, R13
+	JMP         bnhBwdReluAccAVX2_loop32
+
+bnhBwdReluAccAVX2_loop8:
+	TESTQ       R13, R13
+	JE          bnhBwdReluAccAVX2_next
+	VMOVUPS     (BX)(R12*1), Y1
+	VSUBPS      (SI)(R12*1), Y1, Y1
+	VMOVUPS     (R8)(R12*1), Y2
+	VFMADD213PS (R9)(R12*1), Y2, Y1
+	VMOVUPS     (DX)(R12*1), Y2
+	VCMPPS      $0x1e, Y0, Y2, Y2
+	VANDPS      (CX)(R12*1), Y2, Y2
+	VFMADD231PS (DI)(R12*1), Y2, Y1
+	VADDPS      (AX)(R12*1), Y1, Y1
+	VMOVUPS     Y1, (AX)(R12*1)
+	ADDQ        $0x20, R12
+	SUBQ        $0x20, R13
+	JMP         bnhBwdReluAccAVX2_loop8
+
+bnhBwdReluAccAVX2_next:
+	ADDQ R10, AX
+	ADDQ R10, CX
+	ADDQ R10, DX
+	ADDQ R10, BX
+	DECQ R11
+	JNZ  bnhBwdReluAccAVX2_row
+
+bnhBwdReluAccAVX2_done:
+	VZEROUPPER
+	RET

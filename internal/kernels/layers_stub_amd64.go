@@ -190,3 +190,36 @@ func sgdPlainAVX2(w *float32, grad *float32, n int, lr float32, wd float32)
 // of the rows×cols taps x[r·rs/4 + s·cs/4 + ch] (rs, cs in bytes; rows, cols >= 1), a NaN
 // always replacing the choice, and its pixel index base + r·w + s (AVX2).
 func maxPoolWindowAVX2(y *float32, arg *int32, x *float32, rows int, cols int, rs int, cs int, base int32, w int32, n int)
+
+// bnhSumDevAVX2 computes acc[j] += x[j] - k[j] for every row of e floats (e a multiple of 8) of rows rows, lane j of a row pairing with element j of the lane arrays (AVX2, FMA: a product and the addition that follows it round once).
+func bnhSumDevAVX2(acc *float32, k *float32, x *float32, e int, rows int)
+
+// bnhSumSqDevAVX2 computes acc[j] += (x[j] - mu[j])² for every row of e floats (e a multiple of 8) of rows rows, lane j of a row pairing with element j of the lane arrays (AVX2, FMA: a product and the addition that follows it round once).
+func bnhSumSqDevAVX2(acc *float32, mu *float32, x *float32, e int, rows int)
+
+// bnhDyStatsAVX2 computes s[j] += g and t[j] += g·(x[j] - mu[j]), g = dy[j], for every row of e floats (e a multiple of 8) of rows rows, lane j of a row pairing with element j of the lane arrays (AVX2, FMA: a product and the addition that follows it round once).
+func bnhDyStatsAVX2(s *float32, t *float32, mu *float32, dy *float32, x *float32, e int, rows int)
+
+// bnhDyStatsReluAVX2 computes s[j] += g and t[j] += g·(x[j] - mu[j]), g = dy[j] where y[j] > 0, else 0, for every row of e floats (e a multiple of 8) of rows rows, lane j of a row pairing with element j of the lane arrays (AVX2, FMA: a product and the addition that follows it round once).
+func bnhDyStatsReluAVX2(s *float32, t *float32, mu *float32, dy *float32, y *float32, x *float32, e int, rows int)
+
+// bnhAffineAVX2 computes dst[j] = (x[j] - mu[j])·a[j] + b[j] for every row of e floats (e a multiple of 8) of rows rows, lane j of a row pairing with element j of the lane arrays (AVX2, FMA: a product and the addition that follows it round once).
+func bnhAffineAVX2(dst *float32, x *float32, mu *float32, a *float32, b *float32, e int, rows int)
+
+// bnhAffineReluAVX2 computes dst[j] = max((x[j] - mu[j])·a[j] + b[j], 0), NaN giving 0, for every row of e floats (e a multiple of 8) of rows rows, lane j of a row pairing with element j of the lane arrays (AVX2, FMA: a product and the addition that follows it round once).
+func bnhAffineReluAVX2(dst *float32, x *float32, mu *float32, a *float32, b *float32, e int, rows int)
+
+// bnhAffineAddReluAVX2 computes dst[j] = max(((x[j] - mu[j])·a[j] + b[j]) + r[j], 0), NaN giving 0, for every row of e floats (e a multiple of 8) of rows rows, lane j of a row pairing with element j of the lane arrays (AVX2, FMA: a product and the addition that follows it round once).
+func bnhAffineAddReluAVX2(dst *float32, x *float32, r *float32, mu *float32, a *float32, b *float32, e int, rows int)
+
+// bnhBwdSetAVX2 computes dst[j] = a[j]·dy[j] + (b[j]·(x[j] - mu[j]) + c[j]) for every row of e floats (e a multiple of 8) of rows rows, lane j of a row pairing with element j of the lane arrays (AVX2, FMA: a product and the addition that follows it round once).
+func bnhBwdSetAVX2(dst *float32, dy *float32, x *float32, mu *float32, a *float32, b *float32, c *float32, e int, rows int)
+
+// bnhBwdAccAVX2 computes dst[j] += a[j]·dy[j] + (b[j]·(x[j] - mu[j]) + c[j]) for every row of e floats (e a multiple of 8) of rows rows, lane j of a row pairing with element j of the lane arrays (AVX2, FMA: a product and the addition that follows it round once).
+func bnhBwdAccAVX2(dst *float32, dy *float32, x *float32, mu *float32, a *float32, b *float32, c *float32, e int, rows int)
+
+// bnhBwdReluSetAVX2 computes dst[j] = a[j]·g + (b[j]·(x[j] - mu[j]) + c[j]), g = dy[j] where y[j] > 0, else 0, for every row of e floats (e a multiple of 8) of rows rows, lane j of a row pairing with element j of the lane arrays (AVX2, FMA: a product and the addition that follows it round once).
+func bnhBwdReluSetAVX2(dst *float32, dy *float32, y *float32, x *float32, mu *float32, a *float32, b *float32, c *float32, e int, rows int)
+
+// bnhBwdReluAccAVX2 computes dst[j] += a[j]·g + (b[j]·(x[j] - mu[j]) + c[j]), g = dy[j] where y[j] > 0, else 0, for every row of e floats (e a multiple of 8) of rows rows, lane j of a row pairing with element j of the lane arrays (AVX2, FMA: a product and the addition that follows it round once).
+func bnhBwdReluAccAVX2(dst *float32, dy *float32, y *float32, x *float32, mu *float32, a *float32, b *float32, c *float32, e int, rows int)

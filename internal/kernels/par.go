@@ -45,13 +45,15 @@ const (
 	jobCEBackward
 	jobSGD
 	jobElem
-	jobFunc // parallelFor's closure
+	jobFunc   // parallelFor's closure
+	jobBNNHWC // batchnorm_nhwc.go's blocks
 )
 
 // layerTask is a pooled parallel loop over [0, n) running one job kind.
 type layerTask struct {
 	kind  int
 	bn    bnJob
+	bnh   bnhJob
 	pool  poolJob
 	ce    ceJob
 	sgd   sgdJob
@@ -99,6 +101,8 @@ func (t *layerTask) body(lo, hi int) {
 		t.elem.run(lo, hi)
 	case jobFunc:
 		t.fn(lo, hi)
+	case jobBNNHWC:
+		t.bnh.runBlocks(lo, hi)
 	default:
 		panic("kernels: unknown layer job")
 	}

@@ -72,6 +72,7 @@ func archImpls() []*gemmImpl { return []*gemmImpl{avx512Impl, avx2Impl} }
 var avx512Vec = func() *vecOps {
 	v := avx512VecBase
 	avx512Elem.install(&v)
+	v.bnNHWC = bnNHWCAVX2 // AVX2 assembly: every AVX-512 CPU runs it
 	return &v
 }()
 

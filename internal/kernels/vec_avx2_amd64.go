@@ -220,6 +220,7 @@ var avx2Vec = func() *vecOps {
 			}
 		},
 	}
+	v.bnNHWC = bnNHWCAVX2
 	avx2Elem.install(&v)
 	v.lnParamGrad = func(sg, sb, dy, x, mean, rstd []float32, d int) {
 		rows, n := len(mean), len(sg)

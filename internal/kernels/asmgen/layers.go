@@ -8,7 +8,8 @@ import (
 
 // Layer kernels (BatchNorm, ReLU backward, SGD, max-pool, and mathvec.go's
 // exponential, softmax and GELU kernels), emitted with -layers
-// into layers_amd64.s / layers_stub_amd64.go. All AVX-512F.
+// into layers_amd64.s / layers_stub_amd64.go. All AVX-512F, but for the AVX2
+// kernels that follow genMathVecAVX2.
 
 func genLayers() {
 	genReluBwdSet()
@@ -29,6 +30,7 @@ func genLayers() {
 	genSGD(avx2, true)
 	genSGDPlain(avx2)
 	genMaxPoolWindowAVX2()
+	genBatchNormNHWCAVX2()
 }
 
 // bcast broadcasts a float32 parameter into a fresh zmm register.
