@@ -88,6 +88,9 @@ type vecOps struct {
 	// pack6 is pack8 for the AVX2 micro-kernel's six-row slivers, in blocks of 8
 	// columns: dst[(8b+p)·6+r] = src[r·lds+8b+p] for r < 6, p < 8 (nil: a Go loop).
 	pack6 func(dst, src []float32, lds, blocks int)
+	// packT6 writes dst[6p+r] = src[p·lds+r] for r < rows and 0 for rows ≤ r < 6,
+	// p < len(dst)/6: a six-row sliver of a transposed A, rows 1…6 (nil: a Go loop).
+	packT6 func(dst, src []float32, lds, rows int)
 
 	// Exponential kernels (fastmath.go): the softmax, cross-entropy and exact GELU.
 	expSum  func(dst, x []float32, shift float32) float64 // dst = e^(x−shift); returns Σ dst, summed in float64

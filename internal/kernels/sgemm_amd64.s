@@ -2550,6 +2550,79 @@ pack6AVX2_done:
 	VZEROUPPER
 	RET
 
+// func packT6AVX2(dst *float32, src *float32, lds int, n int)
+// Requires: AVX
+TEXT ·packT6AVX2(SB), NOSPLIT, $0-32
+	MOVQ  dst+0(FP), AX
+	MOVQ  src+8(FP), CX
+	MOVQ  lds+16(FP), DX
+	MOVQ  n+24(FP), BX
+	SHLQ  $0x02, DX
+	TESTQ BX, BX
+	JE    packT6AVX2_done
+
+packT6AVX2_loop:
+	VMOVUPS (CX), X0
+	VMOVSD  16(CX), X1
+	VMOVUPS X0, (AX)
+	VMOVSD  X1, 16(AX)
+	ADDQ    DX, CX
+	ADDQ    $0x18, AX
+	DECQ    BX
+	JNZ     packT6AVX2_loop
+
+packT6AVX2_done:
+	RET
+
+// func packT4AVX2(dst *float32, src *float32, lds int, n int)
+// Requires: AVX
+TEXT ·packT4AVX2(SB), NOSPLIT, $0-32
+	MOVQ   dst+0(FP), AX
+	MOVQ   src+8(FP), CX
+	MOVQ   lds+16(FP), DX
+	MOVQ   n+24(FP), BX
+	SHLQ   $0x02, DX
+	TESTQ  BX, BX
+	JE     packT4AVX2_done
+	VXORPS X1, X1, X1
+
+packT4AVX2_loop:
+	VMOVUPS (CX), X0
+	VMOVUPS X0, (AX)
+	VMOVSD  X1, 16(AX)
+	ADDQ    DX, CX
+	ADDQ    $0x18, AX
+	DECQ    BX
+	JNZ     packT4AVX2_loop
+
+packT4AVX2_done:
+	RET
+
+// func packT2AVX2(dst *float32, src *float32, lds int, n int)
+// Requires: AVX
+TEXT ·packT2AVX2(SB), NOSPLIT, $0-32
+	MOVQ   dst+0(FP), AX
+	MOVQ   src+8(FP), CX
+	MOVQ   lds+16(FP), DX
+	MOVQ   n+24(FP), BX
+	SHLQ   $0x02, DX
+	TESTQ  BX, BX
+	JE     packT2AVX2_done
+	VXORPS X1, X1, X1
+	VXORPS X0, X0, X0
+
+packT2AVX2_loop:
+	VMOVSD  (CX), X0
+	VMOVUPS X0, (AX)
+	VMOVSD  X1, 16(AX)
+	ADDQ    DX, CX
+	ADDQ    $0x18, AX
+	DECQ    BX
+	JNZ     packT2AVX2_loop
+
+packT2AVX2_done:
+	RET
+
 // func sumDevPlanesAVX2(x *float32, n int, plane int, stride int, mu float32) float32
 // Requires: AVX
 TEXT ·sumDevPlanesAVX2(SB), NOSPLIT, $0-44

@@ -65,6 +65,15 @@ func transpose8AVX2(dst *float32, ldd int, src *float32, lds int, blocks int)
 // pack6AVX2 writes dst[(8b+p)·6+r] = src[r·lds+8b+p] for r < 6, p < 8, b < blocks (AVX2).
 func pack6AVX2(dst *float32, src *float32, lds int, blocks int)
 
+// packT6AVX2 writes dst[6p+r] = src[p·lds+r] for r < 6 and 0 for 6 ≤ r < 6, p < n (AVX2).
+func packT6AVX2(dst *float32, src *float32, lds int, n int)
+
+// packT4AVX2 writes dst[6p+r] = src[p·lds+r] for r < 4 and 0 for 4 ≤ r < 6, p < n (AVX2).
+func packT4AVX2(dst *float32, src *float32, lds int, n int)
+
+// packT2AVX2 writes dst[6p+r] = src[p·lds+r] for r < 2 and 0 for 2 ≤ r < 6, p < n (AVX2).
+func packT2AVX2(dst *float32, src *float32, lds int, n int)
+
 // sumDevPlanesAVX2 returns the sum of x[i·stride+j]-mu over i < n, j < plane (a multiple of 8) (AVX2); fixed summation order.
 func sumDevPlanesAVX2(x *float32, n int, plane int, stride int, mu float32) float32
 

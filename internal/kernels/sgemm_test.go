@@ -427,7 +427,7 @@ func TestPackReference(t *testing.T) {
 			for _, kc := range []int{1, 5, 8, 13, 16, 17, 40} {
 				const i0, p0 = 3, 2
 				for _, mr := range []int{impl.mr, 6, 8} {
-					for _, mc := range []int{mr - 1, 2 * mr, 3*mr + 2} {
+					for _, mc := range []int{mr - 1, 2 * mr, 3*mr + 2, 2*mr + 4, mr + 3} {
 						rows, cols := i0+mc, p0+kc // op(A)
 						if trans {
 							rows, cols = cols, rows

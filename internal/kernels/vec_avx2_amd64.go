@@ -240,6 +240,23 @@ var avx2Vec = func() *vecOps {
 			pack6AVX2(&dst[0], &src[0], lds, blocks)
 		}
 	}
+	v.packT6 = func(dst, src []float32, lds, rows int) {
+		n := len(dst) / 6
+		if n == 0 {
+			return
+		}
+		_ = src[(n-1)*lds+rows-1]
+		switch rows {
+		case 6:
+			packT6AVX2(&dst[0], &src[0], lds, n)
+		case 4:
+			packT4AVX2(&dst[0], &src[0], lds, n)
+		case 2:
+			packT2AVX2(&dst[0], &src[0], lds, n)
+		default:
+			packT6Generic(dst, src, lds, rows)
+		}
+	}
 	v.transpose8 = func(dst []float32, ldd int, src []float32, lds, blocks int) {
 		if blocks > 0 {
 			_, _ = dst[(8*blocks-1)*ldd+7], src[7*lds+8*blocks-1]

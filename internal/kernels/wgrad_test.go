@@ -147,12 +147,19 @@ func BenchmarkConvWeightGrad(b *testing.B) {
 		cols := g.ColCols()
 		dy := randSlice(r, l.o*cols)
 		dw := make([]float32, l.o*g.ColRows())
-		b.Run(fmt.Sprintf("c%d_o%d_hw%d", l.c, l.o, l.hw), func(b *testing.B) {
-			for range b.N {
-				ConvWeightGradNHWC(g, xp, dy, l.o, cols, dw)
-			}
-			b.ReportMetric(2*float64(l.o*g.ColRows()*cols)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
-		})
+		// dY as the layer's gradient: NCHW planes, or channels-last rows.
+		for _, layout := range []string{"planes", "rows"} {
+			b.Run(fmt.Sprintf("c%d_o%d_hw%d_%s", l.c, l.o, l.hw, layout), func(b *testing.B) {
+				for range b.N {
+					if layout == "rows" {
+						ConvWeightGradNHWCRows(g, xp, dy, l.o, dw)
+					} else {
+						ConvWeightGradNHWCPlanes(g, xp, dy, l.o, dw)
+					}
+				}
+				b.ReportMetric(2*float64(l.o*g.ColRows()*cols)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
+		}
 	}
 }
 

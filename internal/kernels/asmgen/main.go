@@ -57,6 +57,9 @@ func main() {
 	genVecAVX2()
 	genTranspose8AVX2()
 	genPack6AVX2()
+	for _, rows := range []int{6, 4, 2} {
+		genPackTAVX2(rows)
+	}
 	genBatchNormPlanesAVX2()
 	genVec()
 	genBatchNormReluPlanesAVX2()

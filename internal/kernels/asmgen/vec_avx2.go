@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+
 	. "github.com/mmcloughlin/avo/build"
 	. "github.com/mmcloughlin/avo/operand"
 	"github.com/mmcloughlin/avo/reg"
@@ -312,6 +314,48 @@ func genPack6AVX2() {
 	JNZ(LabelRef(name + "_loop"))
 	Label(name + "_done")
 	VZEROUPPER()
+	RET()
+}
+
+// genPackTAVX2 emits packT<rows>AVX2 (rows 6, 4 or 2), the AVX2 packer of a
+// six-row sliver of a transposed A: column p of the sliver is the run
+// src[p·lds : p·lds+rows], copied to dst[6p:] and followed by 6−rows zeros
+// (the padding of an edge sliver).
+func genPackTAVX2(rows int) {
+	name := fmt.Sprintf("packT%dAVX2", rows)
+	TEXT(name, NOSPLIT, "func(dst, src *float32, lds, n int)")
+	Doc(fmt.Sprintf("%s writes dst[6p+r] = src[p·lds+r] for r < %d and 0 for %d ≤ r < 6, p < n (AVX2).", name, rows, rows))
+	dst := Load(Param("dst"), GP64())
+	src := Load(Param("src"), GP64())
+	lds := Load(Param("lds"), GP64())
+	n := Load(Param("n"), GP64())
+	SHLQ(U8(2), lds)
+	TESTQ(n, n)
+	JE(LabelRef(name + "_done"))
+	lo, hi := XMM(), XMM()
+	if rows < 6 {
+		VXORPS(hi, hi, hi)
+	}
+	if rows < 4 {
+		VXORPS(lo, lo, lo)
+	}
+	Label(name + "_loop")
+	switch rows {
+	case 6:
+		VMOVUPS(Mem{Base: src}, lo)
+		VMOVSD(Mem{Base: src, Disp: 16}, hi)
+	case 4:
+		VMOVUPS(Mem{Base: src}, lo)
+	case 2:
+		VMOVSD(Mem{Base: src}, lo)
+	}
+	VMOVUPS(lo, Mem{Base: dst})
+	VMOVSD(hi, Mem{Base: dst, Disp: 16})
+	ADDQ(lds, src)
+	ADDQ(U8(24), dst)
+	DECQ(n)
+	JNZ(LabelRef(name + "_loop"))
+	Label(name + "_done")
 	RET()
 }
 
