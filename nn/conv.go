@@ -227,11 +227,9 @@ func (c *Conv2d) forwardNHWC(x *Var) *Var {
 		dyp := padNHWC(t, gt, dy)
 		if fresh {
 			kernels.ConvNHWC(gt, dyp, w.Value.Data, c.In, true, dx)
-			return
+		} else {
+			kernels.ConvNHWCAdd(gt, dyp, w.Value.Data, c.In, true, dx)
 		}
-		tmp := t.buf(len(dx))
-		kernels.ConvNHWC(gt, dyp, w.Value.Data, c.In, true, tmp)
-		kernels.Add(dx, dx, tmp)
 	}, inputs...)
 	return y
 }

@@ -190,3 +190,32 @@ func TestBiasNHWC(t *testing.T) {
 		}
 	})
 }
+
+// TestConvNHWCAdd checks that ConvNHWCAdd adds ConvNHWC's result to y
+// (to rounding: the blocks' sums are added to y one by one), with and
+// without flip, on every implementation.
+func TestConvNHWCAdd(t *testing.T) {
+	forEachImpl(t, func(t *testing.T) {
+		r := rand.New(rand.NewPCG(39, 40))
+		for _, g := range convNHWCCases {
+			for _, m := range []int{1, 16, 40} {
+				for _, flip := range []bool{false, true} {
+					xp := randSlice(r, PaddedLen(g))
+					w := randSlice(r, m*g.ColRows())
+					pix := g.N * g.OutH() * g.OutW()
+					conv := make([]float32, pix*m)
+					ConvNHWC(g, xp, w, m, flip, conv)
+					y0 := randSlice(r, pix*m)
+					y := append([]float32(nil), y0...)
+					ConvNHWCAdd(g, xp, w, m, flip, y)
+					for i, v := range y {
+						want := float64(y0[i]) + float64(conv[i])
+						if math.Abs(float64(v)-want) > 1e-5*(math.Abs(float64(y0[i]))+float64(g.ColRows())) {
+							t.Fatalf("%+v m=%d flip=%v: y[%d] = %v, want %v", g, m, flip, i, v, want)
+						}
+					}
+				}
+			}
+		}
+	})
+}

@@ -290,30 +290,44 @@ func PaddedLen(g ConvGeom) int { return g.N * (g.H + 2*g.PadH) * (g.W + 2*g.PadW
 // KH-1-PadH. Parallel; deterministic (the summation order of an element
 // does not depend on the split).
 func ConvNHWC(g ConvGeom, xp, w []float32, m int, flip bool, y []float32) {
-	g.checkImage("ConvNHWC", g.N*g.C*g.H*g.W)
+	convNHWC("ConvNHWC", g, xp, w, m, flip, y, false)
+}
+
+// ConvNHWCAdd is ConvNHWC adding the convolution to y instead of
+// overwriting it (a channels-last input gradient that another branch has
+// written already): each K block's partial sum is added to y in block
+// order by the micro-kernel's stores.
+func ConvNHWCAdd(g ConvGeom, xp, w []float32, m int, flip bool, y []float32) {
+	convNHWC("ConvNHWCAdd", g, xp, w, m, flip, y, true)
+}
+
+func convNHWC(name string, g ConvGeom, xp, w []float32, m int, flip bool, y []float32, accumulate bool) {
+	g.checkImage(name, g.N*g.C*g.H*g.W)
 	hp, wp := g.H+2*g.PadH, g.W+2*g.PadW
 	if need := g.N * hp * wp * g.C; len(xp) != need {
-		panic(fmt.Sprintf("kernels.ConvNHWC: padded image has %d elements, geometry %+v needs %d", len(xp), g, need))
+		panic(fmt.Sprintf("kernels.%s: padded image has %d elements, geometry %+v needs %d", name, len(xp), g, need))
 	}
 	taps := g.KH * g.KW
 	if m < 0 || len(w) != m*g.C*taps {
-		panic(fmt.Sprintf("kernels.ConvNHWC: weight has %d elements, want %d×%d×%d", len(w), m, g.C, taps))
+		panic(fmt.Sprintf("kernels.%s: weight has %d elements, want %d×%d×%d", name, len(w), m, g.C, taps))
 	}
 	pix := g.N * g.OutH() * g.OutW()
 	if len(y) != pix*m {
-		panic(fmt.Sprintf("kernels.ConvNHWC: y has %d elements, want %d×%d", len(y), pix, m))
+		panic(fmt.Sprintf("kernels.%s: y has %d elements, want %d×%d", name, len(y), pix, m))
 	}
 	if pix == 0 || m == 0 {
 		return
 	}
 	if g.C == 0 {
-		clear(y)
+		if !accumulate {
+			clear(y)
+		}
 		return
 	}
 	p := impl
 	j := convJobPool.Get().(*convJob)
 	*j = convJob{p: p, g: g, hp: hp, wp: wp, x: xp, w: w, flip: flip, m: m, y: y,
-		taps: taps, pix: pix, oh: g.OutH(), ow: g.OutW()}
+		taps: taps, pix: pix, oh: g.OutH(), ow: g.OutW(), accumulate: accumulate}
 	j.kernel = p.indirect
 	if j.kernel == nil {
 		j.kernel = indirectGeneric
@@ -367,6 +381,7 @@ type convJob struct {
 	hp, wp         int // padded image height and width
 	x, w, y        []float32
 	flip           bool
+	accumulate     bool // add to y (ConvNHWCAdd)
 	m, taps, pix   int
 	oh, ow         int
 	tpb            int // taps per K block (C < KC), else 1
@@ -737,7 +752,7 @@ func (j *convJob) compute(ws *convWorkspace, m0, m1, s0, s1 int) {
 			nt, cl = runs, runLen
 		}
 		var beta float32
-		if bi > 0 {
+		if bi > 0 || j.accumulate {
 			beta = 1
 		}
 		for s := s0; s < s1; s++ {
