@@ -27,7 +27,8 @@ import (
 // With ChannelsLast set, input and output are channels-last, [N, H, W, C] (see
 // ToChannelsLast): the indirect GEMM reads the input (zero-padded by a row copy, or
 // in place without padding) and writes the output where they lie, and backward reads
-// the output gradient in place, so no layout pass runs. The weight keeps its
+// the output gradient in place, so no layout pass runs (whatever SPARGO_CONV says:
+// its im2col and Winograd paths are NCHW's). The weight keeps its
 // [Out, In, K, K] layout, so checkpoints are the same in both modes.
 type Conv2d struct {
 	In, Out, Kernel, Stride, Padding int

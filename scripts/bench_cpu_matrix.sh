@@ -27,7 +27,8 @@
 #                every round: its column shows the before figure
 #   LAYOUT       "channels-last": SPARGO_BIN's image classifiers run with -channels-last
 #                (BEFORE_LAYOUT the same for BEFORE_BIN; BEFORE_BIN=SPARGO_BIN with one of
-#                them set compares the two layouts)
+#                them set compares the two layouts); TORCH_LAYOUT=channels-last runs PyTorch's
+#                image classifiers in torch.channels_last
 #   TEST_BIN_DIR instead of `go test` (where Go is missing): a directory of test binaries built with
 #                `go test -c -o DIR/kernels.test ./internal/kernels/` (and nn.test for ./nn/)
 #   OUT          directory for the raw JSON and logs (default: a temp dir, printed)
@@ -152,7 +153,7 @@ for t in $THREADS; do
 			fi
 			if [ $torch_ok = 1 ]; then
 				env -u OMP_WAIT_POLICY ${omp_policy:+OMP_WAIT_POLICY=$omp_policy} OPENBLAS_NUM_THREADS=1 "$TORCH" scripts/torch_throughput.py \
-					--model "${m%@*}" $(size_flag "$m" --size) $(batch_flag --batch "$m") --steps "$STEPS" --threads "$t" \
+					--model "${m%@*}" $(size_flag "$m" --size) $(batch_flag --batch "$m") $(layout_flag "${TORCH_LAYOUT:-}" "$m" | sed 's/^-/--/') --steps "$STEPS" --threads "$t" \
 					--json "$OUT/torch-$m-t$t-r$r.json" >"$OUT/torch-$m-t$t-r$r.log" 2>&1 ||
 					echo "torch $m t$t failed: $(tail -1 "$OUT/torch-$m-t$t-r$r.log")" >&2
 			fi

@@ -103,6 +103,8 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--lr", type=float, default=0.01)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--channels-last", action="store_true",
+                    help="image classifiers: model and input in torch.channels_last (spargo's -channels-last)")
     ap.add_argument("--json", help="also write the result to this file")
     a = ap.parse_args()
 
@@ -118,6 +120,9 @@ def main():
         m = build(a.model).train()
         lossf = nn.CrossEntropyLoss()
         x = torch.randn(a.batch, 3, a.size, a.size)
+        if a.channels_last:
+            m = m.to(memory_format=torch.channels_last)
+            x = x.contiguous(memory_format=torch.channels_last)
         y = torch.randint(0, 10, (a.batch,))
         loss = lambda: lossf(m(x), y)
     nparams = sum(p.numel() for p in m.parameters())
@@ -149,6 +154,7 @@ def main():
         res["img_s"] = rate
     if a.json:
         res.update(params=nparams, threads=a.threads, steps=a.steps, warmup=a.warmup,
+                   channels_last=bool(not kind and a.channels_last),
                    median_step_s=med, step_s=ts, torch_version=torch.__version__)
         with open(a.json, "w") as f:
             json.dump(res, f, indent=1)
