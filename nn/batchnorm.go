@@ -97,8 +97,11 @@ func (bn *BatchNorm2d) forward(method string, x, r *Var, relu bool) *Var {
 	}
 	n, c := s[0], bn.C
 	plane := 1
-	if len(s) == 4 {
-		plane = s[1] * s[2] * s[3] / c
+	switch {
+	case cl:
+		plane = s[1] * s[2]
+	case len(s) == 4:
+		plane = s[2] * s[3]
 	}
 	m := n * plane
 	if bn.training && m < 2 {

@@ -5,8 +5,9 @@ package nn
 // zero channels in front and After behind: [N, C, H, W] → [N, Before+C+After, ⌈H/S⌉,
 // ⌈W/S⌉]. It is the parameter-free "option A" shortcut of He et al.'s CIFAR ResNets,
 // F.pad(x[:, :, ::2, ::2], (0, 0, 0, 0, planes//4, planes//4)) in the common PyTorch code.
-// Stride 0 means 1. With ChannelsLast, input and output are [N, H, W, C] (the
-// channels added at the end of each pixel's run: [N, ⌈H/S⌉, ⌈W/S⌉, Before+C+After]).
+// Stride 0 means 1. With ChannelsLast, input and output are channels-last, [N, H, W, C] →
+// [N, ⌈H/S⌉, ⌈W/S⌉, Before+C+After]: each pixel's run of C channels gets Before zeros in
+// front and After behind.
 type SubsamplePad struct {
 	Stride, Before, After int
 	ChannelsLast          bool
@@ -25,7 +26,11 @@ func (p SubsamplePad) Forward(x *Var) *Var {
 		if x.broken {
 			return t.fail(out, nil)
 		}
-		return t.failf(out, "nn.SubsamplePad(stride %d, channels +%d/+%d): input shape %v, want [N C H W] and non-negative options", p.Stride, p.Before, p.After, s)
+		layout := "[N C H W]"
+		if p.ChannelsLast {
+			layout = "[N H W C]"
+		}
+		return t.failf(out, "nn.SubsamplePad(stride %d, channels +%d/+%d): input shape %v, want %s and non-negative options", p.Stride, p.Before, p.After, s, layout)
 	}
 	if p.ChannelsLast {
 		return p.forwardNHWC(x, st)
