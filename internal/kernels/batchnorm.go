@@ -33,6 +33,46 @@ func mustLen(fn, what string, got, want int) {
 	}
 }
 
+// checkBNForward checks the slices of a training-mode forward BatchNorm call
+// over elems activations of c channels (either layout); r may be nil.
+func checkBNForward(fn string, y, x, r []float32, elems, c int, perChannel ...[]float32) {
+	mustLen(fn, "x", len(x), elems)
+	mustLen(fn, "y", len(y), elems)
+	if r != nil {
+		mustLen(fn, "r", len(r), elems)
+	}
+	for _, s := range perChannel {
+		mustLen(fn, "per-channel slice", len(s), c)
+	}
+}
+
+// checkBNApply checks the slices of an evaluation-mode BatchNorm call.
+func checkBNApply(fn string, y, x, r []float32, elems, c int, mean, scale, shift []float32) {
+	checkBNForward(fn, y, x, r, elems, c)
+	mustLen(fn, "mean", len(mean), c)
+	mustLen(fn, "scale", len(scale), c)
+	mustLen(fn, "shift", len(shift), c)
+}
+
+// checkBNBackward checks the slices of a backward BatchNorm call; dx, dgamma
+// and dbeta may be nil.
+func checkBNBackward(fn string, dx, dy, x []float32, elems, c int, mean, invstd, gamma, dgamma, dbeta []float32) {
+	mustLen(fn, "x", len(x), elems)
+	mustLen(fn, "dy", len(dy), elems)
+	if dx != nil {
+		mustLen(fn, "dx", len(dx), elems)
+	}
+	for _, s := range [][]float32{mean, invstd, gamma} {
+		mustLen(fn, "per-channel slice", len(s), c)
+	}
+	if dgamma != nil {
+		mustLen(fn, "dgamma", len(dgamma), c)
+	}
+	if dbeta != nil {
+		mustLen(fn, "dbeta", len(dbeta), c)
+	}
+}
+
 // BatchNormForwardTrain normalises x with per-channel batch statistics:
 //
 //	mean[ch] = Σx/M, variance[ch] = Σ(x−mean)²/M (biased), invstd[ch] = 1/sqrt(variance+eps)
@@ -61,14 +101,7 @@ func batchNormForwardTrain(fn string, y, x, r []float32, relu bool, n, c, plane 
 	if n <= 0 || c < 0 || plane <= 0 {
 		panic(fmt.Sprintf("kernels.%s: invalid shape n=%d c=%d plane=%d", fn, n, c, plane))
 	}
-	mustLen(fn, "x", len(x), n*c*plane)
-	mustLen(fn, "y", len(y), n*c*plane)
-	if r != nil {
-		mustLen(fn, "r", len(r), n*c*plane)
-	}
-	for _, s := range [][]float32{gamma, beta, mean, variance, invstd} {
-		mustLen(fn, "per-channel slice", len(s), c)
-	}
+	checkBNForward(fn, y, x, r, n*c*plane, c, gamma, beta, mean, variance, invstd)
 	j := bnJob{v: impl.vec, n: n, plane: plane, stride: c * plane, x: x, y: y,
 		gamma: gamma, beta: beta, eps: eps, mean: mean, variance: variance, invstd: invstd,
 		relu: relu, res: r}
@@ -373,14 +406,7 @@ func batchNormApply(fn string, y, x, r []float32, relu bool, n, c, plane int, me
 	if n < 0 || c < 0 || plane < 0 {
 		panic(fmt.Sprintf("kernels.%s: invalid shape n=%d c=%d plane=%d", fn, n, c, plane))
 	}
-	mustLen(fn, "x", len(x), n*c*plane)
-	mustLen(fn, "y", len(y), n*c*plane)
-	if r != nil {
-		mustLen(fn, "r", len(r), n*c*plane)
-	}
-	mustLen(fn, "mean", len(mean), c)
-	mustLen(fn, "scale", len(scale), c)
-	mustLen(fn, "shift", len(shift), c)
+	checkBNApply(fn, y, x, r, n*c*plane, c, mean, scale, shift)
 	if c == 0 || plane == 0 {
 		return
 	}
@@ -450,20 +476,7 @@ func batchNormBackward(fn string, dx, dy, ry, x []float32, n, c, plane int, mean
 	if n < 0 || c < 0 || plane < 0 {
 		panic(fmt.Sprintf("kernels.%s: invalid shape n=%d c=%d plane=%d", fn, n, c, plane))
 	}
-	mustLen(fn, "x", len(x), n*c*plane)
-	mustLen(fn, "dy", len(dy), n*c*plane)
-	if dx != nil {
-		mustLen(fn, "dx", len(dx), n*c*plane)
-	}
-	for _, s := range [][]float32{mean, invstd, gamma} {
-		mustLen(fn, "per-channel slice", len(s), c)
-	}
-	if dgamma != nil {
-		mustLen(fn, "dgamma", len(dgamma), c)
-	}
-	if dbeta != nil {
-		mustLen(fn, "dbeta", len(dbeta), c)
-	}
+	checkBNBackward(fn, dx, dy, x, n*c*plane, c, mean, invstd, gamma, dgamma, dbeta)
 	j := bnJob{v: impl.vec, n: n, plane: plane, stride: c * plane, x: x, dx: dx, dy: dy,
 		mean: mean, invstd: invstd, gamma: gamma, dgamma: dgamma, dbeta: dbeta,
 		training: training, accumulate: accumulate, relu: ry != nil, ry: ry}

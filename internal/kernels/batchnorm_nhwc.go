@@ -102,14 +102,7 @@ func batchNormForwardTrainNHWC(fn string, y, x, r []float32, relu bool, rows, c 
 	if rows <= 0 || c < 0 {
 		panic(fmt.Sprintf("kernels.%s: invalid shape rows=%d c=%d", fn, rows, c))
 	}
-	mustLen(fn, "x", len(x), rows*c)
-	mustLen(fn, "y", len(y), rows*c)
-	if r != nil {
-		mustLen(fn, "r", len(r), rows*c)
-	}
-	for _, s := range [][]float32{gamma, beta, mean, variance, invstd} {
-		mustLen(fn, "per-channel slice", len(s), c)
-	}
+	checkBNForward(fn, y, x, r, rows*c, c, gamma, beta, mean, variance, invstd)
 	if c == 0 {
 		return
 	}
@@ -165,14 +158,7 @@ func batchNormApplyNHWC(fn string, y, x, r []float32, relu bool, rows, c int, me
 	if rows < 0 || c < 0 {
 		panic(fmt.Sprintf("kernels.%s: invalid shape rows=%d c=%d", fn, rows, c))
 	}
-	mustLen(fn, "x", len(x), rows*c)
-	mustLen(fn, "y", len(y), rows*c)
-	if r != nil {
-		mustLen(fn, "r", len(r), rows*c)
-	}
-	mustLen(fn, "mean", len(mean), c)
-	mustLen(fn, "scale", len(scale), c)
-	mustLen(fn, "shift", len(shift), c)
+	checkBNApply(fn, y, x, r, rows*c, c, mean, scale, shift)
 	if c == 0 || rows == 0 {
 		return
 	}
@@ -218,20 +204,7 @@ func batchNormBackwardNHWC(fn string, dx, dy, ry, x []float32, rows, c int, mean
 	if rows < 0 || c < 0 {
 		panic(fmt.Sprintf("kernels.%s: invalid shape rows=%d c=%d", fn, rows, c))
 	}
-	mustLen(fn, "x", len(x), rows*c)
-	mustLen(fn, "dy", len(dy), rows*c)
-	if dx != nil {
-		mustLen(fn, "dx", len(dx), rows*c)
-	}
-	for _, s := range [][]float32{mean, invstd, gamma} {
-		mustLen(fn, "per-channel slice", len(s), c)
-	}
-	if dgamma != nil {
-		mustLen(fn, "dgamma", len(dgamma), c)
-	}
-	if dbeta != nil {
-		mustLen(fn, "dbeta", len(dbeta), c)
-	}
+	checkBNBackward(fn, dx, dy, x, rows*c, c, mean, invstd, gamma, dgamma, dbeta)
 	if c == 0 {
 		return
 	}
