@@ -167,8 +167,15 @@ func BiasGradNHWC(db, dy []float32) {
 		panic(fmt.Sprintf("kernels.BiasGradNHWC: %d elements are not rows of %d channels", len(dy), c))
 	}
 	rows := len(dy) / c
-	acc := make([]float64, c)
-	blk := make([]float32, c)
+	var accArr [512]float64 // on the stack for up to 512 channels
+	acc := accArr[:]
+	if c > len(acc) {
+		acc = make([]float64, c)
+	}
+	acc = acc[:c]
+	bb := getShared(c) // the vector add's operand: pooled, not on the stack
+	defer putShared(bb)
+	blk := (*bb)[:c]
 	add := impl.vec.add
 	for r0 := 0; r0 < rows; r0 += biasGradBlock {
 		clear(blk)

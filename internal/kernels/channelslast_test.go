@@ -219,3 +219,38 @@ func TestConvNHWCAdd(t *testing.T) {
 		}
 	})
 }
+
+// TestChannelsLastAllocations checks the channels-last passes' allocations
+// once warm: none but the one closure of a parallelFor (as PadNHWC's).
+func TestChannelsLastAllocations(t *testing.T) {
+	r := rand.New(rand.NewPCG(41, 42))
+	g := ConvGeom{N: 8, C: 64, H: 8, W: 8, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 2, StrideW: 2}
+	m := 64
+	x := randSlice(r, g.N*g.C*g.H*g.W)
+	xp := make([]float32, PaddedLen(g))
+	pix := g.N * g.OutH() * g.OutW()
+	dy, w := randSlice(r, pix*m), randSlice(r, m*g.ColRows())
+	dw, dx, db := make([]float32, len(w)), make([]float32, len(x)), make([]float32, m)
+	g1 := g
+	g1.StrideH, g1.StrideW = 1, 1
+	y1 := make([]float32, g.N*g.H*g.W*m)
+	for _, tc := range []struct {
+		name string
+		max  float64
+		f    func()
+	}{
+		{"PadNHWCFromNHWC", 1, func() { PadNHWCFromNHWC(g, x, xp) }},
+		{"AddBiasNHWC", 1, func() { AddBiasNHWC(dy, db) }},
+		{"BiasGradNHWC", 0, func() { BiasGradNHWC(db, dy) }},
+		{"ConvWeightGradNHWCRows", 1, func() { ConvWeightGradNHWCRows(g, xp, dy, m, dw) }},
+		{"ConvInputGradNHWC", 1, func() { ConvInputGradNHWC(g, dy, w, m, dx, true) }},
+		{"ConvNHWCAdd", 0, func() { ConvNHWCAdd(g1, xp, w, m, false, y1) }},
+	} {
+		for range 3 { // let every pool worker take its workspace once
+			tc.f()
+		}
+		if got := testing.AllocsPerRun(10, tc.f); got > tc.max {
+			t.Errorf("%s: %v allocations per call, want at most %v", tc.name, got, tc.max)
+		}
+	}
+}
