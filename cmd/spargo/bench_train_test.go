@@ -162,3 +162,28 @@ func TestBenchTrainTokens(t *testing.T) {
 		}
 	}
 }
+
+// -channels-last trains an image classifier channels-last and says so (the
+// same work per image); a model that reads tokens refuses it.
+func TestBenchTrainChannelsLast(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := dispatch([]string{"bench", "train", "-model", "resnet20", "-batch", "2", "-steps", "1", "-warmup", "0", "-peak", "0", "-channels-last", "-json"}, &out, &errb)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	var res trainResult
+	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+		t.Fatalf("output is not one JSON object: %v\n%s", err, out.String())
+	}
+	if !res.ChannelsLast || res.FLOPsPerImage != float64(3*2*40551040-2*442368) || !(res.ImagesPerS > 0) {
+		t.Errorf("channels_last %v, flops_per_image %v, images_per_s %v", res.ChannelsLast, res.FLOPsPerImage, res.ImagesPerS)
+	}
+	out.Reset()
+	if code := dispatch([]string{"bench", "train", "-model", "vgg11", "-batch", "2", "-steps", "1", "-warmup", "0", "-peak", "0", "-channels-last"}, &out, &errb); code != 0 || !strings.Contains(out.String(), "channels last") {
+		t.Errorf("vgg11 -channels-last: exit %d, output %q", code, out.String())
+	}
+	errb.Reset()
+	if code := dispatch([]string{"bench", "train", "-model", "lstm-ptb-small", "-channels-last"}, &out, &errb); code == 0 || !strings.Contains(errb.String(), "-channels-last") || !strings.Contains(errb.String(), "reads tokens") {
+		t.Errorf("lstm -channels-last: exit %d, stderr %q", code, errb.String())
+	}
+}
