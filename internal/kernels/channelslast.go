@@ -159,34 +159,34 @@ const biasGradBlock = 256
 
 // BiasGradNHWC adds the column sums of dy, rows of len(db) channels, to db:
 // the bias gradient of a channels-last layer. Each block of biasGradBlock
-// rows is summed in float32 in row order and the blocks' sums are added in
-// float64 in block order: deterministic.
+// rows is summed in float32 in row order (the blocks in parallel) and the
+// blocks' sums are added in float64 in block order: deterministic, the same
+// for every goroutine count.
 func BiasGradNHWC(db, dy []float32) {
 	c := len(db)
 	if c == 0 || len(dy)%c != 0 {
 		panic(fmt.Sprintf("kernels.BiasGradNHWC: %d elements are not rows of %d channels", len(dy), c))
 	}
 	rows := len(dy) / c
-	var accArr [512]float64 // on the stack for up to 512 channels
-	acc := accArr[:]
-	if c > len(acc) {
-		acc = make([]float64, c)
-	}
-	acc = acc[:c]
-	bb := getShared(c) // the vector add's operand: pooled, not on the stack
-	defer putShared(bb)
-	blk := (*bb)[:c]
+	blocks := (rows + biasGradBlock - 1) / biasGradBlock
+	pb := getShared(blocks * c)
+	defer putShared(pb)
+	part := (*pb)[:blocks*c]
 	add := impl.vec.add
-	for r0 := 0; r0 < rows; r0 += biasGradBlock {
-		clear(blk)
-		for r := r0; r < min(r0+biasGradBlock, rows); r++ {
-			add(blk, blk, dy[r*c:(r+1)*c])
+	parallelFor(blocks, biasGradBlock*c, func(lo, hi int) {
+		for b := lo; b < hi; b++ {
+			blk := part[b*c : (b+1)*c]
+			clear(blk)
+			for r := b * biasGradBlock; r < min((b+1)*biasGradBlock, rows); r++ {
+				add(blk, blk, dy[r*c:(r+1)*c])
+			}
 		}
-		for ch, v := range blk {
-			acc[ch] += float64(v)
+	})
+	for ch := range c {
+		var acc float64
+		for b := range blocks {
+			acc += float64(part[b*c+ch])
 		}
-	}
-	for ch, v := range acc {
-		db[ch] += float32(v)
+		db[ch] += float32(acc)
 	}
 }

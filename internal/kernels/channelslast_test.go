@@ -159,11 +159,12 @@ func TestConvInputGradNHWC(t *testing.T) {
 	})
 }
 
-// TestBiasNHWC checks AddBiasNHWC and BiasGradNHWC against float64 sums.
+// TestBiasNHWC checks AddBiasNHWC and BiasGradNHWC against float64 sums,
+// and BiasGradNHWC's bits on 1 and 3 goroutines.
 func TestBiasNHWC(t *testing.T) {
 	forEachImpl(t, func(t *testing.T) {
 		r := rand.New(rand.NewPCG(37, 38))
-		for _, s := range [][2]int{{1, 1}, {7, 3}, {1000, 16}, {513, 64}} {
+		for _, s := range [][2]int{{1, 1}, {7, 3}, {1000, 16}, {513, 64}, {5000, 40}} {
 			rows, c := s[0], s[1]
 			y := randSlice(r, rows*c)
 			bias := randSlice(r, c)
@@ -176,7 +177,12 @@ func TestBiasNHWC(t *testing.T) {
 			}
 			db := randSlice(r, c)
 			db0 := append([]float32(nil), db...)
-			BiasGradNHWC(db, y)
+			withProcs(3, func() { BiasGradNHWC(db, y) })
+			db1 := append([]float32(nil), db0...)
+			withProcs(1, func() { BiasGradNHWC(db1, y) })
+			if i := bitDiff(db1, db); i >= 0 {
+				t.Fatalf("BiasGradNHWC %v: 1 and 3 goroutines differ at %d", s, i)
+			}
 			for ch := range c {
 				want, mag := float64(db0[ch]), math.Abs(float64(db0[ch]))
 				for q := range rows {
@@ -241,7 +247,7 @@ func TestChannelsLastAllocations(t *testing.T) {
 	}{
 		{"PadNHWCFromNHWC", 1, func() { PadNHWCFromNHWC(g, x, xp) }},
 		{"AddBiasNHWC", 1, func() { AddBiasNHWC(dy, db) }},
-		{"BiasGradNHWC", 0, func() { BiasGradNHWC(db, dy) }},
+		{"BiasGradNHWC", 1, func() { BiasGradNHWC(db, dy) }},
 		{"ConvWeightGradNHWCRows", 1, func() { ConvWeightGradNHWCRows(g, xp, dy, m, dw) }},
 		{"ConvInputGradNHWC", 1, func() { ConvInputGradNHWC(g, dy, w, m, dx, true) }},
 		{"ConvNHWCAdd", 0, func() { ConvNHWCAdd(g1, xp, w, m, false, y1) }},
