@@ -67,29 +67,21 @@ func (c *Conv2d) Forward(x *Var) *Var {
 	if x.broken {
 		return t.fail([]int{1, c.Out, 1, 1}, nil)
 	}
+	g, failed := c.geometry(x)
+	if failed != nil {
+		return failed
+	}
+	w, b, inputs := c.params(x)
 	if c.ChannelsLast {
-		return c.forwardNHWC(x)
+		return c.forwardNHWC(x, g, w, b, inputs)
 	}
-	if len(s) != 4 || s[1] != c.In {
-		return t.failf([]int{1, c.Out, 1, 1}, "nn.Conv2d(%d→%d, k%d): input shape %v, want [N %d H W]", c.In, c.Out, c.Kernel, s, c.In)
-	}
-	g := kernels.ConvGeom{N: s[0], C: s[1], H: s[2], W: s[3], KH: c.Kernel, KW: c.Kernel,
-		PadH: c.Padding, PadW: c.Padding, StrideH: c.Stride, StrideW: c.Stride}
 	oh, ow := g.OutH(), g.OutW()
-	if oh <= 0 || ow <= 0 || c.Stride <= 0 {
-		return t.failf([]int{1, c.Out, 1, 1}, "nn.Conv2d(%d→%d, k%d, stride %d, pad %d): input %v gives an empty output", c.In, c.Out, c.Kernel, c.Stride, c.Padding, s)
-	}
 	n, plane := s[0], oh*ow
 	kdim, cols := g.ColRows(), g.ColCols()
-	w := t.Param(c.Weight)
 	xd := x.Value.Data
 	y := t.newVar(t.tensor([]int{n, c.Out, oh, ow}), false)
-	inputs := []*Var{x, w}
-	var b *Var
 	var bias []float32
-	if c.Bias != nil {
-		b = t.Param(c.Bias)
-		inputs = append(inputs, b)
+	if b != nil {
 		bias = b.Value.Data
 	}
 	// out[Out, N·plane] is scratch for the backward pass's dyᵀ, and the
@@ -181,28 +173,50 @@ func (c *Conv2d) inputGrad(t *Tape, g kernels.ConvGeom, w, dy, dyT, dx []float32
 	kernels.Col2im(g, dcol, dx)
 }
 
-// forwardNHWC is Forward with ChannelsLast: x is [N, H, W, In], the result
-// [N, OH, OW, Out].
-func (c *Conv2d) forwardNHWC(x *Var) *Var {
-	t := x.tape
-	s := x.Value.Shape
-	if len(s) != 4 || s[3] != c.In {
-		return t.failf([]int{1, 1, 1, c.Out}, "nn.Conv2d(%d→%d, k%d, channels last): input shape %v, want [N H W %d]", c.In, c.Out, c.Kernel, s, c.In)
+// geometry checks x's shape against c (in c's layout) and returns the
+// convolution's geometry, or the result of the failed op.
+func (c *Conv2d) geometry(x *Var) (kernels.ConvGeom, *Var) {
+	t, s := x.tape, x.Value.Shape
+	fail, layout := []int{1, c.Out, 1, 1}, ""
+	if c.ChannelsLast {
+		fail, layout = []int{1, 1, 1, c.Out}, ", channels last"
 	}
-	g := kernels.ConvGeom{N: s[0], C: c.In, H: s[1], W: s[2], KH: c.Kernel, KW: c.Kernel,
+	var g kernels.ConvGeom
+	switch {
+	case c.ChannelsLast && (len(s) != 4 || s[3] != c.In):
+		return g, t.failf(fail, "nn.Conv2d(%d→%d, k%d, channels last): input shape %v, want [N H W %d]", c.In, c.Out, c.Kernel, s, c.In)
+	case !c.ChannelsLast && (len(s) != 4 || s[1] != c.In):
+		return g, t.failf(fail, "nn.Conv2d(%d→%d, k%d): input shape %v, want [N %d H W]", c.In, c.Out, c.Kernel, s, c.In)
+	}
+	g = kernels.ConvGeom{N: s[0], C: c.In, H: s[2], W: s[3], KH: c.Kernel, KW: c.Kernel,
 		PadH: c.Padding, PadW: c.Padding, StrideH: c.Stride, StrideW: c.Stride}
-	oh, ow := g.OutH(), g.OutW()
-	if oh <= 0 || ow <= 0 || c.Stride <= 0 {
-		return t.failf([]int{1, 1, 1, c.Out}, "nn.Conv2d(%d→%d, k%d, stride %d, pad %d, channels last): input %v gives an empty output", c.In, c.Out, c.Kernel, c.Stride, c.Padding, s)
+	if c.ChannelsLast {
+		g.H, g.W = s[1], s[2]
 	}
-	w := t.Param(c.Weight)
-	y := t.newVar(t.tensor([]int{s[0], oh, ow, c.Out}), false)
-	inputs := []*Var{x, w}
-	var b *Var
+	if g.OutH() <= 0 || g.OutW() <= 0 || c.Stride <= 0 {
+		return g, t.failf(fail, "nn.Conv2d(%d→%d, k%d, stride %d, pad %d%s): input %v gives an empty output", c.In, c.Out, c.Kernel, c.Stride, c.Padding, layout, s)
+	}
+	return g, nil
+}
+
+// params records c's weight and bias (nil without one) on x's tape and
+// returns them with the op's inputs.
+func (c *Conv2d) params(x *Var) (w, b *Var, inputs []*Var) {
+	w = x.tape.Param(c.Weight)
+	inputs = []*Var{x, w}
 	if c.Bias != nil {
-		b = t.Param(c.Bias)
+		b = x.tape.Param(c.Bias)
 		inputs = append(inputs, b)
 	}
+	return w, b, inputs
+}
+
+// forwardNHWC is Forward with ChannelsLast: x is [N, H, W, In], the result
+// [N, OH, OW, Out].
+func (c *Conv2d) forwardNHWC(x *Var, g kernels.ConvGeom, w, b *Var, inputs []*Var) *Var {
+	t := x.tape
+	oh, ow := g.OutH(), g.OutW()
+	y := t.newVar(t.tensor([]int{g.N, oh, ow, c.Out}), false)
 	xp := padNHWC(t, g, x.Value.Data)
 	kernels.ConvNHWC(g, xp, w.Value.Data, c.Out, false, y.Value.Data)
 	if b != nil {
