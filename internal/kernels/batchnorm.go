@@ -19,9 +19,7 @@ import (
 // the passes: the forward pass that writes y rectifies it, the backward passes mask dy
 // with y > 0 as they read it. Every path (small planes, per-plane vecOps, the planes
 // kernels) does the unfused kernels' arithmetic in their order, so the fused results
-// are bit-identical to the composition's on every implementation (the AVX-512 path,
-// which has no fused vector kernels, runs its unfused per-plane kernels on each plane
-// while it is in cache).
+// are bit-identical to the composition's on every implementation.
 
 // smallPlane is the plane size below which the per-plane vector kernels are
 // not worth their call overhead; blocked portable loops are used instead.
@@ -212,16 +210,7 @@ func (j *bnJob) affinePlane(off int, mu, a, b float32) {
 	if j.res != nil {
 		r = j.res[off:end]
 	}
-	if v.affineRelu != nil {
-		v.affineRelu(dst, x, r, mu, a, b)
-		return
-	}
-	// The unfused passes on the plane (still in cache): affine, add, rectifier.
-	v.affine(dst, x, mu, a, b)
-	if r != nil {
-		v.add(dst, dst, r)
-	}
-	v.reluFwd(dst, dst)
+	v.affineRelu(dst, x, r, mu, a, b)
 }
 
 // forwardTrainPlanes is forwardTrain with each pass over a channel's planes in a
@@ -520,26 +509,16 @@ func (j *bnJob) backward(lo, hi int) {
 	}
 	n, plane, stride, x, dx, dy, v := j.n, j.plane, j.stride, j.x, j.dx, j.dy, j.v
 	needStats := j.dgamma != nil || j.dbeta != nil || (dx != nil && j.training)
-	var g []float32 // the masked plane of the composed ReLU kernels
-	if j.relu && (v.dyStatsRelu == nil || v.bnBwdRelu == nil) {
-		sp := bnScratchBuf(plane)
-		defer bnScratch.Put(sp)
-		g = *sp
-	}
 	for ch := lo; ch < hi; ch++ {
 		mu := j.mean[ch]
 		var sdy, sdyc float64 // Σdy, Σdy·(x−mu)
 		if needStats {
 			for i, off := 0, ch*plane; i < n; i, off = i+1, off+stride {
 				var a, b float32
-				switch end := off + plane; {
-				case !j.relu:
-					a, b = v.dyStats(dy[off:end], x[off:end], mu)
-				case g == nil:
+				if end := off + plane; j.relu {
 					a, b = v.dyStatsRelu(dy[off:end], j.ry[off:end], x[off:end], mu)
-				default:
-					v.reluBwdSet(g, j.ry[off:end], dy[off:end])
-					a, b = v.dyStats(g, x[off:end], mu)
+				} else {
+					a, b = v.dyStats(dy[off:end], x[off:end], mu)
 				}
 				sdy += float64(a)
 				sdyc += float64(b)
@@ -550,14 +529,10 @@ func (j *bnJob) backward(lo, hi int) {
 			continue
 		}
 		for i, off := 0, ch*plane; i < n; i, off = i+1, off+stride {
-			switch end := off + plane; {
-			case !j.relu:
-				v.bnBwd(dx[off:end], dy[off:end], x[off:end], mu, a, b, c, j.accumulate)
-			case g == nil:
+			if end := off + plane; j.relu {
 				v.bnBwdRelu(dx[off:end], dy[off:end], j.ry[off:end], x[off:end], mu, a, b, c, j.accumulate)
-			default:
-				v.reluBwdSet(g, j.ry[off:end], dy[off:end])
-				v.bnBwd(dx[off:end], g, x[off:end], mu, a, b, c, j.accumulate)
+			} else {
+				v.bnBwd(dx[off:end], dy[off:end], x[off:end], mu, a, b, c, j.accumulate)
 			}
 		}
 	}
@@ -672,7 +647,7 @@ func (j *bnJob) backwardSmall(lo, hi int) {
 }
 
 // bnScratch holds the buffers the fused ReLU backward passes mask dy into (a block
-// row of small planes, a plane on the composed per-plane path), pooled so that the
+// row of small planes), pooled so that the
 // kernels allocate nothing in the steady state.
 var bnScratch = sync.Pool{New: func() any { return new([]float32) }}
 

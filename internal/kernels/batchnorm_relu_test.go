@@ -15,17 +15,19 @@ var bnReluShapes = append(append([][3]int(nil), bnShapes...),
 	[3]int{1, 3, 1024}, [3]int{4, 2, 1024}, [3]int{32, 2, 1024}, [3]int{16, 3, 196})
 
 // forEachReluPath runs f with every implementation this machine runs, then with
-// each of their vector tables stripped of the fused ReLU kernels and the planes
-// kernels ("-composed": the AVX-512 path's structure, where batchnorm.go composes the
-// unfused per-plane kernels).
+// each of their vector tables stripped of the planes kernels ("-perplane": the
+// generic path's structure, one kernel call per plane, with that table's kernels).
 func forEachReluPath(t *testing.T, f func(t *testing.T)) {
 	forEachImpl(t, f)
 	for _, name := range availableImpls() {
-		t.Run(name+"-composed", func(t *testing.T) {
+		if implTable[name].vec.bnPlanes == nil {
+			continue // already per plane
+		}
+		t.Run(name+"-perplane", func(t *testing.T) {
 			defer setImpl(name)()
 			g := *impl
 			v := *g.vec
-			v.affineRelu, v.dyStatsRelu, v.bnBwdRelu, v.bnPlanes = nil, nil, nil, nil
+			v.bnPlanes = nil
 			g.vec = &v
 			old := impl
 			impl = &g

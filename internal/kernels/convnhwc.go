@@ -111,8 +111,8 @@ func padNHWCChannels(px, img []float32, from, c, hw, y, w int) {
 // dst instead of overwriting it when accumulate is set (dst + (src + bias),
 // or dst + src without a bias). With at least a tile of pixels and a
 // multiple of the tile in channels it transposes 16×16 (AVX-512) or 8×8
-// (AVX2) tiles in registers (through a scratch block when accumulating),
-// otherwise eight channels at a time. Parallel.
+// (AVX2; on AVX-512 too where 16 does not fit) tiles in registers (through a
+// scratch block when accumulating), otherwise eight channels at a time. Parallel.
 func NHWCToNCHW(dst, src []float32, n, plane, c int, bias []float32, accumulate bool) {
 	layoutCheck("NHWCToNCHW", dst, src, c, n, plane)
 	if bias != nil && len(bias) != c {
@@ -120,7 +120,7 @@ func NHWCToNCHW(dst, src []float32, n, plane, c int, bias []float32, accumulate 
 	}
 	v := impl.vec
 	tr, ts := v.transpose16, 16
-	if tr == nil {
+	if tr == nil || c%16 != 0 || plane < 16 {
 		tr, ts = v.transpose8, 8
 	}
 	if tr == nil || c%ts != 0 || plane < ts {

@@ -56,7 +56,7 @@ type vecOps struct {
 	bnBwd      func(dst, dy, x []float32, mu, a, b, c float32, acc bool) // dst (+)= a·dy + b·(x−mu) + c
 	// The fused BatchNorm+ReLU passes, bit-identical to the passes above followed by
 	// the rectifier (forward: add's residual first) or preceded by reluBwdSet's masking
-	// (backward). nil (the AVX-512 path): batchnorm.go composes those passes per plane.
+	// (backward).
 	affineRelu  func(dst, x, r []float32, mu, a, b float32)                  // dst = max((x−mu)·a + b + r, 0); r nil: no r
 	dyStatsRelu func(dy, y, x []float32, mu float32) (float32, float32)      // dyStats of g = dy where y > 0, else 0
 	bnBwdRelu   func(dst, dy, y, x []float32, mu, a, b, c float32, acc bool) // bnBwd of that g
@@ -80,7 +80,7 @@ type vecOps struct {
 	// transpose16 writes dst[(16b+j)·ldd+i] = src[i·lds+16b+j] for i, j < 16,
 	// b < blocks (nil: callers use scalar loops).
 	transpose16 func(dst []float32, ldd int, src []float32, lds, blocks int)
-	// transpose8 is transpose16 for 8×8 tiles (the AVX2 path; nil elsewhere).
+	// transpose8 is transpose16 for 8×8 tiles (the AVX2 and AVX-512 paths; nil: scalar loops).
 	transpose8 func(dst []float32, ldd int, src []float32, lds, blocks int)
 	// pack8 writes dst[(16b+p)·8+r] = src[r·lds+16b+p] for r < 8, p < 16, b < blocks:
 	// eight rows of A in the 8-row micro-kernel's sliver layout (nil: a Go loop).

@@ -64,12 +64,21 @@
 // from the CPU features reported by golang.org/x/sys/cpu:
 //
 //	avx512  8×32 AVX-512F micro-kernel in Go assembly, plus AVX-512
-//	        elementwise kernels (amd64; needs AVX512F, AVX512VL, BMI2)
+//	        elementwise kernels (amd64; needs AVX512F, AVX512VL, BMI2) and,
+//	        where it has none of its own, the AVX2 ones: BatchNorm (NCHW and
+//	        channels-last, fused with ReLU), the channels-last max-pool
+//	        window, the 8×8 transposes
 //	avx2    6×16 AVX2+FMA micro-kernel in Go assembly (amd64; AVX2, FMA),
 //	        the indirect convolution kernels, BatchNorm's per-plane passes,
 //	        the ReLU, add, mul, scale, axpy and 8×8 transpose passes, and
 //	        the exponential, GELU, LSTM-cell and LayerNorm row kernels
 //	generic portable pure-Go 4×8 micro-kernel (all architectures)
+//
+// Every table fills every entry its callers do not check for nil
+// (TestImplTablesComplete checks them all, also those this CPU cannot run), and
+// the tests run each driver with the AVX-512 structure (8×32 tile, its packing
+// and transpose routes) in kernels any AVX2 machine runs (avx512-shaped in
+// emulate_amd64_test.go), so the AVX-512 path's Go code is tested without AVX-512.
 //
 // The other elementwise functions (dot, sum, the optimizers' updates) use pure
 // Go except on the avx512 path.

@@ -7,21 +7,6 @@ package kernels
 // reluBwdSetAVX512 computes dx[i] = dy[i] where y[i] > 0, else 0, for i < n (AVX-512F).
 func reluBwdSetAVX512(dx *float32, y *float32, dy *float32, n int)
 
-// sumSqDevAVX512 returns sum (x[i]-mu)² for i < n (AVX-512F); fixed summation order.
-func sumSqDevAVX512(x *float32, n int, mu float32) float32
-
-// dyStatsAVX512 returns sum dy[i] and sum dy[i]*(x[i]-mu) for i < n (AVX-512F); fixed summation order.
-func dyStatsAVX512(dy *float32, x *float32, n int, mu float32) (sdy float32, sdyc float32)
-
-// affineAVX512 computes dst[i] = (x[i]-mu)*a + b for i < n (AVX-512F, fused multiply-add).
-func affineAVX512(dst *float32, x *float32, n int, mu float32, a float32, b float32)
-
-// bnBwdSetAVX512 computes dst[i] = a*dy[i] + (b*(x[i]-mu) + c) for i < n (AVX-512F).
-func bnBwdSetAVX512(dst *float32, dy *float32, x *float32, n int, mu float32, a float32, b float32, c float32)
-
-// bnBwdAccAVX512 computes dst[i] += a*dy[i] + (b*(x[i]-mu) + c) for i < n (AVX-512F).
-func bnBwdAccAVX512(dst *float32, dy *float32, x *float32, n int, mu float32, a float32, b float32, c float32)
-
 // sgdMomAVX512 applies d = grad + wd*w; buf = mom*buf + damp*d; w -= lr*buf for i < n (AVX-512F).
 func sgdMomAVX512(w *float32, grad *float32, buf *float32, n int, lr float32, wd float32, mom float32, damp float32)
 

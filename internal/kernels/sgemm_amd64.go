@@ -72,7 +72,17 @@ func archImpls() []*gemmImpl { return []*gemmImpl{avx512Impl, avx2Impl} }
 var avx512Vec = func() *vecOps {
 	v := avx512VecBase
 	avx512Elem.install(&v)
-	v.bnNHWC = bnNHWCAVX2 // AVX2 assembly: every AVX-512 CPU runs it
+	// Where the AVX-512 path has no kernel of its own, the AVX2 one (every AVX-512
+	// CPU runs AVX2 and FMA): BatchNorm's passes, NCHW and channels-last, with their
+	// fused ReLU and residual forms and the several-plane calls, the channels-last
+	// max-pool window and the 8×8 transposes (maps whose width is a multiple of 8
+	// but not of 16). The BatchNorm family comes whole from one instruction set, so
+	// the fused and unfused passes give the same bits as on the avx2 path.
+	a := avx2Vec
+	v.sumSqDev, v.dyStats, v.affine, v.bnBwd = a.sumSqDev, a.dyStats, a.affine, a.bnBwd
+	v.affineRelu, v.dyStatsRelu, v.bnBwdRelu = a.affineRelu, a.dyStatsRelu, a.bnBwdRelu
+	v.bnPlanes, v.bnNHWC = a.bnPlanes, a.bnNHWC
+	v.maxPoolWindow, v.transpose8 = a.maxPoolWindow, a.transpose8
 	return &v
 }()
 
@@ -123,33 +133,6 @@ var avx512VecBase = vecOps{
 	reluBwdSet: func(dx, y, dy []float32) {
 		if len(dx) > 0 {
 			reluBwdSetAVX512(&dx[0], &y[0], &dy[0], len(dx))
-		}
-	},
-	sumSqDev: func(x []float32, mu float32) float32 {
-		if len(x) == 0 {
-			return 0
-		}
-		return sumSqDevAVX512(&x[0], len(x), mu)
-	},
-	dyStats: func(dy, x []float32, mu float32) (float32, float32) {
-		if len(dy) == 0 {
-			return 0, 0
-		}
-		return dyStatsAVX512(&dy[0], &x[0], len(dy), mu)
-	},
-	affine: func(dst, x []float32, mu, a, b float32) {
-		if len(dst) > 0 {
-			affineAVX512(&dst[0], &x[0], len(dst), mu, a, b)
-		}
-	},
-	bnBwd: func(dst, dy, x []float32, mu, a, b, c float32, acc bool) {
-		if len(dst) == 0 {
-			return
-		}
-		if acc {
-			bnBwdAccAVX512(&dst[0], &dy[0], &x[0], len(dst), mu, a, b, c)
-		} else {
-			bnBwdSetAVX512(&dst[0], &dy[0], &x[0], len(dst), mu, a, b, c)
 		}
 	},
 	gather32: func(dst, src []float32, rows, srcStep int, idx *[32]int32) {

@@ -6,18 +6,13 @@ import (
 	"github.com/mmcloughlin/avo/reg"
 )
 
-// Layer kernels (BatchNorm, ReLU backward, SGD, max-pool, and mathvec.go's
+// Layer kernels (ReLU backward, SGD, max-pool, and mathvec.go's
 // exponential, softmax and GELU kernels), emitted with -layers
 // into layers_amd64.s / layers_stub_amd64.go. All AVX-512F, but for the AVX2
 // kernels that follow genMathVecAVX2.
 
 func genLayers() {
 	genReluBwdSet()
-	genSumSqDev()
-	genDyStats()
-	genAffine()
-	genBNBwd(false)
-	genBNBwd(true)
 	genSGD(avx512, false)
 	genSGD(avx512, true)
 	genSGDPlain(avx512)
@@ -99,99 +94,6 @@ func genReluBwdSet() {
 		VCMPPS(U8(0x1e), zero, zy, kp) // y > 0 (GT_OQ)
 		VMOVUPS_Z(Mem{Base: dy, Disp: off}, kp, zd)
 		store(zd, mask, Mem{Base: dx, Disp: off})
-	})
-	VZEROUPPER()
-	RET()
-}
-
-func genSumSqDev() {
-	const name = "sumSqDevAVX512"
-	TEXT(name, NOSPLIT, "func(x *float32, n int, mu float32) float32")
-	Doc(name + " returns sum (x[i]-mu)² for i < n (AVX-512F); fixed summation order.")
-	x, n := gp("x"), gp("n")
-	zmu := bcast("mu")
-	acc := zeroed(4)
-	stream(name, n, []reg.GPVirtual{x}, func(off int, mask reg.Register) {
-		z := acc[off/64]
-		zx, d := ZMM(), ZMM()
-		load(Mem{Base: x, Disp: off}, mask, zx)
-		if mask == nil {
-			VSUBPS(zmu, zx, d)
-		} else {
-			VSUBPS_Z(zmu, zx, mask, d)
-		}
-		VFMADD231PS(d, d, z)
-	})
-	reduce4(acc, 0)
-	VZEROUPPER()
-	RET()
-}
-
-func genDyStats() {
-	const name = "dyStatsAVX512"
-	TEXT(name, NOSPLIT, "func(dy, x *float32, n int, mu float32) (sdy, sdyc float32)")
-	Doc(name + " returns sum dy[i] and sum dy[i]*(x[i]-mu) for i < n (AVX-512F); fixed summation order.")
-	dy, x, n := gp("dy"), gp("x"), gp("n")
-	zmu := bcast("mu")
-	s, t := zeroed(4), zeroed(4)
-	stream(name, n, []reg.GPVirtual{dy, x}, func(off int, mask reg.Register) {
-		zg, zx, d := ZMM(), ZMM(), ZMM()
-		load(Mem{Base: dy, Disp: off}, mask, zg)
-		load(Mem{Base: x, Disp: off}, mask, zx)
-		if mask == nil {
-			VSUBPS(zmu, zx, d)
-		} else {
-			VSUBPS_Z(zmu, zx, mask, d)
-		}
-		VADDPS(zg, s[off/64], s[off/64])
-		VFMADD231PS(d, zg, t[off/64])
-	})
-	reduce4(s, 0)
-	reduce4(t, 1)
-	VZEROUPPER()
-	RET()
-}
-
-func genAffine() {
-	const name = "affineAVX512"
-	TEXT(name, NOSPLIT, "func(dst, x *float32, n int, mu, a, b float32)")
-	Doc(name + " computes dst[i] = (x[i]-mu)*a + b for i < n (AVX-512F, fused multiply-add).")
-	d, x, n := gp("dst"), gp("x"), gp("n")
-	zmu, za, zb := bcast("mu"), bcast("a"), bcast("b")
-	stream(name, n, []reg.GPVirtual{d, x}, func(off int, mask reg.Register) {
-		zx := ZMM()
-		load(Mem{Base: x, Disp: off}, mask, zx)
-		VSUBPS(zmu, zx, zx)
-		VFMADD213PS(zb, za, zx) // zx = a*(x-mu) + b
-		store(zx, mask, Mem{Base: d, Disp: off})
-	})
-	VZEROUPPER()
-	RET()
-}
-
-func genBNBwd(acc bool) {
-	name := "bnBwdSetAVX512"
-	op := "="
-	if acc {
-		name, op = "bnBwdAccAVX512", "+="
-	}
-	TEXT(name, NOSPLIT, "func(dst, dy, x *float32, n int, mu, a, b, c float32)")
-	Doc(name + " computes dst[i] " + op + " a*dy[i] + (b*(x[i]-mu) + c) for i < n (AVX-512F).")
-	d, dy, x, n := gp("dst"), gp("dy"), gp("x"), gp("n")
-	zmu, za, zb, zc := bcast("mu"), bcast("a"), bcast("b"), bcast("c")
-	stream(name, n, []reg.GPVirtual{d, dy, x}, func(off int, mask reg.Register) {
-		zx, zg := ZMM(), ZMM()
-		load(Mem{Base: x, Disp: off}, mask, zx)
-		load(Mem{Base: dy, Disp: off}, mask, zg)
-		VSUBPS(zmu, zx, zx)
-		VFMADD213PS(zc, zb, zx) // b*(x-mu) + c
-		VFMADD231PS(zg, za, zx) // + a*dy
-		if acc {
-			zd := ZMM()
-			load(Mem{Base: d, Disp: off}, mask, zd)
-			VADDPS(zd, zx, zx)
-		}
-		store(zx, mask, Mem{Base: d, Disp: off})
 	})
 	VZEROUPPER()
 	RET()

@@ -1,0 +1,83 @@
+package kernels
+
+import "golang.org/x/sys/cpu"
+
+// avx512Shaped is the AVX-512 implementation's structure in kernels this machine
+// runs: its 8×32 tile and blocking with portable micro-kernels (kernelGeneric,
+// indirectGeneric, bIndirectGeneric), and its vector table's routes (the 32-wide
+// weight gather, the 16×16 transposes, the 8-row packer) through Go loops that
+// follow those entries' contracts, the other entries being the AVX2 table's (which
+// the AVX-512 table shares for BatchNorm, pooling and the 8×8 transposes). On a CPU
+// without AVX-512 the drivers' 8×32 paths (packing, edges, the channels-last
+// convolutions) would otherwise never run; forEachImpl runs every test with it.
+// The bits differ from the real AVX-512 path's (no fused multiply-adds in the
+// micro-kernel, AVX2's reductions); the tests hold both to the same references.
+// nil where the AVX2 kernels cannot run.
+var avx512Shaped = func() *gemmImpl {
+	if !cpu.X86.HasAVX2 || !cpu.X86.HasFMA {
+		return nil
+	}
+	p := *avx512Impl
+	p.name = "avx512-shaped"
+	p.kernel = kernelGeneric(p.mr, p.nr)
+	p.indirect = indirectGeneric
+	p.bIndirect = func(k int, a, x []float32, base int, offs []int, c []float32, ldc int, beta float32) {
+		bIndirectGeneric(8, 32, k, a, x, base, offs, c, ldc, beta)
+	}
+	v := *avx2Vec
+	v.pack6, v.packT6 = nil, nil // the six-row slivers: not this tile's
+	v.gather32 = func(dst, src []float32, rows, srcStep int, idx *[32]int32) {
+		for i := range rows {
+			for q, o := range idx {
+				dst[32*i+q] = src[i*srcStep+int(o)]
+			}
+		}
+	}
+	v.transpose16 = func(dst []float32, ldd int, src []float32, lds, blocks int) {
+		for b := range blocks {
+			for i := range 16 {
+				for j := range 16 {
+					dst[(16*b+j)*ldd+i] = src[i*lds+16*b+j]
+				}
+			}
+		}
+	}
+	v.pack8 = func(dst, src []float32, lds, blocks int) {
+		for p := range 16 * blocks {
+			for r := range 8 {
+				dst[p*8+r] = src[r*lds+p]
+			}
+		}
+	}
+	p.vec = &v
+	return &p
+}()
+
+// kernelGeneric is the portable micro-kernel for an mr×nr tile (mr ≤ 8, nr ≤ 32;
+// see gemmImpl.kernel).
+func kernelGeneric(mr, nr int) func(k int, a, b, c []float32, ldc int, alpha, beta float32) {
+	return func(k int, a, b, c []float32, ldc int, alpha, beta float32) {
+		var acc [8 * 32]float32
+		for p := range k {
+			bp := b[p*nr : p*nr+nr]
+			for r, av := range a[p*mr : p*mr+mr] {
+				row := acc[r*nr : r*nr+nr]
+				for q, bv := range bp {
+					row[q] += av * bv
+				}
+			}
+		}
+		for r := range mr {
+			row := c[r*ldc : r*ldc+nr]
+			for q := range row {
+				if beta == 0 {
+					row[q] = alpha * acc[r*nr+q]
+				} else {
+					row[q] = alpha*acc[r*nr+q] + beta*row[q]
+				}
+			}
+		}
+	}
+}
+
+func init() { shapedImpls = append(shapedImpls, avx512Shaped) }
