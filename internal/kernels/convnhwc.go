@@ -328,9 +328,9 @@ func convNHWC(name string, g ConvGeom, xp, w []float32, m int, flip bool, y []fl
 	j := convJobPool.Get().(*convJob)
 	*j = convJob{p: p, g: g, hp: hp, wp: wp, x: xp, w: w, flip: flip, m: m, y: y,
 		taps: taps, pix: pix, oh: g.OutH(), ow: g.OutW(), accumulate: accumulate}
-	j.kernel = p.indirect
+	j.kernel, j.narrow = p.indirect, p.indirectNarrow
 	if j.kernel == nil {
-		j.kernel = indirectGeneric
+		j.kernel, j.narrow = indirectGeneric, indirectGenericNarrow
 	}
 	j.execute()
 }
@@ -342,17 +342,28 @@ type indirectKernel func(p *gemmImpl, taps, clen int, x []float32, base int, off
 
 // indirectGeneric is the portable indirect micro-kernel for any tile size.
 func indirectGeneric(p *gemmImpl, taps, clen int, x []float32, base int, offs []int, b, c []float32, ldc int, beta float32) {
-	mr, nr := p.mr, p.nr
+	indirectGenericCols(p.mr, p.nr, p.nr, taps, clen, x, base, offs, b, c, ldc, beta)
+}
+
+// indirectGenericNarrow is indirectGeneric for the tile's first nr/2 columns
+// (gemmImpl.indirectNarrow).
+func indirectGenericNarrow(p *gemmImpl, taps, clen int, x []float32, base int, offs []int, b, c []float32, ldc int, beta float32) {
+	indirectGenericCols(p.mr, p.nr, p.nr/2, taps, clen, x, base, offs, b, c, ldc, beta)
+}
+
+// indirectGenericCols computes the first cols columns of an mr×nr indirect tile
+// (B packed nr wide; mr ≤ 8, nr ≤ 32).
+func indirectGenericCols(mr, nr, cols, taps, clen int, x []float32, base int, offs []int, b, c []float32, ldc int, beta float32) {
 	var acc [8 * 32]float32
 	for r := range mr {
-		a := acc[r*nr : (r+1)*nr]
+		a := acc[r*cols : (r+1)*cols]
 		clear(a)
 		for t := range taps {
 			o := base + offs[t*mr+r]
 			row := x[o : o+clen]
 			bt := b[t*clen*nr:]
 			for q, v := range row {
-				bq := bt[q*nr : q*nr+nr]
+				bq := bt[q*nr : q*nr+cols]
 				for jj := range a {
 					a[jj] += v * bq[jj]
 				}
@@ -360,8 +371,8 @@ func indirectGeneric(p *gemmImpl, taps, clen int, x []float32, base int, offs []
 		}
 	}
 	for r := range mr {
-		row := c[r*ldc : r*ldc+nr]
-		a := acc[r*nr : (r+1)*nr]
+		row := c[r*ldc : r*ldc+cols]
+		a := acc[r*cols : (r+1)*cols]
 		if beta == 0 {
 			copy(row, a)
 		} else {
@@ -377,6 +388,7 @@ func indirectGeneric(p *gemmImpl, taps, clen int, x []float32, base int, offs []
 type convJob struct {
 	p              *gemmImpl
 	kernel         indirectKernel
+	narrow         indirectKernel // kernel for the first nr/2 columns only (nil: kernel)
 	g              ConvGeom
 	hp, wp         int // padded image height and width
 	x, w, y        []float32
@@ -758,17 +770,23 @@ func (j *convJob) compute(ws *convWorkspace, m0, m1, s0, s1 int) {
 		for s := s0; s < s1; s++ {
 			bsl := j.bp[koff*j.nPad+s*nr*kcl : koff*j.nPad+(s+1)*nr*kcl]
 			cols := min(nr, j.m-s*nr)
+			// A sliver of at most half a tile's columns (16 output channels on
+			// AVX-512) through the narrow kernel: half the FMAs, the same bits.
+			kern, width := j.kernel, nr
+			if cols <= nr/2 && j.narrow != nil {
+				kern, width = j.narrow, nr/2
+			}
 			for r0 := m0; r0 < m1; r0 += mr {
 				grp := (r0 - m0) / mr
 				tab := offs[(grp*runs+t0)*mr : (grp*runs+t0+nt)*mr]
 				rows := min(mr, m1-r0)
 				off := r0*j.m + s*nr
-				if rows == mr && cols == nr {
-					j.kernel(p, nt, cl, j.x, c0, tab, bsl, j.y[off:], j.m, beta)
+				if rows == mr && cols == width {
+					kern(p, nt, cl, j.x, c0, tab, bsl, j.y[off:], j.m, beta)
 					continue
 				}
 				t := ws.tile
-				j.kernel(p, nt, cl, j.x, c0, tab, bsl, t, nr, 0)
+				kern(p, nt, cl, j.x, c0, tab, bsl, t, nr, 0)
 				for r := range rows {
 					row := j.y[off+r*j.m : off+r*j.m+cols]
 					tr := t[r*nr : r*nr+cols]

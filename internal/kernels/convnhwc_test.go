@@ -55,7 +55,7 @@ func TestConvNHWC(t *testing.T) {
 	forEachImpl(t, func(t *testing.T) {
 		r := rand.New(rand.NewPCG(7, 8))
 		for _, g := range convNHWCCases {
-			for _, m := range []int{1, 5, 40, 64} {
+			for _, m := range []int{1, 5, 16, 40, 48, 64} {
 				for _, flip := range []bool{false, true} {
 					name := fmt.Sprintf("%+v m=%d flip=%v", g, m, flip)
 					x := randSlice(r, g.N*g.C*g.H*g.W)
@@ -98,6 +98,48 @@ func TestConvNHWC(t *testing.T) {
 							if math.Abs(float64(v)+b-want[i]) > 1e-5*(mag[i]+1) {
 								t.Fatalf("%s (bias %v): element %d = %v, want %v", name, withBias, i, v, want[i]-b)
 							}
+						}
+					}
+				}
+			}
+		}
+	})
+}
+
+// TestConvNHWCNarrow: the slivers of at most half a tile's output channels
+// (the narrow kernel, in place or through the scratch tile, written or added)
+// give the bits of the full-width kernel, on every implementation.
+func TestConvNHWCNarrow(t *testing.T) {
+	forEachImpl(t, func(t *testing.T) {
+		if impl.indirectNarrow == nil {
+			t.Fatalf("%s has no narrow indirect kernel", impl.name)
+		}
+		wide := *impl
+		wide.indirectNarrow = nil
+		r := rand.New(rand.NewPCG(11, 12))
+		half := impl.nr / 2
+		for _, g := range convNHWCCases {
+			for _, m := range []int{half - 3, half, impl.nr + half, 2*impl.nr + 1} {
+				for _, flip := range []bool{false, true} {
+					xp := randSlice(r, PaddedLen(g))
+					w := randSlice(r, m*g.ColRows())
+					pix := g.N * g.OutH() * g.OutW()
+					y0 := randSlice(r, pix*m)
+					var out [2][2][]float32 // [narrow, wide][written, added]
+					for k, p := range []*gemmImpl{impl, &wide} {
+						func() {
+							old := impl
+							impl = p
+							defer func() { impl = old }()
+							out[k][0] = make([]float32, pix*m)
+							ConvNHWC(g, xp, w, m, flip, out[k][0])
+							out[k][1] = append([]float32(nil), y0...)
+							ConvNHWCAdd(g, xp, w, m, flip, out[k][1])
+						}()
+					}
+					for a, what := range []string{"ConvNHWC", "ConvNHWCAdd"} {
+						if i := firstBitDiff(out[0][a], out[1][a]); i >= 0 {
+							t.Fatalf("%s %+v m=%d flip=%v: element %d = %v narrow, %v wide", what, g, m, flip, i, out[0][a][i], out[1][a][i])
 						}
 					}
 				}

@@ -22,6 +22,11 @@ type gemmImpl struct {
 	// indirect is the indirect-GEMM micro-kernel of ConvNHWC (nil: the
 	// convolution layers keep the implicit-im2col GEMM).
 	indirect indirectKernel
+	// indirectNarrow is indirect for the tile's first nr/2 columns, B still packed nr
+	// wide: an output-channel sliver that ends half way through the tile (16 channels
+	// on AVX-512) costs half the FMAs and needs no scratch tile; bit-identical to
+	// indirect's columns (nil: indirect through a scratch tile).
+	indirectNarrow indirectKernel
 	// bIndirect is the weight-gradient micro-kernel of ConvWeightGradNHWC:
 	// C = A·B + beta·C with A packed and row p of B the nr floats at
 	// x[base+offs[p]:] (nil: B is packed by packNHWCT).

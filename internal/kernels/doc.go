@@ -47,6 +47,10 @@
 // never packed, only the weights are (AVX-512 gathers), and NHWCToNCHW brings
 // the [N·OH·OW, M] result back to NCHW with the bias. ConvWeightGradNHWC reads
 // the same padded copy, its B rows in place through the bIndirect micro-kernel.
+// An output-channel sliver of at most half a tile (16 channels on AVX-512, 8 on
+// AVX2) goes through a narrow form of the indirect kernel that computes only
+// those columns, with the same bits: ResNet's 16-channel layers, forward and input
+// gradient, had spent half their AVX-512 FMAs on zero padding.
 // The layout transposes run in registers (16×16 on AVX-512, 8×8 on AVX2).
 // On AVX2 this path made a ResNet-20 training step about 4× faster than the
 // implicit-im2col GEMMs, whose packing had taken 43 % of the step. UseConvNHWC says

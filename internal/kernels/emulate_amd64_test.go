@@ -4,7 +4,7 @@ import "golang.org/x/sys/cpu"
 
 // avx512Shaped is the AVX-512 implementation's structure in kernels this machine
 // runs: its 8×32 tile and blocking with portable micro-kernels (kernelGeneric,
-// indirectGeneric, bIndirectGeneric), and its vector table's routes (the 32-wide
+// indirectGeneric and its narrow form, bIndirectGeneric), and its vector table's routes (the 32-wide
 // weight gather, the 16×16 transposes, the 8-row packer) through Go loops that
 // follow those entries' contracts, the other entries being the AVX2 table's (which
 // the AVX-512 table shares for BatchNorm, pooling and the 8×8 transposes). On a CPU
@@ -20,7 +20,7 @@ var avx512Shaped = func() *gemmImpl {
 	p := *avx512Impl
 	p.name = "avx512-shaped"
 	p.kernel = kernelGeneric(p.mr, p.nr)
-	p.indirect = indirectGeneric
+	p.indirect, p.indirectNarrow = indirectGeneric, indirectGenericNarrow
 	p.bIndirect = func(k int, a, x []float32, base int, offs []int, c []float32, ldc int, beta float32) {
 		bIndirectGeneric(8, 32, k, a, x, base, offs, c, ldc, beta)
 	}

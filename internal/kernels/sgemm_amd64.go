@@ -16,7 +16,7 @@ var avx512Impl = &gemmImpl{
 	mr:   8, nr: 32,
 	mc: 256, kc: 256, nc: 4096,
 	kernel:   wrapKernel(sgemmKernelAVX512x8),
-	indirect: indirectAVX512,
+	indirect: indirectAVX512, indirectNarrow: indirectAVX512n,
 	bIndirect: func(k int, a, x []float32, base int, offs []int, c []float32, ldc int, beta float32) {
 		_, _ = a[8*k-1], offs[k-1]
 		sgemmBIndirectAVX512x8(k, &a[0], &x[base], &offs[0], &c[0], ldc, beta)
@@ -37,7 +37,7 @@ var avx2Impl = &gemmImpl{
 	mr:   6, nr: 16,
 	mc: 192, kc: 256, nc: 4096,
 	kernel:   wrapKernel(sgemmKernelAVX2),
-	indirect: indirectAVX2,
+	indirect: indirectAVX2, indirectNarrow: indirectAVX2n,
 	bIndirect: func(k int, a, x []float32, base int, offs []int, c []float32, ldc int, beta float32) {
 		_, _ = a[6*k-1], offs[k-1]
 		sgemmBIndirectAVX2x6(k, &a[0], &x[base], &offs[0], &c[0], ldc, beta)
@@ -64,6 +64,18 @@ var avx2Impl = &gemmImpl{
 func indirectAVX2(_ *gemmImpl, taps, clen int, x []float32, base int, offs []int, b, c []float32, ldc int, beta float32) {
 	_ = offs[taps*6-1]
 	sgemmIndirectAVX2x6(taps, clen, &x[base], &offs[0], &b[0], &c[0], ldc, beta)
+}
+
+// indirectAVX512n and indirectAVX2n adapt the narrow kernels (the tile's first
+// 16 and 8 columns) likewise.
+func indirectAVX512n(_ *gemmImpl, taps, clen int, x []float32, base int, offs []int, b, c []float32, ldc int, beta float32) {
+	_ = offs[taps*8-1]
+	sgemmIndirectAVX512x8n(taps, clen, &x[base], &offs[0], &b[0], &c[0], ldc, beta)
+}
+
+func indirectAVX2n(_ *gemmImpl, taps, clen int, x []float32, base int, offs []int, b, c []float32, ldc int, beta float32) {
+	_ = offs[taps*6-1]
+	sgemmIndirectAVX2x6n(taps, clen, &x[base], &offs[0], &b[0], &c[0], ldc, beta)
 }
 
 func archImpls() []*gemmImpl { return []*gemmImpl{avx512Impl, avx2Impl} }

@@ -6,7 +6,7 @@ var genericImpl = &gemmImpl{
 	mr:   4, nr: 8,
 	mc: 128, kc: 256, nc: 2048,
 	kernel:   kernelGeneric4x8,
-	indirect: indirectGeneric,
+	indirect: indirectGeneric, indirectNarrow: indirectGenericNarrow,
 	bIndirect: func(k int, a, x []float32, base int, offs []int, c []float32, ldc int, beta float32) {
 		bIndirectGeneric(4, 8, k, a, x, base, offs, c, ldc, beta)
 	},

@@ -10,6 +10,9 @@ func sgemmKernelAVX512x8(k int, a *float32, b *float32, c *float32, ldc int, alp
 // sgemmIndirectAVX512x8 computes an 8×32 tile C = A·B + beta·C where A's rows are read through an offset table (AVX-512F).
 func sgemmIndirectAVX512x8(taps int, clen int, base *float32, offs *int, b *float32, c *float32, ldc int, beta float32)
 
+// sgemmIndirectAVX512x8n computes the first 16 columns of an 8×32 tile (B packed 32 wide) C = A·B + beta·C where A's rows are read through an offset table (AVX-512F).
+func sgemmIndirectAVX512x8n(taps int, clen int, base *float32, offs *int, b *float32, c *float32, ldc int, beta float32)
+
 // gather32AVX512 writes dst[32·i+q] = src[i·srcStep+idx[q]] for i < rows, q < 32 (AVX-512F gathers).
 func gather32AVX512(dst *float32, src *float32, rows int, srcStep int, idx *int32)
 
@@ -28,6 +31,9 @@ func sgemmKernelAVX2(k int, a *float32, b *float32, c *float32, ldc int, alpha f
 
 // sgemmIndirectAVX2x6 computes an 6×16 tile C = A·B + beta·C where A's rows are read through an offset table (AVX2+FMA).
 func sgemmIndirectAVX2x6(taps int, clen int, base *float32, offs *int, b *float32, c *float32, ldc int, beta float32)
+
+// sgemmIndirectAVX2x6n computes the first 8 columns of an 6×16 tile (B packed 16 wide) C = A·B + beta·C where A's rows are read through an offset table (AVX2+FMA).
+func sgemmIndirectAVX2x6n(taps int, clen int, base *float32, offs *int, b *float32, c *float32, ldc int, beta float32)
 
 // sgemmBIndirectAVX2x6 computes an 6×16 tile C = A·B + beta·C where B's rows are read through an offset table (AVX2+FMA).
 func sgemmBIndirectAVX2x6(k int, a *float32, base *float32, offs *int, c *float32, ldc int, beta float32)

@@ -33,17 +33,32 @@ var (
 // (element offsets into a padded NHWC image: one output pixel's input
 // window, channel-contiguous per kernel tap). B is packed like the SGEMM
 // kernel's: taps·clen groups of nr floats.
-func genIndirect(isa vecISA) {
-	mr, nr := isa.mr, 2*isa.bytes/4
+//
+// With narrow set it emits sgemmIndirect<suffix>n, the same for the tile's first
+// vector of columns only (nr/2), B still packed nr floats a group: the sliver of
+// a layer whose output channels end half way through a tile (16 of AVX-512's 32:
+// every sliver of ResNet's 16-channel layers, forward and input gradient) costs
+// half the FMAs and is written in place instead of through a scratch tile.
+func genIndirect(isa vecISA, narrow bool) {
+	mr, nr, nv := isa.mr, 2*isa.bytes/4, 2
 	name := "sgemmIndirect" + isa.suffix
+	what := fmt.Sprintf("an %d×%d tile", mr, nr)
+	if narrow {
+		nv, name = 1, name+"n"
+		what = fmt.Sprintf("the first %d columns of an %d×%d tile (B packed %d wide)", nr/2, mr, nr, nr)
+	}
 	TEXT(name, NOSPLIT, "func(taps, clen int, base *float32, offs *int, b, c *float32, ldc int, beta float32)")
-	Doc(fmt.Sprintf("%s computes an %d×%d tile C = A·B + beta·C where A's rows are read through an offset table (%s).", name, mr, nr, isa.doc))
+	Doc(fmt.Sprintf("%s computes %s C = A·B + beta·C where A's rows are read through an offset table (%s).", name, what, isa.doc))
 	taps := Load(Param("taps"), GP64())
 	offs := Load(Param("offs"), GP64())
 	b := Load(Param("b"), GP64())
 
-	acc := zeroAccumulators(mr, isa.alloc, isa.zero)
-	b0, b1, abc := isa.alloc(), isa.alloc(), isa.alloc()
+	acc := zeroAccumulators(mr, nv, isa.alloc, isa.zero)
+	bv := make([]reg.VecVirtual, nv)
+	for v := range bv {
+		bv[v] = isa.alloc()
+	}
+	abc := isa.alloc()
 	rows := make([]reg.GPVirtual, mr)
 	for r := range rows {
 		rows[r] = GP64()
@@ -62,12 +77,14 @@ func genIndirect(isa vecISA) {
 	XORQ(idx, idx)
 	Load(Param("clen"), n)
 	step := func(u int) {
-		VMOVUPS(Mem{Base: b, Disp: u * nr * 4}, b0)
-		VMOVUPS(Mem{Base: b, Disp: u*nr*4 + isa.bytes}, b1)
+		for v, bvec := range bv {
+			VMOVUPS(Mem{Base: b, Disp: u*nr*4 + v*isa.bytes}, bvec)
+		}
 		for r := range mr {
 			VBROADCASTSS(Mem{Base: rows[r], Index: idx, Scale: 1, Disp: u * 4}, abc)
-			VFMADD231PS(abc, b0, acc[r][0])
-			VFMADD231PS(abc, b1, acc[r][1])
+			for v, bvec := range bv {
+				VFMADD231PS(abc, bvec, acc[r][v])
+			}
 		}
 	}
 	kLoop(name, n, "_next", step, func(count int) {
@@ -83,7 +100,7 @@ func genIndirect(isa vecISA) {
 	c := Load(Param("c"), GP64())
 	ldc := Load(Param("ldc"), GP64())
 	SHLQ(U8(2), ldc)
-	storeTile(name, acc, c, ldc, b1, isa.bytes)
+	storeTile(name, acc, c, ldc, bv[nv-1], isa.bytes)
 }
 
 // genGather32AVX512 emits gather32AVX512, the weight packer of ConvNHWC: for
@@ -221,7 +238,7 @@ func genBIndirect(isa vecISA, rows int) {
 	a := Load(Param("a"), GP64())
 	base := Load(Param("base"), GP64())
 	offs := Load(Param("offs"), GP64())
-	acc := zeroAccumulators(rows, isa.alloc, isa.zero)
+	acc := zeroAccumulators(rows, 2, isa.alloc, isa.zero)
 	b0, b1, abc := isa.alloc(), isa.alloc(), isa.alloc()
 	row := GP64()
 	step := func(u int) {

@@ -44,13 +44,15 @@ func main() {
 	// embedded-broadcast FMAs were 5-15% slower. Other shapes can be
 	// re-measured by emitting them here and using BenchmarkTune.
 	genAVX512(8, false)
-	genIndirect(isaAVX512)
+	genIndirect(isaAVX512, false)
+	genIndirect(isaAVX512, true)
 	genGather32AVX512()
 	genTranspose16AVX512()
 	genPack8AVX512()
 	genBIndirect(isaAVX512, isaAVX512.mr)
 	genAVX2()
-	genIndirect(isaAVX2)
+	genIndirect(isaAVX2, false)
+	genIndirect(isaAVX2, true)
 	genBIndirect(isaAVX2, isaAVX2.mr)
 	genBIndirect(isaAVX2, 4)
 	genBIndirect(isaAVX2, 2)
@@ -86,7 +88,7 @@ func genAVX512(mr int, bcast bool) {
 	ldc := Load(Param("ldc"), GP64())
 	SHLQ(U8(2), ldc)
 
-	acc := zeroAccumulators(mr, ZMM, VPXORD)
+	acc := zeroAccumulators(mr, 2, ZMM, VPXORD)
 	b0, b1 := ZMM(), ZMM()
 	var abc reg.VecVirtual
 	if !bcast {
@@ -134,7 +136,7 @@ func genAVX2() {
 	c := Load(Param("c"), GP64())
 	ldc := Load(Param("ldc"), GP64())
 	SHLQ(U8(2), ldc)
-	acc := zeroAccumulators(mr, YMM, VXORPS)
+	acc := zeroAccumulators(mr, 2, YMM, VXORPS)
 	b0, b1, ab := YMM(), YMM(), YMM()
 	step := func(u int) {
 		VMOVUPS(Mem{Base: b, Disp: u * nr * 4}, b0)
@@ -160,9 +162,9 @@ func genAVX2() {
 }
 
 // storeTile emits a kernel's epilogue: C = acc, or C = acc + beta·C when
-// beta != 0, for the rows of acc (two vectors of half bytes each) at c with
-// row stride ldc bytes; bv is a free vector register. Then VZEROUPPER; RET.
-func storeTile(name string, acc [][2]reg.VecVirtual, c, ldc reg.Register, bv reg.VecVirtual, half int) {
+// beta != 0, for the rows of acc (vectors of width bytes each, side by side) at c
+// with row stride ldc bytes; bv is a free vector register. Then VZEROUPPER; RET.
+func storeTile(name string, acc [][]reg.VecVirtual, c, ldc reg.Register, bv reg.VecVirtual, width int) {
 	// beta == 0 (either sign) overwrites C without reading it.
 	betaBits := GP32()
 	MOVL(paramAddr("beta"), betaBits)
@@ -171,8 +173,9 @@ func storeTile(name string, acc [][2]reg.VecVirtual, c, ldc reg.Register, bv reg
 	p := GP64()
 	MOVQ(c, p)
 	for r := range acc {
-		VMOVUPS(acc[r][0], Mem{Base: p})
-		VMOVUPS(acc[r][1], Mem{Base: p, Disp: half})
+		for v, a := range acc[r] {
+			VMOVUPS(a, Mem{Base: p, Disp: v * width})
+		}
 		if r < len(acc)-1 {
 			ADDQ(ldc, p)
 		}
@@ -183,10 +186,12 @@ func storeTile(name string, acc [][2]reg.VecVirtual, c, ldc reg.Register, bv reg
 	Label(name + "_beta")
 	VBROADCASTSS(paramAddr("beta"), bv)
 	for r := range acc {
-		VFMADD231PS(Mem{Base: c}, bv, acc[r][0])
-		VFMADD231PS(Mem{Base: c, Disp: half}, bv, acc[r][1])
-		VMOVUPS(acc[r][0], Mem{Base: c})
-		VMOVUPS(acc[r][1], Mem{Base: c, Disp: half})
+		for v, a := range acc[r] {
+			VFMADD231PS(Mem{Base: c, Disp: v * width}, bv, a)
+		}
+		for v, a := range acc[r] {
+			VMOVUPS(a, Mem{Base: c, Disp: v * width})
+		}
 		if r < len(acc)-1 {
 			ADDQ(ldc, c)
 		}
@@ -228,14 +233,16 @@ func kLoop(name string, n reg.Register, done string, step func(u int), advance f
 	JMP(LabelRef(name + "_tail"))
 }
 
-// zeroAccumulators returns mr pairs of zeroed accumulator registers (zero
+// zeroAccumulators returns mr rows of nv zeroed accumulator registers (zero
 // emits the zeroing instruction: VPXORD for zmm, VXORPS for ymm).
-func zeroAccumulators(mr int, alloc func() reg.VecVirtual, zero func(ops ...Op)) [][2]reg.VecVirtual {
-	acc := make([][2]reg.VecVirtual, mr)
+func zeroAccumulators(mr, nv int, alloc func() reg.VecVirtual, zero func(ops ...Op)) [][]reg.VecVirtual {
+	acc := make([][]reg.VecVirtual, mr)
 	for r := range acc {
-		acc[r] = [2]reg.VecVirtual{alloc(), alloc()}
-		zero(acc[r][0], acc[r][0], acc[r][0])
-		zero(acc[r][1], acc[r][1], acc[r][1])
+		acc[r] = make([]reg.VecVirtual, nv)
+		for v := range acc[r] {
+			acc[r][v] = alloc()
+			zero(acc[r][v], acc[r][v], acc[r][v])
+		}
 	}
 	return acc
 }
