@@ -28,13 +28,14 @@ type gemmImpl struct {
 	// indirect's columns (nil: indirect through a scratch tile).
 	indirectNarrow indirectKernel
 	// bIndirect is the weight-gradient micro-kernel of ConvWeightGradNHWC:
-	// C = A·B + beta·C with A packed and row p of B the nr floats at
-	// x[base+offs[p]:] (nil: B is packed by packNHWCT).
-	bIndirect func(k int, a, x []float32, base int, offs []int, c []float32, ldc int, beta float32)
+	// C = A·B + beta·C with A packed and row p of B the nr/2 floats at
+	// x[base+offs[p]:] followed by the nr/2 at x[base+split+offs[p]:] (nil: B is
+	// packed by packNHWCT).
+	bIndirect func(k int, a, x []float32, base, split int, offs []int, c []float32, ldc int, beta float32)
 	// bIndirectRows is bIndirect for the first rows rows of the tile only (an
 	// edge of M); it reports false for a row count it has no kernel for (nil:
 	// none), and the edge goes through a scratch tile.
-	bIndirectRows func(rows, k int, a, x []float32, base int, offs []int, c []float32, ldc int, beta float32) bool
+	bIndirectRows func(rows, k int, a, x []float32, base, split int, offs []int, c []float32, ldc int, beta float32) bool
 	// vec holds the elementwise / reduction kernels paired with this path.
 	vec *vecOps
 	// half holds the binary16 conversions (half.go): F16C on the amd64 paths when the

@@ -21,8 +21,8 @@ var avx512Shaped = func() *gemmImpl {
 	p.name = "avx512-shaped"
 	p.kernel = kernelGeneric(p.mr, p.nr)
 	p.indirect, p.indirectNarrow = indirectGeneric, indirectGenericNarrow
-	p.bIndirect = func(k int, a, x []float32, base int, offs []int, c []float32, ldc int, beta float32) {
-		bIndirectGeneric(8, 32, k, a, x, base, offs, c, ldc, beta)
+	p.bIndirect = func(k int, a, x []float32, base, split int, offs []int, c []float32, ldc int, beta float32) {
+		bIndirectGeneric(8, 32, k, a, x, base, split, offs, c, ldc, beta)
 	}
 	v := *avx2Vec
 	v.pack6, v.packT6 = nil, nil // the six-row slivers: not this tile's

@@ -468,11 +468,15 @@ func (j *gemmJob) macro(ws *workspace, pa, pb []float32, offs []int, ic, mc, jc,
 	for jr := 0; jr < nc; jr += nr {
 		nrr := min(nr, nc-jr)
 		var bp []float32
-		base := 0
+		base, split := 0, 0
 		if indirect {
-			col := jc + jr
-			t := col / j.geom.C
-			base = ((t/j.geom.KW)*j.geom.W+t%j.geom.KW)*j.geom.C + col%j.geom.C
+			// The sliver's two halves, each a run of channels of one tap (C is a
+			// multiple of nr/2); an edge of at most half a sliver reads its first
+			// half twice (the copy keeps only its columns).
+			base = j.nhwcColumn(jc + jr)
+			if nrr > nr/2 {
+				split = j.nhwcColumn(jc+jr+nr/2) - base
+			}
 		} else {
 			bp = pb[jr*kc : jr*kc+nr*kc]
 		}
@@ -482,19 +486,19 @@ func (j *gemmJob) macro(ws *workspace, pa, pb []float32, offs []int, ic, mc, jc,
 			off := (ic+ir)*ldc + jc + jr
 			if mrr == mr && nrr == nr {
 				if indirect {
-					p.bIndirect(kc, ap, j.x, base, offs, c[off:], ldc, beta)
+					p.bIndirect(kc, ap, j.x, base, split, offs, c[off:], ldc, beta)
 				} else {
 					kern(kc, ap, bp, c[off:], ldc, alpha, beta)
 				}
 				continue
 			}
-			if indirect && nrr == nr && p.bIndirectRows != nil && p.bIndirectRows(mrr, kc, ap, j.x, base, offs, c[off:], ldc, beta) {
+			if indirect && nrr == nr && p.bIndirectRows != nil && p.bIndirectRows(mrr, kc, ap, j.x, base, split, offs, c[off:], ldc, beta) {
 				continue
 			}
 			// Edge tile: compute into the scratch tile, then merge.
 			t := ws.tile
 			if indirect {
-				p.bIndirect(kc, ap, j.x, base, offs, t, nr, 0)
+				p.bIndirect(kc, ap, j.x, base, split, offs, t, nr, 0)
 			} else {
 				kern(kc, ap, bp, t, nr, alpha, 0)
 			}
@@ -511,6 +515,15 @@ func (j *gemmJob) macro(ws *workspace, pa, pb []float32, offs []int, ic, mc, jc,
 			}
 		}
 	}
+}
+
+// nhwcColumn is the element offset, from a pixel's corner in the padded NHWC
+// image, of column col of B = im2col(x)ᵀ (nhwcIndirectB; columns in (kh, kw, c)
+// order).
+func (j *gemmJob) nhwcColumn(col int) int {
+	g := j.geom
+	t := col / g.C
+	return ((t/g.KW)*g.W+t%g.KW)*g.C + col%g.C
 }
 
 // srcKind says where the B operand comes from.

@@ -17,9 +17,9 @@ var avx512Impl = &gemmImpl{
 	mc: 256, kc: 256, nc: 4096,
 	kernel:   wrapKernel(sgemmKernelAVX512x8),
 	indirect: indirectAVX512, indirectNarrow: indirectAVX512n,
-	bIndirect: func(k int, a, x []float32, base int, offs []int, c []float32, ldc int, beta float32) {
+	bIndirect: func(k int, a, x []float32, base, split int, offs []int, c []float32, ldc int, beta float32) {
 		_, _ = a[8*k-1], offs[k-1]
-		sgemmBIndirectAVX512x8(k, &a[0], &x[base], &offs[0], &c[0], ldc, beta)
+		sgemmBIndirectAVX512x8(k, &a[0], &x[base], split, &offs[0], &c[0], ldc, beta)
 	},
 	vec:  avx512Vec,
 	half: amd64Half,
@@ -38,11 +38,11 @@ var avx2Impl = &gemmImpl{
 	mc: 192, kc: 256, nc: 4096,
 	kernel:   wrapKernel(sgemmKernelAVX2),
 	indirect: indirectAVX2, indirectNarrow: indirectAVX2n,
-	bIndirect: func(k int, a, x []float32, base int, offs []int, c []float32, ldc int, beta float32) {
+	bIndirect: func(k int, a, x []float32, base, split int, offs []int, c []float32, ldc int, beta float32) {
 		_, _ = a[6*k-1], offs[k-1]
-		sgemmBIndirectAVX2x6(k, &a[0], &x[base], &offs[0], &c[0], ldc, beta)
+		sgemmBIndirectAVX2x6(k, &a[0], &x[base], split, &offs[0], &c[0], ldc, beta)
 	},
-	bIndirectRows: func(rows, k int, a, x []float32, base int, offs []int, c []float32, ldc int, beta float32) bool {
+	bIndirectRows: func(rows, k int, a, x []float32, base, split int, offs []int, c []float32, ldc int, beta float32) bool {
 		f := sgemmBIndirectAVX2x6r4
 		switch rows {
 		case 4:
@@ -52,7 +52,7 @@ var avx2Impl = &gemmImpl{
 			return false
 		}
 		_, _, _ = a[6*k-1], offs[k-1], c[(rows-1)*ldc+15]
-		f(k, &a[0], &x[base], &offs[0], &c[0], ldc, beta)
+		f(k, &a[0], &x[base], split, &offs[0], &c[0], ldc, beta)
 		return true
 	},
 	vec:  avx2Vec,

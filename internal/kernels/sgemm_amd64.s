@@ -1141,13 +1141,16 @@ pack8AVX512_done:
 	VZEROUPPER
 	RET
 
-// func sgemmBIndirectAVX512x8(k int, a *float32, base *float32, offs *int, c *float32, ldc int, beta float32)
+// func sgemmBIndirectAVX512x8(k int, a *float32, base *float32, split int, offs *int, c *float32, ldc int, beta float32)
 // Requires: AVX, AVX512F
-TEXT ·sgemmBIndirectAVX512x8(SB), NOSPLIT, $0-52
+TEXT ·sgemmBIndirectAVX512x8(SB), NOSPLIT, $0-60
 	MOVQ   k+0(FP), AX
 	MOVQ   a+8(FP), CX
 	MOVQ   base+16(FP), DX
-	MOVQ   offs+24(FP), BX
+	MOVQ   split+24(FP), BX
+	SHLQ   $0x02, BX
+	ADDQ   DX, BX
+	MOVQ   offs+32(FP), SI
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
@@ -1168,9 +1171,9 @@ TEXT ·sgemmBIndirectAVX512x8(SB), NOSPLIT, $0-52
 sgemmBIndirectAVX512x8_loop4:
 	CMPQ         AX, $0x04
 	JL           sgemmBIndirectAVX512x8_tail
-	MOVQ         (BX), SI
-	VMOVUPS      (DX)(SI*4), Z16
-	VMOVUPS      64(DX)(SI*4), Z17
+	MOVQ         (SI), DI
+	VMOVUPS      (DX)(DI*4), Z16
+	VMOVUPS      (BX)(DI*4), Z17
 	VBROADCASTSS (CX), Z18
 	VFMADD231PS  Z18, Z16, Z0
 	VFMADD231PS  Z18, Z17, Z1
@@ -1195,9 +1198,9 @@ sgemmBIndirectAVX512x8_loop4:
 	VBROADCASTSS 28(CX), Z18
 	VFMADD231PS  Z18, Z16, Z14
 	VFMADD231PS  Z18, Z17, Z15
-	MOVQ         8(BX), SI
-	VMOVUPS      (DX)(SI*4), Z16
-	VMOVUPS      64(DX)(SI*4), Z17
+	MOVQ         8(SI), DI
+	VMOVUPS      (DX)(DI*4), Z16
+	VMOVUPS      (BX)(DI*4), Z17
 	VBROADCASTSS 32(CX), Z18
 	VFMADD231PS  Z18, Z16, Z0
 	VFMADD231PS  Z18, Z17, Z1
@@ -1222,9 +1225,9 @@ sgemmBIndirectAVX512x8_loop4:
 	VBROADCASTSS 60(CX), Z18
 	VFMADD231PS  Z18, Z16, Z14
 	VFMADD231PS  Z18, Z17, Z15
-	MOVQ         16(BX), SI
-	VMOVUPS      (DX)(SI*4), Z16
-	VMOVUPS      64(DX)(SI*4), Z17
+	MOVQ         16(SI), DI
+	VMOVUPS      (DX)(DI*4), Z16
+	VMOVUPS      (BX)(DI*4), Z17
 	VBROADCASTSS 64(CX), Z18
 	VFMADD231PS  Z18, Z16, Z0
 	VFMADD231PS  Z18, Z17, Z1
@@ -1249,9 +1252,9 @@ sgemmBIndirectAVX512x8_loop4:
 	VBROADCASTSS 92(CX), Z18
 	VFMADD231PS  Z18, Z16, Z14
 	VFMADD231PS  Z18, Z17, Z15
-	MOVQ         24(BX), SI
-	VMOVUPS      (DX)(SI*4), Z16
-	VMOVUPS      64(DX)(SI*4), Z17
+	MOVQ         24(SI), DI
+	VMOVUPS      (DX)(DI*4), Z16
+	VMOVUPS      (BX)(DI*4), Z17
 	VBROADCASTSS 96(CX), Z18
 	VFMADD231PS  Z18, Z16, Z0
 	VFMADD231PS  Z18, Z17, Z1
@@ -1277,16 +1280,16 @@ sgemmBIndirectAVX512x8_loop4:
 	VFMADD231PS  Z18, Z16, Z14
 	VFMADD231PS  Z18, Z17, Z15
 	ADDQ         $0x00000080, CX
-	ADDQ         $0x20, BX
+	ADDQ         $0x20, SI
 	SUBQ         $0x04, AX
 	JMP          sgemmBIndirectAVX512x8_loop4
 
 sgemmBIndirectAVX512x8_tail:
 	TESTQ        AX, AX
 	JE           sgemmBIndirectAVX512x8_store
-	MOVQ         (BX), SI
-	VMOVUPS      (DX)(SI*4), Z16
-	VMOVUPS      64(DX)(SI*4), Z17
+	MOVQ         (SI), DI
+	VMOVUPS      (DX)(DI*4), Z16
+	VMOVUPS      (BX)(DI*4), Z17
 	VBROADCASTSS (CX), Z18
 	VFMADD231PS  Z18, Z16, Z0
 	VFMADD231PS  Z18, Z17, Z1
@@ -1312,15 +1315,15 @@ sgemmBIndirectAVX512x8_tail:
 	VFMADD231PS  Z18, Z16, Z14
 	VFMADD231PS  Z18, Z17, Z15
 	ADDQ         $0x00000020, CX
-	ADDQ         $0x08, BX
+	ADDQ         $0x08, SI
 	DECQ         AX
 	JMP          sgemmBIndirectAVX512x8_tail
 
 sgemmBIndirectAVX512x8_store:
-	MOVQ    c+32(FP), AX
-	MOVQ    ldc+40(FP), CX
+	MOVQ    c+40(FP), AX
+	MOVQ    ldc+48(FP), CX
 	SHLQ    $0x02, CX
-	MOVL    beta+48(FP), DX
+	MOVL    beta+56(FP), DX
 	ANDL    $0x7fffffff, DX
 	JNZ     sgemmBIndirectAVX512x8_beta
 	VMOVUPS Z0, (AX)
@@ -1350,7 +1353,7 @@ sgemmBIndirectAVX512x8_store:
 	RET
 
 sgemmBIndirectAVX512x8_beta:
-	VBROADCASTSS beta+48(FP), Z17
+	VBROADCASTSS beta+56(FP), Z17
 	VFMADD231PS  (AX), Z17, Z0
 	VFMADD231PS  64(AX), Z17, Z1
 	VMOVUPS      Z0, (AX)
@@ -1994,13 +1997,16 @@ sgemmIndirectAVX2x6n_beta:
 	VZEROUPPER
 	RET
 
-// func sgemmBIndirectAVX2x6(k int, a *float32, base *float32, offs *int, c *float32, ldc int, beta float32)
+// func sgemmBIndirectAVX2x6(k int, a *float32, base *float32, split int, offs *int, c *float32, ldc int, beta float32)
 // Requires: AVX, FMA3
-TEXT ·sgemmBIndirectAVX2x6(SB), NOSPLIT, $0-52
+TEXT ·sgemmBIndirectAVX2x6(SB), NOSPLIT, $0-60
 	MOVQ   k+0(FP), AX
 	MOVQ   a+8(FP), CX
 	MOVQ   base+16(FP), DX
-	MOVQ   offs+24(FP), BX
+	MOVQ   split+24(FP), BX
+	SHLQ   $0x02, BX
+	ADDQ   DX, BX
+	MOVQ   offs+32(FP), SI
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -2017,9 +2023,9 @@ TEXT ·sgemmBIndirectAVX2x6(SB), NOSPLIT, $0-52
 sgemmBIndirectAVX2x6_loop4:
 	CMPQ         AX, $0x04
 	JL           sgemmBIndirectAVX2x6_tail
-	MOVQ         (BX), SI
-	VMOVUPS      (DX)(SI*4), Y12
-	VMOVUPS      32(DX)(SI*4), Y13
+	MOVQ         (SI), DI
+	VMOVUPS      (DX)(DI*4), Y12
+	VMOVUPS      (BX)(DI*4), Y13
 	VBROADCASTSS (CX), Y14
 	VFMADD231PS  Y14, Y12, Y0
 	VFMADD231PS  Y14, Y13, Y1
@@ -2038,9 +2044,9 @@ sgemmBIndirectAVX2x6_loop4:
 	VBROADCASTSS 20(CX), Y14
 	VFMADD231PS  Y14, Y12, Y10
 	VFMADD231PS  Y14, Y13, Y11
-	MOVQ         8(BX), SI
-	VMOVUPS      (DX)(SI*4), Y12
-	VMOVUPS      32(DX)(SI*4), Y13
+	MOVQ         8(SI), DI
+	VMOVUPS      (DX)(DI*4), Y12
+	VMOVUPS      (BX)(DI*4), Y13
 	VBROADCASTSS 24(CX), Y14
 	VFMADD231PS  Y14, Y12, Y0
 	VFMADD231PS  Y14, Y13, Y1
@@ -2059,9 +2065,9 @@ sgemmBIndirectAVX2x6_loop4:
 	VBROADCASTSS 44(CX), Y14
 	VFMADD231PS  Y14, Y12, Y10
 	VFMADD231PS  Y14, Y13, Y11
-	MOVQ         16(BX), SI
-	VMOVUPS      (DX)(SI*4), Y12
-	VMOVUPS      32(DX)(SI*4), Y13
+	MOVQ         16(SI), DI
+	VMOVUPS      (DX)(DI*4), Y12
+	VMOVUPS      (BX)(DI*4), Y13
 	VBROADCASTSS 48(CX), Y14
 	VFMADD231PS  Y14, Y12, Y0
 	VFMADD231PS  Y14, Y13, Y1
@@ -2080,9 +2086,9 @@ sgemmBIndirectAVX2x6_loop4:
 	VBROADCASTSS 68(CX), Y14
 	VFMADD231PS  Y14, Y12, Y10
 	VFMADD231PS  Y14, Y13, Y11
-	MOVQ         24(BX), SI
-	VMOVUPS      (DX)(SI*4), Y12
-	VMOVUPS      32(DX)(SI*4), Y13
+	MOVQ         24(SI), DI
+	VMOVUPS      (DX)(DI*4), Y12
+	VMOVUPS      (BX)(DI*4), Y13
 	VBROADCASTSS 72(CX), Y14
 	VFMADD231PS  Y14, Y12, Y0
 	VFMADD231PS  Y14, Y13, Y1
@@ -2102,16 +2108,16 @@ sgemmBIndirectAVX2x6_loop4:
 	VFMADD231PS  Y14, Y12, Y10
 	VFMADD231PS  Y14, Y13, Y11
 	ADDQ         $0x00000060, CX
-	ADDQ         $0x20, BX
+	ADDQ         $0x20, SI
 	SUBQ         $0x04, AX
 	JMP          sgemmBIndirectAVX2x6_loop4
 
 sgemmBIndirectAVX2x6_tail:
 	TESTQ        AX, AX
 	JE           sgemmBIndirectAVX2x6_store
-	MOVQ         (BX), SI
-	VMOVUPS      (DX)(SI*4), Y12
-	VMOVUPS      32(DX)(SI*4), Y13
+	MOVQ         (SI), DI
+	VMOVUPS      (DX)(DI*4), Y12
+	VMOVUPS      (BX)(DI*4), Y13
 	VBROADCASTSS (CX), Y14
 	VFMADD231PS  Y14, Y12, Y0
 	VFMADD231PS  Y14, Y13, Y1
@@ -2131,15 +2137,15 @@ sgemmBIndirectAVX2x6_tail:
 	VFMADD231PS  Y14, Y12, Y10
 	VFMADD231PS  Y14, Y13, Y11
 	ADDQ         $0x00000018, CX
-	ADDQ         $0x08, BX
+	ADDQ         $0x08, SI
 	DECQ         AX
 	JMP          sgemmBIndirectAVX2x6_tail
 
 sgemmBIndirectAVX2x6_store:
-	MOVQ    c+32(FP), AX
-	MOVQ    ldc+40(FP), CX
+	MOVQ    c+40(FP), AX
+	MOVQ    ldc+48(FP), CX
 	SHLQ    $0x02, CX
-	MOVL    beta+48(FP), DX
+	MOVL    beta+56(FP), DX
 	ANDL    $0x7fffffff, DX
 	JNZ     sgemmBIndirectAVX2x6_beta
 	VMOVUPS Y0, (AX)
@@ -2163,7 +2169,7 @@ sgemmBIndirectAVX2x6_store:
 	RET
 
 sgemmBIndirectAVX2x6_beta:
-	VBROADCASTSS beta+48(FP), Y13
+	VBROADCASTSS beta+56(FP), Y13
 	VFMADD231PS  (AX), Y13, Y0
 	VFMADD231PS  32(AX), Y13, Y1
 	VMOVUPS      Y0, (AX)
@@ -2196,13 +2202,16 @@ sgemmBIndirectAVX2x6_beta:
 	VZEROUPPER
 	RET
 
-// func sgemmBIndirectAVX2x6r4(k int, a *float32, base *float32, offs *int, c *float32, ldc int, beta float32)
+// func sgemmBIndirectAVX2x6r4(k int, a *float32, base *float32, split int, offs *int, c *float32, ldc int, beta float32)
 // Requires: AVX, FMA3
-TEXT ·sgemmBIndirectAVX2x6r4(SB), NOSPLIT, $0-52
+TEXT ·sgemmBIndirectAVX2x6r4(SB), NOSPLIT, $0-60
 	MOVQ   k+0(FP), AX
 	MOVQ   a+8(FP), CX
 	MOVQ   base+16(FP), DX
-	MOVQ   offs+24(FP), BX
+	MOVQ   split+24(FP), BX
+	SHLQ   $0x02, BX
+	ADDQ   DX, BX
+	MOVQ   offs+32(FP), SI
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -2215,9 +2224,9 @@ TEXT ·sgemmBIndirectAVX2x6r4(SB), NOSPLIT, $0-52
 sgemmBIndirectAVX2x6r4_loop4:
 	CMPQ         AX, $0x04
 	JL           sgemmBIndirectAVX2x6r4_tail
-	MOVQ         (BX), SI
-	VMOVUPS      (DX)(SI*4), Y8
-	VMOVUPS      32(DX)(SI*4), Y9
+	MOVQ         (SI), DI
+	VMOVUPS      (DX)(DI*4), Y8
+	VMOVUPS      (BX)(DI*4), Y9
 	VBROADCASTSS (CX), Y10
 	VFMADD231PS  Y10, Y8, Y0
 	VFMADD231PS  Y10, Y9, Y1
@@ -2230,9 +2239,9 @@ sgemmBIndirectAVX2x6r4_loop4:
 	VBROADCASTSS 12(CX), Y10
 	VFMADD231PS  Y10, Y8, Y6
 	VFMADD231PS  Y10, Y9, Y7
-	MOVQ         8(BX), SI
-	VMOVUPS      (DX)(SI*4), Y8
-	VMOVUPS      32(DX)(SI*4), Y9
+	MOVQ         8(SI), DI
+	VMOVUPS      (DX)(DI*4), Y8
+	VMOVUPS      (BX)(DI*4), Y9
 	VBROADCASTSS 24(CX), Y10
 	VFMADD231PS  Y10, Y8, Y0
 	VFMADD231PS  Y10, Y9, Y1
@@ -2245,9 +2254,9 @@ sgemmBIndirectAVX2x6r4_loop4:
 	VBROADCASTSS 36(CX), Y10
 	VFMADD231PS  Y10, Y8, Y6
 	VFMADD231PS  Y10, Y9, Y7
-	MOVQ         16(BX), SI
-	VMOVUPS      (DX)(SI*4), Y8
-	VMOVUPS      32(DX)(SI*4), Y9
+	MOVQ         16(SI), DI
+	VMOVUPS      (DX)(DI*4), Y8
+	VMOVUPS      (BX)(DI*4), Y9
 	VBROADCASTSS 48(CX), Y10
 	VFMADD231PS  Y10, Y8, Y0
 	VFMADD231PS  Y10, Y9, Y1
@@ -2260,9 +2269,9 @@ sgemmBIndirectAVX2x6r4_loop4:
 	VBROADCASTSS 60(CX), Y10
 	VFMADD231PS  Y10, Y8, Y6
 	VFMADD231PS  Y10, Y9, Y7
-	MOVQ         24(BX), SI
-	VMOVUPS      (DX)(SI*4), Y8
-	VMOVUPS      32(DX)(SI*4), Y9
+	MOVQ         24(SI), DI
+	VMOVUPS      (DX)(DI*4), Y8
+	VMOVUPS      (BX)(DI*4), Y9
 	VBROADCASTSS 72(CX), Y10
 	VFMADD231PS  Y10, Y8, Y0
 	VFMADD231PS  Y10, Y9, Y1
@@ -2276,16 +2285,16 @@ sgemmBIndirectAVX2x6r4_loop4:
 	VFMADD231PS  Y10, Y8, Y6
 	VFMADD231PS  Y10, Y9, Y7
 	ADDQ         $0x00000060, CX
-	ADDQ         $0x20, BX
+	ADDQ         $0x20, SI
 	SUBQ         $0x04, AX
 	JMP          sgemmBIndirectAVX2x6r4_loop4
 
 sgemmBIndirectAVX2x6r4_tail:
 	TESTQ        AX, AX
 	JE           sgemmBIndirectAVX2x6r4_store
-	MOVQ         (BX), SI
-	VMOVUPS      (DX)(SI*4), Y8
-	VMOVUPS      32(DX)(SI*4), Y9
+	MOVQ         (SI), DI
+	VMOVUPS      (DX)(DI*4), Y8
+	VMOVUPS      (BX)(DI*4), Y9
 	VBROADCASTSS (CX), Y10
 	VFMADD231PS  Y10, Y8, Y0
 	VFMADD231PS  Y10, Y9, Y1
@@ -2299,15 +2308,15 @@ sgemmBIndirectAVX2x6r4_tail:
 	VFMADD231PS  Y10, Y8, Y6
 	VFMADD231PS  Y10, Y9, Y7
 	ADDQ         $0x00000018, CX
-	ADDQ         $0x08, BX
+	ADDQ         $0x08, SI
 	DECQ         AX
 	JMP          sgemmBIndirectAVX2x6r4_tail
 
 sgemmBIndirectAVX2x6r4_store:
-	MOVQ    c+32(FP), AX
-	MOVQ    ldc+40(FP), CX
+	MOVQ    c+40(FP), AX
+	MOVQ    ldc+48(FP), CX
 	SHLQ    $0x02, CX
-	MOVL    beta+48(FP), DX
+	MOVL    beta+56(FP), DX
 	ANDL    $0x7fffffff, DX
 	JNZ     sgemmBIndirectAVX2x6r4_beta
 	VMOVUPS Y0, (AX)
@@ -2325,7 +2334,7 @@ sgemmBIndirectAVX2x6r4_store:
 	RET
 
 sgemmBIndirectAVX2x6r4_beta:
-	VBROADCASTSS beta+48(FP), Y9
+	VBROADCASTSS beta+56(FP), Y9
 	VFMADD231PS  (AX), Y9, Y0
 	VFMADD231PS  32(AX), Y9, Y1
 	VMOVUPS      Y0, (AX)
@@ -2348,13 +2357,16 @@ sgemmBIndirectAVX2x6r4_beta:
 	VZEROUPPER
 	RET
 
-// func sgemmBIndirectAVX2x6r2(k int, a *float32, base *float32, offs *int, c *float32, ldc int, beta float32)
+// func sgemmBIndirectAVX2x6r2(k int, a *float32, base *float32, split int, offs *int, c *float32, ldc int, beta float32)
 // Requires: AVX, FMA3
-TEXT ·sgemmBIndirectAVX2x6r2(SB), NOSPLIT, $0-52
+TEXT ·sgemmBIndirectAVX2x6r2(SB), NOSPLIT, $0-60
 	MOVQ   k+0(FP), AX
 	MOVQ   a+8(FP), CX
 	MOVQ   base+16(FP), DX
-	MOVQ   offs+24(FP), BX
+	MOVQ   split+24(FP), BX
+	SHLQ   $0x02, BX
+	ADDQ   DX, BX
+	MOVQ   offs+32(FP), SI
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -2363,36 +2375,36 @@ TEXT ·sgemmBIndirectAVX2x6r2(SB), NOSPLIT, $0-52
 sgemmBIndirectAVX2x6r2_loop4:
 	CMPQ         AX, $0x04
 	JL           sgemmBIndirectAVX2x6r2_tail
-	MOVQ         (BX), SI
-	VMOVUPS      (DX)(SI*4), Y4
-	VMOVUPS      32(DX)(SI*4), Y5
+	MOVQ         (SI), DI
+	VMOVUPS      (DX)(DI*4), Y4
+	VMOVUPS      (BX)(DI*4), Y5
 	VBROADCASTSS (CX), Y6
 	VFMADD231PS  Y6, Y4, Y0
 	VFMADD231PS  Y6, Y5, Y1
 	VBROADCASTSS 4(CX), Y6
 	VFMADD231PS  Y6, Y4, Y2
 	VFMADD231PS  Y6, Y5, Y3
-	MOVQ         8(BX), SI
-	VMOVUPS      (DX)(SI*4), Y4
-	VMOVUPS      32(DX)(SI*4), Y5
+	MOVQ         8(SI), DI
+	VMOVUPS      (DX)(DI*4), Y4
+	VMOVUPS      (BX)(DI*4), Y5
 	VBROADCASTSS 24(CX), Y6
 	VFMADD231PS  Y6, Y4, Y0
 	VFMADD231PS  Y6, Y5, Y1
 	VBROADCASTSS 28(CX), Y6
 	VFMADD231PS  Y6, Y4, Y2
 	VFMADD231PS  Y6, Y5, Y3
-	MOVQ         16(BX), SI
-	VMOVUPS      (DX)(SI*4), Y4
-	VMOVUPS      32(DX)(SI*4), Y5
+	MOVQ         16(SI), DI
+	VMOVUPS      (DX)(DI*4), Y4
+	VMOVUPS      (BX)(DI*4), Y5
 	VBROADCASTSS 48(CX), Y6
 	VFMADD231PS  Y6, Y4, Y0
 	VFMADD231PS  Y6, Y5, Y1
 	VBROADCASTSS 52(CX), Y6
 	VFMADD231PS  Y6, Y4, Y2
 	VFMADD231PS  Y6, Y5, Y3
-	MOVQ         24(BX), SI
-	VMOVUPS      (DX)(SI*4), Y4
-	VMOVUPS      32(DX)(SI*4), Y5
+	MOVQ         24(SI), DI
+	VMOVUPS      (DX)(DI*4), Y4
+	VMOVUPS      (BX)(DI*4), Y5
 	VBROADCASTSS 72(CX), Y6
 	VFMADD231PS  Y6, Y4, Y0
 	VFMADD231PS  Y6, Y5, Y1
@@ -2400,16 +2412,16 @@ sgemmBIndirectAVX2x6r2_loop4:
 	VFMADD231PS  Y6, Y4, Y2
 	VFMADD231PS  Y6, Y5, Y3
 	ADDQ         $0x00000060, CX
-	ADDQ         $0x20, BX
+	ADDQ         $0x20, SI
 	SUBQ         $0x04, AX
 	JMP          sgemmBIndirectAVX2x6r2_loop4
 
 sgemmBIndirectAVX2x6r2_tail:
 	TESTQ        AX, AX
 	JE           sgemmBIndirectAVX2x6r2_store
-	MOVQ         (BX), SI
-	VMOVUPS      (DX)(SI*4), Y4
-	VMOVUPS      32(DX)(SI*4), Y5
+	MOVQ         (SI), DI
+	VMOVUPS      (DX)(DI*4), Y4
+	VMOVUPS      (BX)(DI*4), Y5
 	VBROADCASTSS (CX), Y6
 	VFMADD231PS  Y6, Y4, Y0
 	VFMADD231PS  Y6, Y5, Y1
@@ -2417,15 +2429,15 @@ sgemmBIndirectAVX2x6r2_tail:
 	VFMADD231PS  Y6, Y4, Y2
 	VFMADD231PS  Y6, Y5, Y3
 	ADDQ         $0x00000018, CX
-	ADDQ         $0x08, BX
+	ADDQ         $0x08, SI
 	DECQ         AX
 	JMP          sgemmBIndirectAVX2x6r2_tail
 
 sgemmBIndirectAVX2x6r2_store:
-	MOVQ    c+32(FP), AX
-	MOVQ    ldc+40(FP), CX
+	MOVQ    c+40(FP), AX
+	MOVQ    ldc+48(FP), CX
 	SHLQ    $0x02, CX
-	MOVL    beta+48(FP), DX
+	MOVL    beta+56(FP), DX
 	ANDL    $0x7fffffff, DX
 	JNZ     sgemmBIndirectAVX2x6r2_beta
 	VMOVUPS Y0, (AX)
@@ -2437,7 +2449,7 @@ sgemmBIndirectAVX2x6r2_store:
 	RET
 
 sgemmBIndirectAVX2x6r2_beta:
-	VBROADCASTSS beta+48(FP), Y5
+	VBROADCASTSS beta+56(FP), Y5
 	VFMADD231PS  (AX), Y5, Y0
 	VFMADD231PS  32(AX), Y5, Y1
 	VMOVUPS      Y0, (AX)

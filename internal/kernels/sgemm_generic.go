@@ -7,8 +7,8 @@ var genericImpl = &gemmImpl{
 	mc: 128, kc: 256, nc: 2048,
 	kernel:   kernelGeneric4x8,
 	indirect: indirectGeneric, indirectNarrow: indirectGenericNarrow,
-	bIndirect: func(k int, a, x []float32, base int, offs []int, c []float32, ldc int, beta float32) {
-		bIndirectGeneric(4, 8, k, a, x, base, offs, c, ldc, beta)
+	bIndirect: func(k int, a, x []float32, base, split int, offs []int, c []float32, ldc int, beta float32) {
+		bIndirectGeneric(4, 8, k, a, x, base, split, offs, c, ldc, beta)
 	},
 	vec:  genericVec,
 	half: genericHalf,

@@ -24,7 +24,7 @@ func transpose16AVX512(dst *float32, ldd int, src *float32, lds int, blocks int)
 func pack8AVX512(dst *float32, src *float32, lds int, blocks int)
 
 // sgemmBIndirectAVX512x8 computes an 8×32 tile C = A·B + beta·C where B's rows are read through an offset table (AVX-512F).
-func sgemmBIndirectAVX512x8(k int, a *float32, base *float32, offs *int, c *float32, ldc int, beta float32)
+func sgemmBIndirectAVX512x8(k int, a *float32, base *float32, split int, offs *int, c *float32, ldc int, beta float32)
 
 // sgemmKernelAVX2 computes a 6×16 tile C = alpha*A*B + beta*C from packed panels (AVX2+FMA).
 func sgemmKernelAVX2(k int, a *float32, b *float32, c *float32, ldc int, alpha float32, beta float32)
@@ -36,13 +36,13 @@ func sgemmIndirectAVX2x6(taps int, clen int, base *float32, offs *int, b *float3
 func sgemmIndirectAVX2x6n(taps int, clen int, base *float32, offs *int, b *float32, c *float32, ldc int, beta float32)
 
 // sgemmBIndirectAVX2x6 computes an 6×16 tile C = A·B + beta·C where B's rows are read through an offset table (AVX2+FMA).
-func sgemmBIndirectAVX2x6(k int, a *float32, base *float32, offs *int, c *float32, ldc int, beta float32)
+func sgemmBIndirectAVX2x6(k int, a *float32, base *float32, split int, offs *int, c *float32, ldc int, beta float32)
 
 // sgemmBIndirectAVX2x6r4 computes the first 4 rows of an 6×16 tile C = A·B + beta·C (A packed in slivers of 6 rows) where B's rows are read through an offset table (AVX2+FMA).
-func sgemmBIndirectAVX2x6r4(k int, a *float32, base *float32, offs *int, c *float32, ldc int, beta float32)
+func sgemmBIndirectAVX2x6r4(k int, a *float32, base *float32, split int, offs *int, c *float32, ldc int, beta float32)
 
 // sgemmBIndirectAVX2x6r2 computes the first 2 rows of an 6×16 tile C = A·B + beta·C (A packed in slivers of 6 rows) where B's rows are read through an offset table (AVX2+FMA).
-func sgemmBIndirectAVX2x6r2(k int, a *float32, base *float32, offs *int, c *float32, ldc int, beta float32)
+func sgemmBIndirectAVX2x6r2(k int, a *float32, base *float32, split int, offs *int, c *float32, ldc int, beta float32)
 
 // reluFwdAVX2 computes dst[i] = max(x[i], 0) for i < n (a multiple of 8), NaN giving 0 (AVX2).
 func reluFwdAVX2(dst *float32, x *float32, n int)

@@ -135,11 +135,13 @@ func TestConvWeightGradChunkedK(t *testing.T) {
 }
 
 // BenchmarkConvWeightGrad times ConvWeightGradNHWC at ResNet's batch-32 CIFAR
-// 3×3 shapes (a small dw over 2,048–32,768 pixels) and a VGG one:
+// 3×3 shapes (a small dw over 2,048–32,768 pixels), a VGG one and 24 channels
+// (a multiple of half an AVX2 tile only, as 16 is of an AVX-512 one); "packed"
+// is the route without the B-indirect kernel:
 //
 //	go test -run '^$' -bench ConvWeightGrad ./internal/kernels/
 func BenchmarkConvWeightGrad(b *testing.B) {
-	for _, l := range []struct{ c, o, hw int }{{16, 16, 32}, {32, 32, 16}, {64, 64, 8}, {256, 256, 8}} {
+	for _, l := range []struct{ c, o, hw int }{{16, 16, 32}, {32, 32, 16}, {64, 64, 8}, {256, 256, 8}, {24, 24, 16}} {
 		g := ConvGeom{N: 32, C: l.c, H: l.hw, W: l.hw, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1}
 		r := rand.New(rand.NewPCG(1, 1))
 		xp := make([]float32, PaddedLen(g))
@@ -148,10 +150,16 @@ func BenchmarkConvWeightGrad(b *testing.B) {
 		dy := randSlice(r, l.o*cols)
 		dw := make([]float32, l.o*g.ColRows())
 		// dY as the layer's gradient: NCHW planes, or channels-last rows.
-		for _, layout := range []string{"planes", "rows"} {
+		for _, layout := range []string{"planes", "rows", "rows_packed"} {
 			b.Run(fmt.Sprintf("c%d_o%d_hw%d_%s", l.c, l.o, l.hw, layout), func(b *testing.B) {
+				if layout == "rows_packed" {
+					p := *impl
+					p.bIndirect, p.bIndirectRows = nil, nil
+					defer func(old *gemmImpl) { impl = old }(impl)
+					impl = &p
+				}
 				for range b.N {
-					if layout == "rows" {
+					if layout != "planes" {
 						ConvWeightGradNHWCRows(g, xp, dy, l.o, dw)
 					} else {
 						ConvWeightGradNHWCPlanes(g, xp, dy, l.o, dw)
@@ -197,6 +205,52 @@ func TestBIndirectRows(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestConvWeightGradHalfSlivers: with channels a multiple of half a tile but not
+// of a tile (16 on AVX-512, 8 or 24 on AVX2), the B-indirect kernel reads each
+// sliver as two runs of channels (the second from the next tap, or an edge's first
+// half twice) and gives the bits of the packed route it replaces, written into dw
+// and added to it, with M edges, on every implementation.
+func TestConvWeightGradHalfSlivers(t *testing.T) {
+	forEachImpl(t, func(t *testing.T) {
+		r := rand.New(rand.NewPCG(19, 20))
+		h := impl.nr / 2
+		for _, g := range []ConvGeom{
+			{N: 2, C: h, H: 9, W: 11, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1},
+			{N: 3, C: 3 * h, H: 7, W: 5, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 2, StrideW: 2},
+			{N: 1, C: h, H: 6, W: 6, KH: 2, KW: 3, PadH: 0, PadW: 1, StrideH: 1, StrideW: 1},
+			{N: 2, C: 5 * h, H: 5, W: 4, KH: 1, KW: 1, StrideH: 1, StrideW: 1},
+		} {
+			if g.C%impl.nr == 0 {
+				t.Fatalf("%+v: channels a multiple of the tile", g)
+			}
+			xp := make([]float32, PaddedLen(g))
+			PadNHWC(g, randSlice(r, g.N*g.C*g.H*g.W), xp)
+			cols := g.ColCols()
+			for _, m := range []int{impl.mr - 1, 2*impl.mr + 1} {
+				dy := randSlice(r, m*cols)
+				dw0 := randSlice(r, m*g.ColRows())
+				var out [2][]float32 // read in place, packed
+				for k := range out {
+					func() {
+						p := *impl
+						if k == 1 {
+							p.bIndirect, p.bIndirectRows = nil, nil
+						}
+						old := impl
+						impl = &p
+						defer func() { impl = old }()
+						out[k] = append([]float32(nil), dw0...)
+						ConvWeightGradNHWC(g, xp, dy, m, cols, out[k])
+					}()
+				}
+				if i := firstBitDiff(out[0], out[1]); i >= 0 {
+					t.Fatalf("%+v m=%d: dw[%d] = %v in place, %v packed", g, m, i, out[0][i], out[1][i])
+				}
+			}
+		}
+	})
 }
 
 // TestConvWeightGradNHWCPlanes checks that reading dY as the layer's NCHW

@@ -214,9 +214,12 @@ func genTranspose16AVX512() {
 
 // genBIndirect emits sgemmBIndirect<suffix>, the weight-gradient
 // micro-kernel of ConvWeightGradNHWC: an mr×nr tile C = A·B + beta·C, A
-// packed (k groups of mr floats) and row p of B read in place as the nr
-// floats at base + offs[p] (element offsets into a padded NHWC image: one
-// output pixel's input at one kernel tap, nr consecutive channels).
+// packed (k groups of mr floats) and row p of B read in place as two runs of
+// nr/2 floats, at base + offs[p] and base + split + offs[p] (element offsets
+// into a padded NHWC image: one output pixel's input at one kernel tap, nr/2
+// consecutive channels each; split = nr/2 when the tile's columns are nr
+// channels of one tap, the offset of the next tap's run when a layer's channels
+// are a multiple of half a tile only: 16 channels on AVX-512).
 //
 // With rows < isa.mr it emits sgemmBIndirect<suffix>r<rows>, the same for
 // the first rows rows of the packed sliver only (the edge of an M that is
@@ -228,7 +231,7 @@ func genBIndirect(isa vecISA, rows int) {
 	if rows < mr {
 		name += fmt.Sprintf("r%d", rows)
 	}
-	TEXT(name, NOSPLIT, "func(k int, a, base *float32, offs *int, c *float32, ldc int, beta float32)")
+	TEXT(name, NOSPLIT, "func(k int, a, base *float32, split int, offs *int, c *float32, ldc int, beta float32)")
 	if rows < mr {
 		Doc(fmt.Sprintf("%s computes the first %d rows of an %d×%d tile C = A·B + beta·C (A packed in slivers of %d rows) where B's rows are read through an offset table (%s).", name, rows, mr, nr, mr, isa.doc))
 	} else {
@@ -237,6 +240,9 @@ func genBIndirect(isa vecISA, rows int) {
 	k := Load(Param("k"), GP64())
 	a := Load(Param("a"), GP64())
 	base := Load(Param("base"), GP64())
+	base2 := Load(Param("split"), GP64()) // the second run's base: base + 4·split
+	SHLQ(U8(2), base2)
+	ADDQ(base, base2)
 	offs := Load(Param("offs"), GP64())
 	acc := zeroAccumulators(rows, 2, isa.alloc, isa.zero)
 	b0, b1, abc := isa.alloc(), isa.alloc(), isa.alloc()
@@ -244,7 +250,7 @@ func genBIndirect(isa vecISA, rows int) {
 	step := func(u int) {
 		MOVQ(Mem{Base: offs, Disp: u * 8}, row)
 		VMOVUPS(Mem{Base: base, Index: row, Scale: 4}, b0)
-		VMOVUPS(Mem{Base: base, Index: row, Scale: 4, Disp: isa.bytes}, b1)
+		VMOVUPS(Mem{Base: base2, Index: row, Scale: 4}, b1)
 		for r := range rows {
 			VBROADCASTSS(Mem{Base: a, Disp: (u*mr + r) * 4}, abc)
 			VFMADD231PS(abc, b0, acc[r][0])
