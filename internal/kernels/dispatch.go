@@ -146,6 +146,10 @@ var implTable = func() map[string]*gemmImpl {
 // implOrder is the preference order, best first.
 var implOrder = []string{"avx512", "avx2", "generic"}
 
+// shapedName is the testing implementation avx512ShapedImpl (amd64 only), which
+// only an explicit SPARGO_KERNELS selects.
+const shapedName = "avx512-shaped"
+
 // implSupported reports whether the CPU can run the named implementation.
 func implSupported(name string) bool {
 	if _, ok := implTable[name]; !ok {
@@ -154,7 +158,7 @@ func implSupported(name string) bool {
 	switch name {
 	case "avx512":
 		return cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL && cpu.X86.HasBMI2
-	case "avx2":
+	case "avx2", "avx512-shaped":
 		return cpu.X86.HasAVX2 && cpu.X86.HasFMA
 	case "generic":
 		return true
@@ -166,10 +170,17 @@ func implSupported(name string) bool {
 var impl = pickImpl(os.Getenv("SPARGO_KERNELS"))
 
 // pickImpl chooses the best supported implementation, or the one requested
-// (falling back to the next supported one if the CPU cannot run it).
+// (falling back to the next supported one if the CPU cannot run it; from
+// avx512-shaped, which is for testing, to the best one).
 func pickImpl(req string) *gemmImpl {
 	req = strings.ToLower(strings.TrimSpace(req))
 	start := 0
+	if req == shapedName {
+		if implSupported(req) {
+			return implTable[req]
+		}
+		req = ""
+	}
 	if req != "" {
 		found := false
 		for i, n := range implOrder {
@@ -179,7 +190,7 @@ func pickImpl(req string) *gemmImpl {
 			}
 		}
 		if !found {
-			fmt.Fprintf(os.Stderr, "spargo/kernels: ignoring unknown SPARGO_KERNELS=%q (want generic|avx2|avx512)\n", req)
+			fmt.Fprintf(os.Stderr, "spargo/kernels: ignoring unknown SPARGO_KERNELS=%q (want generic|avx2|avx512|avx512-shaped)\n", req)
 		}
 	}
 	for _, n := range implOrder[start:] {
@@ -191,7 +202,7 @@ func pickImpl(req string) *gemmImpl {
 }
 
 // Impl returns the name of the Sgemm micro-kernel implementation in use:
-// "avx512", "avx2" or "generic".
+// "avx512", "avx2" or "generic" (or "avx512-shaped", for testing).
 func Impl() string { return impl.name }
 
 // availableImpls lists the implementations runnable on this machine (for tests).

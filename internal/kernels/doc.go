@@ -82,10 +82,12 @@
 //	generic portable pure-Go 4×8 micro-kernel (all architectures)
 //
 // Every table fills every entry its callers do not check for nil
-// (TestImplTablesComplete checks them all, also those this CPU cannot run), and
-// the tests run each driver with the AVX-512 structure (8×32 tile, its packing
-// and transpose routes) in kernels any AVX2 machine runs (avx512-shaped in
-// emulate_amd64_test.go), so the AVX-512 path's Go code is tested without AVX-512.
+// (TestImplTablesComplete checks them all, also those this CPU cannot run).
+// SPARGO_KERNELS=avx512-shaped selects, for testing, the AVX-512 structure (8×32
+// tile, blocking, packing and transpose routes) in kernels any AVX2 machine runs
+// (shaped_amd64.go): the kernels' tests run every case with it where the CPU has
+// no AVX-512, and CI runs the layer and model tests with it, so the AVX-512
+// path's Go code is tested on machines without AVX-512.
 //
 // The other elementwise functions (dot, sum, the optimizers' updates) use pure
 // Go except on the avx512 path.

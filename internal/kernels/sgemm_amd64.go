@@ -78,7 +78,7 @@ func indirectAVX2n(_ *gemmImpl, taps, clen int, x []float32, base int, offs []in
 	sgemmIndirectAVX2x6n(taps, clen, &x[base], &offs[0], &b[0], &c[0], ldc, beta)
 }
 
-func archImpls() []*gemmImpl { return []*gemmImpl{avx512Impl, avx2Impl} }
+func archImpls() []*gemmImpl { return []*gemmImpl{avx512Impl, avx2Impl, avx512ShapedImpl} }
 
 // avx512Vec wraps the AVX-512 elementwise kernels (callers checked lengths).
 var avx512Vec = func() *vecOps {

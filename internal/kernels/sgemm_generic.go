@@ -49,3 +49,30 @@ func kernelGeneric4x8(k int, a, b, c []float32, ldc int, alpha, beta float32) {
 		}
 	}
 }
+
+// kernelGeneric is the portable micro-kernel for an mr×nr tile (mr ≤ 8, nr ≤ 32;
+// see gemmImpl.kernel).
+func kernelGeneric(mr, nr int) func(k int, a, b, c []float32, ldc int, alpha, beta float32) {
+	return func(k int, a, b, c []float32, ldc int, alpha, beta float32) {
+		var acc [8 * 32]float32
+		for p := range k {
+			bp := b[p*nr : p*nr+nr]
+			for r, av := range a[p*mr : p*mr+mr] {
+				row := acc[r*nr : r*nr+nr]
+				for q, bv := range bp {
+					row[q] += av * bv
+				}
+			}
+		}
+		for r := range mr {
+			row := c[r*ldc : r*ldc+nr]
+			for q := range row {
+				if beta == 0 {
+					row[q] = alpha * acc[r*nr+q]
+				} else {
+					row[q] = alpha*acc[r*nr+q] + beta*row[q]
+				}
+			}
+		}
+	}
+}

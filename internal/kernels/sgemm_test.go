@@ -5,7 +5,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
-	"strings"
 	"testing"
 )
 
@@ -53,9 +52,9 @@ func naiveSgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, ld
 	return
 }
 
-// forEachImpl runs f with every implementation this machine runs, then with each
-// of shapedImpls (another path's structure in kernels this machine runs) whose real
-// implementation it cannot run.
+// forEachImpl runs f with every implementation this machine runs, then, where it
+// cannot run avx512, with avx512-shaped (that path's structure in kernels this
+// machine runs).
 func forEachImpl(t *testing.T, f func(t *testing.T)) {
 	for _, name := range availableImpls() {
 		t.Run(name, func(t *testing.T) {
@@ -63,24 +62,13 @@ func forEachImpl(t *testing.T, f func(t *testing.T)) {
 			f(t)
 		})
 	}
-	for _, p := range shapedImpls {
-		if p == nil || implSupported(strings.TrimSuffix(p.name, "-shaped")) {
-			continue
-		}
-		t.Run(p.name, func(t *testing.T) {
-			old := impl
-			impl = p
-			defer func() { impl = old }()
+	if implSupported(shapedName) && !implSupported("avx512") {
+		t.Run(shapedName, func(t *testing.T) {
+			defer setImpl(shapedName)()
 			f(t)
 		})
 	}
 }
-
-// shapedImpls are the test-only implementations that give another implementation's
-// structure (its tile, blocking and vector-table routes) kernels this machine runs,
-// so that its drivers are tested on machines without its instruction set (nil: not
-// on this machine). emulate_amd64_test.go adds the AVX-512 one.
-var shapedImpls []*gemmImpl
 
 type gemmCase struct {
 	ta, tb      bool
