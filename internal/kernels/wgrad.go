@@ -81,7 +81,8 @@ func convWeightGradNHWC(name string, g ConvGeom, xp, dy []float32, m, ldd, plane
 	src := nhwcTB
 	if impl.bIndirect != nil && g.C%(impl.nr/2) == 0 {
 		// Every half of an NR-column sliver is NR/2 channels of one tap: read in
-		// place (packed, ResNet's 16-channel layers took 2.3× as long on AVX2).
+		// place (packed panels took 2.3× as long for ResNet's 16-channel layers,
+		// -bench ConvWeightGrad).
 		src = nhwcIndirectB
 	}
 	*j = gemmJob{
@@ -161,16 +162,18 @@ func pixelOffsets(g ConvGeom, p0 int, offs []int) {
 // gemmImpl.bIndirect) for an mr×nr tile.
 func bIndirectGeneric(mr, nr, k int, a, x []float32, base, split int, offs []int, c []float32, ldc int, beta float32) {
 	var acc [8 * 32]float32
-	var b [32]float32
 	h := nr / 2
 	for p := range k {
-		copy(b[:h], x[base+offs[p]:base+offs[p]+h])
-		copy(b[h:nr], x[base+split+offs[p]:base+split+offs[p]+h])
+		o := base + offs[p]
+		b0, b1 := x[o:o+h], x[o+split:o+split+h]
 		ap := a[p*mr : p*mr+mr]
 		for r, av := range ap {
 			row := acc[r*nr : r*nr+nr]
-			for q, bv := range b[:nr] {
+			for q, bv := range b0 {
 				row[q] += av * bv
+			}
+			for q, bv := range b1 {
+				row[h+q] += av * bv
 			}
 		}
 	}
