@@ -75,22 +75,9 @@ func (t *layerTask) body(lo, hi int) {
 		t.bn.apply(lo, hi)
 	case jobBNBackward:
 		t.bn.backward(lo, hi)
-	case jobMaxForward:
-		t.pool.maxForward(lo, hi)
-	case jobMaxBackward:
-		t.pool.maxBackward(lo, hi)
-	case jobAvgForward:
-		t.pool.avgForward(lo, hi)
-	case jobAvgBackward:
-		t.pool.avgBackward(lo, hi)
-	case jobMaxForwardNHWC:
-		t.pool.maxForwardNHWC(lo, hi)
-	case jobMaxBackwardNHWC:
-		t.pool.maxBackwardNHWC(lo, hi)
-	case jobAvgForwardNHWC:
-		t.pool.avgForwardNHWC(lo, hi)
-	case jobAvgBackwardNHWC:
-		t.pool.avgBackwardNHWC(lo, hi)
+	case jobMaxForward, jobMaxBackward, jobAvgForward, jobAvgBackward,
+		jobMaxForwardNHWC, jobMaxBackwardNHWC, jobAvgForwardNHWC, jobAvgBackwardNHWC:
+		t.pool.run(t.kind, lo, hi)
 	case jobCEForward:
 		t.ce.forward(lo, hi)
 	case jobCEBackward:

@@ -32,6 +32,42 @@ func (g PoolGeom) checkGeom(fn string) {
 // fast2x2 reports whether g is the 2×2, stride 2, unpadded window.
 func (g PoolGeom) fast2x2() bool { return g.K == 2 && g.Stride == 2 && g.Pad == 0 }
 
+// runPoolJob runs pool job j of the given kind over [0, n), n items of the given
+// cost: on the calling goroutine when that is small, else on the worker pool.
+func runPoolJob(kind int, j poolJob, n, cost int) {
+	if runsSerial(n, cost) {
+		j.run(kind, 0, n)
+		return
+	}
+	t := newTask(kind)
+	t.pool = j
+	runTask(t, n)
+}
+
+// run processes items [lo, hi) of the job kind.
+func (j *poolJob) run(kind, lo, hi int) {
+	switch kind {
+	case jobMaxForward:
+		j.maxForward(lo, hi)
+	case jobMaxBackward:
+		j.maxBackward(lo, hi)
+	case jobAvgForward:
+		j.avgForward(lo, hi)
+	case jobAvgBackward:
+		j.avgBackward(lo, hi)
+	case jobMaxForwardNHWC:
+		j.maxForwardNHWC(lo, hi)
+	case jobMaxBackwardNHWC:
+		j.maxBackwardNHWC(lo, hi)
+	case jobAvgForwardNHWC:
+		j.avgForwardNHWC(lo, hi)
+	case jobAvgBackwardNHWC:
+		j.avgBackwardNHWC(lo, hi)
+	default:
+		panic("kernels: unknown pool job")
+	}
+}
+
 // MaxPool2dForward writes y, the maximum of each window of x, and arg, the in-plane
 // index (row·W + col) of the element chosen. Padding counts as −∞. Within a window
 // the first maximum in row-major order wins, except that a NaN always replaces the
@@ -41,13 +77,7 @@ func MaxPool2dForward(g PoolGeom, y []float32, arg []int32, x []float32) {
 	g.check("MaxPool2dForward", len(x), len(y))
 	mustLen("MaxPool2dForward", "arg", len(arg), len(y))
 	j := poolJob{g: g, oh: g.OutH(), ow: g.OutW(), v: impl.vec, x: x, y: y, arg: arg}
-	if cost := 2 * g.H * g.W; runsSerial(g.Planes, cost) {
-		j.maxForward(0, g.Planes)
-	} else {
-		t := newTask(jobMaxForward)
-		t.pool = j
-		runTask(t, g.Planes)
-	}
+	runPoolJob(jobMaxForward, j, g.Planes, 2*g.H*g.W)
 }
 
 // poolJob holds the arguments of one pooling kernel call; its methods process the
@@ -146,13 +176,7 @@ func MaxPool2dBackward(g PoolGeom, dx, dy []float32, arg []int32, accumulate boo
 	g.check("MaxPool2dBackward", len(dx), len(dy))
 	mustLen("MaxPool2dBackward", "arg", len(arg), len(dy))
 	j := poolJob{g: g, oh: g.OutH(), ow: g.OutW(), x: dx, y: dy, arg: arg, accumulate: accumulate}
-	if cost := g.H*g.W + 2*j.oh*j.ow; runsSerial(g.Planes, cost) {
-		j.maxBackward(0, g.Planes)
-	} else {
-		t := newTask(jobMaxBackward)
-		t.pool = j
-		runTask(t, g.Planes)
-	}
+	runPoolJob(jobMaxBackward, j, g.Planes, g.H*g.W+2*j.oh*j.ow)
 }
 
 func (j *poolJob) maxBackward(lo, hi int) {
@@ -183,13 +207,7 @@ func (g PoolGeom) avgWindow(i, j int) (r0, r1, q0, q1 int, div float32) {
 func AvgPool2dForward(g PoolGeom, y, x []float32) {
 	g.check("AvgPool2dForward", len(x), len(y))
 	j := poolJob{g: g, oh: g.OutH(), ow: g.OutW(), x: x, y: y}
-	if cost := 2*g.H*g.W + g.K*g.K*j.oh*j.ow; runsSerial(g.Planes, cost) {
-		j.avgForward(0, g.Planes)
-	} else {
-		t := newTask(jobAvgForward)
-		t.pool = j
-		runTask(t, g.Planes)
-	}
+	runPoolJob(jobAvgForward, j, g.Planes, 2*g.H*g.W+g.K*g.K*j.oh*j.ow)
 }
 
 func (job *poolJob) avgForward(lo, hi int) {
@@ -229,13 +247,7 @@ func (job *poolJob) avgForward(lo, hi int) {
 func AvgPool2dBackward(g PoolGeom, dx, dy []float32, accumulate bool) {
 	g.check("AvgPool2dBackward", len(dx), len(dy))
 	j := poolJob{g: g, oh: g.OutH(), ow: g.OutW(), x: dx, y: dy, accumulate: accumulate}
-	if cost := 2*g.H*g.W + g.K*g.K*j.oh*j.ow; runsSerial(g.Planes, cost) {
-		j.avgBackward(0, g.Planes)
-	} else {
-		t := newTask(jobAvgBackward)
-		t.pool = j
-		runTask(t, g.Planes)
-	}
+	runPoolJob(jobAvgBackward, j, g.Planes, 2*g.H*g.W+g.K*g.K*j.oh*j.ow)
 }
 
 func (job *poolJob) avgBackward(lo, hi int) {

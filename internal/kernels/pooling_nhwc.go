@@ -31,13 +31,7 @@ func MaxPool2dForwardNHWC(g PoolGeom, c int, y []float32, arg []int32, x []float
 	mustLen("MaxPool2dForwardNHWC", "arg", len(arg), len(y))
 	j := poolJob{g: g, c: c, oh: g.OutH(), ow: g.OutW(), v: impl.vec, x: x, y: y, arg: arg}
 	n := g.Planes * j.oh
-	if cost := j.ow * g.K * g.K * c; runsSerial(n, cost) {
-		j.maxForwardNHWC(0, n)
-	} else {
-		t := newTask(jobMaxForwardNHWC)
-		t.pool = j
-		runTask(t, n)
-	}
+	runPoolJob(jobMaxForwardNHWC, j, n, j.ow*g.K*g.K*c)
 }
 
 // maxForwardNHWC pools output rows [lo, hi) of all images (row u is image u/OH,
@@ -127,13 +121,7 @@ func MaxPool2dBackwardNHWC(g PoolGeom, c int, dx, dy []float32, arg []int32, acc
 	g.checkNHWC("MaxPool2dBackwardNHWC", c, len(dx), len(dy))
 	mustLen("MaxPool2dBackwardNHWC", "arg", len(arg), len(dy))
 	j := poolJob{g: g, c: c, oh: g.OutH(), ow: g.OutW(), x: dx, y: dy, arg: arg, accumulate: accumulate}
-	if cost := (g.H*g.W + 2*j.oh*j.ow) * c; runsSerial(g.Planes, cost) {
-		j.maxBackwardNHWC(0, g.Planes)
-	} else {
-		t := newTask(jobMaxBackwardNHWC)
-		t.pool = j
-		runTask(t, g.Planes)
-	}
+	runPoolJob(jobMaxBackwardNHWC, j, g.Planes, (g.H*g.W+2*j.oh*j.ow)*c)
 }
 
 func (j *poolJob) maxBackwardNHWC(lo, hi int) {
@@ -163,13 +151,7 @@ func AvgPool2dForwardNHWC(g PoolGeom, c int, y, x []float32) {
 	g.checkNHWC("AvgPool2dForwardNHWC", c, len(x), len(y))
 	j := poolJob{g: g, c: c, oh: g.OutH(), ow: g.OutW(), x: x, y: y}
 	n := g.Planes * j.oh
-	if cost := j.ow * g.K * g.K * c; runsSerial(n, cost) {
-		j.avgForwardNHWC(0, n)
-	} else {
-		t := newTask(jobAvgForwardNHWC)
-		t.pool = j
-		runTask(t, n)
-	}
+	runPoolJob(jobAvgForwardNHWC, j, n, j.ow*g.K*g.K*c)
 }
 
 func (j *poolJob) avgForwardNHWC(lo, hi int) {
@@ -220,13 +202,7 @@ func (j *poolJob) avgForwardNHWC(lo, hi int) {
 func AvgPool2dBackwardNHWC(g PoolGeom, c int, dx, dy []float32, accumulate bool) {
 	g.checkNHWC("AvgPool2dBackwardNHWC", c, len(dx), len(dy))
 	j := poolJob{g: g, c: c, oh: g.OutH(), ow: g.OutW(), x: dx, y: dy, accumulate: accumulate}
-	if cost := (2*g.H*g.W + g.K*g.K*j.oh*j.ow) * c; runsSerial(g.Planes, cost) {
-		j.avgBackwardNHWC(0, g.Planes)
-	} else {
-		t := newTask(jobAvgBackwardNHWC)
-		t.pool = j
-		runTask(t, g.Planes)
-	}
+	runPoolJob(jobAvgBackwardNHWC, j, g.Planes, (2*g.H*g.W+g.K*g.K*j.oh*j.ow)*c)
 }
 
 // avgGradChunk is how many channels avgBackwardNHWC divides at a time.
